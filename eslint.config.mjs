@@ -1,0 +1,43 @@
+import nx from "@nx/eslint-plugin";
+import tseslint from "typescript-eslint";
+import prettier from "eslint-config-prettier";
+
+// Layers of ARCHITECTURE.md: dependencies point down only.
+const layers = [
+  { sourceTag: "layer:config", onlyDependOnLibsWithTags: [] },
+  { sourceTag: "layer:vm", onlyDependOnLibsWithTags: ["layer:config"] },
+  { sourceTag: "layer:service", onlyDependOnLibsWithTags: ["layer:vm", "layer:config"] },
+  { sourceTag: "layer:controller", onlyDependOnLibsWithTags: ["layer:service", "layer:vm", "layer:config"] },
+  { sourceTag: "layer:app", onlyDependOnLibsWithTags: ["layer:controller", "layer:config"] },
+  { sourceTag: "layer:e2e", onlyDependOnLibsWithTags: ["*"] },
+];
+
+const bannedImports = (allowGondolin, allowPi) => {
+  const paths = [];
+  if (!allowGondolin) paths.push("@earendil-works/gondolin");
+  const patterns = [];
+  if (!allowGondolin) patterns.push({ group: ["@earendil-works/gondolin/*"], message: "Only packages/vm imports Gondolin." });
+  if (!allowPi) patterns.push({ group: ["@earendil-works/pi-*"], message: "Only packages/pi-extension imports Pi." });
+  return [
+    "error",
+    { paths: paths.map((name) => ({ name, message: "Only packages/vm imports Gondolin." })), patterns },
+  ];
+};
+
+export default tseslint.config(
+  { ignores: ["**/dist/**", "**/node_modules/**", "**/coverage/**", "**/.nx/**", "**/.work/**"] },
+  ...tseslint.configs.recommended,
+  prettier,
+  {
+    files: ["**/*.ts", "**/*.mts", "**/*.js", "**/*.mjs"],
+    plugins: { "@nx": nx },
+    rules: {
+      "@nx/enforce-module-boundaries": ["error", { enforceBuildableLibDependency: false, depConstraints: layers }],
+      "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
+      "no-restricted-imports": bannedImports(false, false),
+    },
+  },
+  { files: ["packages/vm/**", "e2e/**"], rules: { "no-restricted-imports": bannedImports(true, false) } },
+  { files: ["packages/pi-extension/**"], rules: { "no-restricted-imports": bannedImports(false, true) } },
+  { files: ["**/*.cjs"], languageOptions: { sourceType: "commonjs", globals: { module: "writable", require: "readonly" } }, rules: { "@typescript-eslint/no-require-imports": "off" } },
+);
