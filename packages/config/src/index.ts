@@ -1,1 +1,46 @@
-export const placeholder = 1;
+// Public API of @pi-sandbox/config: everything not listed here is private.
+
+// Errors
+export { ConfigError, isConfigError, formatConfigIssue } from "./errors.js";
+export type { ConfigErrorCode, ConfigErrorOptions, ConfigIssue } from "./errors.js";
+
+// Parsing
+export { parseConfig, loadConfig } from "./parse.js";
+export type { ParseConfigOptions, LoadConfigOptions } from "./parse.js";
+
+// Config types and defaults
+export { CONFIG_DEFAULTS, hasPreview } from "./types.js";
+export type {
+  SandboxConfig,
+  ServiceConfig,
+  HealthCheck,
+  PreviewLink,
+  PreviewEntry,
+  NetworkConfig,
+  Platform,
+} from "./types.js";
+
+// Profiles
+export { PROFILES, PROFILE_NAMES, DEFAULT_PROFILE } from "./profiles.js";
+export type { ProfileName, Resources } from "./profiles.js";
+
+// Names
+export {
+  INSTANCE_NAME_PATTERN,
+  SERVICE_NAME_PATTERN,
+  isValidInstanceName,
+  assertValidInstanceName,
+  isValidServiceName,
+} from "./names.js";
+
+// Limits
+export { LIMITS } from "./limits.js";
+export type { Limits } from "./limits.js";
+
+// Service references
+export { resolvePublicUrlReferences, referencedServices, findServicePlaceholders } from "./references.js";
+export type { ServicePlaceholder } from "./references.js";
+
+// Rendering and JSON Schema
+export { renderConfig } from "./render.js";
+export { sandboxJsonSchema } from "./json-schema.js";

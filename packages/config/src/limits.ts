@@ -1,0 +1,37 @@
+/**
+ * Every numeric limit of SPEC §12, in one frozen table that the other packages import instead of
+ * repeating the numbers.
+ */
+export const LIMITS = Object.freeze({
+  /** Largest accepted sandbox.yaml, in bytes (1 MiB). */
+  yamlMaxBytes: 1024 * 1024,
+  /** Most YAML alias expansions accepted in one file. */
+  yamlMaxAliasCount: 100,
+  /** Default wait of exec and exec-status, in ms. */
+  execWaitDefaultMs: 10_000,
+  /** Longest wait of exec and exec-status, in ms (the shortest is 0). */
+  execWaitMaxMs: 60_000,
+  /** Most output returned per call and per file read, in bytes (64 KiB); more is cut and marked. */
+  outputMaxBytes: 64 * 1024,
+  /** Largest file write, in bytes (1 MiB). */
+  writeMaxBytes: 1024 * 1024,
+  /** Most completed exec handles kept per controller. */
+  completedExecHandles: 128,
+  /** One deadline for all setup work, in ms (20 min). */
+  setupDeadlineMs: 20 * 60 * 1000,
+  /** How long start waits for resume hooks before continuing them in the background, in ms. */
+  resumeWaitMs: 10_000,
+  /** Default readiness deadline of a declared service (`timeoutMs`), in ms. */
+  readinessDefaultMs: 30_000,
+  /** Readiness deadline of an ad-hoc service-start, in ms. */
+  adhocReadinessMs: 60_000,
+  /** Delay before a service that exited is started again, in ms. */
+  serviceRestartDelayMs: 1_000,
+  /** Default number of log lines returned. */
+  logLinesDefault: 100,
+  /** Most log lines returned. */
+  logLinesMax: 500,
+} as const);
+
+/** The shape of {@link LIMITS}. */
+export type Limits = typeof LIMITS;

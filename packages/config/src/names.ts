@@ -1,0 +1,35 @@
+import { ConfigError } from "./errors.js";
+
+/** Instance and template names: a lowercase letter, then up to 39 lowercase letters, digits or hyphens. */
+export const INSTANCE_NAME_PATTERN = /^[a-z][a-z0-9-]{0,39}$/;
+
+/** Service names: a lowercase letter or digit, then up to 31 lowercase letters, digits or hyphens. */
+export const SERVICE_NAME_PATTERN = /^[a-z0-9][a-z0-9-]{0,31}$/;
+
+/** True when `name` may name an instance or a template. */
+export function isValidInstanceName(name: unknown): name is string {
+  return typeof name === "string" && INSTANCE_NAME_PATTERN.test(name);
+}
+
+/** True when `name` may name a service. */
+export function isValidServiceName(name: unknown): name is string {
+  return typeof name === "string" && SERVICE_NAME_PATTERN.test(name);
+}
+
+/**
+ * Throws `CONFIG_INVALID_NAME` unless `name` may name an instance or template; `kind` words the
+ * message ("instance", "template").
+ */
+export function assertValidInstanceName(name: unknown, kind = "instance"): asserts name is string {
+  if (isValidInstanceName(name)) return;
+  const shown =
+    typeof name === "string" ? JSON.stringify(name.length > 60 ? `${name.slice(0, 60)}…` : name) : String(name);
+  throw new ConfigError(
+    "CONFIG_INVALID_NAME",
+    `${shown} is not a valid ${kind} name; use 1–40 characters: a lowercase letter first, then lowercase letters, digits or hyphens`,
+    {
+      hint: `pick a name such as "demo" or "web-1"`,
+      details: { name: typeof name === "string" ? name : String(name), kind },
+    },
+  );
+}

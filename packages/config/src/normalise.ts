@@ -1,0 +1,101 @@
+import { dirname, posix, resolve } from "node:path";
+import { PROFILES } from "./profiles.js";
+import { referencedServices } from "./references.js";
+import { startOrder } from "./rules.js";
+import type { SandboxConfigInput } from "./schema.js";
+import {
+  CONFIG_DEFAULTS,
+  type HealthCheck,
+  type Platform,
+  type PreviewEntry,
+  type PreviewLink,
+  type SandboxConfig,
+  type ServiceConfig,
+} from "./types.js";
+
+type ServiceInput = NonNullable<SandboxConfigInput["services"]>[string];
+type LinkInput = { url: string; title: string; description?: string | undefined };
+
+function link(input: LinkInput): PreviewLink {
+  return {
+    url: input.url,
+    title: input.title,
+    ...(input.description === undefined ? {} : { description: input.description }),
+  };
+}
+
+function health(value: string | undefined): HealthCheck {
+  if (value === undefined) return { kind: "tcp" };
+  if (value === "process") return { kind: "process" };
+  return { kind: "http", path: value };
+}
+
+/** A workspace-relative path in canonical form; "." for the workspace root. */
+function normaliseCwd(cwd: string | undefined): string {
+  if (cwd === undefined || cwd.trim() === "") return CONFIG_DEFAULTS.cwd;
+  const normal = posix.normalize(cwd).replace(/\/+$/, "");
+  return normal === "" ? CONFIG_DEFAULTS.cwd : normal;
+}
+
+function normaliseService(name: string, input: ServiceInput): ServiceConfig {
+  const service: ServiceConfig = {
+    name,
+    command: input.command.trim(),
+    cwd: normaliseCwd(input.cwd),
+    env: { ...input.env },
+    health: health(input.health),
+    timeoutMs: input.timeoutMs,
+    previews: (input.previews ?? []).map((entry): PreviewEntry =>
+      "folder" in entry
+        ? { kind: "folder", folder: entry.folder, links: entry.links.map(link) }
+        : { kind: "link", ...link(entry) },
+    ),
+    platforms: CONFIG_DEFAULTS.platforms.filter((platform: Platform) =>
+      (input.platforms ?? CONFIG_DEFAULTS.platforms).includes(platform),
+    ),
+  };
+  if (input.port !== undefined) service.port = input.port;
+  if (input.preview === true) service.preview = { url: "/", title: name };
+  else if (input.preview !== undefined) {
+    service.preview = link({
+      url: input.preview.url,
+      title: input.preview.title ?? name,
+      description: input.preview.description,
+    });
+  }
+  return service;
+}
+
+/** Applies every default to a structurally valid, rule-checked config. */
+export function normaliseConfig(input: SandboxConfigInput, sourcePath: string | undefined): SandboxConfig {
+  const services: Record<string, ServiceConfig> = {};
+  for (const [name, service] of Object.entries(input.services ?? {})) services[name] = normaliseService(name, service);
+  const dependencies = Object.fromEntries(
+    Object.values(services).map((service) => [
+      service.name,
+      { platforms: service.platforms, dependsOn: referencedServices(service.env) },
+    ]),
+  );
+  const workspace = posix.normalize(input.workspace);
+  const config: SandboxConfig = {
+    version: 1,
+    profile: input.profile,
+    resources: { ...PROFILES[input.profile], ...stripUndefined(input.resources ?? {}) },
+    diskGiB: input.diskGiB,
+    workspace: workspace.length > 1 ? workspace.replace(/\/+$/, "") : workspace,
+    setup: [...(input.setup ?? [])],
+    resume: [...(input.resume ?? [])],
+    network: { allowedHosts: [...new Set((input.network?.allowedHosts ?? []).map((host) => host.toLowerCase()))] },
+    services,
+    serviceOrder: startOrder(dependencies),
+  };
+  if (input.image !== undefined) {
+    // Relative to the YAML file when we know it, else to the caller's working directory.
+    config.image = sourcePath === undefined ? resolve(input.image) : resolve(dirname(resolve(sourcePath)), input.image);
+  }
+  return config;
+}
+
+function stripUndefined<T extends object>(value: T): Partial<T> {
+  return Object.fromEntries(Object.entries(value).filter(([, item]) => item !== undefined)) as Partial<T>;
+}

@@ -1,0 +1,258 @@
+import { open } from "node:fs/promises";
+import { resolve } from "node:path";
+import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type Node } from "yaml";
+import { ConfigError, formatConfigIssue, type ConfigIssue } from "./errors.js";
+import { LIMITS } from "./limits.js";
+import { normaliseConfig } from "./normalise.js";
+import { crossFieldIssues } from "./rules.js";
+import type { SandboxConfig } from "./types.js";
+import { validateStructure, type LocatedIssue, type Segment } from "./validate.js";
+
+/** Options of {@link parseConfig}. */
+export interface ParseConfigOptions {
+  /** Where the text came from: names the file in messages and anchors a relative `image`. */
+  sourcePath?: string;
+}
+
+/** Options of {@link loadConfig}. */
+export interface LoadConfigOptions {
+  /** Cancels the read; the promise rejects with `signal.reason`. */
+  signal?: AbortSignal;
+}
+
+interface Position {
+  line: number;
+  column: number;
+}
+
+function fileLabel(sourcePath: string | undefined): string {
+  return sourcePath === undefined ? "sandbox config" : sourcePath;
+}
+
+function plural(count: number, word: string): string {
+  return `${count} ${word}${count === 1 ? "" : "s"}`;
+}
+
+function fail(
+  code: "CONFIG_YAML_SYNTAX" | "CONFIG_INVALID",
+  issues: ConfigIssue[],
+  sourcePath: string | undefined,
+): never {
+  const what = code === "CONFIG_YAML_SYNTAX" ? "is not valid YAML" : "is not a valid sandbox.yaml";
+  const header = `${fileLabel(sourcePath)} ${what} (${plural(issues.length, "problem")}):`;
+  const hint =
+    code === "CONFIG_YAML_SYNTAX"
+      ? "fix the YAML at the positions shown and try again"
+      : "fix the keys listed and try again; the package README has the full key reference";
+  throw new ConfigError(code, [header, ...issues.map((issue) => `  ${formatConfigIssue(issue)}`)].join("\n"), {
+    issues,
+    hint,
+    details: sourcePath === undefined ? {} : { sourcePath },
+  });
+}
+
+function syntaxMessage(text: string, error: { code: string; message: string; pos: [number, number] }): string {
+  const first = (error.message.split("\n")[0] ?? "").replace(/ at line \d+, column \d+:?$/, "");
+  if (error.code === "DUPLICATE_KEY") {
+    const key = /^\s*(?:"([^"\n]*)"|'([^'\n]*)'|([^:\n]*?))\s*:/.exec(text.slice(error.pos[0]));
+    const name = key?.[1] ?? key?.[2] ?? key?.[3];
+    return name
+      ? `the key \`${name}\` appears more than once in the same mapping; keep only one`
+      : "a key appears more than once in the same mapping; keep only one";
+  }
+  if (error.code === "MULTIPLE_DOCS") return "the file holds more than one YAML document (a second ---); keep one";
+  return `YAML syntax: ${first}`;
+}
+
+/** Finds the node at `segments`, or the nearest existing ancestor's key when it does not exist. */
+function locate(
+  doc: Document,
+  counter: LineCounter,
+  segments: readonly Segment[],
+  at: "key" | "value",
+): Position | undefined {
+  const position = (node: { range?: [number, number, number] | null } | null | undefined): Position | undefined => {
+    const offset = node?.range?.[0];
+    if (offset === undefined) return undefined;
+    const { line, col } = counter.linePos(offset);
+    return { line, column: col };
+  };
+  const resolveAlias = (node: unknown): unknown => (isAlias(node) ? node.resolve(doc) : node);
+  let node = resolveAlias(doc.contents);
+  let best = position(node as Node | null) ?? { line: 1, column: 1 };
+  for (let index = 0; index < segments.length; index++) {
+    const segment = segments[index]!;
+    const isLast = index === segments.length - 1;
+    if (isMap(node)) {
+      const pair = node.items.find((item) => isScalar(item.key) && String(item.key.value) === String(segment));
+      if (!pair) return best;
+      const keyPosition = position(pair.key as Node);
+      if (isLast && at === "key") return keyPosition ?? best;
+      best = keyPosition ?? best;
+      node = resolveAlias(pair.value);
+      if (node === null || node === undefined) return best;
+    } else if (isSeq(node) && typeof segment === "number") {
+      node = resolveAlias(node.items[segment]);
+      if (node === null || node === undefined) return best;
+    } else return best;
+    best = position(node as Node) ?? best;
+  }
+  return best;
+}
+
+/** The first alias whose anchor is missing, for a position when `toJS` refuses the document. */
+function firstBadAlias(doc: Document): Node | undefined {
+  let found: Node | undefined;
+  visit(doc, {
+    Alias(_key, node) {
+      if (node.resolve(doc) === undefined) {
+        found = node;
+        return visit.BREAK;
+      }
+      return undefined;
+    },
+  });
+  return found;
+}
+
+function byPosition(a: ConfigIssue, b: ConfigIssue): number {
+  return (a.line ?? Infinity) - (b.line ?? Infinity) || (a.column ?? Infinity) - (b.column ?? Infinity);
+}
+
+/**
+ * Parses and validates sandbox.yaml text into a fully defaulted config. Pure apart from resolving
+ * a relative `image` against `sourcePath` (or the working directory). Throws a ConfigError listing
+ * every problem: `CONFIG_YAML_SYNTAX`, `CONFIG_INVALID` or `CONFIG_TOO_LARGE`.
+ */
+export function parseConfig(text: string, options: ParseConfigOptions = {}): SandboxConfig {
+  const { sourcePath } = options;
+  const size = Buffer.byteLength(text, "utf8");
+  if (size > LIMITS.yamlMaxBytes) throw tooLarge(sourcePath, size);
+
+  const counter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: counter, prettyErrors: true, uniqueKeys: true, logLevel: "silent" });
+  if (doc.errors.length > 0) {
+    const issues = doc.errors.map((error): ConfigIssue => {
+      const start = error.linePos?.[0];
+      return {
+        path: "",
+        message: syntaxMessage(text, error),
+        ...(start ? { line: start.line, column: start.col } : {}),
+      };
+    });
+    fail("CONFIG_YAML_SYNTAX", issues.sort(byPosition), sourcePath);
+  }
+
+  let raw: unknown;
+  try {
+    raw = doc.toJS({ maxAliasCount: LIMITS.yamlMaxAliasCount });
+  } catch (error) {
+    const alias = firstBadAlias(doc);
+    const where = alias?.range ? counter.linePos(alias.range[0]) : undefined;
+    const excessive = error instanceof Error && /Excessive alias count/.test(error.message);
+    const message = excessive
+      ? `the file expands YAML aliases more than ${LIMITS.yamlMaxAliasCount} times; write the values out instead of nesting aliases`
+      : alias
+        ? `the alias *${String((alias as { source?: string }).source)} refers to an anchor that is not defined before it`
+        : `the YAML could not be read: ${error instanceof Error ? error.message : String(error)}`;
+    fail(
+      "CONFIG_YAML_SYNTAX",
+      [{ path: "", message, ...(where ? { line: where.line, column: where.col } : {}) }],
+      sourcePath,
+    );
+  }
+  // An empty file (or one with only comments) is an empty mapping, so the user hears what is missing.
+  if (raw === null || raw === undefined) raw = {};
+
+  const structure = validateStructure(raw);
+  const located: LocatedIssue[] = [...structure.issues, ...crossFieldIssues(raw)];
+  if (located.length > 0 || !structure.output) {
+    const seen = new Set<string>();
+    const issues: ConfigIssue[] = [];
+    for (const issue of located) {
+      const path = issue.segments.map(String).join(".");
+      // One issue per path: a value that breaks several checks at once reads best as one sentence.
+      if (seen.has(path)) continue;
+      seen.add(path);
+      const where = locate(doc, counter, issue.segments, issue.at);
+      issues.push({ path, message: issue.message, ...(where ? { line: where.line, column: where.column } : {}) });
+    }
+    fail("CONFIG_INVALID", issues.sort(byPosition), sourcePath);
+  }
+  return normaliseConfig(structure.output, sourcePath);
+}
+
+function tooLarge(sourcePath: string | undefined, size: number | undefined): ConfigError {
+  const shown = size === undefined ? "more than 1 MiB" : `${size} bytes`;
+  return new ConfigError(
+    "CONFIG_TOO_LARGE",
+    `${fileLabel(sourcePath)} is ${shown}; sandbox.yaml may be at most ${LIMITS.yamlMaxBytes} bytes (1 MiB). Move large content into setup scripts in the workspace`,
+    {
+      details: {
+        ...(sourcePath === undefined ? {} : { sourcePath }),
+        limitBytes: LIMITS.yamlMaxBytes,
+        ...(size === undefined ? {} : { sizeBytes: size }),
+      },
+    },
+  );
+}
+
+/**
+ * Reads and parses a sandbox.yaml file. Throws `CONFIG_NOT_FOUND` when it does not exist,
+ * `CONFIG_TOO_LARGE` above 1 MiB (without reading further), `CONFIG_READ_FAILED` when it cannot be
+ * read, and everything {@link parseConfig} throws.
+ */
+export async function loadConfig(path: string, options: LoadConfigOptions = {}): Promise<SandboxConfig> {
+  const { signal } = options;
+  signal?.throwIfAborted();
+  const absolute = resolve(path);
+  let bytes: Buffer;
+  try {
+    const handle = await open(absolute, "r");
+    try {
+      const info = await handle.stat();
+      if (info.size > LIMITS.yamlMaxBytes) throw tooLarge(absolute, info.size);
+      // Read at most one byte past the limit, so a file that grows while we read is still refused.
+      const buffer = Buffer.alloc(LIMITS.yamlMaxBytes + 1);
+      let filled = 0;
+      while (filled < buffer.length) {
+        signal?.throwIfAborted();
+        const { bytesRead } = await handle.read(buffer, filled, buffer.length - filled, null);
+        if (bytesRead === 0) break;
+        filled += bytesRead;
+      }
+      if (filled > LIMITS.yamlMaxBytes) throw tooLarge(absolute, undefined);
+      bytes = buffer.subarray(0, filled);
+    } finally {
+      await handle.close();
+    }
+  } catch (error) {
+    if (signal?.aborted) throw signal.reason;
+    if (error instanceof ConfigError) throw error;
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "ENOENT" || code === "ENOTDIR") {
+      throw new ConfigError(
+        "CONFIG_NOT_FOUND",
+        `no config file at ${absolute}; check the path, or create a sandbox.yaml there (the package README has an example)`,
+        { cause: error, details: { sourcePath: absolute } },
+      );
+    }
+    throw new ConfigError(
+      "CONFIG_READ_FAILED",
+      `could not read ${absolute} (${code ?? (error as Error).message}); make sure it is a readable file`,
+      { cause: error, details: { sourcePath: absolute, ...(code ? { errno: code } : {}) } },
+    );
+  }
+  signal?.throwIfAborted();
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch (error) {
+    throw new ConfigError("CONFIG_YAML_SYNTAX", `${absolute} is not UTF-8 text; save it as UTF-8 and try again`, {
+      cause: error,
+      issues: [{ path: "", message: "the file is not valid UTF-8 text" }],
+      details: { sourcePath: absolute },
+    });
+  }
+  return parseConfig(text, { sourcePath: absolute });
+}

@@ -1,0 +1,56 @@
+import { stringify } from "yaml";
+import { PROFILES } from "./profiles.js";
+import { CONFIG_DEFAULTS, type PreviewLink, type SandboxConfig, type ServiceConfig } from "./types.js";
+
+function link(value: PreviewLink): Record<string, string> {
+  return {
+    url: value.url,
+    title: value.title,
+    ...(value.description === undefined ? {} : { description: value.description }),
+  };
+}
+
+function renderService(service: ServiceConfig): Record<string, unknown> {
+  const out: Record<string, unknown> = { command: service.command };
+  if (service.cwd !== CONFIG_DEFAULTS.cwd) out.cwd = service.cwd;
+  if (service.port !== undefined) out.port = service.port;
+  if (Object.keys(service.env).length > 0) out.env = { ...service.env };
+  if (service.health.kind === "http") out.health = service.health.path;
+  else if (service.health.kind === "process") out.health = "process";
+  if (service.timeoutMs !== CONFIG_DEFAULTS.timeoutMs) out.timeoutMs = service.timeoutMs;
+  if (service.preview) {
+    const { url, title, description } = service.preview;
+    out.preview = url === "/" && title === service.name && description === undefined ? true : link(service.preview);
+  }
+  if (service.previews.length > 0) {
+    out.previews = service.previews.map((entry) =>
+      entry.kind === "folder" ? { folder: entry.folder, links: entry.links.map(link) } : link(entry),
+    );
+  }
+  if (service.platforms.length !== CONFIG_DEFAULTS.platforms.length) out.platforms = [...service.platforms];
+  return out;
+}
+
+/**
+ * Renders a config as canonical sandbox.yaml text that parses back to an equal config: keys in
+ * reference order, defaults left out, `resources` only where they differ from the profile.
+ * `image` is written as the absolute path the config holds.
+ */
+export function renderConfig(config: SandboxConfig): string {
+  const out: Record<string, unknown> = { version: 1, profile: config.profile };
+  const preset = PROFILES[config.profile];
+  const resources: Record<string, number> = {};
+  if (config.resources.cpus !== preset.cpus) resources.cpus = config.resources.cpus;
+  if (config.resources.memoryGiB !== preset.memoryGiB) resources.memoryGiB = config.resources.memoryGiB;
+  if (Object.keys(resources).length > 0) out.resources = resources;
+  out.diskGiB = config.diskGiB;
+  out.workspace = config.workspace;
+  if (config.image !== undefined) out.image = config.image;
+  if (config.setup.length > 0) out.setup = [...config.setup];
+  if (config.resume.length > 0) out.resume = [...config.resume];
+  if (config.network.allowedHosts.length > 0) out.network = { allowedHosts: [...config.network.allowedHosts] };
+  const services = Object.values(config.services);
+  if (services.length > 0)
+    out.services = Object.fromEntries(services.map((service) => [service.name, renderService(service)]));
+  return stringify(out, { lineWidth: 0 });
+}

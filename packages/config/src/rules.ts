@@ -1,0 +1,184 @@
+// Rules that look at more than one field: fixed-port uniqueness, folder uniqueness within a
+// service, `${services.NAME.publicURL}` references (existence, preview, platform, cycles) and the
+// start order those references imply. They run on the raw parsed value, guarding every shape, so
+// their findings are reported together with structural problems elsewhere in the file.
+import { dottedPath, isPlainRecord, quotePath } from "./describe.js";
+import { findServicePlaceholders } from "./references.js";
+import type { LocatedIssue } from "./validate.js";
+
+interface Edge {
+  from: string;
+  to: string;
+  envName: string;
+}
+
+function servicesOf(raw: unknown): Record<string, Record<string, unknown>> {
+  const result: Record<string, Record<string, unknown>> = {};
+  if (!isPlainRecord(raw) || !isPlainRecord(raw.services)) return result;
+  for (const [name, service] of Object.entries(raw.services)) if (isPlainRecord(service)) result[name] = service;
+  return result;
+}
+
+/** Whether a raw service runs on the (always Linux) guest; malformed platforms count as included. */
+function includedOnLinux(service: Record<string, unknown>): boolean {
+  const platforms = service.platforms;
+  if (!Array.isArray(platforms) || platforms.length === 0) return true;
+  return platforms.includes("linux");
+}
+
+function hasPreviewRaw(service: Record<string, unknown>): boolean {
+  return (
+    service.preview === true ||
+    isPlainRecord(service.preview) ||
+    (Array.isArray(service.previews) && service.previews.length > 0)
+  );
+}
+
+function envPath(from: string, envName: string): string[] {
+  return ["services", from, "env", envName];
+}
+
+function portIssues(services: Record<string, Record<string, unknown>>, out: LocatedIssue[]): void {
+  const owners = new Map<number, string>();
+  for (const [name, service] of Object.entries(services)) {
+    const port = service.port;
+    if (typeof port !== "number" || !Number.isInteger(port) || port < 1 || port > 65535) continue;
+    const owner = owners.get(port);
+    if (owner === undefined) {
+      owners.set(port, name);
+      continue;
+    }
+    const segments = ["services", name, "port"];
+    out.push({
+      segments,
+      at: "value",
+      message: `${quotePath(dottedPath(segments))} ${port} is already the port of service ${owner}; fixed ports must be unique, so change one or omit it to get a free port`,
+    });
+  }
+}
+
+function folderIssues(services: Record<string, Record<string, unknown>>, out: LocatedIssue[]): void {
+  for (const [name, service] of Object.entries(services)) {
+    if (!Array.isArray(service.previews)) continue;
+    const seen = new Set<string>();
+    service.previews.forEach((entry: unknown, index) => {
+      if (!isPlainRecord(entry) || typeof entry.folder !== "string") return;
+      if (!seen.has(entry.folder)) {
+        seen.add(entry.folder);
+        return;
+      }
+      const segments = ["services", name, "previews", index, "folder"];
+      out.push({
+        segments,
+        at: "value",
+        message: `${quotePath(dottedPath(segments))} repeats the folder name ${JSON.stringify(entry.folder)}; folder names must be unique within a service`,
+      });
+    });
+  }
+}
+
+function referenceIssues(services: Record<string, Record<string, unknown>>, out: LocatedIssue[]): Edge[] {
+  const edges: Edge[] = [];
+  for (const [from, service] of Object.entries(services)) {
+    if (!isPlainRecord(service.env)) continue;
+    const fromIncluded = includedOnLinux(service);
+    for (const [envName, value] of Object.entries(service.env)) {
+      if (typeof value !== "string") continue;
+      const segments = envPath(from, envName);
+      const path = quotePath(dottedPath(segments));
+      const reported = new Set<string>();
+      for (const placeholder of findServicePlaceholders(value)) {
+        if (reported.has(placeholder.text)) continue;
+        reported.add(placeholder.text);
+        const to = placeholder.service;
+        const add = (message: string) => out.push({ segments, at: "value", message });
+        if (to === undefined) {
+          add(
+            `${path} uses ${placeholder.text}, which is not a supported reference; only \${services.NAME.publicURL} is`,
+          );
+          continue;
+        }
+        const target = services[to];
+        if (!target) {
+          add(`${path} refers to service ${to}, which is not declared under services; declare it or fix the name`);
+          continue;
+        }
+        if (to === from) {
+          add(
+            `${path} refers to ${from}'s own public URL, so ${from} would have to start before itself; use $PUBLIC_URL, which pi-sandbox sets for previewed services`,
+          );
+          continue;
+        }
+        if (!hasPreviewRaw(target)) {
+          add(
+            `${path} refers to the public URL of service ${to}, which has no preview; add \`preview: true\` to ${to}`,
+          );
+        } else if (fromIncluded && !includedOnLinux(target)) {
+          add(
+            `${path} refers to service ${to}, which its platforms exclude on the guest (always Linux); add linux to ${to}'s platforms or remove the reference`,
+          );
+        }
+        if (!edges.some((edge) => edge.from === from && edge.to === to)) edges.push({ from, to, envName });
+      }
+    }
+  }
+  return edges;
+}
+
+function cycleIssues(names: string[], edges: Edge[], out: LocatedIssue[]): void {
+  const state = new Map<string, "visiting" | "done">();
+  const stack: string[] = [];
+  const visit = (name: string): void => {
+    state.set(name, "visiting");
+    stack.push(name);
+    for (const edge of edges) {
+      if (edge.from !== name) continue;
+      const seen = state.get(edge.to);
+      if (seen === "visiting") {
+        const cycle = [...stack.slice(stack.indexOf(edge.to)), edge.to];
+        const segments = envPath(edge.from, edge.envName);
+        out.push({
+          segments,
+          at: "value",
+          message: `${quotePath(dottedPath(segments))} refers to service ${edge.to}, which closes a cycle of references (${cycle.join(" → ")}); each service must start after the ones it refers to, so remove one reference`,
+        });
+      } else if (seen === undefined) visit(edge.to);
+    }
+    stack.pop();
+    state.set(name, "done");
+  };
+  for (const name of names) if (!state.has(name)) visit(name);
+}
+
+/** Every cross-field problem of a raw parsed config. */
+export function crossFieldIssues(raw: unknown): LocatedIssue[] {
+  const services = servicesOf(raw);
+  const out: LocatedIssue[] = [];
+  portIssues(services, out);
+  folderIssues(services, out);
+  const edges = referenceIssues(services, out);
+  cycleIssues(Object.keys(services), edges, out);
+  return out;
+}
+
+/**
+ * The order to start services in: every service after the services it refers to, otherwise in
+ * declaration order. Only services that run on Linux are listed. Assumes references are acyclic.
+ */
+export function startOrder(
+  services: Readonly<Record<string, { platforms: readonly string[]; dependsOn: readonly string[] }>>,
+): string[] {
+  const included = Object.keys(services).filter((name) => services[name]!.platforms.includes("linux"));
+  const placed = new Set<string>();
+  const order: string[] = [];
+  while (order.length < included.length) {
+    const next = included.find(
+      (name) =>
+        !placed.has(name) && services[name]!.dependsOn.every((dep) => placed.has(dep) || !included.includes(dep)),
+    );
+    if (next === undefined) break; // a cycle; parseConfig rejects those before asking for an order
+    placed.add(next);
+    order.push(next);
+  }
+  return order;
+}

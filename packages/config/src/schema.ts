@@ -1,0 +1,278 @@
+// The structural schema of sandbox.yaml, written once and used twice: `parseConfig` validates
+// with it and `sandboxJsonSchema` converts it for editors. Messages are the tail of a sentence
+// whose subject is the offending path ("`services.web.port` must be between 1 and 65535; got 0").
+// Rules that involve more than one field (port uniqueness, references, folders) live in rules.ts.
+import * as v from "valibot";
+import { describeValue } from "./describe.js";
+import { LIMITS } from "./limits.js";
+import { PROFILE_NAMES } from "./profiles.js";
+
+/** Builds a message that ends with "; got <the offending value>". */
+function got(text: string) {
+  return (issue: { input: unknown }) => `${text}; got ${describeValue(issue.input)}`;
+}
+
+/** Amp's identity placeholder, in both `$X` and `${X}` spellings. */
+export const AMP_EMAIL_PLACEHOLDER = /\$\{?AMP_USER_EMAIL\b/;
+
+/** App paths (`/`, `/docs?x=1`, not `//host`) or absolute http(s) URLs. */
+export const PREVIEW_URL_PATTERN = /^(?:\/(?:[^/\s]\S*)?|https?:\/\/[^/\s?#]+(?:[/?#]\S*)?)$/;
+
+/** An exact host name or a `*.` wildcard over one; labels of letters, digits and inner hyphens. */
+export const HOST_PATTERN =
+  /^(?:\*\.)?(?=[^\s]{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
+
+/** Names a shell accepts as environment variables. */
+export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+const SERVICE_NAME_PATTERN = /^[a-z0-9][a-z0-9-]{0,31}$/;
+
+const noAmpEmail = v.check(
+  (text: string) => !AMP_EMAIL_PLACEHOLDER.test(text),
+  "uses $AMP_USER_EMAIL, an Amp identity placeholder that does not exist in a local sandbox; write the text out instead",
+);
+
+const shellCommand = v.pipe(
+  v.string(got("must be a shell command (a string)")),
+  v.description("A guest login-shell command."),
+);
+
+const previewUrl = v.pipe(
+  v.string(got("must be a string")),
+  v.regex(PREVIEW_URL_PATTERN, got("must be an app path starting with / (like /docs) or an absolute http(s):// URL")),
+  noAmpEmail,
+  v.description("An app path such as /docs, or an absolute http:// or https:// URL."),
+);
+
+const previewTitle = v.pipe(v.string(got("must be a string")), v.regex(/\S/, "must not be empty"), noAmpEmail);
+
+const previewDescription = v.pipe(v.string(got("must be a string")), noAmpEmail);
+
+/** One preview link: `{url, title, description?}`. */
+export const previewLinkSchema = v.strictObject({
+  url: previewUrl,
+  title: previewTitle,
+  description: v.optional(previewDescription),
+});
+
+/** A one-level group of links: `{folder, links}`. */
+export const previewFolderSchema = v.strictObject({
+  folder: v.pipe(v.string(got("must be a string")), v.regex(/\S/, "must not be empty"), noAmpEmail),
+  links: v.pipe(
+    v.array(previewLinkSchema, got("must be a list of links {url, title, description?}")),
+    v.minLength(1, "must list at least one link"),
+  ),
+});
+
+/** An entry of `previews`: a link or a folder of links. */
+export const previewEntrySchema = v.union(
+  [previewLinkSchema, previewFolderSchema],
+  got("must be a link {url, title, description?} or a folder {folder, links}"),
+);
+
+/** The object form of `preview`. */
+export const previewObjectSchema = v.strictObject({
+  url: v.optional(previewUrl, "/"),
+  title: v.optional(previewTitle),
+  description: v.optional(previewDescription),
+});
+
+const previewSchema = v.pipe(
+  v.union(
+    [v.literal(true), previewObjectSchema],
+    got("must be true or a mapping with optional url, title and description; omit it for no preview"),
+  ),
+  v.description("true links / titled with the service name; a mapping sets url, title and description."),
+);
+
+const envName = v.pipe(
+  v.string(),
+  v.regex(
+    ENV_NAME_PATTERN,
+    "is not a valid environment variable name; use letters, digits and underscores, not starting with a digit",
+  ),
+  v.check(
+    (name: string) => name !== "PORT",
+    "cannot be set here: pi-sandbox sets PORT to the service's port itself; remove it (use `port:` to fix the port)",
+  ),
+  v.check(
+    (name: string) => name !== "PUBLIC_URL",
+    "cannot be set here: pi-sandbox sets PUBLIC_URL to the service's preview address itself; remove it",
+  ),
+  v.check(
+    (name: string) => name !== "AMP_THREAD_ID",
+    "is an Amp thread variable that does not exist in a local sandbox; remove it",
+  ),
+);
+
+const healthSchema = v.pipe(
+  v.string(got('must be an HTTP path starting with / (like /health) or "process"; omit it for a TCP check')),
+  v.regex(
+    /^(?:process|\/\S*)$/,
+    got('must be an HTTP path starting with / (like /health) or "process"; omit it for a TCP check'),
+  ),
+  v.description('Omit for a TCP check; "/path" for HTTP GET accepting 2xx/3xx; "process" for non-TCP daemons.'),
+);
+
+const cwdSchema = v.pipe(
+  v.string(got("must be a path relative to the workspace")),
+  v.regex(/^[^/]/, got("must be relative to the workspace (like app or services/api), not an absolute path")),
+  v.check((cwd: string) => !escapesWorkspace(cwd), got("must stay inside the workspace; it may not climb out with ..")),
+  v.description("Working directory relative to the workspace; default the workspace root."),
+);
+
+/** True when a relative path climbs above its base with `..`. */
+export function escapesWorkspace(relative: string): boolean {
+  let depth = 0;
+  for (const part of relative.split("/")) {
+    if (part === "..") depth -= 1;
+    else if (part !== "" && part !== ".") depth += 1;
+    if (depth < 0) return true;
+  }
+  return false;
+}
+
+const PORT_TEXT = "must be between 1 and 65535";
+const portSchema = v.pipe(
+  v.number(got(`must be a whole number between 1 and 65535`)),
+  v.integer(got(`must be a whole number between 1 and 65535`)),
+  v.minValue(1, got(PORT_TEXT)),
+  v.maxValue(65535, got(PORT_TEXT)),
+  v.description("Fixed guest port; omit to get a free port that is kept across restarts."),
+);
+
+const timeoutSchema = v.pipe(
+  v.number(got("must be a whole number of milliseconds greater than 0")),
+  v.integer(got("must be a whole number of milliseconds greater than 0")),
+  v.minValue(1, got("must be a whole number of milliseconds greater than 0")),
+  v.description("Readiness deadline in milliseconds."),
+);
+
+const platformsSchema = v.pipe(
+  v.array(v.picklist(["linux", "darwin"], got('must be "linux" or "darwin"')), got("must be a list such as [linux]")),
+  v.minLength(1, "must list at least one platform (linux or darwin); omit the key to run everywhere"),
+  v.description("Guest platforms the service runs on; the guest is always Linux."),
+);
+
+/** One service under `services`. */
+export const serviceSchema = v.strictObject({
+  command: v.pipe(shellCommand, v.regex(/\S/, "must not be empty; give the foreground command that runs the service")),
+  cwd: v.optional(cwdSchema),
+  port: v.optional(portSchema),
+  env: v.optional(
+    v.pipe(
+      v.record(
+        envName,
+        v.string(got('must be a string; quote numbers and booleans (like "8080")')),
+        got("must be a mapping of NAME: value"),
+      ),
+      v.description("Extra environment; values may use ${services.NAME.publicURL}."),
+    ),
+  ),
+  health: v.optional(healthSchema),
+  timeoutMs: v.optional(timeoutSchema, LIMITS.readinessDefaultMs),
+  preview: v.optional(previewSchema),
+  previews: v.optional(
+    v.pipe(
+      v.array(previewEntrySchema, got("must be a list of links and folders")),
+      v.description("Extra links: {url, title, description?} or {folder, links}."),
+    ),
+  ),
+  platforms: v.optional(platformsSchema),
+});
+
+const positiveWhole = (what: string) =>
+  v.pipe(
+    v.number(got(`must be a whole number of ${what} greater than 0`)),
+    v.integer(got(`must be a whole number of ${what} greater than 0`)),
+    v.minValue(1, got(`must be a whole number of ${what} greater than 0`)),
+  );
+
+const commandList = v.array(shellCommand, got("must be a list of shell commands"));
+
+/** The whole sandbox.yaml document. */
+export const sandboxConfigSchema = v.pipe(
+  v.strictObject({
+    version: v.pipe(
+      v.literal(1, got("must be 1, the only supported version")),
+      v.description("Schema version; always 1."),
+    ),
+    profile: v.optional(
+      v.pipe(
+        v.picklist(PROFILE_NAMES, got(`must be one of ${PROFILE_NAMES.join(", ")}`)),
+        v.description("Resource preset: tiny 1/2, small 2/4, medium 4/8, large 8/16, xlarge 16/32 (CPUs/GiB)."),
+      ),
+      "small",
+    ),
+    resources: v.optional(
+      v.pipe(
+        v.strictObject({ cpus: v.optional(positiveWhole("CPUs")), memoryGiB: v.optional(positiveWhole("GiB")) }),
+        v.description("Overrides the profile's CPUs and/or memory; never silently reduced."),
+      ),
+    ),
+    diskGiB: v.optional(
+      v.pipe(
+        v.number(got("must be a whole number of GiB, at least 2")),
+        v.integer(got("must be a whole number of GiB, at least 2")),
+        v.minValue(2, got("must be at least 2 GiB")),
+        v.description("Sparse disk capacity in GiB."),
+      ),
+      60,
+    ),
+    workspace: v.optional(
+      v.pipe(
+        v.string(got("must be an absolute guest path such as /workspace")),
+        v.regex(/^\//, got("must be an absolute guest path such as /workspace")),
+        v.check((path: string) => !path.split("/").includes(".."), got("must not contain ..")),
+        v.description("Absolute guest path of the workspace."),
+      ),
+      "/workspace",
+    ),
+    image: v.optional(
+      v.pipe(
+        v.string(got("must be a path to a Gondolin assets directory")),
+        v.regex(/\S/, "must not be empty; omit it to use Gondolin's default image"),
+        v.description("Gondolin assets directory, relative to this file."),
+      ),
+    ),
+    setup: v.optional(v.pipe(commandList, v.description("Run once at create/prepare."))),
+    resume: v.optional(v.pipe(commandList, v.description("Run at every start."))),
+    network: v.optional(
+      v.strictObject({
+        allowedHosts: v.optional(
+          v.pipe(
+            v.array(
+              v.pipe(
+                v.string(got("must be a host name")),
+                v.regex(
+                  HOST_PATTERN,
+                  got("must be a host name like registry.npmjs.org or a wildcard like *.example.com"),
+                ),
+              ),
+              got("must be a list of host names"),
+            ),
+            v.description("Outbound HTTP(S) allow-list; empty blocks all outbound traffic."),
+          ),
+        ),
+      }),
+    ),
+    services: v.optional(
+      v.record(
+        v.pipe(
+          v.string(),
+          v.regex(
+            SERVICE_NAME_PATTERN,
+            "is not a valid service name; use 1–32 lowercase letters, digits or hyphens, starting with a letter or digit",
+          ),
+        ),
+        serviceSchema,
+        got("must be a mapping of service names to services"),
+      ),
+    ),
+  }),
+  v.title("sandbox.yaml"),
+  v.description("A pi-sandbox environment: resources, setup hooks, network policy and services."),
+);
+
+/** The typed output of the structural schema. */
+export type SandboxConfigInput = v.InferOutput<typeof sandboxConfigSchema>;

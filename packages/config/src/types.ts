@@ -1,0 +1,112 @@
+import { LIMITS } from "./limits.js";
+import type { ProfileName, Resources } from "./profiles.js";
+
+/** Guest operating systems a service may be limited to. */
+export type Platform = "linux" | "darwin";
+
+/** How readiness of a service is decided. */
+export type HealthCheck =
+  /** The service's port accepts a TCP connection (the default). */
+  | { kind: "tcp" }
+  /** An HTTP GET of `path` answers 2xx or 3xx once the port is open. */
+  | { kind: "http"; path: string }
+  /** Only that the service's process is running (for daemons without a TCP port). */
+  | { kind: "process" };
+
+/** A link into a service's preview. */
+export interface PreviewLink {
+  /** An app path (`/docs`) or an absolute http(s) URL. */
+  url: string;
+  /** Link title. */
+  title: string;
+  /** Optional longer text. */
+  description?: string;
+}
+
+/** An entry of `previews`: a single link or a one-level folder of links. */
+export type PreviewEntry =
+  | ({ kind: "link" } & PreviewLink)
+  | {
+      kind: "folder";
+      /** Folder name, unique within the service. */
+      folder: string;
+      /** Links in the folder. */
+      links: PreviewLink[];
+    };
+
+/** One declared service, with every default applied. */
+export interface ServiceConfig {
+  /** The service's name (its key under `services`). */
+  name: string;
+  /** Foreground guest login-shell command, trimmed. */
+  command: string;
+  /** Working directory relative to the workspace, normalised; "." is the workspace root. */
+  cwd: string;
+  /** Fixed guest port; undefined means a free port is allocated once and kept. */
+  port?: number;
+  /** Extra environment, with `${services.NAME.publicURL}` placeholders left unresolved. */
+  env: Record<string, string>;
+  /** Readiness check. */
+  health: HealthCheck;
+  /** Readiness deadline in ms. */
+  timeoutMs: number;
+  /** The main preview link, when `preview` is set. */
+  preview?: PreviewLink;
+  /** Extra preview links and folders, as declared. */
+  previews: PreviewEntry[];
+  /** Platforms the service runs on; the guest is always Linux. */
+  platforms: Platform[];
+}
+
+/** Outbound network policy. */
+export interface NetworkConfig {
+  /** Hosts reachable over HTTP(S), lowercased; `*.` entries match subdomains. Empty blocks all. */
+  allowedHosts: string[];
+}
+
+/** A validated sandbox.yaml with every default applied. Plain data: safe to serialise. */
+export interface SandboxConfig {
+  /** Schema version; always 1. */
+  version: 1;
+  /** Resource preset the resources were taken from. */
+  profile: ProfileName;
+  /** CPUs and memory: the profile's preset with any `resources` override applied. */
+  resources: Resources;
+  /** Sparse disk capacity in GiB. */
+  diskGiB: number;
+  /** Absolute guest path of the workspace, normalised. */
+  workspace: string;
+  /** Absolute host path of the Gondolin assets directory; undefined means Gondolin's default. */
+  image?: string;
+  /** Commands run once when a disk is created or prepared. */
+  setup: string[];
+  /** Commands run at every start. */
+  resume: string[];
+  /** Outbound network policy. */
+  network: NetworkConfig;
+  /** Declared services by name, in declaration order. */
+  services: Record<string, ServiceConfig>;
+  /** Names of the services that run on the guest, in the order to start them. */
+  serviceOrder: string[];
+}
+
+/** Defaults applied when a key is omitted. */
+export const CONFIG_DEFAULTS = Object.freeze({
+  /** Default profile. */
+  profile: "small" as ProfileName,
+  /** Default disk capacity in GiB. */
+  diskGiB: 60,
+  /** Default workspace path. */
+  workspace: "/workspace",
+  /** Default service working directory (the workspace root). */
+  cwd: ".",
+  /** Default readiness deadline in ms. */
+  timeoutMs: LIMITS.readinessDefaultMs,
+  /** Default platforms of a service. */
+  platforms: Object.freeze(["linux", "darwin"] as Platform[]),
+});
+
+/** True when the service gets a preview origin (and so `PUBLIC_URL`). */
+export function hasPreview(service: Pick<ServiceConfig, "preview" | "previews">): boolean {
+  return service.preview !== undefined || service.previews.length > 0;
+}
