@@ -1,0 +1,127 @@
+// Orchestration: reuse a cached image or build one under the cache lock.
+import { existsSync } from "node:fs";
+import { copyFile, mkdir, stat, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { acquireLock, cacheRoot, makeBuildDir, publish, removeBuildDir, sweepStaleBuilds } from "./cache.mjs";
+import { ROOTFS_PACKAGES, SUITE, ZIG_VERSION } from "./config.mjs";
+import { fetchBusybox, fetchKernel } from "./debian.mjs";
+import { ensureHelpers } from "./helpers.mjs";
+import { buildInitramfs, gondolinInitScripts } from "./initramfs.mjs";
+import { gondolinVersion, imageInputs } from "./inputs.mjs";
+import { ASSET_FILES, writeManifest } from "./manifest.mjs";
+import { debootstrap, customizeRootfs, makeExt4 } from "./rootfs.mjs";
+import { log, run } from "./proc.mjs";
+
+/** A cache entry counts only once its manifest exists; entries appear by an atomic rename. */
+function isComplete(dir) {
+  return (
+    existsSync(path.join(dir, "manifest.json")) &&
+    Object.values(ASSET_FILES).every((f) => existsSync(path.join(dir, f)))
+  );
+}
+
+/** Build the assets for `key` into a temporary directory and publish it as `<root>/<key>`. */
+async function buildImage(root, { key, inputs, helperInputs }) {
+  if (process.getuid?.() !== 0) {
+    throw new Error(
+      "building the guest test image needs root (debootstrap, chroot, apt-get download). " +
+        "Run `npm run -s test-image` as root once, or set PI_SANDBOX_TEST_IMAGE to an existing assets directory.",
+    );
+  }
+  const started = Date.now();
+  const work = await makeBuildDir(root, key);
+  const logs = path.join(work, "logs");
+  await mkdir(logs);
+  log(`building image ${key} in ${work} (logs in ${logs})`);
+  try {
+    const scripts = await gondolinInitScripts();
+    const helpersPromise = ensureHelpers(root, helperInputs.key);
+    const debs = (async () => {
+      const kernel = await fetchKernel(work, inputs.kernel, path.join(logs, "kernel.log"));
+      const busybox = await fetchBusybox(work, inputs.busybox, path.join(logs, "busybox.log"));
+      return { kernel, busybox };
+    })();
+    const rootfsTree = debootstrap(work, path.join(logs, "debootstrap.log"));
+    // Keep every promise observed so a failure in one does not become an unhandled rejection.
+    const [helpersDir, { kernel, busybox }, rootfsDir] = await Promise.all([helpersPromise, debs, rootfsTree]);
+
+    const out = path.join(work, "out");
+    await mkdir(out);
+    const kernelRelease = inputs.kernel.kernelRelease;
+    await copyFile(kernel.vmlinuz, path.join(out, ASSET_FILES.kernel));
+    await buildInitramfs({
+      work,
+      kernel,
+      kernelRelease,
+      busybox,
+      initScript: scripts.initramfs,
+      outFile: path.join(out, ASSET_FILES.initramfs),
+    });
+    await customizeRootfs({ root: rootfsDir, helpersDir, kernel, kernelRelease, initScript: scripts.rootfs });
+    const packages = await run("dpkg-query", [
+      "--admindir",
+      path.join(rootfsDir, "var/lib/dpkg"),
+      "-W",
+      "-f",
+      "${Package} ${Version}\n",
+    ]);
+    await makeExt4({
+      root: rootfsDir,
+      outFile: path.join(out, ASSET_FILES.rootfs),
+      logFile: path.join(logs, "mke2fs.log"),
+    });
+
+    const manifest = await writeManifest(out, {
+      arch: "x86_64",
+      distribution: `debian-${SUITE}`,
+      kernelRelease,
+      packages: ROOTFS_PACKAGES,
+      gondolinVersion: await gondolinVersion(),
+      zigVersion: ZIG_VERSION,
+    });
+    await writeFile(path.join(out, "packages.txt"), packages.split("\n").filter(Boolean).sort().join("\n") + "\n");
+    await writeFile(path.join(out, "inputs.json"), `${JSON.stringify({ key, ...inputs }, null, 2)}\n`);
+    const finalDir = path.join(root, key);
+    await publish(out, finalDir);
+    const seconds = ((Date.now() - started) / 1000).toFixed(0);
+    const rootfsMiB = ((await stat(path.join(finalDir, ASSET_FILES.rootfs))).size / 2 ** 20).toFixed(0);
+    log(`built image ${key} (buildId ${manifest.buildId}, rootfs ${rootfsMiB} MiB) in ${seconds} s`);
+    return finalDir;
+  } finally {
+    await removeBuildDir(work);
+  }
+}
+
+let aptUpdated = false;
+
+/** Return the absolute path of a complete assets directory for the current inputs. */
+export async function ensureTestImage({ rebuild = false } = {}) {
+  const root = cacheRoot();
+  let current = await imageInputs();
+  let dir = path.join(root, current.key);
+  if (!rebuild && isComplete(dir)) {
+    log(`reusing cached image ${dir}`);
+    return dir;
+  }
+  const release = await acquireLock(root);
+  try {
+    await sweepStaleBuilds(root);
+    if (!aptUpdated && process.getuid?.() === 0) {
+      log("apt-get update");
+      await run("apt-get", ["update", "-qq"], { capture: false });
+      aptUpdated = true;
+      current = await imageInputs();
+      dir = path.join(root, current.key);
+    }
+    if (isComplete(dir)) {
+      if (!rebuild) {
+        log(`reusing cached image ${dir} (built by another run)`);
+        return dir;
+      }
+      await removeBuildDir(dir);
+    }
+    return await buildImage(root, current);
+  } finally {
+    await release();
+  }
+}

@@ -1,0 +1,101 @@
+// Every fixed choice of the guest test image. Changing anything here changes the cache key,
+// because the key hashes the text of every file under e2e/scripts/.
+
+/** Debian release the kernel, busybox and the root filesystem come from. */
+export const SUITE = "bookworm";
+
+/** Mirror debootstrap fetches from; the host's apt sources must point at the same archive. */
+export const DEBIAN_MIRROR = process.env.PI_SANDBOX_DEBIAN_MIRROR ?? "http://deb.debian.org/debian";
+
+/** Meta package whose dependency names the exact kernel image package. */
+export const KERNEL_META_PACKAGE = "linux-image-cloud-amd64";
+
+/** Zig release the Gondolin guest sources require (dist/guest/build.zig.zon: minimum_zig_version). */
+export const ZIG_VERSION = "0.16.0";
+
+/** Gondolin's own helper build flags (build/shared.js in the Gondolin package). */
+export const ZIG_BUILD_FLAGS = ["-Doptimize=ReleaseSmall", "-Dtarget=x86_64-linux-musl"];
+
+export const GUEST_HELPERS = ["sandboxd", "sandboxfs", "sandboxssh", "sandboxingress"];
+
+/** Packages added to debootstrap's minbase variant. */
+export const ROOTFS_PACKAGES = [
+  "python3",
+  "openssh-server",
+  "openssh-client",
+  "procps",
+  "e2fsprogs",
+  "ca-certificates",
+  "curl",
+  "git",
+  "tar",
+  "iproute2",
+  "udhcpc",
+  "kmod",
+  "util-linux",
+  "netbase",
+];
+
+/**
+ * Packages minbase always installs (Priority: required, plus apt). Listed so that their versions,
+ * and those of their dependencies, are part of the cache key.
+ */
+export const ROOTFS_BASE_PACKAGES = [
+  "apt",
+  "base-files",
+  "base-passwd",
+  "bash",
+  "bsdutils",
+  "coreutils",
+  "dash",
+  "debconf",
+  "debianutils",
+  "diffutils",
+  "dpkg",
+  "findutils",
+  "grep",
+  "gzip",
+  "hostname",
+  "init-system-helpers",
+  "libc-bin",
+  "login",
+  "mawk",
+  "mount",
+  "ncurses-base",
+  "passwd",
+  "perl-base",
+  "sed",
+  "sysvinit-utils",
+  "tzdata",
+];
+
+/**
+ * Kernel modules the initramfs loads before switching root. The Debian cloud kernel builds ext4,
+ * the serial console and PCI in, but virtio transports, devices and fuse are modules.
+ */
+export const INITRAMFS_MODULES = [
+  "virtio_pci",
+  "virtio_mmio",
+  "virtio_blk",
+  "virtio_console",
+  "virtio_rng",
+  "virtio_net",
+  "fuse",
+  "ext4",
+];
+
+/** Host tools whose versions shape the output bytes. */
+export const HOST_TOOLS = ["debootstrap", "e2fsprogs", "cpio", "lz4", "kmod", "dpkg"];
+
+/** Fixed time, UUID and hash seed so that two builds from the same inputs produce the same bytes. */
+export const SOURCE_DATE_EPOCH = 1735689600; // 2025-01-01T00:00:00Z
+export const ROOTFS_UUID = "5d1f3b1e-7a0c-4c55-9b61-2f7b0c6a9e01";
+export const ROOTFS_HASH_SEED = "0b6c2f0e-3d4a-4f1b-8e3c-6a9d1e2f4b70";
+export const ROOTFS_LABEL = "gondolin-root";
+
+/** Free space left in rootfs.ext4: content plus this fraction plus this many bytes. */
+export const ROOTFS_HEADROOM_FRACTION = 0.25;
+export const ROOTFS_HEADROOM_BYTES = 256 * 1024 * 1024;
+
+/** Guest hostname written into the image. */
+export const GUEST_HOSTNAME = "sandbox";

@@ -1,0 +1,149 @@
+// The cache keys: hashes of every input that can change the produced bytes.
+import { createHash } from "node:crypto";
+import { readdir, readFile } from "node:fs/promises";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import {
+  HOST_TOOLS,
+  KERNEL_META_PACKAGE,
+  ROOTFS_BASE_PACKAGES,
+  ROOTFS_PACKAGES,
+  SUITE,
+  ZIG_BUILD_FLAGS,
+  ZIG_VERSION,
+} from "./config.mjs";
+import { run } from "./proc.mjs";
+
+export const scriptsDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
+
+/** Directory of the installed @earendil-works/gondolin package. */
+export function gondolinDir() {
+  const require = createRequire(import.meta.url);
+  return path.dirname(require.resolve("@earendil-works/gondolin/package.json"));
+}
+
+export async function gondolinVersion() {
+  const pkg = JSON.parse(await readFile(path.join(gondolinDir(), "package.json"), "utf8"));
+  return pkg.version;
+}
+
+async function listFiles(dir) {
+  const out = [];
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) out.push(...(await listFiles(full)));
+    else if (entry.isFile()) out.push(full);
+  }
+  return out.sort();
+}
+
+/** sha256 over the relative names and contents of every file below `dir`. */
+export async function hashTree(dir) {
+  const hash = createHash("sha256");
+  for (const file of await listFiles(dir)) {
+    hash.update(`${path.relative(dir, file)}\0`);
+    hash.update(await readFile(file));
+    hash.update("\0");
+  }
+  return hash.digest("hex");
+}
+
+function digest(value) {
+  return createHash("sha256").update(JSON.stringify(value)).digest("hex").slice(0, 24);
+}
+
+/** Key of the compiled guest helpers: Gondolin version, its guest sources, Zig version and flags. */
+export async function helperInputs() {
+  const inputs = {
+    gondolin: await gondolinVersion(),
+    guestSources: await hashTree(path.join(gondolinDir(), "dist", "guest")),
+    zig: ZIG_VERSION,
+    flags: ZIG_BUILD_FLAGS,
+  };
+  return { inputs, key: digest(inputs) };
+}
+
+/** The exact kernel package behind the meta package, e.g. linux-image-6.1.0-57-cloud-amd64. */
+export async function kernelPackage() {
+  const out = await run("apt-cache", ["depends", KERNEL_META_PACKAGE]);
+  const match = /Depends:\s*(linux-image-\S+)/.exec(out);
+  if (!match) {
+    throw new Error(
+      `apt-cache knows no dependency of ${KERNEL_META_PACKAGE}. Run "apt-get update" (as root) and try again.`,
+    );
+  }
+  const name = match[1];
+  return { name, kernelRelease: name.replace(/^linux-image-/, "") };
+}
+
+/** Candidate versions of packages, as `apt-cache policy` reports them. */
+export async function candidateVersions(names) {
+  const out = await run("apt-cache", ["policy", ...names]);
+  const versions = {};
+  let current;
+  for (const line of out.split("\n")) {
+    const head = /^(\S+):$/.exec(line);
+    if (head) current = head[1];
+    const cand = /^\s+Candidate:\s*(\S+)/.exec(line);
+    if (cand && current) versions[current] = cand[1];
+  }
+  return versions;
+}
+
+/**
+ * Versions debootstrap will install: every package in the dependency closure of the requested
+ * and base packages, at its version in the suite's main component (debootstrap uses that suite
+ * alone, not -updates or -security).
+ */
+async function rootfsVersions() {
+  const out = await run("apt-cache", [
+    "depends",
+    "--recurse",
+    "--no-recommends",
+    "--no-suggests",
+    "--no-conflicts",
+    "--no-breaks",
+    "--no-replaces",
+    "--no-enhances",
+    ...ROOTFS_PACKAGES,
+    ...ROOTFS_BASE_PACKAGES,
+  ]);
+  const names = [...new Set(out.split("\n").filter((l) => /^[a-z0-9]/.test(l)))].sort();
+  const madison = await run("apt-cache", ["madison", ...names]);
+  const versions = {};
+  for (const line of madison.split("\n")) {
+    const cols = line.split("|").map((c) => c.trim());
+    if (cols.length < 3 || !cols[2].includes(` ${SUITE}/main `)) continue;
+    if (cols[2].includes("Sources")) continue;
+    versions[cols[0]] ??= cols[1];
+  }
+  return versions;
+}
+
+async function hostToolVersions() {
+  const out = await run("dpkg-query", ["-W", "-f", "${Package} ${Version}\n", ...HOST_TOOLS]).catch(() => "");
+  return out.trim().split("\n").sort();
+}
+
+/** Everything that determines the image bytes, and the key derived from it. */
+export async function imageInputs() {
+  const helpers = await helperInputs();
+  const kernel = await kernelPackage();
+  const candidates = await candidateVersions([kernel.name, "busybox-static"]);
+  const inputs = {
+    helpers: helpers.key,
+    kernel: { ...kernel, version: candidates[kernel.name] ?? null },
+    busybox: candidates["busybox-static"] ?? null,
+    suite: SUITE,
+    rootfs: await rootfsVersions(),
+    hostTools: await hostToolVersions(),
+    scripts: await hashTree(scriptsDir),
+  };
+  if (!inputs.kernel.version || !inputs.busybox || Object.keys(inputs.rootfs).length === 0) {
+    throw new Error(
+      `apt-cache has no candidate for the kernel, busybox-static or ${SUITE} packages; run "apt-get update".`,
+    );
+  }
+  return { inputs, key: digest(inputs), helperInputs: helpers };
+}

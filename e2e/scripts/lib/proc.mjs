@@ -1,0 +1,84 @@
+// Running commands and reporting progress. Progress goes to stderr; stdout is reserved for the
+// single result line of test-image.mjs.
+import { spawn } from "node:child_process";
+import { createWriteStream } from "node:fs";
+import { readFile } from "node:fs/promises";
+
+const started = Date.now();
+
+/** Print one progress line to stderr, prefixed with the seconds since start. */
+export function log(message) {
+  const seconds = ((Date.now() - started) / 1000).toFixed(1).padStart(6);
+  process.stderr.write(`[test-image ${seconds}s] ${message}\n`);
+}
+
+export class CommandError extends Error {
+  constructor(message, details) {
+    super(message);
+    this.name = "CommandError";
+    this.details = details;
+  }
+}
+
+/**
+ * Run a command and resolve with its stdout. Its stderr (and stdout, when `logFile` is given) is
+ * written to `logFile` if set, otherwise stderr goes to our stderr. On a non-zero exit the last
+ * lines of the log are printed and the promise rejects.
+ *
+ * @param {string} cmd
+ * @param {string[]} args
+ * @param {{cwd?: string, env?: Record<string, string|undefined>, logFile?: string, input?: string|Buffer, capture?: boolean}} [opts]
+ * @returns {Promise<string>}
+ */
+export function run(cmd, args, opts = {}) {
+  const capture = opts.capture ?? true;
+  return new Promise((resolve, reject) => {
+    const logStream = opts.logFile ? createWriteStream(opts.logFile, { flags: "a" }) : undefined;
+    const child = spawn(cmd, args, {
+      cwd: opts.cwd,
+      env: opts.env ?? process.env,
+      stdio: [opts.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
+    });
+    const chunks = [];
+    child.stdout.on("data", (chunk) => {
+      if (capture) chunks.push(chunk);
+      else if (logStream) logStream.write(chunk);
+    });
+    child.stderr.on("data", (chunk) => {
+      if (logStream) logStream.write(chunk);
+      else process.stderr.write(chunk);
+    });
+    if (opts.input !== undefined) child.stdin.end(opts.input);
+    child.on("error", (err) => {
+      logStream?.end();
+      reject(
+        new CommandError(`could not start ${cmd}: ${err.message}. Is it installed? (.ci/run lists the packages)`, {
+          cmd,
+          args,
+        }),
+      );
+    });
+    child.on("close", (code, signal) => {
+      const finish = async () => {
+        if (logStream) await new Promise((r) => logStream.end(r));
+        if (code === 0) return resolve(Buffer.concat(chunks).toString("utf8"));
+        let tail = "";
+        if (opts.logFile) {
+          const text = await readFile(opts.logFile, "utf8").catch(() => "");
+          tail = text.split("\n").slice(-40).join("\n");
+          process.stderr.write(`--- last lines of ${opts.logFile} ---\n${tail}\n---\n`);
+        }
+        reject(
+          new CommandError(`${cmd} ${args.join(" ")} failed (${signal ?? `exit ${code}`})`, {
+            cmd,
+            args,
+            code,
+            signal,
+            tail,
+          }),
+        );
+      };
+      void finish();
+    });
+  });
+}

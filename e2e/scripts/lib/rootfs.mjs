@@ -1,0 +1,205 @@
+// The root filesystem: Debian minbase from debootstrap plus the packages tests need, Gondolin's
+// helpers and a patched copy of Gondolin's rootfs /init, packed as a journaled ext4 image.
+import { existsSync } from "node:fs";
+import { chmod, copyFile, cp, mkdir, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
+import path from "node:path";
+import {
+  DEBIAN_MIRROR,
+  GUEST_HELPERS,
+  GUEST_HOSTNAME,
+  ROOTFS_HASH_SEED,
+  ROOTFS_HEADROOM_BYTES,
+  ROOTFS_HEADROOM_FRACTION,
+  ROOTFS_LABEL,
+  ROOTFS_PACKAGES,
+  ROOTFS_UUID,
+  SOURCE_DATE_EPOCH,
+  SUITE,
+} from "./config.mjs";
+import { replaceOnce } from "./initramfs.mjs";
+import { normalizeMtimes } from "./normalize.mjs";
+import { log, run } from "./proc.mjs";
+
+/**
+ * Gondolin's rootfs /init, changed for persistent dev environments:
+ * - /root stays on the root disk (Gondolin mounts a tmpfs there);
+ * - no debug listings of /dev and the virtio ports on every boot;
+ * - no second DHCP round when the initramfs already configured eth0;
+ * - rngd only when it exists (Debian's minbase has none; the kernel seeds itself from virtio-rng).
+ */
+export function rootfsInit(script) {
+  let s = script;
+  s = replaceOnce(
+    s,
+    'mount -t tmpfs tmpfs /root || log "[init] mount tmpfs /root failed"\n',
+    "",
+    "the /root tmpfs mount",
+  );
+  const debugStart = s.indexOf('log "[init] /dev entries:"\n');
+  const debugEnd = s.indexOf("if modprobe virtio_console > /dev/null 2>&1; then");
+  if (debugStart < 0 || debugEnd < debugStart) {
+    throw new Error("could not find the debug listing block in Gondolin's rootfs init; update e2e/scripts");
+  }
+  s = s.slice(0, debugStart) + s.slice(debugEnd);
+  s = replaceOnce(
+    s,
+    "if command -v udhcpc > /dev/null 2>&1; then\n",
+    "if command -v udhcpc > /dev/null 2>&1 && ! ip -4 addr show dev eth0 2>/dev/null | grep -q 'inet '; then\n",
+    "the udhcpc block",
+  );
+  s = replaceOnce(
+    s,
+    "if [ -e /dev/hwrng ]; then\n",
+    "if [ -e /dev/hwrng ] && command -v rngd > /dev/null 2>&1; then\n",
+    "the rngd start",
+  );
+  return s;
+}
+
+/** debootstrap minbase + ROOTFS_PACKAGES into `<work>/rootfs`. */
+export async function debootstrap(work, logFile) {
+  const root = path.join(work, "rootfs");
+  log(`debootstrap ${SUITE} (minbase + ${ROOTFS_PACKAGES.length} packages; about 2-3 min)`);
+  await run(
+    "debootstrap",
+    ["--variant=minbase", `--include=${ROOTFS_PACKAGES.join(",")}`, "--merged-usr", SUITE, root, DEBIAN_MIRROR],
+    {
+      logFile,
+      capture: false,
+      env: {
+        ...process.env,
+        SOURCE_DATE_EPOCH: String(SOURCE_DATE_EPOCH),
+        DEBIAN_FRONTEND: "noninteractive",
+        LC_ALL: "C",
+      },
+    },
+  );
+  return root;
+}
+
+async function removeMatching(dir, predicate) {
+  if (!existsSync(dir)) return;
+  for (const name of await readdir(dir))
+    if (predicate(name)) await rm(path.join(dir, name), { recursive: true, force: true });
+}
+
+/** Normalise the shadow files' "last changed" day, which passwd stamps with today's date. */
+async function normalizeShadow(root) {
+  const day = String(Math.floor(SOURCE_DATE_EPOCH / 86400));
+  for (const name of ["shadow", "shadow-"]) {
+    const file = path.join(root, "etc", name);
+    if (!existsSync(file)) continue;
+    const lines = (await readFile(file, "utf8")).split("\n").map((line) => {
+      const f = line.split(":");
+      if (f.length >= 3 && f[2] !== "") f[2] = day;
+      return f.join(":");
+    });
+    await writeFile(file, lines.join("\n"));
+  }
+}
+
+/** Add Gondolin's pieces and the kernel modules, and strip machine-specific and volatile files. */
+export async function customizeRootfs({ root, helpersDir, kernel, kernelRelease, initScript }) {
+  log("customising the root filesystem");
+  await writeFile(path.join(root, "init"), rootfsInit(initScript), { mode: 0o755 });
+  for (const name of GUEST_HELPERS) {
+    await copyFile(path.join(helpersDir, name), path.join(root, "usr", "bin", name));
+    await chmod(path.join(root, "usr", "bin", name), 0o755);
+  }
+  const modulesDest = path.join(root, "lib", "modules", kernelRelease);
+  await rm(modulesDest, { recursive: true, force: true });
+  await mkdir(path.dirname(modulesDest), { recursive: true });
+  await cp(kernel.modulesDir, modulesDest, { recursive: true, verbatimSymlinks: true });
+  // The package's build/source links point at headers we do not ship.
+  for (const link of ["build", "source"]) await rm(path.join(modulesDest, link), { force: true });
+  await run("depmod", ["-b", root, kernelRelease]);
+
+  // Debian's udhcpc ships its hook in /etc/udhcpc; Gondolin's init looks in /usr/share/udhcpc.
+  await mkdir(path.join(root, "usr", "share", "udhcpc"), { recursive: true });
+  await rm(path.join(root, "usr", "share", "udhcpc", "default.script"), { force: true });
+  await symlink("/etc/udhcpc/default.script", path.join(root, "usr", "share", "udhcpc", "default.script"));
+  await rm(path.join(root, "usr", "bin", "python"), { force: true });
+  await symlink("python3", path.join(root, "usr", "bin", "python"));
+
+  await writeFile(path.join(root, "etc", "hostname"), `${GUEST_HOSTNAME}\n`);
+  await writeFile(
+    path.join(root, "etc", "hosts"),
+    `127.0.0.1\tlocalhost\n127.0.1.1\t${GUEST_HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n`,
+  );
+  // The initramfs copies the resolver from its DHCP lease over this at every boot.
+  await writeFile(path.join(root, "etc", "resolv.conf"), "nameserver 192.168.127.1\n");
+  await writeFile(
+    path.join(root, "etc", "apt", "sources.list"),
+    [
+      `deb ${DEBIAN_MIRROR} ${SUITE} main`,
+      `deb ${DEBIAN_MIRROR} ${SUITE}-updates main`,
+      `deb http://deb.debian.org/debian-security ${SUITE}-security main`,
+      "",
+    ].join("\n"),
+  );
+
+  // sshd host keys are generated at boot by `ssh-keygen -A` (Gondolin's enableSsh); never ship one.
+  await removeMatching(path.join(root, "etc", "ssh"), (n) => n.startsWith("ssh_host_"));
+  // Machine identity and volatile state.
+  await writeFile(path.join(root, "etc", "machine-id"), "");
+  await rm(path.join(root, "var", "lib", "dbus", "machine-id"), { force: true });
+  await removeMatching(path.join(root, "var", "log"), () => true);
+  await removeMatching(path.join(root, "var", "cache", "apt"), () => true);
+  await removeMatching(path.join(root, "var", "lib", "apt", "lists"), (n) => n !== "partial" && n !== "auxfiles");
+  await removeMatching(path.join(root, "var", "cache", "debconf"), (n) => n.endsWith("-old"));
+  await removeMatching(path.join(root, "var", "lib", "dpkg"), (n) => n.endsWith("-old"));
+  await removeMatching(path.join(root, "tmp"), () => true);
+  await removeMatching(path.join(root, "var", "tmp"), () => true);
+  await rm(path.join(root, "var", "cache", "ldconfig", "aux-cache"), { force: true });
+  await run("find", [root, "-xdev", "-depth", "-name", "__pycache__", "-type", "d", "-exec", "rm", "-rf", "{}", ";"]);
+  await normalizeShadow(root);
+  await normalizeMtimes(root);
+}
+
+/** Bytes used by the tree, as mke2fs will need them (4 KiB blocks, rounded per file). */
+async function treeBytes(root) {
+  const out = await run("du", ["-s", "-x", "--block-size=1", root]);
+  return Number(out.split(/\s/)[0]);
+}
+
+/** Pack the tree into a journaled ext4 image with room to spare; resize2fs can grow it later. */
+export async function makeExt4({ root, outFile, logFile }) {
+  const content = await treeBytes(root);
+  const mib = 1024 * 1024;
+  const size = Math.ceil((content * (1 + ROOTFS_HEADROOM_FRACTION) + ROOTFS_HEADROOM_BYTES) / mib) * mib;
+  log(
+    `writing rootfs.ext4: ${(content / mib).toFixed(0)} MiB of files in a ${(size / mib).toFixed(0)} MiB journaled ext4`,
+  );
+  await run(
+    "mke2fs",
+    [
+      "-q",
+      "-F",
+      "-t",
+      "ext4",
+      "-d",
+      root,
+      "-L",
+      ROOTFS_LABEL,
+      "-U",
+      ROOTFS_UUID,
+      "-m",
+      "0",
+      "-b",
+      "4096",
+      "-E",
+      `lazy_itable_init=0,lazy_journal_init=0,hash_seed=${ROOTFS_HASH_SEED}`,
+      outFile,
+      `${size / 1024}k`,
+    ],
+    {
+      logFile,
+      env: {
+        ...process.env,
+        E2FSPROGS_FAKE_TIME: String(SOURCE_DATE_EPOCH),
+        SOURCE_DATE_EPOCH: String(SOURCE_DATE_EPOCH),
+      },
+    },
+  );
+  await run("e2fsck", ["-fn", outFile], { logFile });
+}
