@@ -79,6 +79,8 @@ function locate(
   };
   const resolveAlias = (node: unknown): unknown => (isAlias(node) ? node.resolve(doc) : node);
   let node = resolveAlias(doc.contents);
+  // Missing keys point at their parent's key (`web:`), so the position of a value is only taken
+  // when it is the node asked for, or a list item (which has no key of its own).
   let best = position(node as Node | null) ?? { line: 1, column: 1 };
   for (let index = 0; index < segments.length; index++) {
     const segment = segments[index]!;
@@ -86,16 +88,16 @@ function locate(
     if (isMap(node)) {
       const pair = node.items.find((item) => isScalar(item.key) && String(item.key.value) === String(segment));
       if (!pair) return best;
-      const keyPosition = position(pair.key as Node);
-      if (isLast && at === "key") return keyPosition ?? best;
-      best = keyPosition ?? best;
+      best = position(pair.key as Node) ?? best;
+      if (isLast && at === "key") return best;
       node = resolveAlias(pair.value);
       if (node === null || node === undefined) return best;
+      if (isLast) return position(node as Node) ?? best;
     } else if (isSeq(node) && typeof segment === "number") {
       node = resolveAlias(node.items[segment]);
       if (node === null || node === undefined) return best;
+      best = position(node as Node) ?? best;
     } else return best;
-    best = position(node as Node) ?? best;
   }
   return best;
 }
@@ -130,7 +132,7 @@ export function parseConfig(text: string, options: ParseConfigOptions = {}): San
   if (size > LIMITS.yamlMaxBytes) throw tooLarge(sourcePath, size);
 
   const counter = new LineCounter();
-  const doc = parseDocument(text, { lineCounter: counter, prettyErrors: true, uniqueKeys: true, logLevel: "silent" });
+  const doc = parseDocument(text, { lineCounter: counter, prettyErrors: true, uniqueKeys: true, logLevel: "error" });
   if (doc.errors.length > 0) {
     const issues = doc.errors.map((error): ConfigIssue => {
       const start = error.linePos?.[0];

@@ -116,7 +116,7 @@ const healthSchema = v.pipe(
 
 const cwdSchema = v.pipe(
   v.string(got("must be a path relative to the workspace")),
-  v.regex(/^[^/]/, got("must be relative to the workspace (like app or services/api), not an absolute path")),
+  v.regex(/^(?!\/)/, got("must be relative to the workspace (like app or services/api), not an absolute path")),
   v.check((cwd: string) => !escapesWorkspace(cwd), got("must stay inside the workspace; it may not climb out with ..")),
   v.description("Working directory relative to the workspace; default the workspace root."),
 );

@@ -106,23 +106,72 @@ function unknownKeyMessage(segments: Segment[], key: string, allowed: string[], 
   return `${path} is not a known key; the keys allowed ${where} are ${allowed.join(", ")}`;
 }
 
-/** Every key of every mapping that its strict schema does not list. */
-function collectUnknownKeys(schema: SchemaNode, value: unknown, segments: Segment[], out: LocatedIssue[]): void {
+/** What walking the value alongside the schema found. */
+interface WalkFindings {
+  /** Unknown keys, and lists or binary data where a mapping belongs. */
+  issues: LocatedIssue[];
+  /** Paths already explained (a list where a mapping belongs, a nested folder); valibot's issues under them are noise. */
+  notMappings: Segment[][];
+}
+
+function mappingMismatch(segments: Segment[], value: unknown, node: SchemaNode): LocatedIssue {
+  const path = quotePath(dottedPath(segments));
+  const got = describeValue(value);
+  if (segments.length === 0) {
+    return {
+      segments,
+      at: "value",
+      message: `the file must be a YAML mapping with keys such as version and services; got ${got}`,
+    };
+  }
+  const what =
+    node.type === "record" && segments.length === 1
+      ? "a mapping of service names to services"
+      : "a mapping of keys and values";
+  return { segments, at: "value", message: `${path} must be ${what}; got ${got}` };
+}
+
+/**
+ * Walks the value alongside the schema: reports every key that a strict schema does not list
+ * (valibot stops at the first per mapping) and every list where a mapping belongs (valibot
+ * accepts arrays as objects).
+ */
+function walk(schema: SchemaNode, value: unknown, segments: Segment[], found: WalkFindings): void {
   let node = unwrap(schema);
   if (node.type === "union") {
     const branch = branchFor(node, value);
     if (!branch) return;
     node = branch;
   }
+  if (
+    (node.type === "strict_object" || node.type === "record") &&
+    typeof value === "object" &&
+    value !== null &&
+    !isPlainRecord(value)
+  ) {
+    found.issues.push(mappingMismatch(segments, value, node));
+    found.notMappings.push(segments);
+    return;
+  }
+  if (inFolder(segments) && isPlainRecord(value) && ("folder" in value || "links" in value)) {
+    const path = quotePath(dottedPath(segments));
+    found.issues.push({
+      segments,
+      at: "value",
+      message: `${path} is a folder inside a folder; folders are one level deep, so list {url, title} links here`,
+    });
+    found.notMappings.push(segments);
+    return;
+  }
   if (node.type === "strict_object" && node.entries && isPlainRecord(value)) {
     const allowed = Object.keys(node.entries);
     for (const [key, child] of Object.entries(value)) {
       const childSegments = [...segments, key];
       const entry = node.entries[key];
-      if (entry && Object.hasOwn(node.entries, key)) collectUnknownKeys(entry, child, childSegments, out);
+      if (entry && Object.hasOwn(node.entries, key)) walk(entry, child, childSegments, found);
       else {
         const inService = node === (serviceSchema as unknown as SchemaNode);
-        out.push({
+        found.issues.push({
           segments: childSegments,
           at: "key",
           message: unknownKeyMessage(childSegments, key, allowed, inService),
@@ -130,10 +179,21 @@ function collectUnknownKeys(schema: SchemaNode, value: unknown, segments: Segmen
       }
     }
   } else if (node.type === "record" && node.value && isPlainRecord(value)) {
-    for (const [key, child] of Object.entries(value)) collectUnknownKeys(node.value, child, [...segments, key], out);
+    for (const [key, child] of Object.entries(value)) walk(node.value, child, [...segments, key], found);
   } else if (node.type === "array" && node.item && Array.isArray(value)) {
-    value.forEach((child, index) => collectUnknownKeys(node.item!, child, [...segments, index], out));
+    value.forEach((child, index) => walk(node.item!, child, [...segments, index], found));
   }
+}
+
+/** True for `services.X.previews.N.links.M`: a link inside a folder. */
+function inFolder(segments: readonly Segment[]): boolean {
+  return segments.length === 6 && segments[2] === "previews" && segments[4] === "links";
+}
+
+function isWithin(segments: readonly Segment[], prefix: readonly Segment[]): boolean {
+  return (
+    prefix.length <= segments.length && prefix.every((segment, index) => String(segment) === String(segments[index]))
+  );
 }
 
 const REQUIRED_HINTS: Record<string, string> = {
@@ -153,7 +213,7 @@ function mapIssue(issue: v.BaseIssue<unknown>, prefix: Segment[], rootValue: unk
   const path = quotePath(dottedPath(segments));
 
   if (issue.type === "strict_object") {
-    if (issue.expected === "never") return; // reported, with every sibling, by collectUnknownKeys
+    if (issue.expected === "never") return; // reported, with every sibling, by walk()
     if (last?.origin === "key") {
       const key = String(segments.at(-1));
       const hint = REQUIRED_HINTS[key];
@@ -192,9 +252,14 @@ function mapIssue(issue: v.BaseIssue<unknown>, prefix: Segment[], rootValue: unk
 /** Validates the parsed YAML value against the structural schema and reports every problem. */
 export function validateStructure(value: unknown): StructureResult {
   const result = v.safeParse(sandboxConfigSchema, value, { abortEarly: false });
-  const issues: LocatedIssue[] = [];
-  for (const issue of result.issues ?? []) mapIssue(issue, [], value, issues);
-  collectUnknownKeys(sandboxConfigSchema as unknown as SchemaNode, value, [], issues);
+  const found: WalkFindings = { issues: [], notMappings: [] };
+  walk(sandboxConfigSchema as unknown as SchemaNode, value, [], found);
+  const mapped: LocatedIssue[] = [];
+  for (const issue of result.issues ?? []) mapIssue(issue, [], value, mapped);
+  const issues = [
+    ...found.issues,
+    ...mapped.filter((issue) => !found.notMappings.some((prefix) => isWithin(issue.segments, prefix))),
+  ];
   if (result.success && issues.length === 0) return { output: result.output, issues };
   return { issues };
 }
