@@ -1,0 +1,42 @@
+import { LIMITS, PROFILES } from "@pi-sandbox/config";
+import { ACTIONS } from "./table.js";
+import { actionUsage } from "./validate.js";
+
+/** Help for models and humans, generated from the action table and the config package's tables. */
+export function renderHelp(options: { includeUserOnly?: boolean } = {}): string {
+  const lines: string[] = [];
+  lines.push("pi-sandbox: named local dev environments in QEMU microVMs. Send one JSON action.");
+  lines.push("");
+  lines.push("Actions:");
+  for (const spec of ACTIONS) {
+    if (spec.userOnly && !options.includeUserOnly) continue;
+    lines.push(`- ${spec.name}${spec.userOnly ? " (user only)" : ""}: ${spec.summary}`);
+    lines.push(`    ${actionUsage(spec)}`);
+    for (const a of spec.args) lines.push(`    ${a.name}${a.required ? "" : " (optional)"}: ${a.text}`);
+  }
+  lines.push("");
+  lines.push("sandbox.yaml keys (unknown keys are errors):");
+  lines.push("  version: 1 | profile: " + Object.keys(PROFILES).join("|") + " (default small)");
+  lines.push("  resources: {cpus, memoryGiB} overrides the profile | diskGiB: integer >= 2, default 60");
+  lines.push("  workspace: absolute guest path, default /workspace | image: Gondolin assets dir, relative to the YAML");
+  lines.push("  setup: [commands] at create/prepare | resume: [commands] at every start");
+  lines.push("  network.allowedHosts: [host | *.domain]; empty blocks all outbound HTTP(S)");
+  lines.push('  services.<name>: command (required), cwd, port, env, health ("/path" | "process"; default TCP),');
+  lines.push("    timeoutMs (default 30000), preview (true | {url,title,description}), previews, platforms");
+  lines.push("  env may use ${services.NAME.publicURL}; PORT and PUBLIC_URL are supplied, never set.");
+  lines.push("");
+  lines.push(
+    "Profiles: " +
+      Object.entries(PROFILES)
+        .map(([p, r]) => `${p} ${r.cpus} cpu/${r.memoryGiB} GiB`)
+        .join(", "),
+  );
+  lines.push(
+    `Limits: exec wait 0-${LIMITS.execWaitMaxMs} ms (default ${LIMITS.execWaitDefaultMs}); output and reads ${LIMITS.outputMaxBytes / 1024} KiB; ` +
+      `writes ${LIMITS.writeMaxBytes / 1024 / 1024} MiB; ${LIMITS.completedExecHandles} completed exec handles; setup ${LIMITS.setupDeadlineMs / 60000} min; ` +
+      `resume wait ${LIMITS.resumeWaitMs / 1000} s; service restart after ${LIMITS.serviceRestartDelayMs} ms; logs ${LIMITS.logLinesDefault}/${LIMITS.logLinesMax} lines.`,
+  );
+  lines.push("Previews are http://127.0.0.1:<port> URLs, unauthenticated, reachable by other local processes.");
+  lines.push("Stop keeps the disk; memory and processes do not survive. Destroy needs confirm equal to the name.");
+  return lines.join("\n");
+}

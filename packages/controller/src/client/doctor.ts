@@ -1,0 +1,182 @@
+import { execFile } from "node:child_process";
+import { constants } from "node:fs";
+import { access } from "node:fs/promises";
+import { arch, platform } from "node:os";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+import { loadConfig } from "@pi-sandbox/config";
+import { isControllerError } from "../errors.js";
+import type { StateLayout } from "../state/layout.js";
+import { findDaemonNode } from "./node.js";
+
+const run = promisify(execFile);
+
+/** One doctor check. */
+export interface DoctorCheck {
+  /** What was checked. */
+  name: string;
+  /** `ok`, `warn` (works, with a caveat) or `fail`. */
+  status: "ok" | "warn" | "fail";
+  /** What was found. */
+  detail: string;
+  /** How to fix it, for warn and fail. */
+  fix?: string;
+}
+
+/** Guest tools an image needs, with the candidate paths inside its root filesystem. */
+const GUEST_TOOLS: { tool: string; paths: string[]; neededFor: string; fix: string }[] = [
+  {
+    tool: "python3",
+    paths: ["/usr/bin/python3", "/usr/local/bin/python3"],
+    neededFor: "commands and services",
+    fix: "install python3 in the image",
+  },
+  { tool: "sshd", paths: ["/usr/sbin/sshd"], neededFor: "the terminal", fix: "install openssh-server in the image" },
+  {
+    tool: "sandboxssh",
+    paths: ["/usr/bin/sandboxssh"],
+    neededFor: "the terminal",
+    fix: "add Gondolin's sandboxssh helper to /usr/bin",
+  },
+  {
+    tool: "resize2fs",
+    paths: ["/usr/sbin/resize2fs", "/sbin/resize2fs"],
+    neededFor: "growing the disk to diskGiB",
+    fix: "install e2fsprogs in the image",
+  },
+];
+
+async function version(command: string, args: string[]): Promise<string | undefined> {
+  try {
+    const { stdout } = await run(command, args, { timeout: 10_000 });
+    return stdout.split("\n")[0]?.trim();
+  } catch {
+    return undefined;
+  }
+}
+
+async function pathInExt4(image: string, path: string): Promise<boolean> {
+  try {
+    const { stdout, stderr } = await run("debugfs", ["-R", `stat ${path}`, image], { timeout: 15_000 });
+    return /Inode:/.test(stdout) && !/not found/i.test(stderr);
+  } catch {
+    return false;
+  }
+}
+
+/** Checks the host and, given a config, its image; each failed check says how to fix it. */
+export async function runDoctor(
+  layout: StateLayout,
+  options: { config?: string; cwd: string; env: NodeJS.ProcessEnv },
+): Promise<{ ok: boolean; checks: DoctorCheck[] }> {
+  const checks: DoctorCheck[] = [];
+  try {
+    const node = findDaemonNode(options.env);
+    checks.push({ name: "node", status: "ok", detail: `controller runs on ${node}` });
+  } catch (error) {
+    checks.push({
+      name: "node",
+      status: "fail",
+      detail: (error as Error).message,
+      fix: isControllerError(error) ? error.hint : undefined,
+    });
+  }
+  const qemuBinary = arch() === "arm64" ? "qemu-system-aarch64" : "qemu-system-x86_64";
+  const qemu = await version(qemuBinary, ["--version"]);
+  checks.push(
+    qemu
+      ? { name: "qemu", status: "ok", detail: qemu }
+      : {
+          name: "qemu",
+          status: "fail",
+          detail: `${qemuBinary} not found on PATH`,
+          fix: "Install QEMU (Debian/Ubuntu: apt-get install qemu-system-x86; macOS: brew install qemu).",
+        },
+  );
+  const qemuImg = await version("qemu-img", ["--version"]);
+  checks.push(
+    qemuImg
+      ? { name: "qemu-img", status: "ok", detail: qemuImg }
+      : {
+          name: "qemu-img",
+          status: "fail",
+          detail: "qemu-img not found on PATH",
+          fix: "Install it (Debian/Ubuntu: apt-get install qemu-utils).",
+        },
+  );
+  if (platform() === "darwin") checks.push({ name: "accelerator", status: "ok", detail: "hvf" });
+  else {
+    try {
+      await access("/dev/kvm", constants.R_OK | constants.W_OK);
+      checks.push({ name: "accelerator", status: "ok", detail: "kvm" });
+    } catch {
+      checks.push({
+        name: "accelerator",
+        status: "warn",
+        detail: "no usable /dev/kvm: VMs run on QEMU's software emulation (TCG), several times slower",
+        fix: "Enable virtualisation and add your user to the kvm group for hardware speed.",
+      });
+    }
+  }
+  try {
+    await layout.ensurePrivate();
+    checks.push({ name: "state-dir", status: "ok", detail: `${layout.root} is private` });
+  } catch (error) {
+    checks.push({
+      name: "state-dir",
+      status: "fail",
+      detail: (error as Error).message,
+      fix: isControllerError(error) ? error.hint : undefined,
+    });
+  }
+  if (options.config) {
+    const configPath = resolve(options.cwd, options.config);
+    try {
+      const config = await loadConfig(configPath);
+      checks.push({ name: "config", status: "ok", detail: `${configPath} is valid` });
+      if (!config.image) {
+        checks.push({
+          name: "image",
+          status: "warn",
+          detail: "no image: set, Gondolin's default image will be used",
+          fix: "Set image: to a Gondolin assets directory.",
+        });
+      } else {
+        const rootfs = join(config.image, "rootfs.ext4");
+        try {
+          await access(rootfs, constants.R_OK);
+          checks.push({ name: "image", status: "ok", detail: config.image });
+          for (const t of GUEST_TOOLS) {
+            let found = false;
+            for (const p of t.paths) if (!found) found = await pathInExt4(rootfs, p);
+            checks.push(
+              found
+                ? { name: `image:${t.tool}`, status: "ok", detail: `${t.tool} present` }
+                : {
+                    name: `image:${t.tool}`,
+                    status: "fail",
+                    detail: `${t.tool} is missing from the image; ${t.neededFor} need it`,
+                    fix: t.fix,
+                  },
+            );
+          }
+        } catch {
+          checks.push({
+            name: "image",
+            status: "fail",
+            detail: `${rootfs} is missing or unreadable`,
+            fix: "Point image: at a Gondolin assets directory (vmlinuz-virt, initramfs.cpio.lz4, rootfs.ext4, manifest.json).",
+          });
+        }
+      }
+    } catch (error) {
+      checks.push({
+        name: "config",
+        status: "fail",
+        detail: (error as Error).message,
+        fix: "Fix the sandbox.yaml errors listed.",
+      });
+    }
+  }
+  return { ok: checks.every((c) => c.status !== "fail"), checks };
+}

@@ -1,0 +1,73 @@
+// The thin client: validates actions, answers local ones from state files, and talks to (or
+// spawns) the per-instance daemon for the rest. No Gondolin, no QEMU: importable from Node 22.
+
+import { resolve } from "node:path";
+import { validateAction } from "../actions/validate.js";
+import { ControllerError } from "../errors.js";
+import { StateLayout, type EntryKind } from "../state/layout.js";
+import type { ProgressEvent } from "../wire.js";
+import { callDaemon } from "./connection.js";
+import { runLocalAction } from "./local.js";
+import { ensureDaemon } from "./spawn.js";
+
+// Errors
+export { ControllerError, isControllerError } from "../errors.js";
+export type { ControllerErrorCode, ControllerErrorJson } from "../errors.js";
+// Actions and help
+export { ACTIONS, findAction } from "../actions/table.js";
+export type { ActionSpec, ArgumentDoc, ActionRoute } from "../actions/table.js";
+export { validateAction } from "../actions/validate.js";
+export type { ValidatedAction } from "../actions/validate.js";
+export { renderHelp } from "../actions/help.js";
+// State views
+export { StateLayout, resolveStateRoot } from "../state/layout.js";
+export type { EntryKind } from "../state/layout.js";
+export type { EntryView } from "../state/inspect.js";
+export type { EntryState, PreviewLinkInfo, RecordedError } from "../state/records.js";
+export type { ProgressEvent } from "../wire.js";
+export type { DoctorCheck } from "./doctor.js";
+
+/** Options of `callAction`. */
+export interface CallActionOptions {
+  /** Base for relative `config` paths; default `process.cwd()`. */
+  cwd?: string;
+  /** Environment for state-root resolution and the daemon; default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+  /** Ends the wait with `signal.reason`; work already sent to a daemon continues. */
+  signal?: AbortSignal;
+  /** Progress of long actions (boot stages, setup output). */
+  onProgress?: (event: ProgressEvent) => void;
+  /** `model` is refused user-only actions such as `shell`. Default `user`. */
+  caller?: "user" | "model";
+}
+
+function entryKindOf(args: Record<string, unknown>): EntryKind {
+  if (args.action === "prepare") return "templates";
+  return (args.kind as EntryKind | undefined) ?? "instances";
+}
+
+/**
+ * Runs one action (a JSON string or an object) and resolves with its JSON-safe result. Throws
+ * `ControllerError` with a code, message and hint.
+ */
+export async function callAction(input: unknown, options: CallActionOptions = {}): Promise<unknown> {
+  const env = options.env ?? process.env;
+  const cwd = options.cwd ?? process.cwd();
+  const { spec, args } = validateAction(input);
+  if (spec.userOnly && options.caller === "model") {
+    throw new ControllerError("CONTROLLER_USER_ONLY", `${spec.name} is for the user, not the model`, {
+      hint: `Ask the user to type /sandbox ${String(args.name ?? "<name>")} in Pi, or run pi-sandbox ssh ${String(args.name ?? "<name>")}.`,
+    });
+  }
+  if (typeof args.config === "string") args.config = resolve(cwd, args.config);
+  const layout = StateLayout.fromEnv(env);
+  if (spec.route === "local" && !(spec.name === "logs" && args.service !== undefined)) {
+    return runLocalAction(layout, args, { cwd, env });
+  }
+  await layout.ensurePrivate();
+  const kind = entryKindOf(args);
+  const name = args.name as string;
+  layout.entryDir(kind, name);
+  if (spec.route === "spawn") await ensureDaemon(layout, kind, name, { env, signal: options.signal });
+  return callDaemon(layout.socketPath(kind, name), args, { signal: options.signal, onProgress: options.onProgress });
+}

@@ -1,0 +1,85 @@
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir, open, readFile } from "node:fs/promises";
+import { dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { ControllerError } from "../errors.js";
+import type { EntryKind, StateLayout } from "../state/layout.js";
+import { daemonLive } from "../state/liveness.js";
+import { findDaemonNode } from "./node.js";
+
+/** How long a fresh daemon may take to open its socket. */
+const HANDSHAKE_TIMEOUT_MS = 30_000;
+
+/** The compiled daemon entry; sources under src/ run the built copy in dist/. */
+export function daemonEntry(): string {
+  const here = fileURLToPath(import.meta.url);
+  const fromDist = here.replace(/\/src\/client\/spawn\.(ts|js)$/, "/dist/daemon/main.js");
+  return fromDist !== here ? fromDist : fileURLToPath(new URL("../daemon/main.js", import.meta.url));
+}
+
+async function tail(path: string, lines: number): Promise<string> {
+  try {
+    return (await readFile(path, "utf8"))
+      .split("\n")
+      .slice(-lines - 1)
+      .join("\n")
+      .trim();
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * Makes sure a daemon owns the entry, spawning one detached if needed, and waits for its socket.
+ * Racing clients are fine: the daemon takes an exclusive pid file, and a loser exits at once
+ * while the winner's socket comes up.
+ */
+export async function ensureDaemon(
+  layout: StateLayout,
+  kind: EntryKind,
+  name: string,
+  options: { env?: NodeJS.ProcessEnv; signal?: AbortSignal } = {},
+): Promise<void> {
+  const pidFile = layout.pidFile(kind, name);
+  const socketPath = layout.socketPath(kind, name);
+  if ((await daemonLive(pidFile, socketPath)).live) return;
+  const entry = daemonEntry();
+  if (!existsSync(entry)) {
+    throw new ControllerError("CONTROLLER_DAEMON_START_FAILED", `controller daemon script ${entry} is missing`, {
+      hint: "Build the package (npm run build) or reinstall it.",
+      details: { entry },
+    });
+  }
+  const env = options.env ?? process.env;
+  const node = findDaemonNode(env);
+  const logFile = layout.logFile(kind, name);
+  await mkdir(dirname(logFile), { recursive: true, mode: 0o700 });
+  const log = await open(logFile, "a", 0o600);
+  const child = spawn(node, [entry, "--root", layout.root, "--kind", kind, "--name", name], {
+    detached: true,
+    stdio: ["ignore", log.fd, log.fd],
+    env: { ...env, PI_SANDBOX_HOME: layout.root },
+  });
+  await log.close();
+  let exited: number | null | undefined;
+  child.once("exit", (code) => (exited = code));
+  child.unref();
+  const deadline = Date.now() + HANDSHAKE_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    if (options.signal?.aborted) throw options.signal.reason;
+    if ((await daemonLive(pidFile, socketPath)).live) return;
+    if (exited !== undefined && exited !== 0) break;
+    if (exited === 0 && !(await daemonLive(pidFile, socketPath)).live) {
+      // Lost a race to another daemon that has not opened its socket yet: keep waiting for it.
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new ControllerError(
+    "CONTROLLER_DAEMON_START_FAILED",
+    exited !== undefined
+      ? `the controller for ${name} exited during startup (code ${exited})`
+      : `the controller for ${name} did not answer within ${HANDSHAKE_TIMEOUT_MS / 1000} s`,
+    { hint: `See its log: ${logFile}`, details: { logFile, logTail: await tail(logFile, 20) } },
+  );
+}

@@ -1,0 +1,112 @@
+import { access } from "node:fs/promises";
+import { ControllerError } from "../errors.js";
+import { daemonLive } from "./liveness.js";
+import type { EntryKind, StateLayout } from "./layout.js";
+import {
+  listEntryNames,
+  readRecord,
+  readStatus,
+  type EntryState,
+  type EntryStatus,
+  type PreviewLinkInfo,
+  type RecordedError,
+} from "./records.js";
+
+/** What `inspect` returns (and `list` returns one of per entry). */
+export interface EntryView {
+  /** Entry name. */
+  name: string;
+  /** Namespace. */
+  kind: EntryKind;
+  /** Derived state: a status whose daemon is gone reads `interrupted`. */
+  state: EntryState;
+  /** ISO creation time. */
+  createdAt: string;
+  /** Template it came from. */
+  template?: string;
+  /** vCPUs and memory captured at creation. */
+  resources: { cpus: number; memoryGiB: number };
+  /** Disk capacity (sparse). */
+  diskGiB: number;
+  /** Accelerator of the current or last run. */
+  accelerator?: string;
+  /** Preview links while running. */
+  previews: PreviewLinkInfo[];
+  /** Recorded problems. */
+  errors: RecordedError[];
+  /** Setup outcome. */
+  setup?: EntryStatus["setup"];
+  /** Background resume handle for exec-status. */
+  resumePid?: string;
+  /** Daemon pid when live. */
+  daemonPid?: number;
+  /** What to do next, when the state calls for it. */
+  hint?: string;
+}
+
+const ACTIVE: ReadonlySet<EntryState> = new Set(["starting", "running", "stopping"]);
+
+/** Builds the view of one entry from its files and the daemon's liveness; never trusts a stale status. */
+export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: string): Promise<EntryView> {
+  const record = await readRecord(layout, kind, name);
+  if (!record) {
+    throw new ControllerError(
+      "CONTROLLER_NOT_FOUND",
+      `no ${kind === "templates" ? "template" : "instance"} named ${name}`,
+      {
+        hint:
+          kind === "templates"
+            ? 'List templates with {"action":"list","kind":"templates"}.'
+            : 'List instances with {"action":"list"}.',
+        details: { name, kind },
+      },
+    );
+  }
+  const status = await readStatus(layout, kind, name);
+  const liveness = await daemonLive(layout.pidFile(kind, name), layout.socketPath(kind, name));
+  let state: EntryState = status?.state ?? (kind === "templates" ? "failed" : "stopped");
+  let hint: string | undefined;
+  if (ACTIVE.has(state) && !liveness.live) {
+    state = "interrupted";
+    hint = `The controller of ${name} is gone (crash or kill). Run {"action":"start","name":"${name}"} to reopen its last completed checkpoint.`;
+  } else if (!ACTIVE.has(state) && record.config.image) {
+    try {
+      await access(record.config.image);
+    } catch {
+      state = "unavailable";
+      hint = `Its image assets at ${record.config.image} are gone; restore them at that path to reopen it.`;
+    }
+  }
+  if (!hint && state === "failed") hint = `See {"action":"logs","name":"${name}"} for the controller log.`;
+  const view: EntryView = {
+    name,
+    kind,
+    state,
+    createdAt: record.createdAt,
+    resources: record.config.resources,
+    diskGiB: record.config.diskGiB,
+    previews: state === "running" ? (status?.previews ?? []) : [],
+    errors: status?.errors ?? [],
+  };
+  if (record.template) view.template = record.template;
+  if (status?.accelerator) view.accelerator = status.accelerator;
+  if (status?.setup) view.setup = status.setup;
+  if (status?.resumePid && state === "running") view.resumePid = status.resumePid;
+  if (liveness.live && liveness.pid) view.daemonPid = liveness.pid;
+  if (hint) view.hint = hint;
+  return view;
+}
+
+/** Views of every entry of a kind; entries without a readable record are skipped. */
+export async function listEntries(layout: StateLayout, kind: EntryKind): Promise<EntryView[]> {
+  const views: EntryView[] = [];
+  for (const name of await listEntryNames(layout, kind)) {
+    try {
+      views.push(await inspectEntry(layout, kind, name));
+    } catch (error) {
+      if (error instanceof ControllerError && error.code === "CONTROLLER_NOT_FOUND") continue;
+      throw error;
+    }
+  }
+  return views;
+}

@@ -1,0 +1,148 @@
+import { createHash } from "node:crypto";
+import { mkdir, stat } from "node:fs/promises";
+import { homedir, tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { isValidInstanceName } from "@pi-sandbox/config";
+import { ControllerError } from "../errors.js";
+
+/** The two name spaces under the state root. */
+export type EntryKind = "instances" | "templates";
+
+/** Unix socket paths longer than this fail on macOS (104) and Linux (108); keep a margin. */
+const SOCKET_PATH_MAX = 100;
+
+/**
+ * Resolves the state root at call time: `$PI_SANDBOX_HOME`, else `$XDG_STATE_HOME/pi-sandbox`,
+ * else `~/.local/state/pi-sandbox`.
+ */
+export function resolveStateRoot(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.PI_SANDBOX_HOME) return resolve(env.PI_SANDBOX_HOME);
+  if (env.XDG_STATE_HOME) return resolve(env.XDG_STATE_HOME, "pi-sandbox");
+  return join(env.HOME ?? homedir(), ".local", "state", "pi-sandbox");
+}
+
+/** Throws CONTROLLER_INVALID_NAME unless `name` is a valid instance/template name. */
+export function assertName(name: unknown, what = "name"): asserts name is string {
+  if (typeof name !== "string" || !isValidInstanceName(name)) {
+    throw new ControllerError(
+      "CONTROLLER_INVALID_NAME",
+      `${what} ${JSON.stringify(name)} is not a valid name: use 1-40 characters, a lowercase letter first, then lowercase letters, digits or '-'`,
+      { hint: "Pick a name like `demo` or `web-2`.", details: { name } },
+    );
+  }
+}
+
+/**
+ * Every file name the controller uses, in one place. Paths are derived, never stored, so a
+ * renamed state root keeps working.
+ */
+export class StateLayout {
+  /** Absolute state root. */
+  readonly root: string;
+
+  constructor(root: string) {
+    this.root = resolve(root);
+  }
+
+  /** The layout for the root resolved from the environment. */
+  static fromEnv(env: NodeJS.ProcessEnv = process.env): StateLayout {
+    return new StateLayout(resolveStateRoot(env));
+  }
+
+  /** Creates the root (mode 0700) if missing and refuses a group- or world-accessible one. */
+  async ensurePrivate(): Promise<void> {
+    await mkdir(this.root, { recursive: true, mode: 0o700 });
+    const info = await stat(this.root);
+    if (!info.isDirectory()) {
+      throw new ControllerError("CONTROLLER_STATE_INSECURE", `state root ${this.root} is not a directory`, {
+        hint: "Point PI_SANDBOX_HOME at a private directory.",
+        details: { root: this.root },
+      });
+    }
+    if ((info.mode & 0o077) !== 0) {
+      const mode = (info.mode & 0o777).toString(8);
+      throw new ControllerError(
+        "CONTROLLER_STATE_INSECURE",
+        `state root ${this.root} has mode ${mode}; it must be private (0700) because it holds VM disks and sockets`,
+        { hint: `Run: chmod 700 ${this.root}`, details: { root: this.root, mode } },
+      );
+    }
+    if (typeof process.getuid === "function" && info.uid !== process.getuid()) {
+      throw new ControllerError("CONTROLLER_STATE_INSECURE", `state root ${this.root} belongs to another user`, {
+        hint: "Set PI_SANDBOX_HOME to a directory you own.",
+        details: { root: this.root, uid: info.uid },
+      });
+    }
+    await mkdir(this.kindDir("instances"), { recursive: true, mode: 0o700 });
+    await mkdir(this.kindDir("templates"), { recursive: true, mode: 0o700 });
+  }
+
+  /** `instances/` or `templates/`. */
+  kindDir(kind: EntryKind): string {
+    return join(this.root, kind);
+  }
+
+  /** Directory of one named entry; validates the name first. */
+  entryDir(kind: EntryKind, name: string): string {
+    assertName(name);
+    return join(this.kindDir(kind), name);
+  }
+
+  /** Captured config, creation time, template origin. */
+  recordFile(kind: EntryKind, name: string): string {
+    return join(this.entryDir(kind, name), "record.json");
+  }
+
+  /** Last status written by the daemon. */
+  statusFile(kind: EntryKind, name: string): string {
+    return join(this.entryDir(kind, name), "status.json");
+  }
+
+  /** Guest ports and preview host ports, leased once. */
+  portsFile(name: string): string {
+    return join(this.entryDir("instances", name), "ports.json");
+  }
+
+  /** Daemon pid file. */
+  pidFile(kind: EntryKind, name: string): string {
+    return join(this.entryDir(kind, name), "daemon.pid");
+  }
+
+  /** Controller log (rotated by the daemon). */
+  logFile(kind: EntryKind, name: string): string {
+    return join(this.entryDir(kind, name), "controller.log");
+  }
+
+  /** Directory owned by the vm package's disk store. */
+  diskDir(kind: EntryKind, name: string): string {
+    return join(this.entryDir(kind, name), "disk");
+  }
+
+  /** Gondolin cache/session/tmp dirs, isolated per state root. */
+  runtimeDir(): string {
+    return join(this.root, "runtime");
+  }
+
+  /**
+   * The daemon's Unix socket. Inside the entry directory when the path fits the platform limit,
+   * else in a short per-user directory under the temp dir, named by a hash of the long path.
+   */
+  socketPath(kind: EntryKind, name: string): string {
+    const preferred = join(this.entryDir(kind, name), "daemon.sock");
+    if (Buffer.byteLength(preferred) <= SOCKET_PATH_MAX) return preferred;
+    const digest = createHash("sha256").update(preferred).digest("hex").slice(0, 24);
+    const uid = typeof process.getuid === "function" ? process.getuid() : 0;
+    const short = join(tmpdir(), `pi-sandbox-${uid}`, `${digest}.sock`);
+    if (Buffer.byteLength(short) > SOCKET_PATH_MAX) {
+      throw new ControllerError(
+        "CONTROLLER_SOCKET_PATH_TOO_LONG",
+        `no socket path under ${SOCKET_PATH_MAX} bytes fits`,
+        {
+          hint: "Set PI_SANDBOX_HOME and TMPDIR to shorter directories.",
+          details: { preferred, short },
+        },
+      );
+    }
+    return short;
+  }
+}

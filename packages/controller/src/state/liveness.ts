@@ -1,0 +1,48 @@
+import { readFile } from "node:fs/promises";
+import { connect } from "node:net";
+
+/** True when a process with this pid exists (and we may signal it). */
+export function pidAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** Reads a pid file; undefined when missing or garbage. */
+export async function readPidFile(path: string): Promise<number | undefined> {
+  try {
+    const pid = Number.parseInt((await readFile(path, "utf8")).trim(), 10);
+    return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * True when something accepts connections on the socket within `timeoutMs`. A pid alone can be
+ * reused by an unrelated process after a crash; a listening socket in our state dir cannot.
+ */
+export function socketAccepts(path: string, timeoutMs = 500): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(path);
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => done(false), timeoutMs);
+    socket.once("connect", () => done(true));
+    socket.once("error", () => done(false));
+  });
+}
+
+/** A daemon is live when its pid exists and its socket accepts connections. */
+export async function daemonLive(pidFile: string, socketPath: string): Promise<{ live: boolean; pid?: number }> {
+  const pid = await readPidFile(pidFile);
+  if (pid === undefined || !pidAlive(pid)) return { live: false, pid };
+  return { live: await socketAccepts(socketPath), pid };
+}

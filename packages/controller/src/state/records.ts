@@ -1,0 +1,104 @@
+import { readdir } from "node:fs/promises";
+import { isValidInstanceName, type SandboxConfig } from "@pi-sandbox/config";
+import { readJson, writeJsonAtomic } from "./atomic.js";
+import type { EntryKind, StateLayout } from "./layout.js";
+
+/** Lifecycle states SPEC §5 names. */
+export type EntryState =
+  "starting" | "running" | "stopping" | "stopped" | "prepared" | "failed" | "interrupted" | "unavailable";
+
+/** What an instance or template is: written once at creation. */
+export interface EntryRecord {
+  /** Namespace. */
+  kind: EntryKind;
+  /** Entry name. */
+  name: string;
+  /** ISO time of creation. */
+  createdAt: string;
+  /** Host path of the sandbox.yaml it was made from, if any. */
+  configPath?: string;
+  /** Template it was created from, if any. */
+  template?: string;
+  /** The config captured at creation (hardware, network, setup, resume). */
+  config: SandboxConfig;
+}
+
+/** One error kept for inspect. */
+export interface RecordedError {
+  /** Stable code. */
+  code: string;
+  /** What happened. */
+  message: string;
+  /** What to do next. */
+  hint?: string;
+  /** When, ISO time. */
+  at: string;
+}
+
+/** A preview link as returned to users. */
+export interface PreviewLinkInfo {
+  /** Service (or `port-N` for an ad-hoc preview). */
+  service: string;
+  /** URL the user opens. */
+  url: string;
+  /** Link title. */
+  title: string;
+  /** Optional description. */
+  description?: string;
+  /** Folder the link is grouped under. */
+  folder?: string;
+}
+
+/** The daemon's last word about an entry: rewritten atomically on every transition. */
+export interface EntryStatus {
+  /** Last state the daemon recorded. */
+  state: EntryState;
+  /** ISO time of the last update. */
+  updatedAt: string;
+  /** Daemon pid while one owns the entry. */
+  daemonPid?: number;
+  /** QEMU pid while a VM runs. */
+  qemuPid?: number;
+  /** Accelerator in use: kvm, hvf or tcg. */
+  accelerator?: string;
+  /** Preview links while running. */
+  previews?: PreviewLinkInfo[];
+  /** Startup, setup, resume or readiness problems. */
+  errors?: RecordedError[];
+  /** Setup result at creation. */
+  setup?: { exitCode: number | null; timedOut?: boolean; at: string };
+  /** Handle of a resume hook still running in the background. */
+  resumePid?: string;
+}
+
+/** Reads the record, or undefined when the entry does not exist. */
+export function readRecord(layout: StateLayout, kind: EntryKind, name: string): Promise<EntryRecord | undefined> {
+  return readJson<EntryRecord>(layout.recordFile(kind, name));
+}
+
+/** Writes the record atomically. */
+export function writeRecord(layout: StateLayout, record: EntryRecord): Promise<void> {
+  return writeJsonAtomic(layout.recordFile(record.kind, record.name), record);
+}
+
+/** Reads the status file, or undefined. */
+export function readStatus(layout: StateLayout, kind: EntryKind, name: string): Promise<EntryStatus | undefined> {
+  return readJson<EntryStatus>(layout.statusFile(kind, name));
+}
+
+/** Writes the status atomically. */
+export function writeStatus(layout: StateLayout, kind: EntryKind, name: string, status: EntryStatus): Promise<void> {
+  return writeJsonAtomic(layout.statusFile(kind, name), status);
+}
+
+/** Names of entries of one kind that have a record (half-created dirs without one are skipped). */
+export async function listEntryNames(layout: StateLayout, kind: EntryKind): Promise<string[]> {
+  let names: string[];
+  try {
+    names = await readdir(layout.kindDir(kind));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return [];
+    throw error;
+  }
+  return names.filter((n) => isValidInstanceName(n)).sort();
+}

@@ -1,0 +1,64 @@
+import type { Socket } from "node:net";
+import type { ControllerErrorJson } from "./errors.js";
+
+/** A progress event streamed during long actions (boot stages, setup output). */
+export interface ProgressEvent {
+  /** Short machine-readable stage, e.g. `boot`, `setup`, `services`, `checkpoint`. */
+  stage: string;
+  /** Human-readable line. */
+  message: string;
+}
+
+/** Messages a client sends. */
+export type ClientMessage =
+  | { id: number; type: "call"; action: Record<string, unknown> }
+  | { id: number; type: "cancel" }
+  | { id: number; type: "ping" };
+
+/** Messages a daemon sends. */
+export type DaemonMessage =
+  | { id: number; type: "progress"; event: ProgressEvent }
+  | { id: number; type: "result"; result: unknown }
+  | { id: number; type: "error"; error: ControllerErrorJson }
+  | { id: number; type: "pong"; pid: number; state: string };
+
+/** Longest line either side accepts; a write is at most 1 MiB of content, so this leaves room. */
+export const MAX_LINE_BYTES = 8 * 1024 * 1024;
+
+/**
+ * Splits a socket's bytes into JSON messages, one per line. A line over the limit or one that is
+ * not JSON destroys the socket: the peer is not speaking this protocol.
+ */
+export function readJsonLines<T>(socket: Socket, onMessage: (message: T) => void): void {
+  let buffered: Buffer[] = [];
+  let size = 0;
+  socket.on("data", (chunk: Buffer) => {
+    let start = 0;
+    for (let i = chunk.indexOf(10); i !== -1; i = chunk.indexOf(10, start)) {
+      buffered.push(chunk.subarray(start, i));
+      const line = Buffer.concat(buffered).toString("utf8");
+      buffered = [];
+      size = 0;
+      start = i + 1;
+      if (line.trim() === "") continue;
+      let message: T;
+      try {
+        message = JSON.parse(line) as T;
+      } catch {
+        socket.destroy(new Error("peer sent a line that is not JSON"));
+        return;
+      }
+      onMessage(message);
+    }
+    if (start < chunk.length) {
+      buffered.push(chunk.subarray(start));
+      size += chunk.length - start;
+      if (size > MAX_LINE_BYTES) socket.destroy(new Error("peer sent an oversized line"));
+    }
+  });
+}
+
+/** Writes one message as a JSON line. */
+export function writeJsonLine(socket: Socket, message: ClientMessage | DaemonMessage): void {
+  if (!socket.destroyed) socket.write(`${JSON.stringify(message)}\n`);
+}
