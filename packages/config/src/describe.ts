@@ -14,12 +14,24 @@ export function isPlainRecord(value: unknown): value is Record<string, unknown> 
   return typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof Uint8Array);
 }
 
-/** A dotted path from path segments: `services.web.previews.0.url`. */
+/**
+ * A dotted path from path segments: `services.web.previews.0.url`. A key that is empty or holds a
+ * dot or whitespace is written as a JSON string (`services."a.b"`) so the path stays unambiguous.
+ */
 export function dottedPath(segments: readonly (string | number)[]): string {
-  return segments.map(String).join(".");
+  return segments
+    .map((segment) =>
+      typeof segment === "string" && (segment === "" || /[.\s"]/.test(segment))
+        ? JSON.stringify(segment)
+        : String(segment),
+    )
+    .join(".");
 }
 
 /** Wraps a path for a message: `services.web.port`. */
 export function quotePath(path: string): string {
-  return `\`${path}\``;
+  // Keys may hold any character; control characters are escaped so each issue stays on one line.
+  // eslint-disable-next-line no-control-regex
+  const printable = path.replace(/[\u0000-\u001f\u007f\u2028\u2029]/g, (char) => JSON.stringify(char).slice(1, -1));
+  return `\`${printable}\``;
 }

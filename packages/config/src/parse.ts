@@ -1,6 +1,7 @@
 import { open } from "node:fs/promises";
 import { resolve } from "node:path";
 import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type Node } from "yaml";
+import { dottedPath } from "./describe.js";
 import { ConfigError, formatConfigIssue, type ConfigIssue } from "./errors.js";
 import { LIMITS } from "./limits.js";
 import { normaliseConfig } from "./normalise.js";
@@ -172,7 +173,7 @@ export function parseConfig(text: string, options: ParseConfigOptions = {}): San
     const seen = new Set<string>();
     const issues: ConfigIssue[] = [];
     for (const issue of located) {
-      const path = issue.segments.map(String).join(".");
+      const path = dottedPath(issue.segments);
       // One issue per path: a value that breaks several checks at once reads best as one sentence.
       if (seen.has(path)) continue;
       seen.add(path);

@@ -10,7 +10,8 @@ describe("service names", () => {
 
   test.each(["Web", "-web", "web_1", "x".repeat(33), "wéb", "a.b"])("%s is rejected at its key", (name) => {
     const issue = onlyIssue(withService("port: 80", name));
-    expect(issue).toMatchObject({ path: `services.${name}`, line: 3, column: 3 });
+    const key = name.includes(".") ? JSON.stringify(name) : name; // dotted keys are quoted in paths
+    expect(issue).toMatchObject({ path: `services.${key}`, line: 3, column: 3 });
     expect(issue.message).toContain("is not a valid service name; use 1–32 lowercase letters, digits or hyphens");
   });
 
@@ -133,7 +134,8 @@ describe("env", () => {
 
   test.each(["1ABC", "A-B", "A B"])("the name %s is rejected at the key", (name) => {
     const issue = onlyIssue(withService(`env:\n  "${name}": x`));
-    expect(issue).toMatchObject({ path: `services.web.env.${name}`, line: 6, column: 7 });
+    const key = name.includes(" ") ? JSON.stringify(name) : name; // keys with spaces are quoted in paths
+    expect(issue).toMatchObject({ path: `services.web.env.${key}`, line: 6, column: 7 });
     expect(issue.message).toContain("is not a valid environment variable name");
   });
 
