@@ -139,19 +139,38 @@ def kill_group(pgid: int, sig: int) -> bool:
 
 
 def group_alive(pgid: int) -> bool:
-    return kill_group(pgid, 0)
+    """Whether the group has a member that is not a zombie.
+
+    killpg(pgid, 0) alone also counts zombies, and orphans reparented to an init that reaps
+    slowly would then make every stop wait out its whole grace period.
+    """
+    if not kill_group(pgid, 0):
+        return False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
-def stop_group(pgid: int, grace_s: float, leader: subprocess.Popen | None = None) -> None:
+def stop_group(pgid: int, grace_s: float) -> None:
     """SIGTERM the group, wait up to grace_s for it to go, then SIGKILL whatever is left."""
     if not kill_group(pgid, signal.SIGTERM):
         return
     deadline = mono() + grace_s
     while mono() < deadline:
-        if leader is not None:
-            if leader.poll() is not None and not group_alive(pgid):
-                return
-        elif not group_alive(pgid):
+        if not group_alive(pgid):
             return
         time.sleep(0.05)
     kill_group(pgid, signal.SIGKILL)
@@ -618,12 +637,9 @@ class Job:
         with self.lock:
             self.cancelled = True
             proc = self.proc
-        if proc is not None and proc.poll() is None:
-            stop_group(proc.pid, KILL_GRACE_S, proc)
-        elif proc is not None:
-            # The leader is gone but members of its group may still run.
-            if group_alive(proc.pid):
-                kill_group(proc.pid, signal.SIGKILL)
+        if proc is not None:
+            # Also reaches members of the group left behind after the leader exited.
+            stop_group(proc.pid, KILL_GRACE_S)
 
     def collect(self, tail_only: bool = False) -> dict:
         """New output since the last call (capped), plus the status. Frees files of a finished job."""
@@ -955,8 +971,8 @@ class Service:
             if proc is not None:
                 self.state = "stopping"
             self.cond.notify_all()
-        if proc is not None and proc.poll() is None:
-            stop_group(proc.pid, SERVICE_STOP_GRACE_S, proc)
+        if proc is not None:
+            stop_group(proc.pid, SERVICE_STOP_GRACE_S)
         if self.thread is not None:
             self.thread.join(timeout=SERVICE_STOP_GRACE_S + 3.0)
         with self.cond:
@@ -1727,7 +1743,7 @@ class Agent:
                         rc = job.proc.wait(timeout=timeout)
                     except subprocess.TimeoutExpired:
                         timed_out = True
-                        stop_group(job.proc.pid, KILL_GRACE_S, job.proc)
+                        stop_group(job.proc.pid, KILL_GRACE_S)
                         rc = job.proc.wait()
                     info = exit_info(rc)
                     record.update(info)

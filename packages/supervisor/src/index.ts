@@ -1,1 +1,46 @@
-export const placeholder = 1;
+// Public API of @pi-sandbox/supervisor: everything not listed here is private.
+
+// Client
+export {
+  SupervisorClient,
+  DEFAULT_AGENT_PATH,
+  DEFAULT_AGENT_STATE_DIR,
+  GUEST_CONFIG_NAME,
+  type StartSupervisorOptions,
+  type CallOptions,
+  type WaitOptions,
+  type ExecOptions,
+  type ServiceOpOptions,
+  type SetupOptions,
+  type ResumeOptions,
+} from "./client.js";
+export type { AgentEvent } from "./channel.js";
+export type { PreviewOrigins } from "./service-specs.js";
+
+// Results
+export type {
+  AgentHello,
+  ExecResult,
+  ExecKillResult,
+  TextRead,
+  WriteResult,
+  ServiceState,
+  ServiceExit,
+  ServiceStatus,
+  ServiceFailure,
+  ServicesResult,
+  RunStep,
+  SetupResult,
+  ResumeResult,
+  LogTail,
+  AdHocServiceSpec,
+} from "./types.js";
+
+// The guest agent file
+export { agentScriptPath, readAgentScript } from "./agent-script.js";
+
+// Logging
+export { silentLogger, type SupervisorLogger } from "./logger.js";
+
+// Errors
+export { SupervisorError, isSupervisorError, type SupervisorErrorCode, type SupervisorErrorOptions } from "./errors.js";

@@ -1,0 +1,748 @@
+import { LIMITS, isConfigError, isValidServiceName, parseConfig, type SandboxConfig } from "@pi-sandbox/config";
+import type { GuestVm } from "@pi-sandbox/vm";
+import { readAgentScript } from "./agent-script.js";
+import { AgentChannel, type AgentEvent } from "./channel.js";
+import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
+import { MAX_READ_BYTES, MAX_WRITE_BYTES, readThroughAgent, writeThroughAgent } from "./file-transfer.js";
+import { silentLogger, type SupervisorLogger } from "./logger.js";
+import {
+  buildServiceSpecs,
+  guestServices,
+  type AgentServiceSpec,
+  type PreviewOrigins,
+} from "./service-specs.js";
+import type {
+  AdHocServiceSpec,
+  AgentHello,
+  ExecKillResult,
+  ExecResult,
+  LogTail,
+  ResumeResult,
+  RunStep,
+  ServiceFailure,
+  ServiceStatus,
+  ServicesResult,
+  SetupResult,
+  TextRead,
+  WriteResult,
+} from "./types.js";
+
+/** Guest directory the agent keeps its state in (on the root disk, not a tmpfs). */
+export const DEFAULT_AGENT_STATE_DIR = "/var/lib/pi-sandbox-agent";
+/** Guest path the agent script is installed to at every boot. */
+export const DEFAULT_AGENT_PATH = "/usr/local/lib/pi-sandbox/sandbox_agent.py";
+/** Name of the editable guest copy of the config, inside the workspace. */
+export const GUEST_CONFIG_NAME = ".sandbox.yaml";
+
+const PROTOCOL_VERSION = 1;
+const REPLY_MARGIN_MS = 60_000;
+const SERVICE_STOP_BUDGET_MS = 10_000;
+
+/** Options of {@link SupervisorClient.start}. */
+export interface StartSupervisorOptions {
+  /** The booted guest. The client uses only `exec` on it. */
+  vm: GuestVm;
+  /** Absolute guest workspace; default `/workspace`. */
+  workspace?: string;
+  /** Guest state directory of the agent; default {@link DEFAULT_AGENT_STATE_DIR}. */
+  stateDir?: string;
+  /** Guest path to install the agent to; default {@link DEFAULT_AGENT_PATH}. */
+  agentPath?: string;
+  /** Guest python interpreter; default `python3`. */
+  python?: string;
+  /** Extra agent flags, e.g. `["--cgroup-root", "none"]` or `["--port-range", "30000-30999"]`. */
+  agentArgs?: readonly string[];
+  /** How long to wait for the agent's hello, in ms; default 60000 (TCG guests are slow). */
+  startTimeoutMs?: number;
+  /** Receives diagnostics; default silent. */
+  logger?: SupervisorLogger;
+  /** Cancels the start; the promise rejects with `signal.reason` and nothing is left running. */
+  signal?: AbortSignal;
+}
+
+/** Common options of every call. */
+export interface CallOptions {
+  /** Cancels the call; rejects with `signal.reason`. Work already started in the guest may go on. */
+  signal?: AbortSignal;
+}
+
+/** Options of exec and exec-status. */
+export interface WaitOptions extends CallOptions {
+  /** How long to wait for the command to finish, 0–60000 ms; default 10000. Ends only the wait. */
+  timeoutMs?: number;
+}
+
+/** Options of {@link SupervisorClient.exec}. */
+export interface ExecOptions extends WaitOptions {
+  /** Working directory, relative to the workspace (an absolute path is used as is). */
+  cwd?: string;
+  /** Extra environment for the command. */
+  env?: Record<string, string>;
+}
+
+/** Options of {@link SupervisorClient.ensureServices} and {@link SupervisorClient.restartServices}. */
+export interface ServiceOpOptions extends CallOptions {
+  /** Host preview origin per service (`http://127.0.0.1:<port>`): `PUBLIC_URL` and `${services.X.publicURL}`. */
+  previewOrigins?: PreviewOrigins;
+}
+
+/** Options of {@link SupervisorClient.runSetup}. */
+export interface SetupOptions extends CallOptions {
+  /** Setup commands; default the guest YAML's `setup` (none when the file is missing). */
+  commands?: readonly string[];
+  /** One deadline for all commands and the hook, in ms; default and maximum 20 minutes. */
+  deadlineMs?: number;
+}
+
+/** Options of {@link SupervisorClient.runResume}. */
+export interface ResumeOptions extends CallOptions {
+  /** Resume commands; default the guest YAML's `resume` (none when the file is missing). */
+  commands?: readonly string[];
+  /** How long to wait before continuing in the background, in ms; default 10000. */
+  waitMs?: number;
+}
+
+type RawExec = ExecResult & { steps?: RunStep[]; [key: string]: unknown };
+type RawStatus = Omit<ServiceStatus, "state"> & { state: string };
+
+function toExecResult(raw: RawExec): ExecResult {
+  return {
+    handle: raw.handle,
+    running: raw.running,
+    ...(raw.exitCode === undefined ? {} : { exitCode: raw.exitCode }),
+    ...(raw.signal === undefined ? {} : { signal: raw.signal }),
+    output: raw.output ?? "",
+    truncatedBytes: raw.truncatedBytes ?? 0,
+    ...(raw.durationMs === undefined ? {} : { durationMs: raw.durationMs }),
+  };
+}
+
+function checkWait(value: number | undefined, key: string, max: number = LIMITS.execWaitMaxMs): number {
+  const wait = value ?? LIMITS.execWaitDefaultMs;
+  if (!Number.isInteger(wait) || wait < 0 || wait > max) {
+    throw new SupervisorError("INVALID_ARGUMENT", `${key} must be an integer from 0 to ${max} ms, got ${value}`, {
+      details: { key, value },
+    });
+  }
+  return wait;
+}
+
+function checkAbsolute(path: string): void {
+  if (typeof path !== "string" || !path.startsWith("/")) {
+    throw new SupervisorError("INVALID_ARGUMENT", `guest paths must be absolute, got ${JSON.stringify(path)}`, {
+      details: { key: "path", value: path },
+    });
+  }
+}
+
+function cutUtf8(data: Buffer, maxBytes: number): Buffer {
+  let end = Math.min(maxBytes, data.length);
+  // Step back over continuation bytes so the cut never splits a character.
+  while (end > 0 && end < data.length && (data[end]! & 0xc0) === 0x80) end--;
+  return data.subarray(0, end);
+}
+
+/**
+ * Host side of the guest agent: one long-lived exec channel per boot, carrying commands, file
+ * transfers and service control. Service restarts and readiness checks run inside the guest.
+ */
+export class SupervisorClient implements AsyncDisposable {
+  private closing: Promise<void> | undefined;
+
+  private constructor(
+    private readonly channel: AgentChannel,
+    private readonly stopChannel: AbortController,
+    /** What the agent reported when the channel opened. */
+    readonly hello: AgentHello,
+    /** Absolute guest workspace. */
+    readonly workspace: string,
+    private readonly logger: SupervisorLogger,
+  ) {}
+
+  /**
+   * Installs the agent into the guest (one exec with the script on stdin), starts it over a
+   * long-lived exec and waits for its hello. Call once per boot.
+   */
+  static async start(options: StartSupervisorOptions): Promise<SupervisorClient> {
+    const { vm, signal } = options;
+    signal?.throwIfAborted();
+    const logger = options.logger ?? silentLogger;
+    const workspace = options.workspace ?? "/workspace";
+    const stateDir = options.stateDir ?? DEFAULT_AGENT_STATE_DIR;
+    const agentPath = options.agentPath ?? DEFAULT_AGENT_PATH;
+    const python = options.python ?? "python3";
+    const label = `[supervisor ${vm.name}]`;
+
+    await installAgent(vm, agentPath, python, signal);
+
+    const stopChannel = new AbortController();
+    const execution = vm.exec(
+      [
+        "/bin/sh",
+        "-c",
+        'exec "$0" -u "$@"',
+        python,
+        agentPath,
+        "--state-dir",
+        stateDir,
+        "--workspace",
+        workspace,
+        ...(options.agentArgs ?? []),
+      ],
+      { stdin: true, signal: stopChannel.signal },
+    );
+    // Rejections surface through the channel; keep this one from going unhandled after an abort.
+    execution.result.catch(() => undefined);
+    const channel = new AgentChannel(execution, logger, label);
+    try {
+      const hello = await waitForHello(channel, options.startTimeoutMs ?? 60_000, signal);
+      logger.info(`${label} agent ${hello.version} up (python ${hello.python}, cleanup by ${hello.cleanup})`);
+      return new SupervisorClient(channel, stopChannel, hello, workspace, logger);
+    } catch (error) {
+      stopChannel.abort(new Error("supervisor start failed"));
+      await channel.shutdown(2_000);
+      throw error;
+    }
+  }
+
+  /** True once the agent channel has closed. */
+  get closed(): boolean {
+    return this.channel.closed;
+  }
+
+  /** Subscribes to agent events (service start/exit/ready/not-ready); returns the unsubscribe function. */
+  onEvent(listener: (event: AgentEvent) => void): () => void {
+    return this.channel.onEvent(listener);
+  }
+
+  /** Round trip to the agent; resolves with its hello facts. */
+  async ping(options: CallOptions = {}): Promise<AgentHello> {
+    return this.channel.request<AgentHello>("ping", {}, { signal: options.signal, timeoutMs: REPLY_MARGIN_MS });
+  }
+
+  // -- commands
+
+  /**
+   * Runs `command` in a guest login shell. Waits up to `timeoutMs`; a command still running then
+   * returns `{running: true, handle}` and keeps running.
+   */
+  async exec(command: string, options: ExecOptions = {}): Promise<ExecResult> {
+    if (typeof command !== "string" || command.trim() === "") {
+      throw new SupervisorError("INVALID_ARGUMENT", "the command is empty; pass a shell command", {
+        details: { key: "command" },
+      });
+    }
+    const timeoutMs = checkWait(options.timeoutMs, "timeoutMs");
+    const raw = await this.channel.request<RawExec>(
+      "exec",
+      {
+        command,
+        timeoutMs,
+        ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
+        ...(options.env === undefined ? {} : { env: options.env }),
+      },
+      { signal: options.signal, timeoutMs: timeoutMs + REPLY_MARGIN_MS },
+    );
+    return toExecResult(raw);
+  }
+
+  /** Waits up to `timeoutMs` for a command and returns only output not returned before. */
+  async execStatus(handle: string, options: WaitOptions = {}): Promise<ExecResult> {
+    const timeoutMs = checkWait(options.timeoutMs, "timeoutMs");
+    const raw = await this.channel.request<RawExec>(
+      "exec-status",
+      { handle, timeoutMs },
+      { signal: options.signal, timeoutMs: timeoutMs + REPLY_MARGIN_MS },
+    );
+    return toExecResult(raw);
+  }
+
+  /** Terminates the command's whole process group (SIGTERM, then SIGKILL after 2 s). */
+  async execKill(handle: string, options: CallOptions = {}): Promise<ExecKillResult> {
+    const raw = await this.channel.request<RawExec & { killed: boolean }>(
+      "exec-kill",
+      { handle },
+      { signal: options.signal, timeoutMs: REPLY_MARGIN_MS },
+    );
+    return {
+      handle: raw.handle,
+      killed: raw.killed,
+      running: raw.running,
+      ...(raw.exitCode === undefined ? {} : { exitCode: raw.exitCode }),
+      ...(raw.signal === undefined ? {} : { signal: raw.signal }),
+    };
+  }
+
+  // -- files
+
+  /** Reads a guest file exactly; fails with FILE_TOO_LARGE above `maxBytes` (default 16 MiB). */
+  async readFile(path: string, options: CallOptions & { maxBytes?: number } = {}): Promise<Buffer> {
+    checkAbsolute(path);
+    const maxBytes = options.maxBytes ?? 16 * 1024 * 1024;
+    if (!Number.isInteger(maxBytes) || maxBytes < 0 || maxBytes > MAX_READ_BYTES) {
+      throw new SupervisorError("INVALID_ARGUMENT", `maxBytes must be an integer from 0 to ${MAX_READ_BYTES}`, {
+        details: { key: "maxBytes", value: maxBytes },
+      });
+    }
+    const read = await readThroughAgent(this.channel, path, maxBytes, true, options.signal);
+    return read.data;
+  }
+
+  /** Reads a guest text file, capped at 64 KiB with the truncation marked in the text. */
+  async readText(path: string, options: CallOptions = {}): Promise<TextRead> {
+    checkAbsolute(path);
+    const cap = LIMITS.outputMaxBytes;
+    const read = await readThroughAgent(this.channel, path, cap, false, options.signal);
+    if (!read.truncated) return { content: read.data.toString("utf8"), truncated: false, sizeBytes: read.size };
+    const marker = `\n[... pi-sandbox: file is ${read.size} bytes; only the first part is shown ...]\n`;
+    const kept = cutUtf8(read.data, cap - Buffer.byteLength(marker) - 16);
+    return { content: kept.toString("utf8") + marker, truncated: true, sizeBytes: read.size };
+  }
+
+  /**
+   * Writes a guest file atomically (temp file, fsync, rename) after the guest verified the
+   * sha256. The parent directory must exist unless `createParents`. Capped at `maxBytes`
+   * (default 1 MiB, the product's write limit).
+   */
+  async writeFile(
+    path: string,
+    content: string | Buffer,
+    options: CallOptions & { maxBytes?: number; mode?: number; createParents?: boolean } = {},
+  ): Promise<WriteResult> {
+    checkAbsolute(path);
+    const data = typeof content === "string" ? Buffer.from(content, "utf8") : content;
+    const maxBytes = Math.min(options.maxBytes ?? LIMITS.writeMaxBytes, MAX_WRITE_BYTES);
+    if (data.length > maxBytes) {
+      throw new SupervisorError(
+        "FILE_TOO_LARGE",
+        `cannot write ${path}: ${data.length} bytes is more than the ${maxBytes} allowed; split the content or transfer an archive`,
+        { details: { path, sizeBytes: data.length, maxBytes } },
+      );
+    }
+    return writeThroughAgent(this.channel, path, data, options);
+  }
+
+  // -- guest config
+
+  /** Guest path of the editable config copy. */
+  get configPath(): string {
+    return `${this.workspace.replace(/\/+$/, "")}/${GUEST_CONFIG_NAME}`;
+  }
+
+  /** Reads and validates `<workspace>/.sandbox.yaml` from the guest. */
+  async readGuestConfig(options: CallOptions = {}): Promise<SandboxConfig> {
+    let text: string;
+    try {
+      const read = await readThroughAgent(
+        this.channel,
+        this.configPath,
+        LIMITS.yamlMaxBytes + 1,
+        false,
+        options.signal,
+      );
+      text = read.data.toString("utf8");
+    } catch (error) {
+      if (isSupervisorError(error, "FILE_NOT_FOUND")) {
+        throw new SupervisorError(
+          "CONFIG_NOT_FOUND",
+          `the guest has no ${this.configPath}; write one (write action) or recreate the instance`,
+          { cause: error, details: { path: this.configPath } },
+        );
+      }
+      throw error;
+    }
+    try {
+      return parseConfig(text, { sourcePath: this.configPath });
+    } catch (error) {
+      if (!isConfigError(error)) throw error;
+      throw new SupervisorError(
+        "CONFIG_INVALID",
+        `${error.message}\n${error.hint ?? `fix ${this.configPath} in the guest and try again`}`,
+        { cause: error, details: { path: this.configPath, issues: error.issues } },
+      );
+    }
+  }
+
+  /** The guest config, or undefined when it is missing or invalid (for status and stop). */
+  private async tryGuestConfig(signal: AbortSignal | undefined): Promise<SandboxConfig | undefined> {
+    try {
+      return await this.readGuestConfig({ signal });
+    } catch (error) {
+      if (isSupervisorError(error, "CONFIG_NOT_FOUND") || isSupervisorError(error, "CONFIG_INVALID")) {
+        this.logger.warn(`[supervisor] ${messageOf(error)}`);
+        return undefined;
+      }
+      throw error;
+    }
+  }
+
+  // -- services
+
+  /**
+   * Re-reads the guest YAML and starts every service that is not running, explicitly stopped
+   * ones included, in start order; never replaces a live process. Waits for readiness; services
+   * that fail it are listed in `failures` and keep running.
+   */
+  async ensureServices(options: ServiceOpOptions = {}): Promise<ServicesResult> {
+    const config = await this.readGuestConfig(options);
+    const { specs, failures } = buildServiceSpecs(guestServices(config), options.previewOrigins ?? {});
+    const raw = await this.channel.request<{
+      started: string[];
+      kept: string[];
+      failures: ServiceFailure[];
+      services: RawStatus[];
+    }>("service-ensure", { services: specs }, { signal: options.signal, timeoutMs: readinessBudget(specs) });
+    return {
+      services: mergeStatuses(raw.services, config),
+      started: raw.started,
+      kept: raw.kept,
+      stopped: [],
+      failures: [...failures, ...raw.failures],
+    };
+  }
+
+  /**
+   * Stops and starts services again with command, cwd, env and health re-read from the guest
+   * YAML, keeping each one's port. Without names: every declared service and every ad-hoc one.
+   */
+  async restartServices(names?: readonly string[], options: ServiceOpOptions = {}): Promise<ServicesResult> {
+    let config: SandboxConfig | undefined;
+    try {
+      config = await this.readGuestConfig(options);
+    } catch (error) {
+      if (!isSupervisorError(error, "CONFIG_NOT_FOUND")) throw error;
+    }
+    const declared = config ? guestServices(config) : [];
+    const known = (await this.agentStatus(undefined, options.signal)).services;
+    const targets = names ?? [...declared.map((s) => s.name), ...known.filter((s) => s.adhoc).map((s) => s.name)];
+    const items: (AgentServiceSpec | { name: string })[] = [];
+    const failures: ServiceFailure[] = [];
+    for (const name of targets) {
+      const service = declared.find((s) => s.name === name);
+      if (service) {
+        const built = buildServiceSpecs([service], options.previewOrigins ?? {});
+        items.push(...built.specs);
+        failures.push(...built.failures);
+      } else if (known.some((s) => s.name === name)) {
+        items.push({ name });
+      } else {
+        throw this.notFound(name, declared.map((s) => s.name));
+      }
+    }
+    const raw = await this.channel.request<{ restarted: string[]; failures: ServiceFailure[]; services: RawStatus[] }>(
+      "service-restart",
+      { services: items },
+      { signal: options.signal, timeoutMs: readinessBudget(items) + items.length * SERVICE_STOP_BUDGET_MS },
+    );
+    return {
+      services: mergeStatuses(raw.services, config),
+      started: raw.restarted,
+      kept: [],
+      stopped: [],
+      failures: [...failures, ...raw.failures],
+    };
+  }
+
+  /** Stops services (all without names); they stay stopped until ensure, restart or a reopen. */
+  async stopServices(names?: readonly string[], options: CallOptions = {}): Promise<ServicesResult> {
+    const config = await this.tryGuestConfig(options.signal);
+    if (names) {
+      const declared = config ? guestServices(config).map((s) => s.name) : [];
+      const known = (await this.agentStatus(undefined, options.signal)).services.map((s) => s.name);
+      for (const name of names) if (!declared.includes(name) && !known.includes(name)) throw this.notFound(name, declared);
+    }
+    const raw = await this.channel.request<{ stopped: string[]; services: RawStatus[] }>(
+      "service-stop",
+      names ? { names } : {},
+      { signal: options.signal, timeoutMs: SERVICE_STOP_BUDGET_MS + REPLY_MARGIN_MS },
+    );
+    return { services: mergeStatuses(raw.services, config), started: [], kept: [], stopped: raw.stopped, failures: [] };
+  }
+
+  /** State, pid, port, restarts, last exit and readiness of each service (all without names). */
+  async serviceStatus(names?: readonly string[], options: CallOptions = {}): Promise<ServiceStatus[]> {
+    const config = await this.tryGuestConfig(options.signal);
+    const all = mergeStatuses((await this.agentStatus(undefined, options.signal)).services, config);
+    if (!names) return all;
+    return names.map((name) => {
+      const found = all.find((s) => s.name === name);
+      if (!found) throw this.notFound(name, config ? guestServices(config).map((s) => s.name) : []);
+      return found;
+    });
+  }
+
+  /**
+   * Starts an ad-hoc supervised service (restarted like declared ones) and waits up to 60 s for
+   * readiness. Rejects a name the guest YAML declares. An ad-hoc service of the same name is
+   * replaced. Throws SERVICE_NOT_READY (the service keeps running) when it does not get ready.
+   */
+  async startService(spec: AdHocServiceSpec, options: CallOptions = {}): Promise<ServiceStatus> {
+    if (!isValidServiceName(spec.name)) {
+      throw new SupervisorError(
+        "INVALID_ARGUMENT",
+        `service name ${JSON.stringify(spec.name)} is not valid: use 1-32 of a-z, 0-9 and -, starting with a letter or digit`,
+        { details: { key: "name", value: spec.name } },
+      );
+    }
+    const config = await this.tryGuestConfig(options.signal);
+    if (config && Object.hasOwn(config.services, spec.name)) {
+      throw new SupervisorError(
+        "SERVICE_DECLARED",
+        `service ${spec.name} is declared in ${this.configPath}; use services restart for it, or pick another name`,
+        { details: { service: spec.name } },
+      );
+    }
+    const agentSpec: AgentServiceSpec = {
+      name: spec.name,
+      command: spec.command,
+      ...(spec.cwd === undefined ? {} : { cwd: spec.cwd }),
+      ...(spec.port === undefined ? {} : { port: spec.port }),
+      env: spec.env ?? {},
+      health: spec.health ?? { kind: "tcp" },
+      timeoutMs: LIMITS.adhocReadinessMs,
+      ...(spec.publicUrl === undefined ? {} : { publicUrl: spec.publicUrl }),
+      adhoc: true,
+    };
+    const raw = await this.channel.request<{ service: RawStatus; failures: ServiceFailure[] }>(
+      "service-start",
+      { service: agentSpec },
+      { signal: options.signal, timeoutMs: LIMITS.adhocReadinessMs + SERVICE_STOP_BUDGET_MS + REPLY_MARGIN_MS },
+    );
+    const status = raw.service as ServiceStatus;
+    const failure = raw.failures[0];
+    if (failure) {
+      throw new SupervisorError(failure.code, failure.message, {
+        details: { service: spec.name, logPath: failure.logPath, status },
+      });
+    }
+    return status;
+  }
+
+  /** The last `lines` (default 100, at most 500) lines of a service log. */
+  async logs(service: string, options: CallOptions & { lines?: number } = {}): Promise<LogTail> {
+    const lines = options.lines ?? LIMITS.logLinesDefault;
+    if (!Number.isInteger(lines) || lines < 1 || lines > LIMITS.logLinesMax) {
+      throw new SupervisorError("INVALID_ARGUMENT", `lines must be an integer from 1 to ${LIMITS.logLinesMax}`, {
+        details: { key: "lines", value: lines },
+      });
+    }
+    return this.channel.request<LogTail>(
+      "logs",
+      { service, lines },
+      { signal: options.signal, timeoutMs: REPLY_MARGIN_MS },
+    );
+  }
+
+  // -- setup and resume
+
+  /**
+   * Runs setup: the commands, then an executable `<workspace>/.agents/setup`, under one deadline
+   * (20 min). Afterwards every process the run left behind is stopped, detached ones included.
+   * A failing step is reported in the result (`ok: false`), not thrown.
+   */
+  async runSetup(options: SetupOptions = {}): Promise<SetupResult> {
+    const deadlineMs = checkWait(options.deadlineMs ?? LIMITS.setupDeadlineMs, "deadlineMs", LIMITS.setupDeadlineMs);
+    const commands = options.commands ?? (await this.tryGuestConfig(options.signal))?.setup ?? [];
+    const raw = await this.channel.request<RawExec & Omit<SetupResult, keyof ExecResult>>(
+      "run-setup",
+      { commands, deadlineMs },
+      {
+        signal: options.signal,
+        timeoutMs: deadlineMs + 2 * REPLY_MARGIN_MS,
+        onAbort: () => void this.channel.request("run-cancel", { kind: "setup" }).catch(() => undefined),
+      },
+    );
+    return {
+      ok: raw.ok,
+      handle: raw.handle,
+      exitCode: raw.exitCode ?? -1,
+      ...(raw.signal === undefined ? {} : { signal: raw.signal }),
+      timedOut: raw.timedOut,
+      steps: raw.steps,
+      output: raw.output ?? "",
+      truncatedBytes: raw.truncatedBytes ?? 0,
+      cleanup: raw.cleanup,
+      logPath: raw.logPath,
+      durationMs: raw.durationMs ?? 0,
+    };
+  }
+
+  /**
+   * Runs resume: the commands, then an executable `<workspace>/.agents/resume`. Waits up to
+   * `waitMs` (10 s); if still running it continues in the background and the result carries a
+   * handle for execStatus/execKill.
+   */
+  async runResume(options: ResumeOptions = {}): Promise<ResumeResult> {
+    const waitMs = checkWait(options.waitMs ?? LIMITS.resumeWaitMs, "waitMs");
+    const commands = options.commands ?? (await this.tryGuestConfig(options.signal))?.resume ?? [];
+    const raw = await this.channel.request<RawExec>(
+      "run-resume",
+      { commands, waitMs },
+      { signal: options.signal, timeoutMs: waitMs + REPLY_MARGIN_MS },
+    );
+    return { ...toExecResult(raw), steps: raw.steps ?? [] };
+  }
+
+  // -- lifecycle
+
+  /**
+   * Asks the agent to stop its services and commands and exit, then ends the channel (bounded:
+   * the exec is killed after 20 s). Idempotent.
+   */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      await this.channel.shutdown(20_000);
+      if (!this.channel.exitStatus) this.stopChannel.abort(new Error("supervisor closed"));
+    })();
+    return this.closing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  private async agentStatus(names: readonly string[] | undefined, signal: AbortSignal | undefined) {
+    return this.channel.request<{ services: RawStatus[] }>("service-status", names ? { names } : {}, {
+      signal,
+      timeoutMs: REPLY_MARGIN_MS,
+    });
+  }
+
+  private notFound(name: string, declared: readonly string[]): SupervisorError {
+    const list = declared.length ? `declared: ${declared.join(", ")}` : "none are declared";
+    return new SupervisorError(
+      "SERVICE_NOT_FOUND",
+      `no service named ${name} is declared in ${this.configPath} or running (${list}); check the name`,
+      { details: { service: name, declared } },
+    );
+  }
+}
+
+function readinessBudget(specs: readonly (AgentServiceSpec | { name: string })[]): number {
+  let longest: number = LIMITS.adhocReadinessMs;
+  for (const spec of specs) if ("timeoutMs" in spec) longest = Math.max(longest, spec.timeoutMs);
+  return longest + REPLY_MARGIN_MS;
+}
+
+/** Declared services in start order (not-started ones included), then every other known service. */
+function mergeStatuses(raw: readonly RawStatus[], config: SandboxConfig | undefined): ServiceStatus[] {
+  const byName = new Map(raw.map((s) => [s.name, s as ServiceStatus]));
+  const result: ServiceStatus[] = [];
+  if (config) {
+    for (const service of guestServices(config)) {
+      const live = byName.get(service.name);
+      byName.delete(service.name);
+      result.push(
+        live ?? {
+          name: service.name,
+          state: "not-started",
+          pid: null,
+          port: service.port ?? null,
+          restarts: 0,
+          lastExit: null,
+          readiness: { state: "pending", error: null, readyAt: null },
+          startedAt: null,
+          command: service.command,
+          cwd: service.cwd,
+          health: service.health,
+          adhoc: false,
+          logPath: null,
+        },
+      );
+    }
+  }
+  result.push(...byName.values());
+  return result;
+}
+
+async function installAgent(vm: GuestVm, agentPath: string, python: string, signal: AbortSignal | undefined) {
+  const source = await readAgentScript();
+  const dir = agentPath.replace(/\/[^/]*$/, "") || "/";
+  // One exec: check python, then write the script atomically. File ops are avoided on purpose:
+  // Gondolin serialises them behind execs, and this keeps install and launch on one path.
+  const script = [
+    'command -v "$0" >/dev/null 2>&1 || { echo "python3 ($0) not found in the guest" >&2; exit 127; }',
+    'mkdir -p "$1"',
+    'cat > "$2.tmp"',
+    'mv -f "$2.tmp" "$2"',
+  ].join(" && ");
+  const execution = vm.exec(["/bin/sh", "-c", script, python, dir, agentPath], { stdin: source, signal });
+  const stderr: Buffer[] = [];
+  execution.stdout.resume();
+  execution.stderr.on("data", (chunk: Buffer) => stderr.push(chunk));
+  const status = await execution.result;
+  const text = Buffer.concat(stderr).toString("utf8").trim();
+  if (status.exitCode === 127) {
+    throw new SupervisorError(
+      "GUEST_PYTHON_MISSING",
+      `the guest image has no ${python}; commands and services need it — use an image that includes python3`,
+      { details: { tool: python, stderr: text } },
+    );
+  }
+  if (status.exitCode !== 0) {
+    throw new SupervisorError(
+      "AGENT_START_FAILED",
+      `could not install the guest agent at ${agentPath} (exit ${status.exitCode}): ${text || "no output"}`,
+      { details: { exitCode: status.exitCode, stderr: text } },
+    );
+  }
+}
+
+async function waitForHello(channel: AgentChannel, timeoutMs: number, signal: AbortSignal | undefined) {
+  return new Promise<AgentHello>((resolve, reject) => {
+    const cleanups: (() => void)[] = [];
+    const done = (): void => cleanups.forEach((fn) => fn());
+    const timer = setTimeout(() => {
+      done();
+      reject(
+        new SupervisorError("AGENT_START_FAILED", `the guest agent did not start within ${timeoutMs} ms; ${tail(channel)}`, {
+          details: { timeoutMs, stderr: channel.stderr },
+        }),
+      );
+    }, timeoutMs);
+    cleanups.push(() => clearTimeout(timer));
+    cleanups.push(
+      channel.onEvent((event) => {
+        if (event.event === "hello") {
+          done();
+          const hello = event.data as unknown as AgentHello;
+          if (hello.protocol !== PROTOCOL_VERSION) {
+            reject(
+              new SupervisorError(
+                "AGENT_PROTOCOL",
+                `the guest agent speaks protocol ${hello.protocol}, this client ${PROTOCOL_VERSION}; reinstall matching packages`,
+                { details: { hello } },
+              ),
+            );
+          } else resolve(hello);
+        } else if (event.event === "fatal") {
+          done();
+          reject(
+            new SupervisorError("AGENT_START_FAILED", `the guest agent could not start: ${String(event.data.message)}`, {
+              details: event.data,
+            }),
+          );
+        }
+      }),
+    );
+    const onAbort = (): void => {
+      done();
+      reject(signal?.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+    cleanups.push(() => signal?.removeEventListener("abort", onAbort));
+    void channel.finished.then(() => {
+      done();
+      reject(
+        new SupervisorError("AGENT_START_FAILED", `the guest agent exited before it started; ${tail(channel)}`, {
+          details: { exitCode: channel.exitStatus?.exitCode, stderr: channel.stderr },
+        }),
+      );
+    });
+  });
+}
+
+function tail(channel: AgentChannel): string {
+  const text = channel.stderr.trim();
+  return text ? `its last output: ${text.slice(-500)}` : "it wrote nothing to stderr";
+}

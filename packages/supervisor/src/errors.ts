@@ -1,0 +1,133 @@
+/** Stable codes of every error this package raises. Callers switch on these. */
+export type SupervisorErrorCode =
+  /** The guest has no `python3`; commands and services need it (`details.tool`). */
+  | "GUEST_PYTHON_MISSING"
+  /** The agent could not be installed or did not say hello in time. */
+  | "AGENT_START_FAILED"
+  /** The agent channel closed (agent exited, VM closed, or `close()` was called). */
+  | "AGENT_CLOSED"
+  /** The agent sent something that is not the protocol, or answered with a different version. */
+  | "AGENT_PROTOCOL"
+  /** The agent did not answer a request in time (the guest may be overloaded or hung). */
+  | "AGENT_UNRESPONSIVE"
+  /** More requests in flight than the agent accepts; retry shortly. */
+  | "AGENT_BUSY"
+  /** A bug inside the agent while serving one request; the channel stays usable. */
+  | "AGENT_INTERNAL"
+  /** An argument is out of range or malformed (`details.key`). */
+  | "INVALID_ARGUMENT"
+  /** The working directory of a command does not exist in the guest. */
+  | "CWD_NOT_FOUND"
+  /** The guest could not start the command at all. */
+  | "EXEC_FAILED"
+  /** No command with this handle exists in this session. */
+  | "EXEC_HANDLE_NOT_FOUND"
+  /** The handle belonged to a completed command that was dropped to keep the newest 128. */
+  | "EXEC_HANDLE_EXPIRED"
+  /** The guest file does not exist. */
+  | "FILE_NOT_FOUND"
+  /** The path names a directory. */
+  | "FILE_IS_DIRECTORY"
+  /** The agent may not read or write the path. */
+  | "FILE_ACCESS_DENIED"
+  /** The parent directory of a write does not exist. */
+  | "FILE_PARENT_MISSING"
+  /** The file or the data is larger than the allowed size (`details.maxBytes`). */
+  | "FILE_TOO_LARGE"
+  /** The data that arrived does not match its sha256; nothing was written or returned. */
+  | "FILE_CHECKSUM_MISMATCH"
+  /** Another file-system error (`details.errno`). */
+  | "FILE_IO"
+  /** A chunked transfer expired or was never opened. */
+  | "TRANSFER_NOT_FOUND"
+  /** The guest `<workspace>/.sandbox.yaml` does not exist. */
+  | "CONFIG_NOT_FOUND"
+  /** The guest `<workspace>/.sandbox.yaml` is not valid (`cause` is the ConfigError). */
+  | "CONFIG_INVALID"
+  /** No service by that name is declared or running. */
+  | "SERVICE_NOT_FOUND"
+  /** An ad-hoc service-start used a name the guest YAML declares. */
+  | "SERVICE_DECLARED"
+  /** A service did not pass its readiness check in time; it keeps running and restarting. */
+  | "SERVICE_NOT_READY"
+  /** A `${services.NAME.publicURL}` reference has no preview origin to resolve to. */
+  | "SERVICE_REFERENCE_UNRESOLVED"
+  /** No free guest port was left to allocate. */
+  | "PORT_EXHAUSTED"
+  /** A setup run is already in progress in this guest. */
+  | "RUN_IN_PROGRESS";
+
+const brand = Symbol.for("pi-sandbox.SupervisorError");
+
+/** Options of a {@link SupervisorError}. */
+export interface SupervisorErrorOptions {
+  /** The underlying error, passed through untouched. */
+  cause?: unknown;
+  /** Structured, JSON-safe facts (service name, handle, path, log path, ...). */
+  details?: Record<string, unknown>;
+}
+
+/** The one error class of `@pi-sandbox/supervisor`; messages say what happened and what to do next. */
+export class SupervisorError extends Error {
+  /** Stable machine-readable code. */
+  readonly code: SupervisorErrorCode;
+  /** Structured facts about the failure. */
+  readonly details: Record<string, unknown>;
+
+  constructor(code: SupervisorErrorCode, message: string, options: SupervisorErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "SupervisorError";
+    this.code = code;
+    this.details = options.details ?? {};
+    Object.defineProperty(this, brand, { value: true });
+  }
+}
+
+/** True for a {@link SupervisorError}, also one from another installed copy of this package. */
+export function isSupervisorError(value: unknown, code?: SupervisorErrorCode): value is SupervisorError {
+  if (typeof value !== "object" || value === null || (value as Record<symbol, unknown>)[brand] !== true) return false;
+  return code === undefined || (value as SupervisorError).code === code;
+}
+
+const KNOWN_CODES = new Set<string>([
+  "GUEST_PYTHON_MISSING",
+  "AGENT_START_FAILED",
+  "AGENT_CLOSED",
+  "AGENT_PROTOCOL",
+  "AGENT_UNRESPONSIVE",
+  "AGENT_BUSY",
+  "AGENT_INTERNAL",
+  "INVALID_ARGUMENT",
+  "CWD_NOT_FOUND",
+  "EXEC_FAILED",
+  "EXEC_HANDLE_NOT_FOUND",
+  "EXEC_HANDLE_EXPIRED",
+  "FILE_NOT_FOUND",
+  "FILE_IS_DIRECTORY",
+  "FILE_ACCESS_DENIED",
+  "FILE_PARENT_MISSING",
+  "FILE_TOO_LARGE",
+  "FILE_CHECKSUM_MISMATCH",
+  "FILE_IO",
+  "TRANSFER_NOT_FOUND",
+  "CONFIG_NOT_FOUND",
+  "CONFIG_INVALID",
+  "SERVICE_NOT_FOUND",
+  "SERVICE_DECLARED",
+  "SERVICE_NOT_READY",
+  "SERVICE_REFERENCE_UNRESOLVED",
+  "PORT_EXHAUSTED",
+  "RUN_IN_PROGRESS",
+] satisfies SupervisorErrorCode[]);
+
+/** Maps an agent error code to ours; an unknown code (a newer agent) becomes AGENT_PROTOCOL. */
+export function codeFromAgent(code: unknown): SupervisorErrorCode {
+  if (typeof code === "string" && KNOWN_CODES.has(code)) return code as SupervisorErrorCode;
+  if (code === "UNKNOWN_OP") return "AGENT_PROTOCOL";
+  return "AGENT_INTERNAL";
+}
+
+/** The message of any thrown value. */
+export function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
