@@ -98,7 +98,7 @@ function referenceIssues(services: Record<string, Record<string, unknown>>, out:
           );
           continue;
         }
-        const target = services[to];
+        const target = Object.hasOwn(services, to) ? services[to] : undefined;
         if (!target) {
           add(`${path} refers to service ${to}, which is not declared under services; declare it or fix the name`);
           continue;

@@ -169,3 +169,16 @@ describe("resolvePublicUrlReferences", () => {
     ]);
   });
 });
+
+test("names of Object.prototype members are not mistaken for declared services", () => {
+  const error = rejection(services({ web: ["env:", "  A: ${services.constructor.publicURL}"] }));
+  expect(issueAt(error, "services.web.env.A").message).toContain(
+    "refers to service constructor, which is not declared",
+  );
+});
+
+test("a __proto__ key is an unknown key, not a prototype change", () => {
+  const error = rejection("version: 1\n__proto__: { profile: tiny }\n");
+  expect(error.issues.map((issue) => issue.path)).toEqual(["__proto__"]);
+  expect(({} as Record<string, unknown>).profile).toBeUndefined();
+});
