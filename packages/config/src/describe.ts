@@ -31,7 +31,6 @@ export function dottedPath(segments: readonly (string | number)[]): string {
 /** Wraps a path for a message: `services.web.port`. */
 export function quotePath(path: string): string {
   // Keys may hold any character; control characters are escaped so each issue stays on one line.
-  // eslint-disable-next-line no-control-regex
   const printable = path.replace(/[\u0000-\u001f\u007f\u2028\u2029]/g, (char) => JSON.stringify(char).slice(1, -1));
   return `\`${printable}\``;
 }
