@@ -1,1 +1,49 @@
-export const placeholder = 1;
+// Booting
+export { startVm, mapStartError, type StartVmOptions, type RunningVm, type StopResult, type VmSpec, type VmLogger } from "./boot.js";
+
+// The guest interface for upper layers
+export type {
+  GuestVm,
+  GuestExecOptions,
+  GuestExecution,
+  GuestExitStatus,
+  GuestRunResult,
+  GuestSshAccess,
+} from "./guest-vm.js";
+export { runInGuest } from "./exec-util.js";
+
+// Disks: instances, templates, checkpoints
+export {
+  DiskStore,
+  POINTER_FILE,
+  directoryAllocatedBytes,
+  type DiskInfo,
+  type DiskKind,
+  type DiskPointer,
+  type DiskRun,
+  type CheckpointResult,
+} from "./disk-store.js";
+export { QemuImg, mapQemuFailure, type QemuImageInfo, type QemuImgRunner } from "./qemu-img.js";
+
+// Images
+export { resolveImage, loadImageDir, type GuestImage, type RecordedImage } from "./image.js";
+
+// Host: accelerator and resources
+export {
+  probeHost,
+  chooseAccelerator,
+  checkResources,
+  checkDiskSize,
+  MAX_DISK_GIB,
+  MIN_MEMORY_GIB,
+  type Accelerator,
+  type AcceleratorChoice,
+  type HostFacts,
+  type VmResources,
+} from "./host.js";
+
+// QEMU process hygiene
+export { prepareQemuLauncher, reapStrayQemu, QEMU_PID_FILE, type QemuLauncher, type ReapResult } from "./qemu-process.js";
+
+// Errors
+export { VmError, isVmError, type VmErrorCode, type VmErrorOptions } from "./errors.js";

@@ -1,0 +1,422 @@
+import { randomBytes } from "node:crypto";
+import fsp from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import type { Duplex } from "node:stream";
+import type { VM, VMOptions } from "@earendil-works/gondolin";
+import { VmError, isVmError, messageOf } from "./errors.js";
+import { DiskStore, type CheckpointResult, type DiskRun } from "./disk-store.js";
+import { runInGuest } from "./exec-util.js";
+import { GondolinGuest } from "./gondolin-guest.js";
+import { gondolinCertDir, loadGondolin } from "./gondolin-loader.js";
+import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestVm } from "./guest-vm.js";
+import {
+  checkResources,
+  chooseAccelerator,
+  probeHost,
+  qemuMemory,
+  type AcceleratorChoice,
+  type HostFacts,
+  type VmResources,
+} from "./host.js";
+import { isAlive, waitFor } from "./process-util.js";
+import { prepareQemuLauncher, writeQemuPidRecord } from "./qemu-process.js";
+
+/** What booting needs from a sandbox config (`SandboxConfig` of `@pi-sandbox/config` fits). */
+export interface VmSpec {
+  /** CPUs and memory. */
+  resources: VmResources;
+  /** Disk size in GiB (used when the disk is created). */
+  diskGiB: number;
+  /** Absolute Gondolin assets directory; default: Gondolin's own lookup. Used when the disk is created. */
+  image?: string;
+  /** Egress policy. */
+  network: {
+    /** Host patterns the guest may reach over HTTP(S); empty = nothing outbound. */
+    allowedHosts: readonly string[];
+  };
+}
+
+/** A small injected logger; the package never prints. */
+export interface VmLogger {
+  /** Normal progress. */
+  info(message: string): void;
+  /** Something slow or degraded the user should know once (e.g. software emulation). */
+  warn(message: string): void;
+  /** Gondolin/QEMU debug output when `debug` is on. */
+  debug?(message: string): void;
+}
+
+/** Options of {@link startVm}. */
+export interface StartVmOptions {
+  /** Identity for logs and Gondolin's session label (e.g. the instance name). */
+  name: string;
+  /** The instance disk directory (created with {@link DiskStore}). */
+  diskDir: string;
+  /** Resources and network policy (disk size and image were fixed when the disk was created). */
+  spec: Pick<VmSpec, "resources" | "network">;
+  /**
+   * Directory for this package's runtime files shared by VMs: the QEMU wrapper (`bin/`), per-VM
+   * sockets (`run/`), Gondolin's session registry and MITM CA (`gondolin/`).
+   */
+  stateRoot: string;
+  /** Injected logger. */
+  logger?: VmLogger;
+  /** Cancels the boot (the VM is closed and the run discarded). */
+  signal?: AbortSignal;
+  /** Deadline for the guest to get ready, in ms (default 180000: TCG boots take 10-30 s). */
+  startTimeoutMs?: number;
+  /** Host facts (default: probed now). */
+  host?: HostFacts;
+  /** Force an accelerator (default: `PI_SANDBOX_ACCEL`, else chosen from the host). */
+  accelerator?: string;
+  /** Host patterns allowed to resolve to internal/private addresses (e.g. a host-side test server). */
+  allowedInternalHosts?: readonly string[];
+  /** Forward the guest console and Gondolin protocol debug to `logger.debug`. */
+  debug?: boolean;
+  /** The disk store to open the disk with (default: a new one). */
+  diskStore?: DiskStore;
+}
+
+/** How a stop went. */
+export interface StopResult extends CheckpointResult {
+  /** Milliseconds the guest took to sync and freeze its filesystem. */
+  syncMs: number;
+  /** Milliseconds to close QEMU. */
+  closeMs: number;
+  /** Total milliseconds. */
+  totalMs: number;
+}
+
+/** A booted VM on an instance disk. `stop()` checkpoints; `close()` discards the run. */
+export interface RunningVm extends GuestVm {
+  /** The disk directory. */
+  readonly diskDir: string;
+  /** Accelerator, machine and CPU model in use. */
+  readonly accelerator: AcceleratorChoice;
+  /** Notes for the user (e.g. software emulation), also sent to `logger.warn`. */
+  readonly warnings: readonly string[];
+  /** Milliseconds from `startVm` to the guest being ready. */
+  readonly bootMs: number;
+  /**
+   * Syncs and freezes the guest filesystem, closes QEMU, and makes the disk state current
+   * atomically. If the guest cannot confirm the sync (hung, exited), nothing is published: the
+   * previous checkpoint stays current and VM_CHECKPOINT_FAILED is thrown. Single-flight; not
+   * cancellable once begun (bounded by `syncTimeoutMs`).
+   */
+  stop(options?: { syncTimeoutMs?: number }): Promise<StopResult>;
+  /** Closes the VM WITHOUT a checkpoint: everything written since start is dropped. Idempotent. */
+  close(): Promise<void>;
+  /** Same as `close()`. */
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+const DEFAULT_START_TIMEOUT_MS = 180_000;
+const DEFAULT_SYNC_TIMEOUT_MS = 120_000;
+// `quiet` saves ~0.8 s of serial output per boot on TCG. The root device is Gondolin's default.
+const KERNEL_APPEND = "console=ttyS0 initramfs_async=1 quiet";
+// Flush everything, then freeze the root filesystem so nothing more reaches the disk before QEMU
+// goes; fsfreeze is optional (sync alone leaves a consistent, if not clean, file system).
+const QUIESCE_SCRIPT = "sync; if command -v fsfreeze >/dev/null 2>&1; then fsfreeze -f / 2>/dev/null || sync; fi; echo quiesced";
+const RESIZE_SCRIPT = [
+  "command -v resize2fs >/dev/null 2>&1 || exit 127",
+  "resize2fs /dev/vda 2>&1",
+].join("\n");
+/** Longest unix socket path we allow (the kernel's limit is 107 bytes). */
+const MAX_SOCKET_PATH = 100;
+
+/**
+ * Boots the instance disk in `diskDir`: checks resources and accelerator, locks the disk and
+ * starts a new run layer, launches QEMU through the parent-death wrapper with Gondolin, applies
+ * the network policy, and grows the guest filesystem on its first boot. A VM that fails to start
+ * is always closed and its run discarded.
+ */
+export async function startVm(options: StartVmOptions): Promise<RunningVm> {
+  const started = performance.now();
+  const { signal } = options;
+  signal?.throwIfAborted();
+  const logger = options.logger;
+  const host = options.host ?? probeHost();
+  checkResources(options.spec.resources, host);
+  const accelerator = chooseAccelerator(host, options.accelerator ?? process.env.PI_SANDBOX_ACCEL);
+  const warnings: string[] = [];
+  if (accelerator.warning) {
+    warnings.push(accelerator.warning);
+    logger?.warn(`[vm ${options.name}] ${accelerator.warning}`);
+  }
+  const launcher = await prepareQemuLauncher(path.join(options.stateRoot, "bin"), host.arch);
+  if (!launcher.diesWithParent) {
+    warnings.push("setpriv is unavailable: QEMU may outlive a killed owner until the next start reaps it");
+  }
+  const gondolin = await loadGondolin(options.stateRoot);
+  const store = options.diskStore ?? new DiskStore({ stateRoot: options.stateRoot });
+  const run = await store.openRun(options.diskDir, signal ? { signal } : {});
+  if (run.reapedPid !== undefined) {
+    logger?.warn(`[vm ${options.name}] killed a QEMU (pid ${run.reapedPid}) left behind by a previous owner`);
+  }
+  let vm: VM | undefined;
+  let guest: GondolinGuest | undefined;
+  let runtimeDir: string | undefined;
+  const cleanup = async () => {
+    await guest?.close().catch(() => undefined);
+    if (!guest) await vm?.close().catch(() => undefined);
+    if (runtimeDir) await fsp.rm(runtimeDir, { recursive: true, force: true }).catch(() => undefined);
+    await run.discard().catch(() => undefined);
+  };
+  try {
+    runtimeDir = await makeRuntimeDir(options.stateRoot);
+    const policy = gondolin.createHttpHooks({
+      allowedHosts: [...options.spec.network.allowedHosts],
+      ...(options.allowedInternalHosts ? { allowedInternalHosts: [...options.allowedInternalHosts] } : {}),
+    });
+    const image = run.image;
+    const vmOptions: VMOptions = {
+      sandbox: {
+        imagePath: image.dir ?? { kernelPath: image.kernelPath, initrdPath: image.initrdPath, rootfsPath: image.rootfsPath },
+        qemuPath: launcher.qemuPath,
+        rootDiskPath: run.layerPath,
+        rootDiskFormat: "qcow2",
+        rootDiskReadOnly: false,
+        rootDiskDeleteOnClose: false,
+        accel: accelerator.accel,
+        machineType: accelerator.machineType,
+        cpu: accelerator.cpu,
+        append: KERNEL_APPEND,
+        console: options.debug ? "stdio" : "none",
+        mitmCertDir: gondolinCertDir(options.stateRoot),
+        virtioSocketPath: path.join(runtimeDir, "ctl.sock"),
+        virtioFsSocketPath: path.join(runtimeDir, "fs.sock"),
+        virtioSshSocketPath: path.join(runtimeDir, "ssh.sock"),
+        virtioIngressSocketPath: path.join(runtimeDir, "ing.sock"),
+        netSocketPath: path.join(runtimeDir, "net.sock"),
+        ...(options.debug ? { debug: ["protocol"] as const } : {}),
+      },
+      memory: qemuMemory(options.spec.resources.memoryGiB),
+      cpus: options.spec.resources.cpus,
+      httpHooks: policy.httpHooks,
+      env: policy.env,
+      startTimeoutMs: options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS,
+      sessionLabel: `pi-sandbox ${options.name}`,
+      ...(options.debug && logger?.debug
+        ? { debugLog: (component: string, message: string) => logger.debug?.(`[vm ${options.name}] ${component}: ${message}`) }
+        : {}),
+    };
+    vm = await gondolin.VM.create(vmOptions);
+    await startWithSignal(vm, signal);
+    guest = new GondolinGuest(options.name, vm);
+    const pid = vm.getHostPid();
+    if (pid !== null) await writeQemuPidRecord(options.diskDir, pid);
+    let grown = run.pointer.grown;
+    if (!grown) {
+      await growFilesystem(guest, signal);
+      grown = true;
+    }
+    const bootMs = performance.now() - started;
+    logger?.info(`[vm ${options.name}] ready in ${Math.round(bootMs)} ms (${accelerator.accel})`);
+    return new BootedVm(options.name, guest, run, runtimeDir, accelerator, warnings, bootMs, grown);
+  } catch (error) {
+    await cleanup();
+    if (signal?.aborted) throw signal.reason;
+    throw mapStartError(error, options.diskDir);
+  }
+}
+
+async function startWithSignal(vm: VM, signal: AbortSignal | undefined): Promise<void> {
+  const starting = vm.start();
+  if (!signal) return starting;
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+  try {
+    await Promise.race([starting, aborted]);
+  } finally {
+    signal.removeEventListener("abort", onAbort!);
+    starting.catch(() => undefined);
+  }
+}
+
+async function growFilesystem(guest: GondolinGuest, signal: AbortSignal | undefined): Promise<void> {
+  const result = await runInGuest(guest, ["/bin/sh", "-c", RESIZE_SCRIPT], signal ? { signal } : {});
+  if (result.exitCode === 127) {
+    throw new VmError(
+      "VM_IMAGE_MISSING_TOOL",
+      "the guest image has no resize2fs, which growing the disk to diskGiB needs; use an image with e2fsprogs",
+      { details: { tool: "resize2fs", needs: "disk resize" } },
+    );
+  }
+  if (result.exitCode !== 0) {
+    throw new VmError("VM_START_FAILED", `growing the guest filesystem failed (resize2fs exit ${result.exitCode})`, {
+      details: { output: (result.stdout + result.stderr).trim() },
+    });
+  }
+}
+
+/** A per-VM directory for unix sockets, short enough for the 107-byte socket path limit. */
+async function makeRuntimeDir(stateRoot: string): Promise<string> {
+  const id = randomBytes(4).toString("hex");
+  const preferred = path.join(stateRoot, "run", id);
+  if (path.join(preferred, "ing.sock").length <= MAX_SOCKET_PATH) {
+    await fsp.mkdir(preferred, { recursive: true, mode: 0o700 });
+    return preferred;
+  }
+  return fsp.mkdtemp(path.join(os.tmpdir(), "pisb-"));
+}
+
+/** Turns Gondolin/QEMU start failures into typed errors; the raw text goes to details and cause. */
+export function mapStartError(error: unknown, diskDir: string): unknown {
+  if (isVmError(error)) return error;
+  const message = messageOf(error);
+  const code = (error as { code?: unknown }).code;
+  const details = { diskDir, reason: message };
+  if (code === "vm_start_timeout" || /startup timed out/.test(message)) {
+    return new VmError(
+      "VM_START_TIMEOUT",
+      "the guest did not get ready in time; the host may be overloaded (software emulation is slow) — retry, or raise the start timeout",
+      { cause: error, details },
+    );
+  }
+  if (/Failed to get "?\w+"? lock|Is another process using the image/.test(message)) {
+    return new VmError("VM_DISK_BUSY", `another QEMU is using the disk in ${diskDir}; stop that VM first`, {
+      cause: error,
+      details,
+    });
+  }
+  if (code === "ENOENT" && /qemu/i.test(message)) {
+    return new VmError("VM_QEMU_MISSING", "QEMU could not be executed; install qemu-system for this architecture", {
+      cause: error,
+      details,
+    });
+  }
+  const missing = /Could not open '([^']+)': No such file or directory/.exec(message);
+  if (missing) {
+    return new VmError("VM_IMAGE_NOT_FOUND", `QEMU could not open ${missing[1]}; restore it or recreate the instance`, {
+      cause: error,
+      details: { ...details, path: missing[1] },
+    });
+  }
+  return new VmError("VM_START_FAILED", `the VM failed to boot: ${firstLine(message)}`, { cause: error, details });
+}
+
+function firstLine(text: string): string {
+  return (text.split("\n").find((line) => line.trim() !== "") ?? text).slice(0, 300);
+}
+
+class BootedVm implements RunningVm {
+  private stopping: Promise<StopResult> | undefined;
+  private closing: Promise<void> | undefined;
+
+  constructor(
+    readonly name: string,
+    private readonly guest: GondolinGuest,
+    private readonly run: DiskRun,
+    private readonly runtimeDir: string,
+    readonly accelerator: AcceleratorChoice,
+    readonly warnings: readonly string[],
+    readonly bootMs: number,
+    private readonly grown: boolean,
+  ) {}
+
+  get diskDir(): string {
+    return this.run.dir;
+  }
+
+  get hostPid(): number | undefined {
+    return this.guest.hostPid;
+  }
+
+  get closed(): boolean {
+    return this.guest.closed || this.stopping !== undefined || this.closing !== undefined;
+  }
+
+  exec(command: string | readonly string[], options?: GuestExecOptions): GuestExecution {
+    return this.guest.exec(command, options);
+  }
+
+  readFile(file: string, options?: { signal?: AbortSignal }): Promise<Buffer> {
+    return this.guest.readFile(file, options);
+  }
+
+  writeFile(file: string, data: string | Buffer, options?: { signal?: AbortSignal }): Promise<void> {
+    return this.guest.writeFile(file, data, options);
+  }
+
+  connectTcp(port: number, options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<Duplex> {
+    return this.guest.connectTcp(port, options);
+  }
+
+  enableSsh(options?: { user?: string; signal?: AbortSignal }): Promise<GuestSshAccess> {
+    return this.guest.enableSsh(options);
+  }
+
+  stop(options: { syncTimeoutMs?: number } = {}): Promise<StopResult> {
+    if (this.closing) {
+      return Promise.reject(
+        new VmError("VM_CLOSED", `the VM ${this.name} was closed without a checkpoint`, { details: { name: this.name } }),
+      );
+    }
+    this.stopping ??= this.stopOnce(options.syncTimeoutMs ?? DEFAULT_SYNC_TIMEOUT_MS);
+    return this.stopping;
+  }
+
+  private async stopOnce(syncTimeoutMs: number): Promise<StopResult> {
+    const started = performance.now();
+    const pid = this.guest.hostPid;
+    let syncError: unknown;
+    if (this.guest.exitedByItself) {
+      syncError = new Error("QEMU exited by itself before the stop");
+    } else {
+      try {
+        const result = await runInGuest(this.guest, ["/bin/sh", "-c", QUIESCE_SCRIPT], {
+          signal: AbortSignal.timeout(syncTimeoutMs),
+        });
+        if (result.exitCode !== 0 || !result.stdout.includes("quiesced")) {
+          syncError = new Error(`guest sync exited with ${result.exitCode}: ${result.stderr.trim()}`);
+        }
+      } catch (error) {
+        syncError = error;
+      }
+    }
+    const syncMs = performance.now() - started;
+    const closeStarted = performance.now();
+    await this.guest.close().catch(() => undefined);
+    // Gondolin gives up waiting after 10 s; the checkpoint must never race a live QEMU.
+    if (pid !== undefined && !(await waitFor(() => !isAlive({ pid }), 15_000))) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+      await waitFor(() => !isAlive({ pid }), 5_000);
+    }
+    const closeMs = performance.now() - closeStarted;
+    await fsp.rm(this.runtimeDir, { recursive: true, force: true }).catch(() => undefined);
+    if (syncError !== undefined) {
+      await this.run.discard().catch(() => undefined);
+      throw new VmError(
+        "VM_CHECKPOINT_FAILED",
+        `the guest of ${this.name} did not confirm that its disk was synced, so nothing since the start was saved; the previous checkpoint is still current`,
+        { cause: syncError, details: { name: this.name, reason: messageOf(syncError) } },
+      );
+    }
+    const checkpoint = await this.run.checkpoint({ grown: this.grown });
+    return { ...checkpoint, syncMs, closeMs, totalMs: performance.now() - started };
+  }
+
+  close(): Promise<void> {
+    if (this.stopping) return this.stopping.then(() => undefined, () => undefined);
+    this.closing ??= (async () => {
+      const pid = this.guest.hostPid;
+      await this.guest.close().catch(() => undefined);
+      if (pid !== undefined) await waitFor(() => !isAlive({ pid }), 15_000);
+      await fsp.rm(this.runtimeDir, { recursive: true, force: true }).catch(() => undefined);
+      await this.run.discard();
+    })();
+    return this.closing;
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}

@@ -1,0 +1,81 @@
+/** Stable codes of every error this package raises. Callers switch on these. */
+export type VmErrorCode =
+  /** The guest image directory (or one of its kernel/initramfs/rootfs files) is missing or unreadable. */
+  | "VM_IMAGE_NOT_FOUND"
+  /** The image file a disk was created from changed since; the disk cannot be booted safely. */
+  | "VM_IMAGE_CHANGED"
+  /** The guest image lacks a tool an operation needs (`details.tool`: resize2fs, sshd, sandboxssh, ...). */
+  | "VM_IMAGE_MISSING_TOOL"
+  /** More CPUs, memory or disk than the host can honour, or a value outside the allowed range. */
+  | "VM_RESOURCES_UNSUPPORTED"
+  /** Another process (or VM) holds the disk. */
+  | "VM_DISK_BUSY"
+  /** No disk exists in the given directory. */
+  | "VM_DISK_NOT_FOUND"
+  /** A disk already exists where a new one was to be created. */
+  | "VM_DISK_EXISTS"
+  /** The disk's files are damaged or inconsistent (pointer names a missing layer, bad qcow2, ...). */
+  | "VM_DISK_CORRUPT"
+  /** A disk operation (qemu-img, file system) failed for another reason. */
+  | "VM_DISK_FAILED"
+  /** `qemu-system-*` or `qemu-img` is not installed or not on PATH. */
+  | "VM_QEMU_MISSING"
+  /** QEMU started but the guest did not get ready in time. */
+  | "VM_START_TIMEOUT"
+  /** QEMU or the guest failed while booting. */
+  | "VM_START_FAILED"
+  /** The stop could not write a new checkpoint; the previous one is still current. */
+  | "VM_CHECKPOINT_FAILED"
+  /** The VM is closed (or exited by itself); nothing more can run in it. */
+  | "VM_CLOSED"
+  /** A guest command could not be run (the guest refused or lost it). */
+  | "VM_EXEC_FAILED"
+  /** A guest file could not be found. */
+  | "VM_FILE_NOT_FOUND"
+  /** A guest file read or write failed for another reason. */
+  | "VM_FILE_FAILED"
+  /** Nothing accepted the TCP connection on the guest port (refused or timed out). */
+  | "VM_TCP_CONNECT_FAILED"
+  /** SSH access could not be enabled. */
+  | "VM_SSH_FAILED"
+  /** The operation is not available on this implementation (e.g. SSH on the local fake). */
+  | "VM_UNSUPPORTED"
+  /** Gondolin's internals this package relies on changed shape; pin the supported Gondolin version. */
+  | "VM_GONDOLIN_INCOMPATIBLE";
+
+const brand = Symbol.for("pi-sandbox.VmError");
+
+/** Options of a {@link VmError}. */
+export interface VmErrorOptions {
+  /** The underlying error (often a raw QEMU or Gondolin error), passed through untouched. */
+  cause?: unknown;
+  /** Structured facts for programs (paths, sizes, raw QEMU output, ...). */
+  details?: Record<string, unknown>;
+}
+
+/** The one error class of `@pi-sandbox/vm`; messages say what happened and what to do next. */
+export class VmError extends Error {
+  /** Stable machine-readable code. */
+  readonly code: VmErrorCode;
+  /** Structured facts about the failure. */
+  readonly details: Record<string, unknown>;
+
+  constructor(code: VmErrorCode, message: string, options: VmErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "VmError";
+    this.code = code;
+    this.details = options.details ?? {};
+    Object.defineProperty(this, brand, { value: true });
+  }
+}
+
+/** True for a {@link VmError}, also one from another installed copy of this package. */
+export function isVmError(value: unknown, code?: VmErrorCode): value is VmError {
+  if (typeof value !== "object" || value === null || (value as Record<symbol, unknown>)[brand] !== true) return false;
+  return code === undefined || (value as VmError).code === code;
+}
+
+/** The message of any thrown value. */
+export function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,301 @@
+import { randomBytes } from "node:crypto";
+import { Writable, type Duplex } from "node:stream";
+import type { VM } from "@earendil-works/gondolin";
+import { VmError, messageOf } from "./errors.js";
+import { failedExecution, signalName } from "./exec-util.js";
+import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestVm } from "./guest-vm.js";
+
+/** Environment variable that tags every process of a cancellable exec (and its descendants). */
+export const EXEC_TOKEN_ENV = "PI_SANDBOX_EXEC_TOKEN";
+
+// Kills every guest process whose environment carries the token: the command and whatever it
+// spawned, even children that started their own session. Gondolin's protocol has no "kill exec"
+// message, so this is how an AbortSignal reaches the guest.
+const KILL_BY_TOKEN_SCRIPT = [
+  `t="${EXEC_TOKEN_ENV}=$1"`,
+  `for d in /proc/[0-9]*; do`,
+  `  p="\${d#/proc/}"`,
+  `  [ "$p" = "$$" ] && continue`,
+  `  if tr '\\0' '\\n' < "$d/environ" 2>/dev/null | grep -qxF "$t"; then kill -KILL "$p" 2>/dev/null; fi`,
+  `done`,
+  `exit 0`,
+].join("\n");
+
+/** The private Gondolin server methods `connectTcp` relies on (checked at call time). */
+interface IngressCapableServer {
+  openIngressStream(target: { host: string; port: number; timeoutMs?: number }): Promise<Duplex>;
+}
+
+function ingressServerOf(vm: VM): IngressCapableServer {
+  const server = (vm as unknown as { server?: unknown }).server as Partial<IngressCapableServer> | null | undefined;
+  if (!server || typeof server.openIngressStream !== "function") {
+    throw new VmError(
+      "VM_GONDOLIN_INCOMPATIBLE",
+      "this Gondolin version no longer exposes the ingress stream connector that connectTcp uses; install the Gondolin version @pi-sandbox/vm was built for (0.12.x)",
+      { details: { missing: "VM.server.openIngressStream" } },
+    );
+  }
+  return server as IngressCapableServer;
+}
+
+/** Maps a Gondolin file-operation error. */
+function mapFileError(error: unknown, path: string, action: string, signal?: AbortSignal): unknown {
+  if (signal?.aborted) return signal.reason;
+  if (error instanceof VmError) return error;
+  const message = messageOf(error);
+  if (/ENOENT|no such file/i.test(message)) {
+    return new VmError("VM_FILE_NOT_FOUND", `${path} does not exist in the guest`, { cause: error, details: { path } });
+  }
+  return new VmError("VM_FILE_FAILED", `${action} ${path} in the guest failed: ${message}`, {
+    cause: error,
+    details: { path, reason: message },
+  });
+}
+
+/**
+ * {@link GuestVm} over a started Gondolin VM. Owns nothing on disk: `boot.ts` wraps it with the
+ * disk run and the stop/checkpoint logic.
+ */
+export class GondolinGuest implements GuestVm {
+  private closing: Promise<void> | undefined;
+  private exited = false;
+  private fileQueue: Promise<unknown> = Promise.resolve();
+  private readonly pendingKills = new Set<Promise<unknown>>();
+
+  constructor(
+    readonly name: string,
+    private readonly vm: VM,
+  ) {
+    const server = (vm as unknown as { server?: { on?: (event: string, listener: () => void) => void } }).server;
+    server?.on?.("exit", () => {
+      this.exited = true;
+    });
+  }
+
+  /** The wrapped Gondolin VM (for this package only). */
+  get gondolin(): VM {
+    return this.vm;
+  }
+
+  get hostPid(): number | undefined {
+    return this.vm.getHostPid() ?? undefined;
+  }
+
+  get closed(): boolean {
+    return this.closing !== undefined || this.exited;
+  }
+
+  /** Whether QEMU exited without being asked to. */
+  get exitedByItself(): boolean {
+    return this.exited && this.closing === undefined;
+  }
+
+  exec(command: string | readonly string[], options: GuestExecOptions = {}): GuestExecution {
+    const { signal } = options;
+    if (this.closed) return failedExecution(this.closedError());
+    if (signal?.aborted) return failedExecution(signal.reason);
+    const argv = typeof command === "string" ? ["/bin/sh", "-lc", command] : [...command];
+    if (argv.length === 0) return failedExecution(new VmError("VM_EXEC_FAILED", "the command is empty"));
+    const token = signal ? randomBytes(8).toString("hex") : undefined;
+    const env = { ...(options.env ?? {}), ...(token ? { [EXEC_TOKEN_ENV]: token } : {}) };
+    const proc = this.vm.exec(argv, {
+      env,
+      ...(options.cwd !== undefined ? { cwd: options.cwd } : {}),
+      stdin: options.stdin ?? false,
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const stdout = proc.stdout;
+    const stderr = proc.stderr;
+    if (!stdout || !stderr) return failedExecution(new VmError("VM_EXEC_FAILED", "Gondolin returned no output pipes"));
+    const stdin =
+      options.stdin === true
+        ? new Writable({
+            write(chunk: Buffer, _encoding, callback) {
+              try {
+                proc.write(chunk);
+                callback();
+              } catch (error) {
+                callback(error as Error);
+              }
+            },
+            final(callback) {
+              try {
+                proc.end();
+                callback();
+              } catch (error) {
+                callback(error as Error);
+              }
+            },
+          })
+        : null;
+    const settled = proc.result.then(
+      (result) => ({
+        exitCode: result.exitCode,
+        ...(signalName(result.signal) ? { signal: signalName(result.signal)! } : {}),
+      }),
+      (error: unknown) => {
+        throw this.mapExecError(error);
+      },
+    );
+    let result = settled;
+    if (signal && token) {
+      let onAbort: (() => void) | undefined;
+      const aborted = new Promise<never>((_, reject) => {
+        onAbort = () => {
+          this.killByToken(token);
+          reject(signal.reason);
+        };
+        signal.addEventListener("abort", onAbort, { once: true });
+      });
+      result = Promise.race([settled, aborted]).finally(() => signal.removeEventListener("abort", onAbort!));
+    }
+    // Callers may only read the streams; an unobserved rejection must not crash the process.
+    result.catch(() => undefined);
+    return { stdin, stdout, stderr, result };
+  }
+
+  private killByToken(token: string): void {
+    if (this.closed) return;
+    const kill = this.vm
+      .exec(["/bin/sh", "-c", KILL_BY_TOKEN_SCRIPT, "sh", token])
+      .result.catch(() => undefined)
+      .finally(() => this.pendingKills.delete(kill));
+    this.pendingKills.add(kill);
+  }
+
+  readFile(path: string, options: { signal?: AbortSignal } = {}): Promise<Buffer> {
+    return this.serialised(async () => {
+      if (this.closed) throw this.closedError();
+      options.signal?.throwIfAborted();
+      try {
+        return await this.vm.fs.readFile(path, options.signal ? { signal: options.signal } : {});
+      } catch (error) {
+        throw mapFileError(error, path, "reading", options.signal);
+      }
+    });
+  }
+
+  writeFile(path: string, data: string | Buffer, options: { signal?: AbortSignal } = {}): Promise<void> {
+    return this.serialised(async () => {
+      if (this.closed) throw this.closedError();
+      options.signal?.throwIfAborted();
+      try {
+        await this.vm.fs.writeFile(path, data, options.signal ? { signal: options.signal } : {});
+      } catch (error) {
+        throw mapFileError(error, path, "writing", options.signal);
+      }
+    });
+  }
+
+  /** Gondolin can hang on concurrent file writes (upstream #137): run file operations one at a time. */
+  private serialised<T>(task: () => Promise<T>): Promise<T> {
+    const run = this.fileQueue.then(task, task);
+    this.fileQueue = run.catch(() => undefined);
+    return run;
+  }
+
+  async connectTcp(port: number, options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<Duplex> {
+    const { signal } = options;
+    signal?.throwIfAborted();
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      throw new VmError("VM_TCP_CONNECT_FAILED", `guest port ${port} is not a valid TCP port (1-65535)`, {
+        details: { port },
+      });
+    }
+    if (this.closed) throw this.closedError();
+    const server = ingressServerOf(this.vm);
+    const timeoutMs = options.timeoutMs ?? 5000;
+    const attempt = server.openIngressStream({ host: "127.0.0.1", port, timeoutMs });
+    let onAbort: (() => void) | undefined;
+    const aborted = new Promise<never>((_, reject) => {
+      if (!signal) return;
+      onAbort = () => reject(signal.reason);
+      signal.addEventListener("abort", onAbort, { once: true });
+    });
+    try {
+      return await Promise.race([attempt, aborted]);
+    } catch (error) {
+      // A stream that arrives after we gave up must not leak.
+      attempt.then((stream) => stream.destroy()).catch(() => undefined);
+      if (signal?.aborted) throw signal.reason;
+      if (this.closed) throw this.closedError();
+      throw new VmError(
+        "VM_TCP_CONNECT_FAILED",
+        `nothing accepted a connection on guest port ${port} (${messageOf(error)}); is the service listening on 127.0.0.1:${port} in the guest?`,
+        { cause: error, details: { port, reason: messageOf(error) } },
+      );
+    } finally {
+      if (onAbort) signal?.removeEventListener("abort", onAbort);
+    }
+  }
+
+  async enableSsh(options: { user?: string; signal?: AbortSignal } = {}): Promise<GuestSshAccess> {
+    options.signal?.throwIfAborted();
+    if (this.closed) throw this.closedError();
+    const user = options.user ?? "root";
+    let access: Awaited<ReturnType<VM["enableSsh"]>>;
+    try {
+      access = await this.vm.enableSsh({ user });
+    } catch (error) {
+      const message = messageOf(error);
+      const tool = /sshd not/.test(message) ? "sshd" : /sandboxssh not/.test(message) ? "sandboxssh" : undefined;
+      if (tool) {
+        throw new VmError(
+          "VM_IMAGE_MISSING_TOOL",
+          `the guest image has no ${tool}, which the terminal needs; use an image with OpenSSH server and Gondolin's sandboxssh`,
+          { cause: error, details: { tool, needs: "ssh" } },
+        );
+      }
+      const hint = /ssh-keygen/.test(message)
+        ? "install the OpenSSH client on the host (ssh-keygen)"
+        : /does not exist/.test(message)
+          ? `create the user ${user} in the guest first`
+          : "check that sshd can start in the guest";
+      throw new VmError("VM_SSH_FAILED", `SSH into the guest could not be enabled: ${message}; ${hint}`, {
+        cause: error,
+        details: { user, reason: message },
+      });
+    }
+    if (options.signal?.aborted) {
+      await access.close();
+      throw options.signal.reason;
+    }
+    return { command: access.command, port: access.port, user: access.user, close: () => access.close() };
+  }
+
+  /** Closes the Gondolin VM (QEMU gets SIGTERM, then SIGKILL after 3 s). Idempotent. */
+  close(): Promise<void> {
+    if (!this.closing) {
+      this.closing = (async () => {
+        await Promise.allSettled([...this.pendingKills]);
+        await this.vm.close();
+      })();
+    }
+    return this.closing;
+  }
+
+  private closedError(): VmError {
+    return new VmError(
+      "VM_CLOSED",
+      this.exitedByItself
+        ? `the VM ${this.name} exited unexpectedly; start it again`
+        : `the VM ${this.name} is closed; start it again`,
+      { details: { name: this.name } },
+    );
+  }
+
+  private mapExecError(error: unknown): unknown {
+    if (error instanceof VmError) return error;
+    if (this.closed || /sandbox (connection|exited|is not running|stopped)|connection (closed|is not available)/i.test(messageOf(error))) {
+      return new VmError("VM_CLOSED", `the VM ${this.name} closed while a command ran`, {
+        cause: error,
+        details: { name: this.name, reason: messageOf(error) },
+      });
+    }
+    return new VmError("VM_EXEC_FAILED", `the guest could not run the command: ${messageOf(error)}`, {
+      cause: error,
+      details: { reason: messageOf(error) },
+    });
+  }
+}

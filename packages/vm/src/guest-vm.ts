@@ -1,0 +1,79 @@
+import type { Duplex, Readable, Writable } from "node:stream";
+
+/** Options for one command run in the guest. */
+export interface GuestExecOptions {
+  /** Absolute guest working directory; default the guest's `/`. */
+  cwd?: string;
+  /** Extra environment, merged over the guest's init environment. */
+  env?: Record<string, string>;
+  /** `true` opens `stdin` for writing; a string/Buffer is written and closed. Default: no stdin. */
+  stdin?: boolean | string | Buffer;
+  /** Aborting kills the guest process and rejects `result` with `signal.reason`. */
+  signal?: AbortSignal;
+}
+
+/** How a guest command ended. */
+export interface GuestExitStatus {
+  /** Exit code; 128+n when killed by signal n. */
+  exitCode: number;
+  /** Signal name when the process was killed by one. */
+  signal?: string;
+}
+
+/** A running guest command with streaming I/O. */
+export interface GuestExecution {
+  /** Writable stdin when `stdin: true` was requested, else `null`. */
+  readonly stdin: Writable | null;
+  /** Guest stdout as it arrives. Consume it, or it back-pressures the guest. */
+  readonly stdout: Readable;
+  /** Guest stderr as it arrives. */
+  readonly stderr: Readable;
+  /** Settles when the command exits; a non-zero exit resolves, it does not reject. */
+  readonly result: Promise<GuestExitStatus>;
+}
+
+/** Collected output of a finished command (see `runInGuest`). */
+export interface GuestRunResult extends GuestExitStatus {
+  stdout: string;
+  stderr: string;
+}
+
+/** A temporary SSH endpoint into the guest. */
+export interface GuestSshAccess {
+  /** Ready-to-run `ssh …` command for a terminal on the host. */
+  readonly command: string;
+  /** Host port of the forwarder on 127.0.0.1. */
+  readonly port: number;
+  /** Guest user the key is authorised for. */
+  readonly user: string;
+  /** Stops the forwarder and cuts its sessions. */
+  close(): Promise<void>;
+}
+
+/**
+ * The narrow view of a booted guest that layers above `vm` use. Implemented over Gondolin by
+ * `bootVm`, and by the fakes in `@pi-sandbox/vm/testing`.
+ */
+export interface GuestVm {
+  /** Identity for logs, e.g. the instance name. */
+  readonly name: string;
+  /** Runs `command` (a string goes through `/bin/sh -lc`; an array runs directly, absolute path first). */
+  exec(command: string | readonly string[], options?: GuestExecOptions): GuestExecution;
+  /**
+   * Reads a guest file. Gondolin serialises file operations behind every in-flight exec: do not
+   * call this while a long-lived exec (such as the supervisor's channel) is open.
+   */
+  readFile(path: string, options?: { signal?: AbortSignal }): Promise<Buffer>;
+  /** Writes a guest file (parent must exist). Same exec-idle caveat as `readFile`. */
+  writeFile(path: string, data: string | Buffer, options?: { signal?: AbortSignal }): Promise<void>;
+  /** Opens a raw TCP stream to `127.0.0.1:port` inside the guest (no guest network stack involved). */
+  connectTcp(port: number, options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<Duplex>;
+  /** Starts sshd in the guest and a host forwarder; returns the command a user runs. */
+  enableSsh(options?: { user?: string; signal?: AbortSignal }): Promise<GuestSshAccess>;
+  /** PID of the host QEMU process, when one runs. */
+  readonly hostPid: number | undefined;
+  /** Whether `close()` has begun or the VM exited by itself. */
+  readonly closed: boolean;
+  /** Syncs nothing: callers that keep the disk must flush first (see the vm package's stop). Idempotent. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,153 @@
+import { execFile } from "node:child_process";
+import { VmError, messageOf } from "./errors.js";
+import { findExecutable } from "./host.js";
+
+/** What `qemu-img info --output=json` tells about one image (the fields we use). */
+export interface QemuImageInfo {
+  /** Guest-visible size in bytes. */
+  virtualSize: number;
+  /** `qcow2`, `raw`, ... */
+  format: string;
+  /** The backing file name as stored in the header (may be relative). */
+  backingFilename?: string;
+  /** The backing file resolved by QEMU. */
+  fullBackingFilename?: string;
+  /** Bytes the file occupies on the host. */
+  actualSize: number;
+}
+
+/** A `qemu-img` invocation; injectable for tests. */
+export type QemuImgRunner = (args: readonly string[], options?: { signal?: AbortSignal }) => Promise<string>;
+
+/** Maps a failed qemu-img or QEMU run to a {@link VmError}: never a raw QEMU message on its own. */
+export function mapQemuFailure(stderr: string, context: { action: string; path?: string }, cause?: unknown): VmError {
+  const text = stderr.trim();
+  const details: Record<string, unknown> = { qemuOutput: text, ...(context.path ? { path: context.path } : {}) };
+  if (/Failed to get "?\w+"? lock|Is another process using the image/i.test(text)) {
+    return new VmError(
+      "VM_DISK_BUSY",
+      `${context.action}: the disk${context.path ? ` ${context.path}` : ""} is in use by another QEMU process; stop the VM using it first`,
+      { cause, details },
+    );
+  }
+  const missing = /Could not open '([^']+)': No such file or directory/.exec(text);
+  if (missing) {
+    return new VmError(
+      "VM_DISK_NOT_FOUND",
+      `${context.action}: ${missing[1]} does not exist; the disk or the image it was created from is gone`,
+      { cause, details: { ...details, missingPath: missing[1] } },
+    );
+  }
+  if (/Image is not in qcow2 format|Could not read qcow2 header|Image is corrupt|qcow2: Marking image as corrupt/i.test(text)) {
+    return new VmError(
+      "VM_DISK_CORRUPT",
+      `${context.action}: the disk file${context.path ? ` ${context.path}` : ""} is damaged; restore it from a template or destroy and recreate the instance`,
+      { cause, details },
+    );
+  }
+  return new VmError(
+    "VM_DISK_FAILED",
+    `${context.action} failed${text ? `: ${firstLine(text)}` : ""}; see details.qemuOutput`,
+    { cause, details },
+  );
+}
+
+function firstLine(text: string): string {
+  const line = text.split("\n").find((l) => l.trim() !== "") ?? text;
+  return line.replace(/^qemu-img: /, "").slice(0, 300);
+}
+
+/** The default runner: the `qemu-img` on PATH. */
+export function defaultQemuImgRunner(): QemuImgRunner {
+  return (args, options = {}) =>
+    new Promise((resolve, reject) => {
+      const binary = findExecutable("qemu-img");
+      if (!binary) {
+        reject(
+          new VmError("VM_QEMU_MISSING", "qemu-img is not installed or not on PATH; install QEMU (e.g. apt-get install qemu-utils)", {
+            details: { tool: "qemu-img" },
+          }),
+        );
+        return;
+      }
+      // Under setpriv the tool dies with this process: a SIGKILLed owner never leaves a qemu-img
+      // writing into a layer that the next owner of the disk is about to open.
+      const setpriv = process.platform === "linux" ? findExecutable("setpriv") : undefined;
+      const [file, argv] = setpriv ? [setpriv, ["--pdeathsig", "KILL", binary, ...args]] : [binary, [...args]];
+      execFile(
+        file,
+        argv,
+        { signal: options.signal, maxBuffer: 16 * 1024 * 1024, encoding: "utf8", env: { ...process.env, LC_ALL: "C" } },
+        (error, stdout, stderr) => {
+          if (error) {
+            if (options.signal?.aborted) {
+              reject(options.signal.reason);
+              return;
+            }
+            Object.assign(error, { stderr });
+            reject(error);
+            return;
+          }
+          resolve(stdout);
+        },
+      );
+    });
+}
+
+/** Thin typed wrapper over the qemu-img operations the disk store uses. */
+export class QemuImg {
+  constructor(private readonly run: QemuImgRunner = defaultQemuImgRunner()) {}
+
+  private async call(args: readonly string[], context: { action: string; path?: string }, signal?: AbortSignal) {
+    try {
+      return await this.run(args, { signal });
+    } catch (error) {
+      if (signal?.aborted && error === signal.reason) throw error;
+      if (error instanceof VmError) throw error;
+      const stderr = String((error as { stderr?: unknown }).stderr ?? messageOf(error));
+      throw mapQemuFailure(stderr, context, error);
+    }
+  }
+
+  /**
+   * Creates a qcow2 overlay `file` over `backing` (stored as given: pass a bare file name for a
+   * backing file in the same directory). `sizeBytes` sets the virtual size; default: the backing's.
+   */
+  async createOverlay(
+    file: string,
+    backing: string,
+    backingFormat: "qcow2" | "raw",
+    sizeBytes?: number,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const args = ["create", "-q", "-f", "qcow2", "-b", backing, "-F", backingFormat, file];
+    if (sizeBytes !== undefined) args.push(String(sizeBytes));
+    await this.call(args, { action: "creating a disk layer", path: file }, signal);
+  }
+
+  /** Reads an image header. `shared` reads even while a running QEMU holds the image. */
+  async info(file: string, options: { shared?: boolean; signal?: AbortSignal } = {}): Promise<QemuImageInfo> {
+    const args = ["info", "--output=json"];
+    if (options.shared) args.push("-U");
+    args.push(file);
+    const out = await this.call(args, { action: "reading a disk layer", path: file }, options.signal);
+    const raw = JSON.parse(out) as Record<string, unknown>;
+    return {
+      virtualSize: Number(raw["virtual-size"]),
+      format: String(raw["format"]),
+      backingFilename: raw["backing-filename"] as string | undefined,
+      fullBackingFilename: raw["full-backing-filename"] as string | undefined,
+      actualSize: Number(raw["actual-size"] ?? 0),
+    };
+  }
+
+  /** Writes the clusters of `top` into its backing file, leaving `top` untouched (`-d`). */
+  async commitIntoBacking(top: string, signal?: AbortSignal): Promise<void> {
+    await this.call(["commit", "-q", "-d", "-f", "qcow2", top], { action: "merging a disk layer", path: top }, signal);
+  }
+
+  /** Checks an image's metadata; resolves to the tool's report, rejects when it finds corruption. */
+  async check(file: string, signal?: AbortSignal): Promise<string> {
+    return this.call(["check", "-q", "-f", "qcow2", file], { action: "checking a disk layer", path: file }, signal);
+  }
+}

@@ -1,0 +1,287 @@
+import fs from "node:fs";
+import fsp from "node:fs/promises";
+import path from "node:path";
+import { spawn } from "node:child_process";
+import { DiskStore, isVmError, POINTER_FILE } from "../src/index.js";
+import { TS_NODE_ARGS, fakeImage, hasPattern, qemuIo, tempDir, topLayer, virtualSize } from "./helpers.js";
+
+const GiB = 1024 ** 3;
+const MiB = 1024 ** 2;
+
+let root: string;
+let cleanup: () => Promise<void>;
+let image: string;
+const store = new DiskStore();
+
+beforeEach(async () => {
+  ({ dir: root, cleanup } = await tempDir());
+  image = await fakeImage(path.join(root, "image"));
+});
+afterEach(async () => cleanup());
+
+function pointerOf(dir: string): { layers: string[]; generation: number; grown: boolean; kind: string } {
+  return JSON.parse(fs.readFileSync(path.join(dir, POINTER_FILE), "utf8"));
+}
+
+/** Simulates one boot that writes `pattern` at `offset`, then a completed stop. */
+async function runAndWrite(dir: string, offset: number, pattern: number, length = MiB) {
+  const run = await store.openRun(dir);
+  qemuIo(run.layerPath, `write -P ${pattern} ${offset} ${length}`);
+  return run.checkpoint({ grown: true });
+}
+
+describe("createDisk", () => {
+  test("makes a sparse qcow2 of diskGiB backed by the image rootfs", async () => {
+    const dir = path.join(root, "inst");
+    const info = await store.createDisk(dir, { image, diskGiB: 2 });
+    expect(info.sizeBytes).toBe(2 * GiB);
+    expect(info.kind).toBe("instance");
+    expect(info.grown).toBe(false);
+    expect(info.layers).toHaveLength(1);
+    expect(virtualSize(topLayer(dir))).toBe(2 * GiB);
+    expect(info.allocatedBytes).toBeLessThan(2 * MiB);
+    expect(info.image.rootfsPath).toBe(path.join(image, "rootfs.ext4"));
+  });
+
+  test("refuses a second disk in the same directory", async () => {
+    const dir = path.join(root, "inst");
+    await store.createDisk(dir, { image, diskGiB: 1 });
+    await expect(store.createDisk(dir, { image, diskGiB: 1 })).rejects.toMatchObject({ code: "VM_DISK_EXISTS" });
+  });
+
+  test("names the missing image file", async () => {
+    await fsp.rm(path.join(image, "initramfs.cpio.lz4"));
+    const error = await store.createDisk(path.join(root, "inst"), { image, diskGiB: 1 }).catch((e: unknown) => e);
+    expect(isVmError(error, "VM_IMAGE_NOT_FOUND")).toBe(true);
+    expect((error as Error).message).toContain(path.join(image, "initramfs.cpio.lz4"));
+  });
+
+  test("refuses a relative image path and a disk smaller than the image", async () => {
+    await expect(store.createDisk(path.join(root, "a"), { image: "image", diskGiB: 1 })).rejects.toMatchObject({
+      code: "VM_IMAGE_NOT_FOUND",
+    });
+    await expect(store.createDisk(path.join(root, "b"), { image, diskGiB: 0.03 })).rejects.toMatchObject({
+      code: "VM_RESOURCES_UNSUPPORTED",
+    });
+    await expect(store.createDisk(path.join(root, "c"), { image, diskGiB: -1 })).rejects.toMatchObject({
+      code: "VM_RESOURCES_UNSUPPORTED",
+    });
+  });
+
+  test("a creation that crashed before its pointer leaves no disk, and can be redone", async () => {
+    const dir = path.join(root, "inst");
+    await fsp.mkdir(dir);
+    await fsp.writeFile(path.join(dir, "layer-0123456789abcdef.qcow2"), "half-written");
+    expect(await store.exists(dir)).toBe(false);
+    await store.createDisk(dir, { image, diskGiB: 1 });
+    expect(fs.existsSync(path.join(dir, "layer-0123456789abcdef.qcow2"))).toBe(false);
+  });
+});
+
+describe("runs and checkpoints", () => {
+  test("a checkpoint makes the run's writes current; a discard drops them", async () => {
+    const dir = path.join(root, "inst");
+    await store.createDisk(dir, { image, diskGiB: 1 });
+    await runAndWrite(dir, 0, 0xaa);
+    expect(hasPattern(topLayer(dir), 0, MiB, 0xaa)).toBe(true);
+    expect(pointerOf(dir).generation).toBe(1);
+    expect(pointerOf(dir).grown).toBe(true);
+
+    const run = await store.openRun(dir);
+    qemuIo(run.layerPath, `write -P 0xbb 0 ${MiB}`);
+    await run.discard();
+    expect(hasPattern(topLayer(dir), 0, MiB, 0xaa)).toBe(true);
+    expect(fs.existsSync(run.layerPath)).toBe(false);
+    expect(pointerOf(dir).generation).toBe(1);
+  });
+
+  test("an exclusive chain is merged back to one layer at every stop", async () => {
+    const dir = path.join(root, "inst");
+    await store.createDisk(dir, { image, diskGiB: 1 });
+    for (let i = 0; i < 3; i += 1) {
+      const result = await runAndWrite(dir, i * MiB, 0x10 + i);
+      expect(result.layers).toHaveLength(1);
+      expect(result.compactError).toBeUndefined();
+    }
+    const layerFiles = fs.readdirSync(dir).filter((f) => f.startsWith("layer-"));
+    expect(layerFiles).toHaveLength(1);
+    for (let i = 0; i < 3; i += 1) expect(hasPattern(topLayer(dir), i * MiB, MiB, 0x10 + i)).toBe(true);
+  });
+
+  test("a second open of a running disk fails with VM_DISK_BUSY until the run ends", async () => {
+    const dir = path.join(root, "inst");
+    await store.createDisk(dir, { image, diskGiB: 1 });
+    const run = await store.openRun(dir);
+    await expect(store.openRun(dir)).rejects.toMatchObject({ code: "VM_DISK_BUSY" });
+    await expect(store.destroy(dir)).rejects.toMatchObject({ code: "VM_DISK_BUSY" });
+    await expect(store.createTemplate(dir, path.join(root, "tpl"))).rejects.toMatchObject({ code: "VM_DISK_BUSY" });
+    await run.discard();
+    const again = await store.openRun(dir);
+    await again.discard();
+  });
+
+  test("a lock left by a dead process is taken over, and the dead run's layer is removed", async () => {
+    const dir = path.join(root, "inst");
+    await store.createDisk(dir, { image, diskGiB: 1 });
+    // A process that takes the disk, writes into its run layer and is SIGKILLed before its stop.
+    const script = `
+      const { DiskStore } = await import(${JSON.stringify(path.resolve("src/index.ts"))});
+      const run = await new DiskStore().openRun(${JSON.stringify(dir)});
+      console.log(run.layerPath);
+      setInterval(() => {}, 1000);
+    `;
+    const child = spawn(process.execPath, [...TS_NODE_ARGS, "--input-type=module", "-e", script], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    const layerPath = await new Promise<string>((resolve, reject) => {
+      child.stdout.once("data", (d) => resolve(String(d).trim()));
+      child.once("exit", (code) => reject(new Error(`helper exited early (${code})`)));
+    });
+    await expect(store.openRun(dir)).rejects.toMatchObject({ code: "VM_DISK_BUSY" });
+    child.kill("SIGKILL");
+    await new Promise((resolve) => child.once("exit", resolve));
+    expect(fs.existsSync(layerPath)).toBe(true);
+    const run = await store.openRun(dir);
+    expect(fs.existsSync(layerPath)).toBe(false);
+    await run.discard();
+  }, 30_000);
+
+  test("a missing layer or a changed image stops the open with a typed error", async () => {
+    const dir = path.join(root, "inst");
+    await store.createDisk(dir, { image, diskGiB: 1 });
+    const rootfs = path.join(image, "rootfs.ext4");
+    const later = new Date(Date.now() + 60_000);
+    await fsp.utimes(rootfs, later, later);
+    await expect(store.openRun(dir)).rejects.toMatchObject({ code: "VM_IMAGE_CHANGED" });
+    await fsp.rm(rootfs);
+    const error = await store.openRun(dir).catch((e: unknown) => e);
+    expect(isVmError(error, "VM_IMAGE_NOT_FOUND")).toBe(true);
+    expect((error as Error).message).toContain(rootfs);
+    await fsp.rm(topLayer(dir));
+    await expect(store.openRun(dir)).rejects.toMatchObject({ code: "VM_DISK_CORRUPT" });
+  });
+
+  test("opening a directory without a disk fails with VM_DISK_NOT_FOUND", async () => {
+    await expect(store.openRun(path.join(root, "nothing"))).rejects.toMatchObject({ code: "VM_DISK_NOT_FOUND" });
+    await fsp.mkdir(path.join(root, "empty"));
+    await expect(store.openRun(path.join(root, "empty"))).rejects.toMatchObject({ code: "VM_DISK_NOT_FOUND" });
+  });
+});
+
+describe("templates", () => {
+  test("instances from a template are independent of it and of each other", async () => {
+    const source = path.join(root, "source");
+    await store.createDisk(source, { image, diskGiB: 1 });
+    await runAndWrite(source, 0, 0x11);
+    const template = path.join(root, "tpl");
+    const tplInfo = await store.createTemplate(source, template);
+    expect(tplInfo.kind).toBe("template");
+
+    const a = path.join(root, "a");
+    const b = path.join(root, "b");
+    await store.createFromTemplate(template, a);
+    await store.createFromTemplate(template, b);
+    await runAndWrite(a, MiB, 0xaa);
+    await runAndWrite(b, MiB, 0xbb);
+    // The source keeps changing after the template was taken: the template must not see it.
+    await runAndWrite(source, 0, 0x22);
+
+    expect(hasPattern(topLayer(a), 0, MiB, 0x11)).toBe(true);
+    expect(hasPattern(topLayer(a), MiB, MiB, 0xaa)).toBe(true);
+    expect(hasPattern(topLayer(b), MiB, MiB, 0xbb)).toBe(true);
+    expect(hasPattern(topLayer(template), 0, MiB, 0x11)).toBe(true);
+
+    await store.destroy(template);
+    await store.destroy(source);
+    expect(fs.existsSync(template)).toBe(false);
+    expect(hasPattern(topLayer(a), 0, MiB, 0x11)).toBe(true);
+    expect(hasPattern(topLayer(b), 0, MiB, 0x11)).toBe(true);
+    // Still usable after the template is gone, and the chain stays short.
+    const result = await runAndWrite(a, 2 * MiB, 0xcc);
+    expect(result.layers.length).toBeLessThanOrEqual(2);
+    expect(hasPattern(topLayer(a), MiB, MiB, 0xaa)).toBe(true);
+  });
+
+  test("creating from a template neither copies its data nor depends on its size", async () => {
+    const source = path.join(root, "source");
+    await store.createDisk(source, { image, diskGiB: 1 });
+    await runAndWrite(source, 0, 0x33, 32 * MiB);
+    const template = path.join(root, "tpl");
+    await store.createTemplate(source, template);
+    const info = await store.createFromTemplate(template, path.join(root, "inst"));
+    expect(info.allocatedBytes).toBeGreaterThan(32 * MiB);
+    expect(info.exclusiveBytes).toBe(0);
+  });
+
+  test("a template can grow its instances' disks but never shrink them", async () => {
+    const source = path.join(root, "source");
+    await store.createDisk(source, { image, diskGiB: 1 });
+    await runAndWrite(source, 0, 0x44);
+    const template = path.join(root, "tpl");
+    await store.createTemplate(source, template);
+    const big = await store.createFromTemplate(template, path.join(root, "big"), { diskGiB: 3 });
+    expect(big.sizeBytes).toBe(3 * GiB);
+    expect(big.grown).toBe(false);
+    expect(virtualSize(topLayer(path.join(root, "big")))).toBe(3 * GiB);
+    expect(hasPattern(topLayer(path.join(root, "big")), 0, MiB, 0x44)).toBe(true);
+    await expect(store.createFromTemplate(template, path.join(root, "small"), { diskGiB: 0.5 })).rejects.toMatchObject({
+      code: "VM_RESOURCES_UNSUPPORTED",
+    });
+  });
+
+  test("templates never boot, and instances are not templates", async () => {
+    const source = path.join(root, "source");
+    await store.createDisk(source, { image, diskGiB: 1 });
+    const template = path.join(root, "tpl");
+    await store.createTemplate(source, template);
+    await expect(store.openRun(template)).rejects.toMatchObject({ code: "VM_DISK_FAILED" });
+    await expect(store.createFromTemplate(source, path.join(root, "x"))).rejects.toMatchObject({
+      code: "VM_DISK_FAILED",
+    });
+    await expect(store.createTemplate(source, template)).rejects.toMatchObject({ code: "VM_DISK_EXISTS" });
+  });
+});
+
+describe("crash states of a stop", () => {
+  test("a pointer flip that never happened leaves the old checkpoint and cleans the new layer", async () => {
+    const dir = path.join(root, "inst");
+    await store.createDisk(dir, { image, diskGiB: 1 });
+    await runAndWrite(dir, 0, 0x55);
+    const before = pointerOf(dir);
+    const run = await store.openRun(dir);
+    qemuIo(run.layerPath, `write -P 0x66 0 ${MiB}`);
+    // Crash here: simulate by dropping the lock without touching anything else.
+    await fsp.rm(path.join(dir, "lock.json"));
+    // A torn temp pointer from the interrupted rename.
+    await fsp.writeFile(path.join(dir, `.tmp-${POINTER_FILE}-deadbeef`), "{");
+    const reopened = await store.openRun(dir);
+    expect(pointerOf(dir)).toEqual(before);
+    expect(fs.existsSync(run.layerPath)).toBe(false);
+    expect(fs.readdirSync(dir).some((f) => f.startsWith(".tmp-"))).toBe(false);
+    expect(hasPattern(topLayer(dir), 0, MiB, 0x55)).toBe(true);
+    await reopened.discard();
+  });
+
+  test("a crash between the flip and the merge keeps the new data, and the next stop merges", async () => {
+    const dir = path.join(root, "inst");
+    await store.createDisk(dir, { image, diskGiB: 1 });
+    await runAndWrite(dir, 0, 0x77);
+    // Simulate: a run layer was made current by the flip but not merged yet.
+    const run = await store.openRun(dir);
+    qemuIo(run.layerPath, `write -P 0x88 ${MiB} ${MiB}`);
+    const pointer = pointerOf(dir);
+    const flipped = { ...pointer, layers: [...pointer.layers, path.basename(run.layerPath)] };
+    fs.writeFileSync(path.join(dir, POINTER_FILE), JSON.stringify(flipped));
+    await fsp.rm(path.join(dir, "lock.json"));
+    expect(hasPattern(topLayer(dir), MiB, MiB, 0x88)).toBe(true);
+    const result = await runAndWrite(dir, 2 * MiB, 0x99);
+    expect(result.layers).toHaveLength(1);
+    for (const [offset, pattern] of [
+      [0, 0x77],
+      [MiB, 0x88],
+      [2 * MiB, 0x99],
+    ] as const) {
+      expect(hasPattern(topLayer(dir), offset, MiB, pattern)).toBe(true);
+    }
+  });
+});
