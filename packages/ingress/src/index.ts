@@ -1,1 +1,26 @@
-export const placeholder = 1;
+// Gateway
+export { PreviewGateway } from "./gateway.js";
+export type { PreviewGatewayOptions } from "./gateway.js";
+
+// Previews and links
+export { adHocPreview, validatePreview } from "./preview.js";
+export type { AdHocPreviewOptions, PreviewInfo, PreviewLink, PreviewSpec, ResolvedPreviewLink } from "./preview.js";
+
+// Guest connections
+export { guestVmConnector } from "./connector.js";
+export type { GuestConnector, TcpConnectable } from "./connector.js";
+
+// Port leases
+export { JsonFilePortLeaseStore, MemoryPortLeaseStore } from "./lease-store.js";
+export type { PortLeaseStore } from "./lease-store.js";
+
+// Host guard
+export { isAllowedHost, isLoopbackOrigin } from "./host-guard.js";
+
+// Logging
+export { silentLogger } from "./logger.js";
+export type { IngressLogger } from "./logger.js";
+
+// Errors
+export { IngressError, isIngressError } from "./errors.js";
+export type { IngressErrorCode, IngressErrorOptions } from "./errors.js";

@@ -1,0 +1,257 @@
+import type { GuestConnector } from "./connector.js";
+import { IngressError } from "./errors.js";
+import { MemoryPortLeaseStore, type PortLeaseStore } from "./lease-store.js";
+import { silentLogger, type IngressLogger } from "./logger.js";
+import { resolveLinks, validatePreview, type PreviewInfo, type PreviewLink, type PreviewSpec } from "./preview.js";
+import { PreviewListener } from "./preview-listener.js";
+
+/** Options of a {@link PreviewGateway}. */
+export interface PreviewGatewayOptions {
+  /** Opens streams to guest ports (for a VM: `guestVmConnector(vm)`). */
+  connector: GuestConnector;
+  /** Where host ports are remembered; default in memory (ports then last as long as the gateway). */
+  leases?: PortLeaseStore;
+  /** Log sink; lines are prefixed with `[preview <key>]`. Default: silent. */
+  logger?: IngressLogger;
+  /** Deadline for the guest's response headers. Default 180000 (dev servers may compile first). */
+  headersTimeoutMs?: number;
+  /** Deadline to open a guest connection. Default 10000. */
+  connectTimeoutMs?: number;
+  /** Reuse guest connections between requests. Default true. */
+  upstreamKeepAlive?: boolean;
+  /** Most simultaneous guest connections per preview; more requests queue. Default 256. */
+  maxUpstreamConnections?: number;
+  /** Refuse WebSocket upgrades sent by pages from non-loopback origins. Default true. */
+  checkWebSocketOrigin?: boolean;
+  /** Upper bound of closing one preview, in ms. Default 5000. */
+  closeTimeoutMs?: number;
+}
+
+interface OpenPreview {
+  listener: PreviewListener;
+  spec: PreviewSpec;
+}
+
+/** How many times a fresh OS-assigned port may collide with another key's lease before giving up. */
+const leaseAttempts = 16;
+
+/**
+ * The host side of previews: one `127.0.0.1` listener per preview key, on a host port leased once
+ * and kept. Operations on one key run one at a time; `closeAll()` is final.
+ */
+export class PreviewGateway implements AsyncDisposable {
+  readonly #connector: GuestConnector;
+  readonly #leases: PortLeaseStore;
+  readonly #logger: IngressLogger;
+  readonly #settings: {
+    headersTimeoutMs: number;
+    connectTimeoutMs: number;
+    keepAlive: boolean;
+    maxConnections: number;
+    checkWebSocketOrigin: boolean;
+    closeTimeoutMs: number;
+  };
+  readonly #open = new Map<string, OpenPreview>();
+  readonly #queues = new Map<string, Promise<unknown>>();
+  readonly #closing = new AbortController();
+  #closedAll: Promise<void> | undefined;
+
+  constructor(options: PreviewGatewayOptions) {
+    this.#connector = options.connector;
+    this.#leases = options.leases ?? new MemoryPortLeaseStore();
+    this.#logger = options.logger ?? silentLogger;
+    this.#settings = {
+      headersTimeoutMs: options.headersTimeoutMs ?? 180_000,
+      connectTimeoutMs: options.connectTimeoutMs ?? 10_000,
+      keepAlive: options.upstreamKeepAlive ?? true,
+      maxConnections: options.maxUpstreamConnections ?? 256,
+      checkWebSocketOrigin: options.checkWebSocketOrigin ?? true,
+      closeTimeoutMs: options.closeTimeoutMs ?? 5_000,
+    };
+  }
+
+  /**
+   * Opens the preview, or updates it when `spec.key` is already open: links are replaced and a
+   * new `guestPort` takes effect for new requests, on the same origin. The host port comes from
+   * the lease store; a new key gets a free port, recorded before this resolves.
+   */
+  open(spec: PreviewSpec, options: { signal?: AbortSignal } = {}): Promise<PreviewInfo> {
+    try {
+      validatePreview(spec);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const snapshot: PreviewSpec = { key: spec.key, guestPort: spec.guestPort, links: spec.links.map(copyLink) };
+    return this.#serial(spec.key, () => this.#openNow(snapshot, options.signal));
+  }
+
+  /** Closes the preview's listener and cuts its clients; its port lease is kept. No-op when not open. */
+  close(key: string): Promise<void> {
+    return this.#serial(key, () => this.#closeNow(key), { allowClosed: true });
+  }
+
+  /** Closes the preview and forgets its port lease (for a preview that is gone for good). */
+  release(key: string): Promise<void> {
+    return this.#serial(
+      key,
+      async () => {
+        await this.#closeNow(key);
+        await this.#leases.delete(key);
+      },
+      { allowClosed: true },
+    );
+  }
+
+  /** Every open preview, in opening order. */
+  list(): PreviewInfo[] {
+    return [...this.#open.values()].map(({ listener, spec }) => info(listener, spec));
+  }
+
+  /** The open preview `key`, or undefined. */
+  get(key: string): PreviewInfo | undefined {
+    const entry = this.#open.get(key);
+    return entry && info(entry.listener, entry.spec);
+  }
+
+  /** `http://127.0.0.1:<hostPort>` of an open preview (its `PUBLIC_URL`); throws `INGRESS_NOT_OPEN` otherwise. */
+  origin(key: string): string {
+    const entry = this.#open.get(key);
+    if (!entry) {
+      throw new IngressError("INGRESS_NOT_OPEN", `preview ${key} is not open; open it first`, { details: { key } });
+    }
+    return entry.listener.origin;
+  }
+
+  /** Cancels pending opens, closes every preview and cuts every client. Idempotent; final. */
+  closeAll(): Promise<void> {
+    this.#closedAll ??= this.#closeAllNow();
+    return this.#closedAll;
+  }
+
+  /** Same as {@link closeAll}. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.closeAll();
+  }
+
+  async #openNow(spec: PreviewSpec, signal: AbortSignal | undefined): Promise<PreviewInfo> {
+    const combined = signal ? AbortSignal.any([signal, this.#closing.signal]) : this.#closing.signal;
+    const cancelled = () => (signal?.aborted ? signal.reason : closedError());
+    if (combined.aborted) throw cancelled();
+
+    const existing = this.#open.get(spec.key);
+    if (existing) {
+      existing.spec = spec;
+      existing.listener.retarget(spec.guestPort);
+      return info(existing.listener, spec);
+    }
+
+    const listener = await this.#bind(spec, combined).catch((error: unknown) => {
+      throw combined.aborted ? cancelled() : error;
+    });
+    if (combined.aborted) {
+      await listener.close();
+      throw cancelled();
+    }
+    this.#open.set(spec.key, { listener, spec });
+    this.#log(spec.key).info(`open ${listener.origin} -> guest port ${spec.guestPort}`);
+    return info(listener, spec);
+  }
+
+  async #bind(spec: PreviewSpec, signal: AbortSignal): Promise<PreviewListener> {
+    const options = {
+      key: spec.key,
+      guestPort: spec.guestPort,
+      connector: this.#connector,
+      upstream: {
+        connectTimeoutMs: this.#settings.connectTimeoutMs,
+        headersTimeoutMs: this.#settings.headersTimeoutMs,
+        keepAlive: this.#settings.keepAlive,
+        maxConnections: this.#settings.maxConnections,
+      },
+      checkWebSocketOrigin: this.#settings.checkWebSocketOrigin,
+      closeTimeoutMs: this.#settings.closeTimeoutMs,
+      logger: this.#log(spec.key),
+    };
+    const leased = await this.#leases.get(spec.key);
+    signal.throwIfAborted();
+    if (leased !== undefined) return PreviewListener.listen(leased, options, signal);
+
+    // A free port from the OS, but never one leased to another key: that key's listener may be
+    // closed right now and expects its port back on reopen.
+    const taken = new Set(Object.values(await this.#leases.entries()));
+    for (let attempt = 0; attempt < leaseAttempts; attempt++) {
+      const listener = await PreviewListener.listen(0, options, signal);
+      if (taken.has(listener.hostPort)) {
+        await listener.close();
+        continue;
+      }
+      try {
+        await this.#leases.set(spec.key, listener.hostPort);
+      } catch (error) {
+        await listener.close();
+        throw error;
+      }
+      return listener;
+    }
+    throw new IngressError(
+      "INGRESS_LISTEN_FAILED",
+      `could not find a free host port for preview ${spec.key} that is not leased to another preview`,
+      { details: { key: spec.key } },
+    );
+  }
+
+  async #closeNow(key: string): Promise<void> {
+    const entry = this.#open.get(key);
+    if (!entry) return;
+    this.#open.delete(key);
+    await entry.listener.close();
+    this.#log(key).info(`closed ${entry.listener.origin}`);
+  }
+
+  async #closeAllNow(): Promise<void> {
+    this.#closing.abort(closedError());
+    // Wait for operations already running on each key (opens see the abort and undo themselves).
+    await Promise.allSettled([...this.#queues.values()]);
+    await Promise.allSettled([...this.#open.keys()].map((key) => this.#closeNow(key)));
+  }
+
+  #serial<T>(key: string, task: () => Promise<T>, options: { allowClosed?: boolean } = {}): Promise<T> {
+    if (!options.allowClosed && this.#closing.signal.aborted) return Promise.reject(closedError());
+    const previous = this.#queues.get(key) ?? Promise.resolve();
+    const run = previous.then(task, task);
+    const settled = run.catch(() => undefined);
+    this.#queues.set(key, settled);
+    void settled.then(() => {
+      if (this.#queues.get(key) === settled) this.#queues.delete(key);
+    });
+    return run;
+  }
+
+  #log(key: string): IngressLogger {
+    return {
+      info: (message) => this.#logger.info(`[preview ${key}] ${message}`),
+      warn: (message) => this.#logger.warn(`[preview ${key}] ${message}`),
+    };
+  }
+}
+
+function info(listener: PreviewListener, spec: PreviewSpec): PreviewInfo {
+  return {
+    key: spec.key,
+    guestPort: listener.guestPort,
+    hostPort: listener.hostPort,
+    origin: listener.origin,
+    links: resolveLinks(spec.links, listener.origin),
+  };
+}
+
+function copyLink(link: PreviewLink): PreviewLink {
+  const copy: PreviewLink = { url: link.url, title: link.title };
+  if (link.description !== undefined) copy.description = link.description;
+  if (link.folder !== undefined) copy.folder = link.folder;
+  return copy;
+}
+
+function closedError(): IngressError {
+  return new IngressError("INGRESS_CLOSED", "the preview gateway is closed; previews can no longer be opened", {});
+}

@@ -1,0 +1,169 @@
+import { randomBytes } from "node:crypto";
+import { open, readFile, rename, rm } from "node:fs/promises";
+import path from "node:path";
+import { IngressError } from "./errors.js";
+
+/**
+ * Where host ports of previews are remembered, by preview key. The controller keeps them in the
+ * instance's state so a reopened instance gets the same origins.
+ */
+export interface PortLeaseStore {
+  /** The host port leased to `key`, if any. */
+  get(key: string): Promise<number | undefined>;
+  /** Records (or replaces) the lease of `key`. Durable when the promise resolves. */
+  set(key: string, port: number): Promise<void>;
+  /** Forgets the lease of `key`; no-op when absent. */
+  delete(key: string): Promise<void>;
+  /** Every lease, so a new lease never reuses a port that belongs to another key. */
+  entries(): Promise<Record<string, number>>;
+}
+
+/** A store that lives only as long as the process; for tests and throwaway gateways. */
+export class MemoryPortLeaseStore implements PortLeaseStore {
+  readonly #leases = new Map<string, number>();
+
+  constructor(initial: Record<string, number> = {}) {
+    for (const [key, port] of Object.entries(initial)) this.#leases.set(key, port);
+  }
+
+  async get(key: string): Promise<number | undefined> {
+    return this.#leases.get(key);
+  }
+
+  async set(key: string, port: number): Promise<void> {
+    this.#leases.set(key, port);
+  }
+
+  async delete(key: string): Promise<void> {
+    this.#leases.delete(key);
+  }
+
+  async entries(): Promise<Record<string, number>> {
+    return Object.fromEntries(this.#leases);
+  }
+}
+
+interface LeaseFile {
+  version: 1;
+  leases: Record<string, number>;
+}
+
+/**
+ * Leases kept in one JSON file (`{"version":1,"leases":{"web":41231}}`), rewritten atomically:
+ * temp file, fsync, rename over the old file, fsync the directory. Writes from this object are
+ * serialised; two objects (or processes) on the same file are not supported.
+ */
+export class JsonFilePortLeaseStore implements PortLeaseStore {
+  /** Absolute path of the JSON file. */
+  readonly path: string;
+  #queue: Promise<unknown> = Promise.resolve();
+
+  constructor(filePath: string) {
+    this.path = path.resolve(filePath);
+  }
+
+  async get(key: string): Promise<number | undefined> {
+    const leases = await this.#serial(() => this.#read());
+    return leases[key];
+  }
+
+  async entries(): Promise<Record<string, number>> {
+    return { ...(await this.#serial(() => this.#read())) };
+  }
+
+  async set(key: string, port: number): Promise<void> {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      throw new IngressError(
+        "INGRESS_LEASE_STORE_FAILED",
+        `cannot lease port ${port} for preview ${key}: not a TCP port`,
+        {
+          details: { key, port, path: this.path },
+        },
+      );
+    }
+    await this.#serial(async () => {
+      const leases = await this.#read();
+      if (leases[key] === port) return;
+      await this.#write({ ...leases, [key]: port });
+    });
+  }
+
+  async delete(key: string): Promise<void> {
+    await this.#serial(async () => {
+      const leases = await this.#read();
+      if (!(key in leases)) return;
+      const rest = { ...leases };
+      delete rest[key];
+      await this.#write(rest);
+    });
+  }
+
+  // Reads and read-modify-writes run one at a time so concurrent `set`s of different keys do not
+  // overwrite each other.
+  #serial<T>(task: () => Promise<T>): Promise<T> {
+    const run = this.#queue.then(task, task);
+    this.#queue = run.catch(() => undefined);
+    return run;
+  }
+
+  async #read(): Promise<Record<string, number>> {
+    let text: string;
+    try {
+      text = await readFile(this.path, "utf8");
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return {};
+      throw this.#failure(`cannot read the port lease file ${this.path}`, error);
+    }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch (error) {
+      throw this.#failure(`the port lease file ${this.path} is not valid JSON`, error);
+    }
+    const leases = (parsed as Partial<LeaseFile> | null)?.leases;
+    if (typeof leases !== "object" || leases === null || Array.isArray(leases)) {
+      throw this.#failure(`the port lease file ${this.path} has no "leases" object`);
+    }
+    const result: Record<string, number> = {};
+    // Tolerant: a file this program wrote itself; entries that are not ports are dropped.
+    for (const [key, port] of Object.entries(leases)) {
+      if (Number.isInteger(port) && (port as number) >= 1 && (port as number) <= 65535) result[key] = port as number;
+    }
+    return result;
+  }
+
+  async #write(leases: Record<string, number>): Promise<void> {
+    const body: LeaseFile = { version: 1, leases };
+    const dir = path.dirname(this.path);
+    const temp = path.join(dir, `.${path.basename(this.path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
+    try {
+      const handle = await open(temp, "wx", 0o600);
+      try {
+        await handle.writeFile(`${JSON.stringify(body, null, 2)}\n`, "utf8");
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      await rename(temp, this.path);
+      // The rename is only durable once the directory entry is on disk.
+      const dirHandle = await open(dir, "r");
+      try {
+        await dirHandle.sync();
+      } finally {
+        await dirHandle.close();
+      }
+    } catch (error) {
+      await rm(temp, { force: true }).catch(() => undefined);
+      throw this.#failure(`cannot write the port lease file ${this.path}`, error);
+    }
+  }
+
+  #failure(what: string, cause?: unknown): IngressError {
+    const reason = cause instanceof Error ? `: ${cause.message}` : "";
+    return new IngressError(
+      "INGRESS_LEASE_STORE_FAILED",
+      `${what}${reason}; fix or remove the file (removing it assigns new preview ports)`,
+      { cause, details: { path: this.path } },
+    );
+  }
+}

@@ -1,0 +1,238 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Socket } from "node:net";
+import type { Duplex } from "node:stream";
+import type { GuestConnector } from "./connector.js";
+import { IngressError } from "./errors.js";
+import { isAllowedHost, isLoopbackOrigin } from "./host-guard.js";
+import { forwardHttp, type ForwardContext } from "./http-forward.js";
+import type { IngressLogger } from "./logger.js";
+import { sendAnswer, sendRawAnswer, type GatewayAnswer } from "./pages.js";
+import { forwardUpgrade, type UpgradeContext } from "./upgrade-forward.js";
+import { Upstream, type UpstreamOptions } from "./upstream.js";
+
+/** Settings of one preview listener. */
+export interface PreviewListenerOptions {
+  /** Preview key. */
+  key: string;
+  /** Guest port to forward to. */
+  guestPort: number;
+  /** Opens guest streams. */
+  connector: GuestConnector;
+  /** Guest-side timeouts and pooling. */
+  upstream: UpstreamOptions;
+  /** Refuse WebSocket upgrades whose `Origin` is a non-loopback page. */
+  checkWebSocketOrigin: boolean;
+  /** Upper bound for `close()`. */
+  closeTimeoutMs: number;
+  /** Log sink (lines already prefixed by the caller or not). */
+  logger: IngressLogger;
+}
+
+/** Grace for a guest pool to finish in-flight requests when the preview moves to another guest port. */
+const retargetGraceMs = 10_000;
+
+/**
+ * One `127.0.0.1:<hostPort>` HTTP server that forwards every request and upgrade to one guest port.
+ * It tracks every client socket so `close()` can cut keep-alive clients, WebSockets and hung
+ * uploads alike, instead of waiting for them.
+ */
+export class PreviewListener {
+  /** Preview key. */
+  readonly key: string;
+  /** Bound host port. */
+  readonly hostPort: number;
+  readonly #server: Server;
+  readonly #options: PreviewListenerOptions;
+  readonly #sockets = new Set<Duplex>();
+  readonly #closing = new AbortController();
+  #upstream: Upstream;
+  #closed: Promise<void> | undefined;
+
+  private constructor(server: Server, hostPort: number, options: PreviewListenerOptions) {
+    this.#server = server;
+    this.hostPort = hostPort;
+    this.key = options.key;
+    this.#options = options;
+    this.#upstream = new Upstream(options.guestPort, options.connector, options.upstream);
+    server.on("connection", (socket: Socket) => this.track(socket));
+    server.on("request", (req: IncomingMessage, res: ServerResponse) => this.#onRequest(req, res));
+    server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => this.#onUpgrade(req, socket, head));
+  }
+
+  /**
+   * Binds `127.0.0.1:port` (0 = any free port). A taken port fails with `INGRESS_PORT_IN_USE`;
+   * it never falls back to another port.
+   */
+  static async listen(port: number, options: PreviewListenerOptions, signal?: AbortSignal): Promise<PreviewListener> {
+    signal?.throwIfAborted();
+    const server = createServer({
+      // Uploads and long polls may legitimately take long; stop() cuts whatever hangs.
+      requestTimeout: 0,
+      keepAliveTimeout: 5_000,
+      noDelay: true,
+    });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        server.once("error", reject);
+        server.listen({ host: "127.0.0.1", port, exclusive: true }, () => {
+          server.off("error", reject);
+          resolve();
+        });
+      });
+    } catch (error) {
+      server.close();
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === "EADDRINUSE") {
+        throw new IngressError(
+          "INGRESS_PORT_IN_USE",
+          `port ${port} for preview ${options.key} is taken by another process; stop that process or destroy and recreate the instance`,
+          { cause: error, details: { key: options.key, port } },
+        );
+      }
+      throw new IngressError(
+        "INGRESS_LISTEN_FAILED",
+        `cannot listen on 127.0.0.1:${port} for preview ${options.key}: ${(error as Error).message}`,
+        { cause: error, details: { key: options.key, port } },
+      );
+    }
+    const address = server.address();
+    const bound = typeof address === "object" && address !== null ? address.port : port;
+    const listener = new PreviewListener(server, bound, options);
+    if (signal?.aborted) {
+      await listener.close();
+      throw signal.reason;
+    }
+    return listener;
+  }
+
+  /** `http://127.0.0.1:<hostPort>`. */
+  get origin(): string {
+    return `http://127.0.0.1:${this.hostPort}`;
+  }
+
+  /** Guest port requests currently go to. */
+  get guestPort(): number {
+    return this.#upstream.guestPort;
+  }
+
+  /** Number of open client connections (HTTP and upgraded). */
+  get connectionCount(): number {
+    return this.#sockets.size;
+  }
+
+  /** Sends new requests to `guestPort`; requests already running finish on the old port. */
+  retarget(guestPort: number): void {
+    if (guestPort === this.#upstream.guestPort || this.#closed) return;
+    const old = this.#upstream;
+    this.#upstream = new Upstream(guestPort, this.#options.connector, this.#options.upstream);
+    const cut = setTimeout(() => void old.destroy(), retargetGraceMs);
+    cut.unref();
+    void old.drain().finally(() => clearTimeout(cut));
+  }
+
+  /** Stops accepting, cuts every client and guest connection; resolves within `closeTimeoutMs`. */
+  close(): Promise<void> {
+    this.#closed ??= this.#close();
+    return this.#closed;
+  }
+
+  /** Registers a stream to destroy on close (client sockets, guest streams of upgrades). */
+  track(stream: Duplex): void {
+    if (this.#closing.signal.aborted) {
+      stream.destroy();
+      return;
+    }
+    this.#sockets.add(stream);
+    stream.once("close", () => this.#sockets.delete(stream));
+  }
+
+  async #close(): Promise<void> {
+    this.#closing.abort(new IngressError("INGRESS_CLOSED", `preview ${this.key} was closed`));
+    const serverClosed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
+    // Cut everything now rather than waiting for clients: a hung upload or an idle WebSocket
+    // would otherwise keep the listener (and the daemon's stop) alive indefinitely.
+    for (const stream of this.#sockets) stream.destroy();
+    this.#sockets.clear();
+    this.#server.closeAllConnections();
+    const upstreamClosed = this.#upstream.destroy();
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<void>((resolve) => {
+      timer = setTimeout(() => {
+        this.#options.logger.warn(`close did not finish within ${this.#options.closeTimeoutMs} ms; giving up waiting`);
+        resolve();
+      }, this.#options.closeTimeoutMs);
+    });
+    await Promise.race([Promise.all([serverClosed, upstreamClosed]), deadline]);
+    clearTimeout(timer);
+  }
+
+  #forwardContext(): ForwardContext {
+    return {
+      key: this.key,
+      upstream: () => this.#upstream,
+      keepAlive: this.#options.upstream.keepAlive,
+      headersTimeoutMs: this.#options.upstream.headersTimeoutMs,
+      warn: (message) => this.#options.logger.warn(message),
+    };
+  }
+
+  #onRequest(req: IncomingMessage, res: ServerResponse): void {
+    const refusal = this.#guard(req);
+    if (refusal) {
+      this.#options.logger.warn(`refused ${req.method} ${req.url}: ${refusal.message}`);
+      sendAnswer(res, refusal);
+      return;
+    }
+    forwardHttp(this.#forwardContext(), req, res).catch((error: unknown) => {
+      this.#options.logger.warn(`${req.method} ${req.url}: ${(error as Error).message}`);
+      res.destroy();
+    });
+  }
+
+  #onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const refusal = this.#guard(req) ?? this.#originGuard(req);
+    if (refusal) {
+      this.#options.logger.warn(`refused upgrade ${req.url}: ${refusal.message}`);
+      sendRawAnswer(socket, refusal);
+      return;
+    }
+    const ctx: UpgradeContext = {
+      ...this.#forwardContext(),
+      connector: this.#options.connector,
+      guestPort: () => this.#upstream.guestPort,
+      connectTimeoutMs: this.#options.upstream.connectTimeoutMs,
+      closing: this.#closing.signal,
+      track: (stream) => this.track(stream),
+    };
+    forwardUpgrade(ctx, req, socket, head).catch((error: unknown) => {
+      this.#options.logger.warn(`upgrade ${req.url}: ${(error as Error).message}`);
+      socket.destroy();
+    });
+  }
+
+  #guard(req: IncomingMessage): GatewayAnswer | undefined {
+    if (!isAllowedHost(req.headers.host, this.hostPort)) {
+      const got = req.headers.host === undefined ? "no Host header" : `Host ${JSON.stringify(req.headers.host)}`;
+      return {
+        status: 403,
+        message: `Refused: ${got}. This preview only answers requests for 127.0.0.1:${this.hostPort}, localhost:${this.hostPort} or [::1]:${this.hostPort} (protection against DNS rebinding). Open ${this.origin}/ instead.`,
+      };
+    }
+    if (!req.url?.startsWith("/")) {
+      return {
+        status: 400,
+        message: `Refused: request target ${JSON.stringify(req.url)} is not a path. A preview is an origin server, not a proxy.`,
+      };
+    }
+    return undefined;
+  }
+
+  #originGuard(req: IncomingMessage): GatewayAnswer | undefined {
+    const origin = req.headers.origin;
+    if (!this.#options.checkWebSocketOrigin || origin === undefined || isLoopbackOrigin(origin)) return undefined;
+    return {
+      status: 403,
+      message: `Refused: WebSocket from page origin ${JSON.stringify(origin)}. Preview WebSockets accept only pages served from loopback origins (protection against cross-site WebSocket hijacking).`,
+    };
+  }
+}
