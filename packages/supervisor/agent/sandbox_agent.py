@@ -517,6 +517,13 @@ class Cleanup:
                 pass
         return {"method": "cgroup+environ" if scope else "environ", "stopped": len(killed)}
 
+    def close(self) -> None:
+        if self.cgroup_base:
+            try:
+                os.rmdir(self.cgroup_base)
+            except OSError:
+                pass  # another agent's scopes still live there
+
     def _cgroup_pids(self, scope: str) -> list:
         try:
             with open(os.path.join(scope, "cgroup.procs"), "r") as f:
@@ -941,6 +948,10 @@ class Service:
             while self.readiness != "ready" and not self.stop_requested:
                 remaining = deadline - mono()
                 if remaining <= 0:
+                    # The caller's deadline can pass a moment before the probe's own: report the
+                    # same verdict either way. A later successful probe still flips it to ready.
+                    if self.readiness == "pending":
+                        self.readiness = "failed"
                     return False
                 self.cond.wait(min(remaining, 0.5))
             return self.readiness == "ready"
@@ -1570,6 +1581,7 @@ class Agent:
         self.services.shutdown()
         for job in self.jobs.running():
             job.kill()
+        self.cleanup.close()
 
     # -- ops
 

@@ -624,7 +624,7 @@ function readinessBudget(specs: readonly (AgentServiceSpec | { name: string })[]
   return longest + REPLY_MARGIN_MS;
 }
 
-/** Declared services in start order (not-started ones included), then every other known service. */
+/** Declared services in start order (not-started ones included), then every other live or ad-hoc service. */
 function mergeStatuses(raw: readonly RawStatus[], config: SandboxConfig | undefined): ServiceStatus[] {
   const byName = new Map(raw.map((s) => [s.name, s as ServiceStatus]));
   const result: ServiceStatus[] = [];
@@ -651,7 +651,8 @@ function mergeStatuses(raw: readonly RawStatus[], config: SandboxConfig | undefi
       );
     }
   }
-  result.push(...byName.values());
+  // A stopped service the YAML no longer declares is history, not state: leave it out.
+  for (const status of byName.values()) if (!config || status.adhoc || status.state !== "stopped") result.push(status);
   return result;
 }
 
