@@ -59,9 +59,9 @@ export function formatResult(action: string, result: unknown): string {
   if (action === "read" && typeof r.content === "string") return r.content + (r.truncated ? "\n[truncated]\n" : "");
   if (action === "shell" && typeof r.command === "string") return `${r.command}\n`;
   if (action === "exec" || action === "exec-status") {
-    if (r.running)
-      return `still running; follow with: pi-sandbox exec-status <name> ${String(r.pid)}\n${String(r.stdout ?? "")}${String(r.stderr ?? "")}`;
-    return `${String(r.stdout ?? "")}${String(r.stderr ?? "")}${r.exitCode !== 0 ? `[exit ${String(r.exitCode)}]\n` : ""}`;
+    const output = String(r.output ?? "");
+    if (r.running) return `${output}[still running; follow with: pi-sandbox exec-status <name> ${String(r.pid)}]\n`;
+    return `${output}${r.exitCode !== 0 ? `[exit ${String(r.exitCode)}]\n` : ""}`;
   }
   if (action === "doctor" && Array.isArray(r.checks)) {
     return (

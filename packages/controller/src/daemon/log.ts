@@ -1,0 +1,41 @@
+import { appendFileSync, renameSync, statSync } from "node:fs";
+
+/** Where the controller log rotates: one previous file is kept as `<file>.1`. */
+export const LOG_ROTATE_BYTES = 2 * 1024 * 1024;
+
+/** A small logger writing `time [prefix] message` lines to a size-bounded file. */
+export interface DaemonLogger {
+  info(message: string): void;
+  warn(message: string): void;
+  /** A logger whose lines carry an extra identity prefix, e.g. `[svc web]`. */
+  child(prefix: string): DaemonLogger;
+}
+
+/** Creates the daemon's rotating file logger. Writes are synchronous so nothing is lost on a crash. */
+export function createFileLogger(file: string, prefix: string): DaemonLogger {
+  let written = 0;
+  try {
+    written = statSync(file).size;
+  } catch {
+    written = 0;
+  }
+  const write = (level: string, fullPrefix: string, message: string) => {
+    const line = `${new Date().toISOString()} ${level} ${fullPrefix} ${message}\n`;
+    if (written + line.length > LOG_ROTATE_BYTES) {
+      try {
+        renameSync(file, `${file}.1`);
+      } catch {
+        // Nothing to rotate yet.
+      }
+      written = 0;
+    }
+    appendFileSync(file, line, { mode: 0o600 });
+    written += Buffer.byteLength(line);
+  };
+  const make = (fullPrefix: string): DaemonLogger => ({
+    info: (m) => write("info", fullPrefix, m),
+    warn: (m) => write("warn", fullPrefix, m),
+    child: (p) => make(`${fullPrefix} ${p}`),
+  });
+  return make(prefix);
+}

@@ -1,0 +1,16 @@
+// The per-instance daemon: started detached by the client, owns one VM, answers on a Unix
+// socket, and exits after stop, destroy or prepare (or when idle with nothing running).
+
+import { parseArgs } from "node:util";
+import type { EntryKind } from "../state/layout.js";
+import { StateLayout } from "../state/layout.js";
+import { runDaemon } from "./server.js";
+
+const { values } = parseArgs({
+  options: { root: { type: "string" }, kind: { type: "string" }, name: { type: "string" } },
+});
+if (!values.root || !values.name || (values.kind !== "instances" && values.kind !== "templates")) {
+  process.stderr.write("usage: daemon --root <state root> --kind instances|templates --name <name>\n");
+  process.exit(2);
+}
+process.exitCode = await runDaemon(new StateLayout(values.root), values.kind as EntryKind, values.name);

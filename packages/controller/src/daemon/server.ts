@@ -1,0 +1,138 @@
+import { open, readFile, rm, unlink } from "node:fs/promises";
+import { createServer, type Server, type Socket } from "node:net";
+import { mkdir } from "node:fs/promises";
+import { dirname } from "node:path";
+import { validateAction } from "../actions/validate.js";
+import { ControllerError } from "../errors.js";
+import type { EntryKind, StateLayout } from "../state/layout.js";
+import { daemonLive, pidAlive } from "../state/liveness.js";
+import { readJsonLines, writeJsonLine, type ClientMessage } from "../wire.js";
+import { InstanceController, toControllerError } from "./instance.js";
+import { createFileLogger, type DaemonLogger } from "./log.js";
+
+/** A daemon with no VM and no request for this long exits (e.g. after a failed create). */
+const IDLE_EXIT_MS = 30_000;
+
+/**
+ * Takes the entry's pid file exclusively. Returns false when another live daemon owns it; a stale
+ * file (its pid is gone or not answering) is replaced.
+ */
+async function takePidFile(layout: StateLayout, kind: EntryKind, name: string): Promise<boolean> {
+  const pidFile = layout.pidFile(kind, name);
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      const handle = await open(pidFile, "wx", 0o600);
+      await handle.writeFile(`${process.pid}\n`);
+      await handle.sync();
+      await handle.close();
+      return true;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+    }
+    const text = await readFile(pidFile, "utf8").catch(() => "");
+    const pid = Number.parseInt(text.trim(), 10);
+    if (Number.isInteger(pid) && pidAlive(pid)) {
+      // A live owner may still be opening its socket; give it a moment before judging it stale.
+      for (let i = 0; i < 50; i++) {
+        if ((await daemonLive(pidFile, layout.socketPath(kind, name))).live) return false;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      if (pidAlive(pid)) return false;
+    }
+    await unlink(pidFile).catch(() => undefined);
+  }
+  return false;
+}
+
+/** Runs the daemon until its entry is stopped, destroyed or prepared; resolves with an exit code. */
+export async function runDaemon(layout: StateLayout, kind: EntryKind, name: string): Promise<number> {
+  await layout.ensurePrivate();
+  await mkdir(layout.entryDir(kind, name), { recursive: true, mode: 0o700 });
+  const log = createFileLogger(
+    layout.logFile(kind, name),
+    `[${kind === "templates" ? "template" : "instance"} ${name}]`,
+  );
+  if (!(await takePidFile(layout, kind, name))) {
+    log.info("another controller owns this entry; exiting");
+    return 0;
+  }
+  const socketPath = layout.socketPath(kind, name);
+  await mkdir(dirname(socketPath), { recursive: true, mode: 0o700 });
+  await rm(socketPath, { force: true });
+  const controller = new InstanceController(layout, kind, name, log);
+  const sockets = new Set<Socket>();
+  let inFlight = 0;
+  let lastActivity = Date.now();
+
+  const server: Server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    socket.on("error", () => undefined);
+    readJsonLines<ClientMessage>(socket, (message) => void handle(socket, message, log));
+  });
+
+  async function handle(socket: Socket, message: ClientMessage, logger: DaemonLogger): Promise<void> {
+    lastActivity = Date.now();
+    if (message.type === "ping") {
+      writeJsonLine(socket, { id: message.id, type: "pong", pid: process.pid, state: controller.state });
+      return;
+    }
+    if (message.type !== "call") return;
+    inFlight++;
+    try {
+      const { args } = validateAction(message.action);
+      if (args.name !== name) {
+        throw new ControllerError("CONTROLLER_BAD_INPUT", `this controller serves ${name}, not ${String(args.name)}`);
+      }
+      logger.info(`action ${args.action}`);
+      const result = await controller.call(args, {
+        progress: (event) => {
+          logger.info(`[${event.stage}] ${event.message}`);
+          writeJsonLine(socket, { id: message.id, type: "progress", event });
+        },
+      });
+      writeJsonLine(socket, { id: message.id, type: "result", result });
+    } catch (error) {
+      const e = toControllerError(error);
+      logger.warn(`${e.code}: ${e.message}`);
+      writeJsonLine(socket, { id: message.id, type: "error", error: e.toJSON() });
+    } finally {
+      inFlight--;
+      lastActivity = Date.now();
+    }
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(socketPath, () => resolve());
+  });
+  log.info(`controller ${process.pid} listening on ${socketPath}`);
+
+  const onSignal = (signal: string) => {
+    log.info(`${signal}: stopping cleanly`);
+    void controller.shutdown();
+  };
+  process.on("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
+  process.on("SIGHUP", () => undefined);
+
+  const idle = setInterval(() => {
+    if (!controller.running && !controller.busy && inFlight === 0 && Date.now() - lastActivity > IDLE_EXIT_MS) {
+      log.info("idle with nothing running; exiting");
+      void controller.shutdown();
+    }
+  }, 1000);
+
+  await controller.finished;
+  // Let in-flight answers (the stop or destroy result itself) reach their callers.
+  for (let i = 0; i < 50 && inFlight > 0; i++) await new Promise((r) => setTimeout(r, 100));
+  clearInterval(idle);
+  server.close();
+  for (const socket of sockets) socket.end();
+  await new Promise((r) => setTimeout(r, 100));
+  for (const socket of sockets) socket.destroy();
+  await rm(socketPath, { force: true });
+  await unlink(layout.pidFile(kind, name)).catch(() => undefined);
+  log.info("controller exiting");
+  return 0;
+}
