@@ -48,7 +48,7 @@ export function formatResult(action: string, result: unknown): string {
     ]);
   }
   if (
-    (action === "inspect" || action === "create" || action === "start") &&
+    ["inspect", "create", "start", "stop", "prepare"].includes(action) &&
     r &&
     typeof r.state === "string" &&
     r.resources
