@@ -161,7 +161,7 @@ export function upstreamFailureAnswer(
   if (error instanceof undiciErrors.HeadersTimeoutError) {
     return {
       status: 504,
-      message: `Preview ${ctx.key}: guest port ${guestPort} sent no response headers within ${Math.round(ctx.headersTimeoutMs / 1000)} s. ${logs}.`,
+      message: `Preview ${ctx.key}: guest port ${guestPort} sent no response headers within ${formatMs(ctx.headersTimeoutMs)}. ${logs}.`,
     };
   }
   if (hadBody && isBrokenPipe(error)) {
@@ -186,6 +186,10 @@ export function upstreamFailureAnswer(
     status: 502,
     message: `Preview ${ctx.key}: the request to guest port ${guestPort} failed (${describe(error)}). ${logs}.`,
   };
+}
+
+function formatMs(ms: number): string {
+  return ms >= 1000 && ms % 1000 === 0 ? `${ms / 1000} s` : `${ms} ms`;
 }
 
 function isBrokenPipe(error: unknown): boolean {

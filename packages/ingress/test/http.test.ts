@@ -264,3 +264,15 @@ describe("an upload the guest refuses before reading it", () => {
     await guest.close();
   });
 });
+
+describe("guest slower than the headers deadline", () => {
+  test("504 says how long we waited and where to look", async () => {
+    const guest = await httpStandIn(() => undefined);
+    await using gateway = testGateway({ headersTimeoutMs: 300 });
+    const { origin } = await gateway.open({ key: "slow", guestPort: guest.port, links: [] });
+    const res = await fetchRaw(`${origin}/`);
+    expect(res.status).toBe(504);
+    expect(res.body.toString()).toMatch(/Preview slow: guest port \d+ sent no response headers within 300 ms/);
+    await guest.close();
+  });
+});
