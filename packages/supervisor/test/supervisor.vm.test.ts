@@ -1,0 +1,157 @@
+import { randomBytes } from "node:crypto";
+import { SupervisorClient, type ServiceStatus } from "../src/index.js";
+import { bootTestVm, type TestVm } from "./support/vm.js";
+
+const WORKSPACE = "/workspace";
+const YAML = `${WORKSPACE}/.sandbox.yaml`;
+const WEB = [
+  "  web:",
+  "    command: exec python3 -m http.server $PORT --bind 127.0.0.1",
+  "    health: /",
+  "    timeoutMs: 60000",
+];
+const yaml = (...lines: string[]) => ["version: 1", "services:", ...lines, ""].join("\n");
+
+let testVm: TestVm | undefined;
+let client: SupervisorClient;
+
+beforeAll(async () => {
+  testVm = await bootTestVm("sup-vm");
+  client = await SupervisorClient.start({ vm: testVm.vm, workspace: WORKSPACE });
+  await client.writeFile(YAML, yaml(...WEB), { createParents: true });
+});
+
+afterAll(async () => {
+  await client?.close();
+  await testVm?.close();
+});
+
+async function status(name: string): Promise<ServiceStatus> {
+  const [found] = await client.serviceStatus([name]);
+  return found!;
+}
+
+async function until<T>(what: string, timeoutMs: number, check: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Fetches a guest URL from inside the guest; returns the HTTP status. */
+async function guestGet(port: number): Promise<number> {
+  const result = await client.exec(
+    `python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:${port}/').status)"`,
+    { timeoutMs: 30_000 },
+  );
+  return Number(result.output.trim());
+}
+
+test("the agent runs in the guest with python3 and a way to catch setup leftovers", () => {
+  expect(client.hello.protocol).toBe(1);
+  expect(client.hello.python).toMatch(/^3\.\d+/);
+  expect(client.hello.stateDir).toBe("/var/lib/pi-sandbox-agent");
+  expect(["cgroup+environ", "environ"]).toContain(client.hello.cleanup);
+});
+
+test("python's http.server comes up ready by HTTP health and is back about 1 s after a kill", async () => {
+  const result = await client.ensureServices();
+  expect(result.failures).toEqual([]);
+  const web = await status("web");
+  expect(web).toMatchObject({ state: "running", readiness: { state: "ready" } });
+  expect(await guestGet(web.port!)).toBe(200);
+
+  const t0 = Date.now();
+  await client.exec(`kill -9 ${web.pid}`);
+  const back = await until("web to restart", 10_000, async () => {
+    const s = await status("web");
+    return s.pid !== null && s.pid !== web.pid ? s : undefined;
+  });
+  const respawnMs = Date.now() - t0;
+  expect(back.restarts).toBe(1);
+  expect(back.lastExit).toMatchObject({ signal: "SIGKILL" });
+  // 1 s restart delay plus guest round trips under TCG.
+  expect(respawnMs).toBeGreaterThanOrEqual(900);
+  expect(respawnMs).toBeLessThan(4_000);
+  await until("web ready again", 60_000, async () =>
+    (await status("web")).readiness.state === "ready" ? true : undefined,
+  );
+  expect(await guestGet(back.port!)).toBe(200);
+});
+
+test("ensure after editing the guest YAML starts the new service without touching the running one", async () => {
+  await client.ensureServices();
+  const before = await status("web");
+  await client.writeFile(YAML, yaml(...WEB, "  worker:", "    command: exec sleep 100000", "    health: process"));
+  const result = await client.ensureServices();
+  expect(result.started).toEqual(["worker"]);
+  expect(result.kept).toEqual(["web"]);
+  const after = await status("web");
+  expect(after.pid).toBe(before.pid);
+  expect(after.restarts).toBe(before.restarts);
+  expect((await status("worker")).state).toBe("running");
+});
+
+test("restart keeps the port", async () => {
+  const before = await status("web");
+  const result = await client.restartServices(["web"]);
+  expect(result.failures).toEqual([]);
+  const after = await status("web");
+  expect(after.port).toBe(before.port);
+  expect(after.pid).not.toBe(before.pid);
+  expect(after.readiness.state).toBe("ready");
+});
+
+test("file writes and reads go through the agent while a service and a 60 s command run", async () => {
+  expect((await status("web")).state).toBe("running");
+  const long = await client.exec("sleep 60", { timeoutMs: 0 });
+  expect(long.running).toBe(true);
+  const data = randomBytes(300 * 1024);
+  const t0 = Date.now();
+  await client.writeFile(`${WORKSPACE}/blob.bin`, data);
+  const back = await client.readFile(`${WORKSPACE}/blob.bin`);
+  const elapsed = Date.now() - t0;
+  expect(back.equals(data)).toBe(true);
+  expect(elapsed).toBeLessThan(20_000);
+  expect((await client.execStatus(long.handle, { timeoutMs: 0 })).running).toBe(true);
+  await client.execKill(long.handle);
+});
+
+test("a 30 s resume hook returns a handle after about 10 s, and exec-status follows it", async () => {
+  await client.writeFile(
+    `${WORKSPACE}/.agents/resume`,
+    "#!/bin/sh\necho resume-start\nsleep 30\necho resume-end\n",
+    { createParents: true, mode: 0o755 },
+  );
+  const t0 = Date.now();
+  const result = await client.runResume({ commands: [] });
+  const waited = Date.now() - t0;
+  expect(result.running).toBe(true);
+  expect(waited).toBeGreaterThanOrEqual(9_500);
+  expect(waited).toBeLessThan(20_000);
+  expect(result.output).toContain("resume-start");
+  let output = result.output;
+  const final = await until("resume to finish", 90_000, async () => {
+    const s = await client.execStatus(result.handle, { timeoutMs: 30_000 });
+    output += s.output;
+    return s.running ? undefined : s;
+  });
+  expect(final.exitCode).toBe(0);
+  expect(output).toContain("resume-end");
+  expect(Date.now() - t0).toBeGreaterThanOrEqual(29_000);
+});
+
+test("setup stops a detached, double-forked leftover in the guest", async () => {
+  const result = await client.runSetup({
+    commands: ["setsid nohup sleep 1000 >/dev/null 2>&1 & echo $! > /var/lib/escapee.pid"],
+  });
+  expect(result.ok).toBe(true);
+  expect(result.cleanup.stopped).toBeGreaterThanOrEqual(1);
+  const check = await client.exec(
+    'pid=$(cat /var/lib/escapee.pid); if [ -d /proc/$pid ] && ! grep -q "^State:.*Z" /proc/$pid/status; then echo alive; else echo gone; fi',
+  );
+  expect(check.output.trim()).toBe("gone");
+});
