@@ -7,7 +7,6 @@ import {
   isIngressError,
   JsonFilePortLeaseStore,
   MemoryPortLeaseStore,
-  PreviewGateway,
   type PortLeaseStore,
 } from "../src/index.js";
 import { closedWithin, fetchRaw, httpStandIn, tempDir, testGateway, type StandIn } from "./helpers.js";
