@@ -50,7 +50,9 @@ export class AgentChannel {
   ) {
     execution.stdout.on("data", (chunk: Buffer) => this.onData(chunk));
     execution.stderr.on("data", (chunk: Buffer) => this.onStderr(chunk));
-    execution.stdin?.on("error", (error: unknown) => this.logger.warn(`${this.label} agent stdin: ${messageOf(error)}`));
+    execution.stdin?.on("error", (error: unknown) =>
+      this.logger.warn(`${this.label} agent stdin: ${messageOf(error)}`),
+    );
     this.finished = execution.result.then(
       (status) => {
         this.exit = status;
@@ -122,7 +124,10 @@ export class AgentChannel {
       this.write({ id, op, args }).catch((error: unknown) => {
         if (!this.pending.delete(id)) return;
         entry.cleanup();
-        reject(this.closedError ?? new SupervisorError("AGENT_CLOSED", `could not send ${op} to the guest agent`, { cause: error }));
+        reject(
+          this.closedError ??
+            new SupervisorError("AGENT_CLOSED", `could not send ${op} to the guest agent`, { cause: error }),
+        );
       });
     });
   }
@@ -144,7 +149,9 @@ export class AgentChannel {
     });
     await Promise.race([this.finished, deadline]);
     if (timer) clearTimeout(timer);
-    this.shut(new SupervisorError("AGENT_CLOSED", "the supervisor client was closed; start a new one to talk to the guest"));
+    this.shut(
+      new SupervisorError("AGENT_CLOSED", "the supervisor client was closed; start a new one to talk to the guest"),
+    );
   }
 
   private async write(message: unknown): Promise<void> {
@@ -199,7 +206,13 @@ export class AgentChannel {
       new SupervisorError(
         codeFromAgent(error.code),
         typeof error.message === "string" ? error.message : `the guest agent failed ${entry.op}`,
-        { details: { ...((error.details as Record<string, unknown> | undefined) ?? {}), op: entry.op, agentCode: error.code } },
+        {
+          details: {
+            ...((error.details as Record<string, unknown> | undefined) ?? {}),
+            op: entry.op,
+            agentCode: error.code,
+          },
+        },
       ),
     );
   }

@@ -1,16 +1,20 @@
 import { LIMITS, isConfigError, isValidServiceName, parseConfig, type SandboxConfig } from "@pi-sandbox/config";
-import type { GuestVm } from "@pi-sandbox/vm";
-import { readAgentScript } from "./agent-script.js";
+import { installAgent, waitForHello } from "./launch.js";
+import type {
+  CallOptions,
+  ExecOptions,
+  ResumeOptions,
+  ServiceOpOptions,
+  SetupOptions,
+  StartSupervisorOptions,
+  WaitOptions,
+} from "./options.js";
+import { mergeStatuses, readinessBudget, type RawStatus } from "./service-status.js";
 import { AgentChannel, type AgentEvent } from "./channel.js";
 import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
 import { MAX_READ_BYTES, MAX_WRITE_BYTES, readThroughAgent, writeThroughAgent } from "./file-transfer.js";
 import { silentLogger, type SupervisorLogger } from "./logger.js";
-import {
-  buildServiceSpecs,
-  guestServices,
-  type AgentServiceSpec,
-  type PreviewOrigins,
-} from "./service-specs.js";
+import { buildServiceSpecs, guestServices, type AgentServiceSpec } from "./service-specs.js";
 import type {
   AdHocServiceSpec,
   AgentHello,
@@ -34,76 +38,10 @@ export const DEFAULT_AGENT_PATH = "/usr/local/lib/pi-sandbox/sandbox_agent.py";
 /** Name of the editable guest copy of the config, inside the workspace. */
 export const GUEST_CONFIG_NAME = ".sandbox.yaml";
 
-const PROTOCOL_VERSION = 1;
 const REPLY_MARGIN_MS = 60_000;
 const SERVICE_STOP_BUDGET_MS = 10_000;
 
-/** Options of {@link SupervisorClient.start}. */
-export interface StartSupervisorOptions {
-  /** The booted guest. The client uses only `exec` on it. */
-  vm: GuestVm;
-  /** Absolute guest workspace; default `/workspace`. */
-  workspace?: string;
-  /** Guest state directory of the agent; default {@link DEFAULT_AGENT_STATE_DIR}. */
-  stateDir?: string;
-  /** Guest path to install the agent to; default {@link DEFAULT_AGENT_PATH}. */
-  agentPath?: string;
-  /** Guest python interpreter; default `python3`. */
-  python?: string;
-  /** Extra agent flags, e.g. `["--cgroup-root", "none"]` or `["--port-range", "30000-30999"]`. */
-  agentArgs?: readonly string[];
-  /** How long to wait for the agent's hello, in ms; default 60000 (TCG guests are slow). */
-  startTimeoutMs?: number;
-  /** Receives diagnostics; default silent. */
-  logger?: SupervisorLogger;
-  /** Cancels the start; the promise rejects with `signal.reason` and nothing is left running. */
-  signal?: AbortSignal;
-}
-
-/** Common options of every call. */
-export interface CallOptions {
-  /** Cancels the call; rejects with `signal.reason`. Work already started in the guest may go on. */
-  signal?: AbortSignal;
-}
-
-/** Options of exec and exec-status. */
-export interface WaitOptions extends CallOptions {
-  /** How long to wait for the command to finish, 0–60000 ms; default 10000. Ends only the wait. */
-  timeoutMs?: number;
-}
-
-/** Options of {@link SupervisorClient.exec}. */
-export interface ExecOptions extends WaitOptions {
-  /** Working directory, relative to the workspace (an absolute path is used as is). */
-  cwd?: string;
-  /** Extra environment for the command. */
-  env?: Record<string, string>;
-}
-
-/** Options of {@link SupervisorClient.ensureServices} and {@link SupervisorClient.restartServices}. */
-export interface ServiceOpOptions extends CallOptions {
-  /** Host preview origin per service (`http://127.0.0.1:<port>`): `PUBLIC_URL` and `${services.X.publicURL}`. */
-  previewOrigins?: PreviewOrigins;
-}
-
-/** Options of {@link SupervisorClient.runSetup}. */
-export interface SetupOptions extends CallOptions {
-  /** Setup commands; default the guest YAML's `setup` (none when the file is missing). */
-  commands?: readonly string[];
-  /** One deadline for all commands and the hook, in ms; default and maximum 20 minutes. */
-  deadlineMs?: number;
-}
-
-/** Options of {@link SupervisorClient.runResume}. */
-export interface ResumeOptions extends CallOptions {
-  /** Resume commands; default the guest YAML's `resume` (none when the file is missing). */
-  commands?: readonly string[];
-  /** How long to wait before continuing in the background, in ms; default 10000. */
-  waitMs?: number;
-}
-
 type RawExec = ExecResult & { steps?: RunStep[]; [key: string]: unknown };
-type RawStatus = Omit<ServiceStatus, "state"> & { state: string };
 
 function toExecResult(raw: RawExec): ExecResult {
   return {
@@ -426,7 +364,10 @@ export class SupervisorClient implements AsyncDisposable {
       } else if (known.some((s) => s.name === name)) {
         items.push({ name });
       } else {
-        throw this.notFound(name, declared.map((s) => s.name));
+        throw this.notFound(
+          name,
+          declared.map((s) => s.name),
+        );
       }
     }
     const raw = await this.channel.request<{ restarted: string[]; failures: ServiceFailure[]; services: RawStatus[] }>(
@@ -449,7 +390,8 @@ export class SupervisorClient implements AsyncDisposable {
     if (names) {
       const declared = config ? guestServices(config).map((s) => s.name) : [];
       const known = (await this.agentStatus(undefined, options.signal)).services.map((s) => s.name);
-      for (const name of names) if (!declared.includes(name) && !known.includes(name)) throw this.notFound(name, declared);
+      for (const name of names)
+        if (!declared.includes(name) && !known.includes(name)) throw this.notFound(name, declared);
     }
     const raw = await this.channel.request<{ stopped: string[]; services: RawStatus[] }>(
       "service-stop",
@@ -616,134 +558,4 @@ export class SupervisorClient implements AsyncDisposable {
       { details: { service: name, declared } },
     );
   }
-}
-
-function readinessBudget(specs: readonly (AgentServiceSpec | { name: string })[]): number {
-  let longest: number = LIMITS.adhocReadinessMs;
-  for (const spec of specs) if ("timeoutMs" in spec) longest = Math.max(longest, spec.timeoutMs);
-  return longest + REPLY_MARGIN_MS;
-}
-
-/** Declared services in start order (not-started ones included), then every other live or ad-hoc service. */
-function mergeStatuses(raw: readonly RawStatus[], config: SandboxConfig | undefined): ServiceStatus[] {
-  const byName = new Map(raw.map((s) => [s.name, s as ServiceStatus]));
-  const result: ServiceStatus[] = [];
-  if (config) {
-    for (const service of guestServices(config)) {
-      const live = byName.get(service.name);
-      byName.delete(service.name);
-      result.push(
-        live ?? {
-          name: service.name,
-          state: "not-started",
-          pid: null,
-          port: service.port ?? null,
-          restarts: 0,
-          lastExit: null,
-          readiness: { state: "pending", error: null, readyAt: null },
-          startedAt: null,
-          command: service.command,
-          cwd: service.cwd,
-          health: service.health,
-          adhoc: false,
-          logPath: null,
-        },
-      );
-    }
-  }
-  // A stopped service the YAML no longer declares is history, not state: leave it out.
-  for (const status of byName.values()) if (!config || status.adhoc || status.state !== "stopped") result.push(status);
-  return result;
-}
-
-async function installAgent(vm: GuestVm, agentPath: string, python: string, signal: AbortSignal | undefined) {
-  const source = await readAgentScript();
-  const dir = agentPath.replace(/\/[^/]*$/, "") || "/";
-  // One exec: check python, then write the script atomically. File ops are avoided on purpose:
-  // Gondolin serialises them behind execs, and this keeps install and launch on one path.
-  const script = [
-    'command -v "$0" >/dev/null 2>&1 || { echo "python3 ($0) not found in the guest" >&2; exit 127; }',
-    'mkdir -p "$1"',
-    'cat > "$2.tmp"',
-    'mv -f "$2.tmp" "$2"',
-  ].join(" && ");
-  const execution = vm.exec(["/bin/sh", "-c", script, python, dir, agentPath], { stdin: source, signal });
-  const stderr: Buffer[] = [];
-  execution.stdout.resume();
-  execution.stderr.on("data", (chunk: Buffer) => stderr.push(chunk));
-  const status = await execution.result;
-  const text = Buffer.concat(stderr).toString("utf8").trim();
-  if (status.exitCode === 127) {
-    throw new SupervisorError(
-      "GUEST_PYTHON_MISSING",
-      `the guest image has no ${python}; commands and services need it — use an image that includes python3`,
-      { details: { tool: python, stderr: text } },
-    );
-  }
-  if (status.exitCode !== 0) {
-    throw new SupervisorError(
-      "AGENT_START_FAILED",
-      `could not install the guest agent at ${agentPath} (exit ${status.exitCode}): ${text || "no output"}`,
-      { details: { exitCode: status.exitCode, stderr: text } },
-    );
-  }
-}
-
-async function waitForHello(channel: AgentChannel, timeoutMs: number, signal: AbortSignal | undefined) {
-  return new Promise<AgentHello>((resolve, reject) => {
-    const cleanups: (() => void)[] = [];
-    const done = (): void => cleanups.forEach((fn) => fn());
-    const timer = setTimeout(() => {
-      done();
-      reject(
-        new SupervisorError("AGENT_START_FAILED", `the guest agent did not start within ${timeoutMs} ms; ${tail(channel)}`, {
-          details: { timeoutMs, stderr: channel.stderr },
-        }),
-      );
-    }, timeoutMs);
-    cleanups.push(() => clearTimeout(timer));
-    cleanups.push(
-      channel.onEvent((event) => {
-        if (event.event === "hello") {
-          done();
-          const hello = event.data as unknown as AgentHello;
-          if (hello.protocol !== PROTOCOL_VERSION) {
-            reject(
-              new SupervisorError(
-                "AGENT_PROTOCOL",
-                `the guest agent speaks protocol ${hello.protocol}, this client ${PROTOCOL_VERSION}; reinstall matching packages`,
-                { details: { hello } },
-              ),
-            );
-          } else resolve(hello);
-        } else if (event.event === "fatal") {
-          done();
-          reject(
-            new SupervisorError("AGENT_START_FAILED", `the guest agent could not start: ${String(event.data.message)}`, {
-              details: event.data,
-            }),
-          );
-        }
-      }),
-    );
-    const onAbort = (): void => {
-      done();
-      reject(signal?.reason);
-    };
-    signal?.addEventListener("abort", onAbort, { once: true });
-    cleanups.push(() => signal?.removeEventListener("abort", onAbort));
-    void channel.finished.then(() => {
-      done();
-      reject(
-        new SupervisorError("AGENT_START_FAILED", `the guest agent exited before it started; ${tail(channel)}`, {
-          details: { exitCode: channel.exitStatus?.exitCode, stderr: channel.stderr },
-        }),
-      );
-    });
-  });
-}
-
-function tail(channel: AgentChannel): string {
-  const text = channel.stderr.trim();
-  return text ? `its last output: ${text.slice(-500)}` : "it wrote nothing to stderr";
 }

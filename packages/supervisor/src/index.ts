@@ -1,19 +1,16 @@
 // Public API of @pi-sandbox/supervisor: everything not listed here is private.
 
 // Client
-export {
-  SupervisorClient,
-  DEFAULT_AGENT_PATH,
-  DEFAULT_AGENT_STATE_DIR,
-  GUEST_CONFIG_NAME,
-  type StartSupervisorOptions,
-  type CallOptions,
-  type WaitOptions,
-  type ExecOptions,
-  type ServiceOpOptions,
-  type SetupOptions,
-  type ResumeOptions,
-} from "./client.js";
+export { SupervisorClient, DEFAULT_AGENT_PATH, DEFAULT_AGENT_STATE_DIR, GUEST_CONFIG_NAME } from "./client.js";
+export type {
+  StartSupervisorOptions,
+  CallOptions,
+  WaitOptions,
+  ExecOptions,
+  ServiceOpOptions,
+  SetupOptions,
+  ResumeOptions,
+} from "./options.js";
 export type { AgentEvent } from "./channel.js";
 export type { PreviewOrigins } from "./service-specs.js";
 

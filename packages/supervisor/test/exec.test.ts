@@ -98,7 +98,9 @@ test("only the 128 most recently completed handles are kept; older ones expire f
     );
     handles.push(...results.map((r) => r.handle));
     // Let this batch finish so completion order follows launch order closely.
-    await Promise.all(results.map((r) => sup.client.execStatus(r.handle, { timeoutMs: 10_000 }).catch(() => undefined)));
+    await Promise.all(
+      results.map((r) => sup.client.execStatus(r.handle, { timeoutMs: 10_000 }).catch(() => undefined)),
+    );
   }
   expect(handles).toHaveLength(200);
   const newest = await sup.client.execStatus(handles[199]!, { timeoutMs: 0 });

@@ -140,7 +140,9 @@ test("HTTP readiness waits for a 2xx/3xx answer, not just an open port", async (
     "http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()",
   ].join("\n");
   await sup.client.writeFile(join(sup.workspace, "slow.py"), server);
-  await sup.writeYaml(yaml("  slow:", "    command: exec python3 slow.py", "    health: /healthz", "    timeoutMs: 10000"));
+  await sup.writeYaml(
+    yaml("  slow:", "    command: exec python3 slow.py", "    health: /healthz", "    timeoutMs: 10000"),
+  );
   const t0 = Date.now();
   const result = await sup.client.ensureServices();
   expect(result.failures).toEqual([]);
@@ -166,7 +168,13 @@ test("restart re-reads the command and keeps the port; stop stays stopped until 
   await sup.writeYaml(yaml(...HTTP_WEB));
   await sup.client.ensureServices();
   const first = await status("web");
-  await sup.writeYaml(yaml(...HTTP_WEB.slice(0, 1), "    command: exec python3 -m http.server $PORT --bind 127.0.0.1 --directory .", ...HTTP_WEB.slice(2)));
+  await sup.writeYaml(
+    yaml(
+      ...HTTP_WEB.slice(0, 1),
+      "    command: exec python3 -m http.server $PORT --bind 127.0.0.1 --directory .",
+      ...HTTP_WEB.slice(2),
+    ),
+  );
   const restarted = await sup.client.restartServices(["web"]);
   expect(restarted.started).toEqual(["web"]);
   const second = await status("web");
@@ -188,11 +196,15 @@ test("restart re-reads the command and keeps the port; stop stays stopped until 
 });
 
 test("ports are sticky across a reopen; fixed ports are honoured", async () => {
-  await sup.writeYaml(yaml(...HTTP_WEB, "  fixed:", "    command: sleep 600", "    port: 28999", "    health: process"));
+  await sup.writeYaml(
+    yaml(...HTTP_WEB, "  fixed:", "    command: sleep 600", "    port: 28999", "    health: process"),
+  );
   await sup.client.ensureServices();
   const port = (await status("web")).port;
   expect((await status("fixed")).port).toBe(28999);
-  const ports = JSON.parse(await readFile(join(sup.stateDir, "ports.json"), "utf8")) as { ports: Record<string, number> };
+  const ports = JSON.parse(await readFile(join(sup.stateDir, "ports.json"), "utf8")) as {
+    ports: Record<string, number>;
+  };
   expect(ports.ports.web).toBe(port);
   await sup.reopen();
   // A reopen clears everything in the state dir except the port allocations.
@@ -287,10 +299,14 @@ test("logs rotate at 1 MiB and tail by lines", async () => {
   );
   await sup.client.ensureServices();
   const log = join(sup.stateDir, "logs", "chatty.log");
-  await waitFor(async () => {
-    const tail = await sup.client.logs("chatty", { lines: 1 });
-    return tail.text.includes("line 249999") ? true : undefined;
-  }, 20_000, "all lines logged");
+  await waitFor(
+    async () => {
+      const tail = await sup.client.logs("chatty", { lines: 1 });
+      return tail.text.includes("line 249999") ? true : undefined;
+    },
+    20_000,
+    "all lines logged",
+  );
   expect((await stat(log)).size).toBeLessThanOrEqual(1024 * 1024);
   expect((await stat(`${log}.1`)).size).toBeLessThanOrEqual(1024 * 1024);
   const tail = await sup.client.logs("chatty");

@@ -5,10 +5,7 @@ import { processAlive, startLocal, waitFor, type LocalSupervisor } from "./suppo
 
 async function readPids(file: string): Promise<number[]> {
   const text = await readFile(file, "utf8").catch(() => "");
-  return text
-    .split(/\s+/)
-    .filter(Boolean)
-    .map(Number);
+  return text.split(/\s+/).filter(Boolean).map(Number);
 }
 
 async function cgroup2Writable(root: string): Promise<boolean> {

@@ -121,11 +121,10 @@ test("file writes and reads go through the agent while a service and a 60 s comm
 });
 
 test("a 30 s resume hook returns a handle after about 10 s, and exec-status follows it", async () => {
-  await client.writeFile(
-    `${WORKSPACE}/.agents/resume`,
-    "#!/bin/sh\necho resume-start\nsleep 30\necho resume-end\n",
-    { createParents: true, mode: 0o755 },
-  );
+  await client.writeFile(`${WORKSPACE}/.agents/resume`, "#!/bin/sh\necho resume-start\nsleep 30\necho resume-end\n", {
+    createParents: true,
+    mode: 0o755,
+  });
   const t0 = Date.now();
   const result = await client.runResume({ commands: [] });
   const waited = Date.now() - t0;

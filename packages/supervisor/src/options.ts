@@ -1,0 +1,67 @@
+import type { GuestVm } from "@pi-sandbox/vm";
+import type { SupervisorLogger } from "./logger.js";
+import type { PreviewOrigins } from "./service-specs.js";
+
+/** Options of `SupervisorClient.start`. */
+export interface StartSupervisorOptions {
+  /** The booted guest. The client uses only `exec` on it. */
+  vm: GuestVm;
+  /** Absolute guest workspace; default `/workspace`. */
+  workspace?: string;
+  /** Guest state directory of the agent; default `DEFAULT_AGENT_STATE_DIR`. */
+  stateDir?: string;
+  /** Guest path to install the agent to; default `DEFAULT_AGENT_PATH`. */
+  agentPath?: string;
+  /** Guest python interpreter; default `python3`. */
+  python?: string;
+  /** Extra agent flags, e.g. `["--cgroup-root", "none"]` or `["--port-range", "30000-30999"]`. */
+  agentArgs?: readonly string[];
+  /** How long to wait for the agent's hello, in ms; default 60000 (TCG guests are slow). */
+  startTimeoutMs?: number;
+  /** Receives diagnostics; default silent. */
+  logger?: SupervisorLogger;
+  /** Cancels the start; the promise rejects with `signal.reason` and nothing is left running. */
+  signal?: AbortSignal;
+}
+
+/** Common options of every call. */
+export interface CallOptions {
+  /** Cancels the call; rejects with `signal.reason`. Work already started in the guest may go on. */
+  signal?: AbortSignal;
+}
+
+/** Options of exec and exec-status. */
+export interface WaitOptions extends CallOptions {
+  /** How long to wait for the command to finish, 0–60000 ms; default 10000. Ends only the wait. */
+  timeoutMs?: number;
+}
+
+/** Options of `SupervisorClient.exec`. */
+export interface ExecOptions extends WaitOptions {
+  /** Working directory, relative to the workspace (an absolute path is used as is). */
+  cwd?: string;
+  /** Extra environment for the command. */
+  env?: Record<string, string>;
+}
+
+/** Options of `SupervisorClient.ensureServices` and `SupervisorClient.restartServices`. */
+export interface ServiceOpOptions extends CallOptions {
+  /** Host preview origin per service (`http://127.0.0.1:<port>`): `PUBLIC_URL` and `${services.X.publicURL}`. */
+  previewOrigins?: PreviewOrigins;
+}
+
+/** Options of `SupervisorClient.runSetup`. */
+export interface SetupOptions extends CallOptions {
+  /** Setup commands; default the guest YAML's `setup` (none when the file is missing). */
+  commands?: readonly string[];
+  /** One deadline for all commands and the hook, in ms; default and maximum 20 minutes. */
+  deadlineMs?: number;
+}
+
+/** Options of `SupervisorClient.runResume`. */
+export interface ResumeOptions extends CallOptions {
+  /** Resume commands; default the guest YAML's `resume` (none when the file is missing). */
+  commands?: readonly string[];
+  /** How long to wait before continuing in the background, in ms; default 10000. */
+  waitMs?: number;
+}

@@ -1,0 +1,81 @@
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createLocalGuestVm, type LocalGuestVm } from "@pi-sandbox/vm/testing";
+import { SupervisorClient, isSupervisorError, type StartSupervisorOptions } from "../src/index.js";
+import { processAlive, waitFor } from "./support/local.js";
+
+let dir: string;
+let vm: LocalGuestVm;
+
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), "pisb-life-"));
+  vm = await createLocalGuestVm({ root: join(dir, "root") });
+});
+
+afterEach(async () => {
+  await vm.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+function options(extra: Partial<StartSupervisorOptions> = {}): StartSupervisorOptions {
+  return {
+    vm,
+    workspace: dir,
+    stateDir: join(dir, "state"),
+    agentPath: join(dir, "agent", "sandbox_agent.py"),
+    agentArgs: ["--shell", "/bin/sh"],
+    ...extra,
+  };
+}
+
+test("a guest without python3 gives GUEST_PYTHON_MISSING naming the tool", async () => {
+  const error = await SupervisorClient.start(options({ python: "python3-not-installed" })).catch((e: unknown) => e);
+  expect(isSupervisorError(error, "GUEST_PYTHON_MISSING")).toBe(true);
+  expect((error as Error).message).toContain("python3-not-installed");
+  expect(vm.running).toBe(0);
+});
+
+test("an agent that cannot prepare its state dir fails the start with the reason", async () => {
+  const error = await SupervisorClient.start(options({ stateDir: "/proc/pisb-cannot-exist" })).catch((e: unknown) => e);
+  expect(isSupervisorError(error, "AGENT_START_FAILED")).toBe(true);
+  expect((error as Error).message).toContain("/proc/pisb-cannot-exist");
+  await waitFor(() => vm.running === 0, 5_000, "agent exec to end");
+});
+
+test("start honours an abort before and during the start, leaving nothing running", async () => {
+  const before = new AbortController();
+  before.abort(new Error("not now"));
+  await expect(SupervisorClient.start(options({ signal: before.signal }))).rejects.toThrow("not now");
+
+  const during = new AbortController();
+  const starting = SupervisorClient.start(options({ signal: during.signal }));
+  setTimeout(() => during.abort(new Error("changed my mind")), 5);
+  await expect(starting).rejects.toThrow("changed my mind");
+  await waitFor(() => vm.running === 0, 5_000, "agent exec to end");
+});
+
+test("close is idempotent, stops what the agent ran, and later calls fail with AGENT_CLOSED", async () => {
+  const client = await SupervisorClient.start(options());
+  const pidFile = join(dir, "cmd.pid");
+  await client.exec(`echo $$ > ${pidFile}; exec sleep 600`, { timeoutMs: 0 });
+  const pid = Number((await waitFor(() => readFile(pidFile, "utf8").catch(() => undefined))).trim());
+  expect(await processAlive(pid)).toBe(true);
+  await Promise.all([client.close(), client.close()]);
+  expect(client.closed).toBe(true);
+  await expect(client.exec("true")).rejects.toMatchObject({ code: "AGENT_CLOSED" });
+  expect(await processAlive(pid)).toBe(false);
+  await waitFor(() => vm.running === 0, 5_000, "agent exec to end");
+});
+
+test("an agent that dies fails pending and later calls with AGENT_CLOSED", async () => {
+  const client = await SupervisorClient.start(options());
+  const waiting = client.exec("sleep 600", { timeoutMs: 60_000 });
+  await new Promise((r) => setTimeout(r, 200));
+  process.kill(client.hello.pid, "SIGKILL");
+  await expect(waiting).rejects.toMatchObject({ code: "AGENT_CLOSED" });
+  expect(client.closed).toBe(true);
+  await expect(client.ping()).rejects.toMatchObject({ code: "AGENT_CLOSED" });
+  await client.close();
+  await waitFor(async () => !(await processAlive(client.hello.pid)), 5_000, "agent gone");
+});
