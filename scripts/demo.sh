@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One command from a fresh clone to a running demo environment: system packages, npm ci, build,
+# a guest image (built locally, cached), then `pi-sandbox create demo` (or `start` if it exists).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/install-system-deps.sh
+[ -d node_modules ] || npm ci --no-audit --no-fund
+npm run -s build >/dev/null
+echo "getting a guest image (the first build takes a few minutes)…" >&2
+image=$(npm run -s test-image | tail -n 1)
+
+mkdir -p .demo
+cat > .demo/sandbox.yaml <<YAML
+version: 1
+profile: tiny
+diskGiB: 4
+image: $image
+setup:
+  - printf 'Hello from the guest\n' > /workspace/index.html
+services:
+  web:
+    command: python3 -m http.server \$PORT --bind 127.0.0.1
+    health: /
+    preview: true
+YAML
+
+cli() { npx --no-install pi-sandbox "$@"; }
+if cli inspect demo >/dev/null 2>&1; then
+  cli start demo
+else
+  cli create demo -c .demo/sandbox.yaml
+fi
+url=$(cli call '{"action":"inspect","name":"demo"}' | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).previews[0]?.url??""))')
+echo
+echo "demo is running. Preview: $url"
+[ -n "$url" ] && curl -s "$url"
+echo
+echo "Next: npx pi-sandbox exec demo -- ls | npx pi-sandbox stop demo | npx pi-sandbox destroy demo --confirm demo"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages pi-sandbox and its test image builder need. Idempotent:
+# does nothing (and needs no network) when everything is present.
+set -euo pipefail
+pkgs=(qemu-system-x86 qemu-utils debootstrap busybox-static cpio lz4 kmod e2fsprogs openssh-client util-linux curl python3)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+[ "${#missing[@]}" -eq 0 ] && exit 0
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install these with your package manager: ${missing[*]}" >&2
+  exit 1
+fi
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
