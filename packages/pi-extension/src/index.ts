@@ -1,1 +1,19 @@
-export const placeholder = 1;
+import { callAction } from "@pi-sandbox/controller/client";
+import { createSandboxExtension } from "./extension.js";
+
+// Extension
+export { createSandboxExtension } from "./extension.js";
+export { createSandboxTool } from "./tool.js";
+export type { CallActionFn, SandboxDependencies } from "./tool.js";
+export { createSandboxCommand } from "./command.js";
+// Input and results
+export { prepareSandboxArguments, peekAction } from "./input.js";
+export type { ActionPeek, SandboxToolParams } from "./input.js";
+export type { SandboxToolDetails, SandboxToolResult } from "./format.js";
+// Errors
+export { SandboxExtensionError, isSandboxExtensionError } from "./errors.js";
+export type { SandboxExtensionErrorCode, SandboxExtensionErrorOptions } from "./errors.js";
+
+/** What Pi loads: the extension wired to the real controller client. */
+const sandboxExtension = createSandboxExtension({ callAction });
+export default sandboxExtension;

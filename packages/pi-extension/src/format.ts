@@ -1,0 +1,155 @@
+// Turns controller results, errors, progress and interruptions into Pi tool results: compact
+// text for the model, `details` for the renderer, `structuredContent` for code-mode scripts.
+
+import type { AgentToolResult } from "@earendil-works/pi-coding-agent";
+import { isControllerError, type PreviewLinkInfo, type ProgressEvent } from "@pi-sandbox/controller/client";
+import { isSandboxExtensionError } from "./errors.js";
+import type { ActionPeek } from "./input.js";
+
+/** Most progress events kept in `details` while a long action runs. */
+export const PROGRESS_KEPT = 6;
+
+/** What the renderer needs about one call; stays small because the session keeps it. */
+export interface SandboxToolDetails {
+  /** Action name as read from the input (`?` when unreadable). */
+  action: string;
+  /** Instance or template name, when the input gave one. */
+  name?: string;
+  /** `running` while streaming, `ok`, `error`, or `detached` when the user ended the wait. */
+  status: "running" | "ok" | "error" | "detached";
+  /** Entry state reported by the result (`running`, `stopped`, …). */
+  state?: string;
+  /** Preview links reported by the result. */
+  previews?: PreviewLinkInfo[];
+  /** One-line summary of the result, e.g. `exit 0` or `2 instances`. */
+  summary?: string;
+  /** The last few progress events. */
+  progress?: ProgressEvent[];
+  /** The error's wire form, for error results. */
+  error?: { code: string; message: string; hint?: string };
+}
+
+/** A tool result of this package. */
+export type SandboxToolResult = AgentToolResult<SandboxToolDetails>;
+
+function base(peek: ActionPeek, status: SandboxToolDetails["status"]): SandboxToolDetails {
+  const details: SandboxToolDetails = { action: peek.action, status };
+  if (peek.name !== undefined) details.name = peek.name;
+  return details;
+}
+
+function text(value: string): SandboxToolResult["content"] {
+  return [{ type: "text", text: value }];
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function summarize(action: string, result: Record<string, unknown>): string | undefined {
+  if (action === "list") {
+    for (const key of ["instances", "templates"]) {
+      const entries = result[key];
+      if (Array.isArray(entries)) return `${entries.length} ${entries.length === 1 ? key.slice(0, -1) : key}`;
+    }
+  }
+  if (typeof result.running === "boolean") {
+    if (result.running) return `still running, pid ${String(result.pid)}`;
+    if (typeof result.exitCode === "number") return `exit ${result.exitCode}`;
+  }
+  if (action === "shell" && typeof result.command === "string") return result.command;
+  if (action === "doctor" && Array.isArray(result.checks)) {
+    const failed = (result.checks as Record<string, unknown>[]).filter((c) => c.status === "fail").length;
+    return failed === 0 ? "all checks passed" : `${failed} check${failed === 1 ? "" : "s"} failed`;
+  }
+  if (typeof result.path === "string" && (action === "read" || action === "write")) return result.path;
+  return undefined;
+}
+
+/** A successful action: help as plain text, every other result as compact JSON. */
+export function successResult(peek: ActionPeek, result: unknown): SandboxToolResult {
+  const details = base(peek, "ok");
+  const record = isRecord(result) ? result : { result };
+  if (typeof record.state === "string") details.state = record.state;
+  if (Array.isArray(record.previews)) details.previews = record.previews as PreviewLinkInfo[];
+  const summary = summarize(peek.action, record);
+  if (summary !== undefined) details.summary = summary;
+  const body = peek.action === "help" && typeof record.help === "string" ? record.help : JSON.stringify(result);
+  return { content: text(body), details, structuredContent: record as SandboxToolResult["structuredContent"] };
+}
+
+/** The wire form of any failure the client reported. */
+export function errorJson(error: unknown): { code: string; message: string; hint?: string } {
+  if (isControllerError(error) || isSandboxExtensionError(error)) {
+    const json: { code: string; message: string; hint?: string } = { code: error.code, message: error.message };
+    if (error.hint) json.hint = error.hint;
+    return json;
+  }
+  return {
+    code: "PI_SANDBOX_UNEXPECTED",
+    message: error instanceof Error ? error.message : String(error),
+    hint: 'This is a bug in pi-sandbox; {"action":"doctor"} checks the host, and the controller log has details.',
+  };
+}
+
+/**
+ * A failed action as a tool error. No `structuredContent`, so code-mode scripts see the call
+ * reject with this text.
+ */
+export function errorResult(peek: ActionPeek, error: unknown): SandboxToolResult {
+  const json = errorJson(error);
+  const details = base(peek, "error");
+  details.error = json;
+  const body = `${json.code}: ${json.message}${json.hint ? `\nHint: ${json.hint}` : ""}`;
+  return { content: text(body), details, isError: true };
+}
+
+/** A partial result while a long action runs; only the UI sees it. */
+export function progressResult(peek: ActionPeek, events: readonly ProgressEvent[]): SandboxToolResult {
+  const details = base(peek, "running");
+  details.progress = events.slice(-PROGRESS_KEPT);
+  const last = events.at(-1);
+  return { content: text(last ? `[${last.stage}] ${last.message}` : `${peek.action} …`), details };
+}
+
+function quote(value: Record<string, unknown>): string {
+  return JSON.stringify(value);
+}
+
+/** How to follow work the user stopped waiting for. */
+export function followUpHint(peek: ActionPeek): string {
+  if (peek.name === undefined) return "Nothing runs in the background for this action; send it again when needed.";
+  const name = peek.name;
+  const kind = peek.action === "prepare" || peek.kind === "templates" ? { kind: "templates" } : {};
+  const inspect = quote({ action: "inspect", name, ...kind });
+  switch (peek.action) {
+    case "exec":
+      return `The command keeps running in the guest. Check the instance with ${inspect}; to stop stray commands, exec "pkill -f <pattern>".`;
+    case "exec-status":
+      return `The command keeps running in the guest; follow it with ${quote({ action: "exec-status", name, pid: peek.pid ?? "<pid>" })}.`;
+    case "help":
+    case "list":
+    case "inspect":
+    case "logs":
+    case "doctor":
+      return "Nothing runs in the background for this action; send it again when needed.";
+    default:
+      return `The controller keeps working on it. Follow it with ${inspect} (state, errors) and ${quote({ action: "logs", name })} (controller log).`;
+  }
+}
+
+/**
+ * The user ended the wait (Esc): the client's signal only ends the wait, so the controller and
+ * the guest carry on. Reported as an error so the model does not take it as done.
+ */
+export function detachedResult(peek: ActionPeek, events: readonly ProgressEvent[]): SandboxToolResult {
+  const details = base(peek, "detached");
+  if (events.length > 0) details.progress = events.slice(-PROGRESS_KEPT);
+  const what = peek.name === undefined ? peek.action : `${peek.action} of ${peek.name}`;
+  const message = `Stopped waiting for ${what} because the user interrupted.`;
+  const hint = followUpHint(peek);
+  details.error = { code: "PI_SANDBOX_WAIT_ENDED", message, hint };
+  const last = events.at(-1);
+  const lastLine = last ? `\nLast progress: [${last.stage}] ${last.message}` : "";
+  return { content: text(`${message} ${hint}${lastLine}`), details, isError: true };
+}
