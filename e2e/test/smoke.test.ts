@@ -1,0 +1,203 @@
+// Smoke test of the guest test image: boots it through Gondolin under TCG and checks what the
+// other suites rely on — exec, files, python3, egress policy, SSH, ingress, persistent disks.
+import { execFileSync } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import path from "node:path";
+import type { VM } from "@earendil-works/gondolin";
+import { bootVm, execFileAsync, isolateTempDirs, testImage } from "./support.js";
+
+const GiB = 1024 ** 3;
+
+let vm: VM | undefined;
+let temp: Awaited<ReturnType<typeof isolateTempDirs>>;
+let diskPath: string;
+let hostServer: http.Server;
+let hostPort: number;
+let manifest: { buildId: string; config: { kernelRelease: string } };
+
+function guest(): VM {
+  if (!vm) throw new Error("the shared VM did not boot");
+  return vm;
+}
+
+const allowList = () => ({ allowedHosts: ["127.0.0.1"], allowedInternalHosts: ["127.0.0.1"] });
+
+beforeAll(async () => {
+  temp = await isolateTempDirs();
+  manifest = JSON.parse(await readFile(path.join(testImage(), "manifest.json"), "utf8"));
+  hostServer = http.createServer((req, res) => res.end(`host saw ${req.url}\n`));
+  await new Promise<void>((resolve) => hostServer.listen(0, "127.0.0.1", resolve));
+  hostPort = (hostServer.address() as AddressInfo).port;
+  // A persistent disk with room to grow: 2 GiB virtual size over the smaller rootfs.ext4.
+  diskPath = path.join(temp.dir, "disk.qcow2");
+  execFileSync("qemu-img", [
+    "create",
+    "-q",
+    "-f",
+    "qcow2",
+    "-F",
+    "raw",
+    "-b",
+    path.join(testImage(), "rootfs.ext4"),
+    diskPath,
+    String(2 * GiB),
+  ]);
+  const booted = await bootVm({ rootDiskPath: diskPath, ...allowList() });
+  vm = booted.vm;
+  process.stderr.write(`e2e smoke: cold boot (VM.create -> first exec) took ${(booted.bootMs / 1000).toFixed(1)} s\n`);
+});
+
+afterAll(async () => {
+  await vm?.close();
+  await new Promise((resolve) => hostServer?.close(resolve));
+  await temp?.cleanup();
+});
+
+test("exec reports exit codes and honours stdin, cwd and env", async () => {
+  const failed = await guest().exec("echo partial; exit 3");
+  expect(failed.exitCode).toBe(3);
+  expect(failed.stdout).toBe("partial\n");
+
+  const piped = await guest().exec("tr a-z A-Z", { stdin: "piped from the host\n" });
+  expect(piped.stdout).toBe("PIPED FROM THE HOST\n");
+
+  const cwd = await guest().exec("pwd", { cwd: "/usr/share" });
+  expect(cwd.stdout).toBe("/usr/share\n");
+
+  const env = await guest().exec('printf "%s" "$SMOKE_VALUE"', { env: { SMOKE_VALUE: "with spaces & symbols" } });
+  expect(env.stdout).toBe("with spaces & symbols");
+});
+
+test("vm.fs writes a file the guest sees and reads it back", async () => {
+  const content = `written by the host at ${Date.now()}\n`;
+  await guest().fs.writeFile("/root/from-host.txt", content);
+  expect(await guest().fs.readFile("/root/from-host.txt", { encoding: "utf8" })).toBe(content);
+  const cat = await guest().exec("cat /root/from-host.txt");
+  expect(cat.stdout).toBe(content);
+});
+
+test("the guest runs the expected kernel and has python3 and the tools the suites use", async () => {
+  const kernel = await guest().exec("uname -r");
+  expect(kernel.stdout.trim()).toBe(manifest.config.kernelRelease);
+
+  const py = await guest().exec([
+    "/usr/bin/python3",
+    "-c",
+    "import json, sys; print(json.dumps(sys.version_info[:2]))",
+  ]);
+  expect(py.exitCode).toBe(0);
+  expect(JSON.parse(py.stdout)[0]).toBe(3);
+  const alias = await guest().exec("python --version");
+  expect(alias.stdout).toMatch(/^Python 3\./);
+
+  const tools = await guest().exec(
+    "for t in git curl tar setpriv runuser resize2fs sshd ip udhcpc modprobe ps; do command -v $t >/dev/null || echo missing $t; done",
+  );
+  expect(tools.stdout).toBe("");
+});
+
+test("/root lives on the root disk, not on a tmpfs", async () => {
+  const fsType = await guest().exec("stat -f -c %T /root; findmnt -n -o TARGET --target /root");
+  expect(fsType.stdout).toBe("ext2/ext3\n/\n");
+});
+
+test("egress policy refuses a host off the allow-list and lets an allowed one through", async () => {
+  // 203.0.113.7 (TEST-NET-3) is not on the allow-list: Gondolin must answer 403 itself, at once.
+  const blocked = await guest().exec([
+    "/usr/bin/curl",
+    "-sS",
+    "--max-time",
+    "60",
+    "-o",
+    "/dev/null",
+    "-w",
+    "%{http_code}",
+    "http://203.0.113.7/",
+  ]);
+  expect({ exit: blocked.exitCode, status: blocked.stdout }).toEqual({ exit: 0, status: "403" });
+
+  // 127.0.0.1 is allowed: the request leaves the guest (to any address: Gondolin routes by the
+  // Host header) and reaches the HTTP server of this test on the host.
+  const allowed = await guest().exec([
+    "/usr/bin/curl",
+    "-sS",
+    "--max-time",
+    "60",
+    "--connect-to",
+    "::192.0.2.1:",
+    `http://127.0.0.1:${hostPort}/from-guest`,
+  ]);
+  expect({ exit: allowed.exitCode, body: allowed.stdout, err: allowed.stderr }).toEqual({
+    exit: 0,
+    body: "host saw /from-guest\n",
+    err: "",
+  });
+});
+
+test("enableSsh gives a command the host ssh client can run", async () => {
+  const ssh = await guest().enableSsh();
+  try {
+    const { stdout } = await execFileAsync(
+      "sh",
+      ["-c", `${ssh.command} -o BatchMode=yes -o ConnectTimeout=120 -o LogLevel=ERROR echo ok`],
+      { timeout: 300_000 },
+    );
+    expect(stdout).toBe("ok\n");
+  } finally {
+    await ssh.close();
+  }
+});
+
+test("ingress serves a guest python3 http.server to a host HTTP client", async () => {
+  expect((await guest().exec("mkdir -p /srv/www")).exitCode).toBe(0);
+  await guest().fs.writeFile("/srv/www/hello.txt", "served from the guest\n");
+  const start = await guest().exec(
+    "setsid nohup python3 -m http.server 8080 --bind 127.0.0.1 --directory /srv/www >/tmp/http.log 2>&1 </dev/null & " +
+      "for i in $(seq 1 200); do curl -fsS -o /dev/null http://127.0.0.1:8080/hello.txt && exit 0; sleep 0.3; done; " +
+      "cat /tmp/http.log; exit 1",
+  );
+  expect(start.exitCode).toBe(0);
+  guest().setIngressRoutes([{ prefix: "/", port: 8080, stripPrefix: false }]);
+  const ingress = await guest().enableIngress({
+    listenHost: "127.0.0.1",
+    listenPort: 0,
+    upstreamHeaderTimeoutMs: 120_000,
+    upstreamResponseTimeoutMs: 600_000,
+  });
+  try {
+    const res = await fetch(new URL("/hello.txt", ingress.url));
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe("served from the guest\n");
+  } finally {
+    await ingress.close();
+  }
+});
+
+test("resize2fs grows the root filesystem to the disk's size", async () => {
+  const before = await guest().exec("df -B1 --output=size / | tail -1");
+  expect(Number(before.stdout)).toBeLessThan(1.5 * GiB);
+  const grow = await guest().exec("resize2fs /dev/vda 2>&1");
+  expect(grow.exitCode).toBe(0);
+  const after = await guest().exec("df -B1 --output=size / | tail -1");
+  expect(Number(after.stdout)).toBeGreaterThan(1.8 * GiB);
+});
+
+test("files written and synced survive closing and reopening the persistent disk, /root included", async () => {
+  const marker = `persisted ${Date.now()}`;
+  const write = await guest().exec(
+    `mkdir -p /var/lib/smoke && echo "${marker}" > /var/lib/smoke/marker && echo "${marker}" > /root/marker && sync`,
+  );
+  expect(write.exitCode).toBe(0);
+  await guest().close();
+  vm = undefined;
+
+  const reopened = await bootVm({ rootDiskPath: diskPath, ...allowList() });
+  vm = reopened.vm;
+  process.stderr.write(`e2e smoke: boot from the persistent disk took ${(reopened.bootMs / 1000).toFixed(1)} s\n`);
+  const read = await guest().exec("cat /var/lib/smoke/marker /root/marker /root/from-host.txt | head -2");
+  expect(read.stdout).toBe(`${marker}\n${marker}\n`);
+  const size = await guest().exec("df -B1 --output=size / | tail -1");
+  expect(Number(size.stdout)).toBeGreaterThan(1.8 * GiB);
+});
