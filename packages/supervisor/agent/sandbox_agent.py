@@ -62,6 +62,8 @@ SETUP_DEADLINE_MS = 20 * 60 * 1000
 RESUME_WAIT_MS = 10_000
 MAX_IN_FLIGHT = 512
 PROBE_INTERVAL_S = 0.1
+MAX_OUTPUT_FILE_BYTES = 16 * 1024 * 1024
+OUTPUT_CHECK_S = 2.0
 RUN_MARKER_ENV = "PI_SANDBOX_RUN"
 PORTS_FILE = "ports.json"
 HEALTH_KINDS = ("tcp", "http", "process")
@@ -632,6 +634,7 @@ class Job:
         self.pid = None
         self.proc = None
         self.cancelled = False
+        self.dropped = 0
         self.extra = {}
 
     def finish(self, info: dict) -> None:
@@ -663,6 +666,13 @@ class Job:
                     self.read_offset = size
                 except OSError:
                     pass
+                if self.dropped:
+                    output = (
+                        "[... pi-sandbox: %d bytes of output were dropped unread (the output file is capped at %d MiB) ...]\n"
+                        % (self.dropped, MAX_OUTPUT_FILE_BYTES // (1024 * 1024))
+                    ) + output
+                    omitted += self.dropped
+                    self.dropped = 0
                 if finished:
                     self.freed = True
                     if not self.keep_file:
@@ -671,6 +681,24 @@ class Job:
                         except OSError:
                             pass
             return self.status(output, omitted)
+
+    def bound_file(self, limit: int) -> None:
+        """Keeps the output file of a running job under `limit` bytes by dropping unread output.
+
+        The job writes with O_APPEND, so after a truncate its next write lands at the new end.
+        """
+        with self.lock:
+            if self.freed:
+                return
+            try:
+                size = os.path.getsize(self.out_path)
+                if size <= limit:
+                    return
+                os.truncate(self.out_path, 0)
+            except OSError:
+                return
+            self.dropped += size - self.read_offset
+            self.read_offset = 0
 
     def status(self, output: str | None = None, omitted: int = 0) -> dict:
         result = {
@@ -751,6 +779,12 @@ class Jobs:
     def running(self) -> list:
         with self._lock:
             return [j for j in self._jobs.values() if not j.done.is_set()]
+
+    def watch_output(self, stop: threading.Event) -> None:
+        """Bounds output files of running jobs (a forgotten `yes` must not fill the guest disk)."""
+        while not stop.wait(OUTPUT_CHECK_S):
+            for job in self.running():
+                job.bound_file(MAX_OUTPUT_FILE_BYTES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1461,6 +1495,11 @@ class Agent:
         self.shell = opts.shell
         self.state = StateDir(opts.state_dir)
         self.state.reset()
+        # A fresh disk has no workspace yet; commands, services and hooks all run in it.
+        try:
+            os.makedirs(self.workspace, exist_ok=True)
+        except OSError:
+            pass
         low, high = opts.port_range
         self.ports = PortBook(self.state.ports_file, low, high)
         self.jobs = Jobs(self.state)
@@ -1470,6 +1509,7 @@ class Agent:
         self._in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self._run_lock = threading.Lock()
         self._shutdown = threading.Event()
+        threading.Thread(target=self.jobs.watch_output, args=(self._shutdown,), name="output-bound", daemon=True).start()
         self.handlers = {
             "ping": self.op_ping,
             "exec": self.op_exec,

@@ -1,4 +1,4 @@
-import { mkdir, readFile } from "node:fs/promises";
+import { mkdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { isSupervisorError } from "../src/index.js";
 import { listDir, processAlive, startLocal, waitFor, type LocalSupervisor } from "./support/local.js";
@@ -52,6 +52,20 @@ test("output beyond 64 KiB per call is cut with an explicit marker, keeping head
   expect(result.output.endsWith("TAIL-LINE\n")).toBe(true);
   expect(result.output).toMatch(/\[\.\.\. pi-sandbox: \d+ bytes of output omitted \.\.\.\]/);
   expect(result.truncatedBytes).toBeGreaterThan(200_000 - 64 * 1024);
+});
+
+test("a running command's unread output file is bounded; what was dropped is marked", async () => {
+  const started = await sup.client.exec("head -c 40000000 /dev/zero | tr '\\0' a; sleep 3; echo; echo END", {
+    timeoutMs: 0,
+  });
+  const file = join(sup.stateDir, "exec", `${started.handle}.out`);
+  await new Promise((r) => setTimeout(r, 2_500));
+  expect((await stat(file)).size).toBeLessThanOrEqual(16 * 1024 * 1024);
+  const done = await sup.client.execStatus(started.handle, { timeoutMs: 20_000 });
+  expect(done).toMatchObject({ running: false, exitCode: 0 });
+  expect(done.output).toMatch(/^\[\.\.\. pi-sandbox: \d+ bytes of output were dropped unread/);
+  expect(done.output.endsWith("END\n")).toBe(true);
+  expect(done.truncatedBytes).toBeGreaterThan(40_000_000 - 64 * 1024);
 });
 
 test("kill terminates the whole process group, background children included", async () => {
