@@ -14,6 +14,7 @@ import {
   checkResources,
   chooseAccelerator,
   probeHost,
+  probeKvm,
   qemuMemory,
   type AcceleratorChoice,
   type HostFacts,
@@ -136,15 +137,20 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
   const { signal } = options;
   signal?.throwIfAborted();
   const logger = options.logger;
-  const host = options.host ?? probeHost();
+  let host = options.host ?? probeHost();
   checkResources(options.spec.resources, host);
-  const accelerator = chooseAccelerator(host, options.accelerator ?? process.env.PI_SANDBOX_ACCEL);
+  const forcedAccel = options.accelerator ?? process.env.PI_SANDBOX_ACCEL;
+  const launcher = await prepareQemuLauncher(path.join(options.stateRoot, "bin"), host.arch);
+  if (host.kvmAccessible && host.kvmProblem === undefined && (forcedAccel ?? "") === "") {
+    const problem = await probeKvm(launcher.qemuPath, chooseAccelerator(host).machineType);
+    if (problem !== undefined) host = { ...host, kvmProblem: problem };
+  }
+  const accelerator = chooseAccelerator(host, forcedAccel);
   const warnings: string[] = [];
   if (accelerator.warning) {
     warnings.push(accelerator.warning);
     logger?.warn(`[vm ${options.name}] ${accelerator.warning}`);
   }
-  const launcher = await prepareQemuLauncher(path.join(options.stateRoot, "bin"), host.arch);
   if (!launcher.diesWithParent) {
     warnings.push("setpriv is unavailable: QEMU may outlive a killed owner until the next start reaps it");
   }

@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -18,6 +19,8 @@ export interface HostFacts {
   memoryBytes: number;
   /** Whether `/dev/kvm` exists and is readable and writable by this process. */
   kvmAccessible: boolean;
+  /** Why KVM cannot be used although `/dev/kvm` is accessible (set by {@link probeKvm}). */
+  kvmProblem?: string;
 }
 
 /** The accelerator and the QEMU machine/CPU model that go with it. */
@@ -104,7 +107,7 @@ export function chooseAccelerator(host: HostFacts, override?: string): Accelerat
     accel = "hvf";
   } else if (forced === "tcg") {
     accel = "tcg";
-  } else if (host.platform === "linux" && host.kvmAccessible) {
+  } else if (host.platform === "linux" && host.kvmAccessible && host.kvmProblem === undefined) {
     accel = "kvm";
   } else if (host.platform === "darwin") {
     accel = "hvf";
@@ -119,7 +122,9 @@ export function chooseAccelerator(host: HostFacts, override?: string): Accelerat
     choice.warning =
       forced === "tcg"
         ? "running on QEMU software emulation (TCG) because PI_SANDBOX_ACCEL=tcg; boots and commands are several times slower"
-        : "no hardware virtualisation (/dev/kvm is missing or not accessible): running on QEMU software emulation (TCG), which is several times slower";
+        : host.kvmProblem !== undefined
+          ? `/dev/kvm exists but QEMU cannot use it (${host.kvmProblem}): running on QEMU software emulation (TCG), which is several times slower`
+          : "no hardware virtualisation (/dev/kvm is missing or not accessible): running on QEMU software emulation (TCG), which is several times slower";
   }
   return choice;
 }
@@ -189,4 +194,42 @@ export function findExecutable(name: string, envPath = process.env.PATH ?? ""): 
     }
   }
   return undefined;
+}
+
+const kvmProbes = new Map<string, Promise<string | undefined>>();
+
+/**
+ * Checks that QEMU can really run a vCPU on KVM with the CPU model we would use (`-cpu host`):
+ * some nested or sandboxed hosts expose a `/dev/kvm` on which QEMU aborts at vCPU reset. Starts
+ * the emulator paused and treats "still alive after `graceMs`" as usable. Resolves to the problem
+ * (first line of QEMU's error) or `undefined`. Cached per emulator path for the process.
+ */
+export function probeKvm(qemuPath: string, machineType: string, graceMs = 400): Promise<string | undefined> {
+  const key = `${qemuPath}\0${machineType}`;
+  let probe = kvmProbes.get(key);
+  if (!probe) {
+    probe = new Promise((resolve) => {
+      const args = ["-accel", "kvm", "-machine", machineType, "-cpu", "host", "-m", "64", "-nodefaults"];
+      args.push("-display", "none", "-monitor", "none", "-serial", "none", "-S");
+      const child = spawn(qemuPath, args, { stdio: ["ignore", "ignore", "pipe"] });
+      let stderr = "";
+      child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+      const timer = setTimeout(() => {
+        child.removeAllListeners("exit");
+        child.kill("SIGKILL");
+        resolve(undefined);
+      }, graceMs);
+      child.once("error", (error) => {
+        clearTimeout(timer);
+        resolve(error.message);
+      });
+      child.once("exit", (code, signal) => {
+        clearTimeout(timer);
+        const line = stderr.split("\n").find((l) => /error|assert|fail/i.test(l)) ?? stderr.split("\n")[0] ?? "";
+        resolve(line.replace(/^qemu-system-\w+: /, "").trim() || `QEMU exited (${signal ?? code})`);
+      });
+    });
+    kvmProbes.set(key, probe);
+  }
+  return probe;
 }

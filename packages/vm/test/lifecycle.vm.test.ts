@@ -1,0 +1,188 @@
+// One real disk taken through its life: first boot (resize, exec, files, TCP, busy), reopen with a
+// network policy, template, two instances, template destroyed, and a boot that cannot resize.
+// The steps share state and run in order; each boot is ~10-30 s under TCG.
+import fs from "node:fs";
+import http from "node:http";
+import path from "node:path";
+import type { AddressInfo } from "node:net";
+import { DiskStore, isVmError, runInGuest, startVm, type RunningVm } from "../src/index.js";
+import { tempDir } from "./helpers.js";
+import { qemuProcessesUsing, testImage, vmOptions } from "./vm-support.js";
+
+const GiB = 1024 ** 3;
+let root: string;
+let cleanup: () => Promise<void>;
+let store: DiskStore;
+let stateRoot: string;
+const running = new Set<RunningVm>();
+
+async function boot(name: string, dir: string, extra: Parameters<typeof vmOptions>[3] = {}): Promise<RunningVm> {
+  const vm = await startVm(vmOptions(name, dir, stateRoot, extra));
+  running.add(vm);
+  return vm;
+}
+
+async function sh(vm: RunningVm, script: string): Promise<string> {
+  const result = await runInGuest(vm, script);
+  if (result.exitCode !== 0) throw new Error(`guest command failed (${result.exitCode}): ${script}\n${result.stderr}`);
+  return result.stdout;
+}
+
+async function stop(vm: RunningVm) {
+  const result = await vm.stop();
+  running.delete(vm);
+  return result;
+}
+
+beforeAll(async () => {
+  ({ dir: root, cleanup } = await tempDir("pisb-vmlife-"));
+  stateRoot = path.join(root, "state");
+  store = new DiskStore({ stateRoot });
+});
+
+afterAll(async () => {
+  await Promise.allSettled([...running].map((vm) => vm.close()));
+  await cleanup();
+});
+
+const source = () => path.join(root, "source");
+
+test("first boot: the filesystem grows to diskGiB, and the guest interface works", async () => {
+  await store.createDisk(source(), { image: testImage(), diskGiB: 3 });
+  const vm = await boot("source", source());
+  expect(vm.hostPid).toBeGreaterThan(0);
+  expect(vm.accelerator.accel).toMatch(/^(kvm|hvf|tcg)$/);
+
+  // resize2fs ran on first boot: the root filesystem now spans (almost) the 3 GiB disk.
+  const sizeBytes = Number((await sh(vm, "df -B1 --output=size / | tail -1")).trim());
+  expect(sizeBytes).toBeGreaterThan(2.5 * GiB);
+
+  // exec: env, cwd, exit codes, stdin streamed in, stdout streamed out.
+  const env = await runInGuest(vm, 'echo "$GREETING from $(pwd)"; exit 3', { env: { GREETING: "hi" }, cwd: "/etc" });
+  expect(env).toMatchObject({ exitCode: 3, stdout: "hi from /etc\n" });
+  const cat = vm.exec(["/bin/cat"], { stdin: true });
+  const echoed: Buffer[] = [];
+  cat.stdout.on("data", (chunk: Buffer) => echoed.push(chunk));
+  cat.stdin!.write("one\n");
+  cat.stdin!.end("two\n");
+  await expect(cat.result).resolves.toMatchObject({ exitCode: 0 });
+  expect(Buffer.concat(echoed).toString()).toBe("one\ntwo\n");
+
+  // abort kills the guest process and its children, and rejects with the signal's reason.
+  const controller = new AbortController();
+  const sleeper = vm.exec("sleep 300 & echo started; wait", { signal: controller.signal });
+  sleeper.stdout.resume();
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  controller.abort(new Error("user cancelled"));
+  await expect(sleeper.result).rejects.toThrow("user cancelled");
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  expect(await sh(vm, "pgrep -x sleep || echo none")).toBe("none\n");
+
+  // files
+  await vm.writeFile("/srv/hello.txt", "hello file\n");
+  expect((await vm.readFile("/srv/hello.txt")).toString()).toBe("hello file\n");
+  await expect(vm.readFile("/srv/missing.txt")).rejects.toMatchObject({ code: "VM_FILE_NOT_FOUND" });
+
+  // connectTcp reaches a server listening on the guest's loopback.
+  await sh(vm, "cd /srv && setsid nohup python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 &");
+  let response = "";
+  for (let attempt = 0; attempt < 60 && !response.startsWith("HTTP/1.0 200"); attempt += 1) {
+    try {
+      const stream = await vm.connectTcp(8123, { timeoutMs: 2000 });
+      response = await new Promise<string>((resolve, reject) => {
+        let text = "";
+        stream.on("data", (chunk: Buffer) => (text += chunk.toString()));
+        stream.on("end", () => resolve(text));
+        stream.on("error", reject);
+        stream.write("GET /hello.txt HTTP/1.0\r\nHost: localhost\r\n\r\n");
+      });
+    } catch {
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+  }
+  expect(response).toMatch(/^HTTP\/1\.0 200/);
+  expect(response).toContain("hello file");
+  await expect(vm.connectTcp(8999, { timeoutMs: 3000 })).rejects.toMatchObject({ code: "VM_TCP_CONNECT_FAILED" });
+
+  // The disk is taken while the VM runs.
+  await expect(startVm(vmOptions("again", source(), stateRoot))).rejects.toMatchObject({ code: "VM_DISK_BUSY" });
+
+  // One marker synced by the guest, one left in the page cache: stop must keep both.
+  await sh(vm, "echo synced > /srv/synced.txt && sync");
+  await sh(vm, "echo unsynced > /srv/unsynced.txt");
+  const pid = vm.hostPid!;
+  const result = await stop(vm);
+  expect(result.generation).toBe(1);
+  expect(vm.closed).toBe(true);
+  expect(qemuProcessesUsing(source())).toEqual([]);
+  expect(() => process.kill(pid, 0)).toThrow();
+});
+
+test("reopen: both markers survived the stop, and the allow-list is enforced", async () => {
+  const server = http.createServer((req, res) => res.end(`host-server saw ${req.url}`));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as AddressInfo).port;
+  const seen: string[] = [];
+  server.on("request", (req) => seen.push(req.url ?? ""));
+  try {
+    // 127.0.0.1 is allowed (and, being internal, explicitly allowed to resolve internally);
+    // "localhost" resolves to the same server but is not on the list.
+    const vm = await boot("source", source(), { allowedHosts: ["127.0.0.1"], allowedInternalHosts: ["127.0.0.1"] });
+    expect(await sh(vm, "cat /srv/synced.txt /srv/unsynced.txt")).toBe("synced\nunsynced\n");
+
+    const curl = (host: string, urlPath: string) =>
+      runInGuest(vm, `curl -sS -m 30 -H 'Host: ${host}:${port}' http://192.0.2.1:${port}${urlPath}`);
+    const allowed = await curl("127.0.0.1", "/allowed");
+    expect(allowed.stdout).toBe("host-server saw /allowed");
+    const blocked = await curl("localhost", "/blocked");
+    expect(blocked.stdout).not.toContain("host-server saw");
+    expect(seen).toEqual(["/allowed"]);
+
+    // Prepare the template source: take resize2fs away so a grown instance cannot resize.
+    await sh(vm, 'mkdir -p /opt/off && mv "$(command -v resize2fs)" /opt/off/ && echo template > /srv/template.txt');
+    await stop(vm);
+  } finally {
+    server.close();
+  }
+  await store.createTemplate(source(), path.join(root, "tpl"));
+});
+
+test("template: two instances keep their writes apart, and outlive the template", async () => {
+  const tpl = path.join(root, "tpl");
+  const [a, b, c] = ["a", "b", "c"].map((n) => path.join(root, n)) as [string, string, string];
+  await store.createFromTemplate(tpl, a);
+  await store.createFromTemplate(tpl, b);
+  await store.createFromTemplate(tpl, c, { diskGiB: 4 });
+
+  const [vmA, vmB] = await Promise.all([boot("a", a), boot("b", b)]);
+  await Promise.all([sh(vmA, "echo a > /srv/own.txt && sync"), sh(vmB, "echo b > /srv/own.txt && sync")]);
+  expect(await sh(vmA, "cat /srv/template.txt /srv/own.txt")).toBe("template\na\n");
+  expect(await sh(vmB, "cat /srv/template.txt /srv/own.txt")).toBe("template\nb\n");
+  await Promise.all([stop(vmA), stop(vmB)]);
+
+  await store.destroy(tpl);
+  expect(fs.existsSync(tpl)).toBe(false);
+
+  // After the template is gone: a and b still boot with their own data; c (grown, but its image
+  // has no resize2fs) fails clearly, is closed, and leaves its disk usable.
+  const [again, cResult] = await Promise.all([
+    Promise.all([boot("a", a), boot("b", b)]),
+    startVm(vmOptions("c", c, stateRoot)).then(
+      (vm) => {
+        running.add(vm);
+        return vm;
+      },
+      (error: unknown) => error,
+    ),
+  ]);
+  const [vmA2, vmB2] = again;
+  expect(await sh(vmA2, "cat /srv/own.txt")).toBe("a\n");
+  expect(await sh(vmB2, "cat /srv/own.txt")).toBe("b\n");
+  await Promise.all([stop(vmA2), stop(vmB2)]);
+
+  expect(isVmError(cResult, "VM_IMAGE_MISSING_TOOL")).toBe(true);
+  expect((cResult as Error).message).toContain("resize2fs");
+  expect(qemuProcessesUsing(c)).toEqual([]);
+  const run = await store.openRun(c);
+  await run.discard();
+});
