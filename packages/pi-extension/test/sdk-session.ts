@@ -1,0 +1,87 @@
+// An in-process Pi session (SDK + pi-ai's faux provider) running this package's extension with an
+// injected controller client. Faster than a Pi process and lets tests control the controller.
+
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fauxAssistantMessage, fauxProvider, fauxToolCall, type FauxResponseStep } from "@earendil-works/pi-ai";
+import {
+  createAgentSession,
+  DefaultResourceLoader,
+  ModelRuntime,
+  SessionManager,
+  SettingsManager,
+  type AgentSession,
+} from "@earendil-works/pi-coding-agent";
+import { createSandboxExtension, type CallActionFn } from "../src/index.js";
+
+/** A session plus every event it emitted. */
+export interface SdkSession {
+  session: AgentSession;
+  events: Record<string, any>[];
+  cwd: string;
+  close(): Promise<void>;
+}
+
+/** A faux reply that calls the sandbox tool with raw (unprepared) arguments. */
+export function callSandbox(args: unknown, id?: string): FauxResponseStep {
+  return fauxAssistantMessage(
+    fauxToolCall("sandbox", args as Parameters<typeof fauxToolCall>[1], id ? { id } : undefined),
+    {
+      stopReason: "toolUse",
+    },
+  );
+}
+
+/** A faux reply that ends the turn. */
+export const done: FauxResponseStep = fauxAssistantMessage("done");
+
+/** Starts a session whose model replays `responses`. */
+export async function startSdkSession(callAction: CallActionFn, responses: FauxResponseStep[]): Promise<SdkSession> {
+  const dir = await mkdtemp(join(tmpdir(), "pss-"));
+  const cwd = join(dir, "work");
+  const agentDir = join(dir, "agent");
+  const faux = fauxProvider();
+  faux.setResponses(responses);
+  const modelRuntime = await ModelRuntime.create({
+    authPath: join(agentDir, "auth.json"),
+    modelsPath: null,
+    allowModelNetwork: false,
+  });
+  modelRuntime.registerNativeProvider(faux.provider);
+  const settingsManager = SettingsManager.inMemory({ retry: { enabled: false } });
+  const resourceLoader = new DefaultResourceLoader({
+    cwd,
+    agentDir,
+    settingsManager,
+    noExtensions: true,
+    noSkills: true,
+    noPromptTemplates: true,
+    noThemes: true,
+    noContextFiles: true,
+    extensionFactories: [createSandboxExtension({ callAction })],
+  });
+  await resourceLoader.reload();
+  const { session } = await createAgentSession({
+    cwd,
+    agentDir,
+    model: faux.getModel(),
+    modelRuntime,
+    resourceLoader,
+    settingsManager,
+    sessionManager: SessionManager.inMemory(cwd),
+  });
+  const events: Record<string, any>[] = [];
+  session.subscribe((event) => {
+    events.push(event as unknown as Record<string, any>);
+  });
+  return {
+    session,
+    events,
+    cwd,
+    close: async () => {
+      session.dispose();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
