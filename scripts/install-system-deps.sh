@@ -2,9 +2,11 @@
 # Installs the Debian/Ubuntu packages pi-sandbox and its test image builder need. Idempotent:
 # does nothing (and needs no network) when everything is present.
 set -euo pipefail
-pkgs=(qemu-system-x86 qemu-utils debootstrap busybox-static cpio lz4 kmod e2fsprogs openssh-client util-linux curl python3)
+pkgs=(qemu-system-x86 qemu-utils debootstrap busybox-static cpio lz4 kmod e2fsprogs openssh-client util-linux curl)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+# The guest test image installs Zig from PyPI with "python3 -m pip" (into its cache, not globally).
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then missing+=(python3-pip); fi
 [ "${#missing[@]}" -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "install these with your package manager: ${missing[*]}" >&2
