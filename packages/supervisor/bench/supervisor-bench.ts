@@ -45,12 +45,18 @@ async function main(): Promise<void> {
       await runInGuest(vm, "true");
       bare.push(performance.now() - t0);
     }
-    console.log(`exec \`true\` x${ROUNDS}: agent median ${fmt(median(agent))}, bare vm.exec median ${fmt(median(bare))}`);
+    console.log(
+      `exec \`true\` x${ROUNDS}: agent median ${fmt(median(agent))}, bare vm.exec median ${fmt(median(bare))}`,
+    );
     console.log(`  ratio agent/bare: ${(median(agent) / median(bare)).toFixed(2)}`);
 
-    await client.writeFile("/workspace/.sandbox.yaml", "version: 1\nservices:\n  blip:\n    command: exec sleep 0.5\n    health: process\n", {
-      createParents: true,
-    });
+    await client.writeFile(
+      "/workspace/.sandbox.yaml",
+      "version: 1\nservices:\n  blip:\n    command: exec sleep 0.5\n    health: process\n",
+      {
+        createParents: true,
+      },
+    );
     const gaps: number[] = [];
     let lastExit: number | undefined;
     const off = client.onEvent((event) => {
@@ -67,7 +73,9 @@ async function main(): Promise<void> {
     await client.stopServices();
     const avg = mean(gaps) / 1000;
     const ok = gaps.every((g) => g >= 800 && g <= 1200);
-    console.log(`restart delay x${gaps.length}: mean ${avg.toFixed(3)} s, min ${(Math.min(...gaps) / 1000).toFixed(3)} s, max ${(Math.max(...gaps) / 1000).toFixed(3)} s`);
+    console.log(
+      `restart delay x${gaps.length}: mean ${avg.toFixed(3)} s, min ${(Math.min(...gaps) / 1000).toFixed(3)} s, max ${(Math.max(...gaps) / 1000).toFixed(3)} s`,
+    );
     console.log(`  within 1.0 ± 0.2 s: ${ok ? "yes" : "NO"}`);
   } finally {
     await client?.close();
