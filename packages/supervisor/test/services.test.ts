@@ -128,6 +128,17 @@ test("a readiness failure names the service and its log, and leaves it supervise
   expect(await processAlive(deaf.pid!)).toBe(true);
 });
 
+test("TCP readiness, the default, waits until the port accepts connections", async () => {
+  await sup.writeYaml(yaml("  late:", "    command: sleep 1; exec python3 -m http.server $PORT --bind 127.0.0.1"));
+  const t0 = Date.now();
+  const result = await sup.client.ensureServices();
+  expect(result.failures).toEqual([]);
+  expect(Date.now() - t0).toBeGreaterThanOrEqual(1_000);
+  const late = await status("late");
+  expect(late).toMatchObject({ health: { kind: "tcp" }, readiness: { state: "ready" } });
+  expect(await get(late.port!)).toBe(200);
+});
+
 test("HTTP readiness waits for a 2xx/3xx answer, not just an open port", async () => {
   const server = [
     "import http.server, os, time",
