@@ -3,7 +3,7 @@
 
 import { resolve } from "node:path";
 import { validateAction } from "../actions/validate.js";
-import { ControllerError } from "../errors.js";
+import { ControllerError, isControllerError } from "../errors.js";
 import { StateLayout, type EntryKind } from "../state/layout.js";
 import type { ProgressEvent } from "../wire.js";
 import { callDaemon } from "./connection.js";
@@ -68,6 +68,20 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
   const kind = entryKindOf(args);
   const name = args.name as string;
   layout.entryDir(kind, name);
-  if (spec.route === "spawn") await ensureDaemon(layout, kind, name, { env, signal: options.signal });
-  return callDaemon(layout.socketPath(kind, name), args, { signal: options.signal, onProgress: options.onProgress });
+  const socketPath = layout.socketPath(kind, name);
+  const daemonOptions = { signal: options.signal, onProgress: options.onProgress };
+  if (spec.route !== "spawn") return callDaemon(socketPath, args, daemonOptions);
+  // A daemon that just finished a stop may still answer its socket for a moment; one that is
+  // exiting refuses new work, and a fresh one is spawned for it.
+  for (let attempt = 0; ; attempt++) {
+    await ensureDaemon(layout, kind, name, { env, signal: options.signal });
+    try {
+      return await callDaemon(socketPath, args, daemonOptions);
+    } catch (error) {
+      const retry =
+        isControllerError(error) && ["CONTROLLER_DAEMON_EXITING", "CONTROLLER_NOT_RUNNING"].includes(error.code);
+      if (!retry || attempt >= 3) throw error;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
 }

@@ -97,6 +97,7 @@ export class InstanceController {
   #gateway: PreviewGateway | undefined;
   #status: EntryStatus = { state: "stopped", updatedAt: new Date().toISOString() };
   #errors: RecordedError[] = [];
+  #exiting = false;
   /** Resolves when the daemon should exit (after stop, destroy or prepare). */
   readonly finished: Promise<void>;
   #finish!: () => void;
@@ -107,7 +108,12 @@ export class InstanceController {
     this.#name = name;
     this.#log = log;
     this.#disks = new DiskStore({ stateRoot: layout.runtimeDir() });
-    this.finished = new Promise((resolve) => (this.#finish = resolve));
+    this.finished = new Promise((resolve) => {
+      this.#finish = () => {
+        this.#exiting = true;
+        resolve();
+      };
+    });
   }
 
   /** Whether a VM runs now. */
@@ -125,8 +131,18 @@ export class InstanceController {
     return this.#lifecycle.size + this.#lifecycle.pending > 0;
   }
 
+  /** True once the daemon has decided to exit: new calls go to a fresh daemon. */
+  get exiting(): boolean {
+    return this.#exiting;
+  }
+
   /** Runs one validated action. */
   async call(args: Record<string, unknown> & { action: string }, ctx: CallContext): Promise<unknown> {
+    if (this.#exiting) {
+      throw new ControllerError("CONTROLLER_DAEMON_EXITING", `the controller of ${this.#name} is exiting`, {
+        hint: "Retry: a fresh controller takes over.",
+      });
+    }
     switch (args.action) {
       case "create":
         return this.#lifecycle.add(() => this.#create(args, ctx));
@@ -643,7 +659,9 @@ export class InstanceController {
 
   /** SIGTERM: stop cleanly (checkpoint) if a VM runs. */
   async shutdown(): Promise<void> {
-    if (this.#vm) await this.#lifecycle.add(() => this.#stop({ progress: () => undefined })).catch(() => undefined);
+    // Queued behind any lifecycle work in progress (a boot finishes, then is checkpointed), so a
+    // signal never leaves a half-started VM behind.
+    await this.#lifecycle.add(() => this.#stop({ progress: () => undefined })).catch(() => undefined);
     this.#finish();
   }
 }

@@ -124,15 +124,17 @@ export async function runDaemon(layout: StateLayout, kind: EntryKind, name: stri
   }, 1000);
 
   await controller.finished;
-  // Let in-flight answers (the stop or destroy result itself) reach their callers.
-  for (let i = 0; i < 50 && inFlight > 0; i++) await new Promise((r) => setTimeout(r, 100));
+  // No VM runs any more. Give the entry up first, so a client arriving now spawns a fresh
+  // daemon instead of talking to this one; then let in-flight answers (the stop or destroy
+  // result itself) reach their callers.
   clearInterval(idle);
   server.close();
+  await rm(socketPath, { force: true });
+  await unlink(layout.pidFile(kind, name)).catch(() => undefined);
+  for (let i = 0; i < 50 && inFlight > 0; i++) await new Promise((r) => setTimeout(r, 100));
   for (const socket of sockets) socket.end();
   await new Promise((r) => setTimeout(r, 100));
   for (const socket of sockets) socket.destroy();
-  await rm(socketPath, { force: true });
-  await unlink(layout.pidFile(kind, name)).catch(() => undefined);
   log.info("controller exiting");
   return 0;
 }

@@ -1,0 +1,138 @@
+// The seed README walkthrough on a real VM through the client API, as a user would drive it.
+import { rm } from "node:fs/promises";
+import { ControllerError } from "../src/client/index.js";
+import { caller, makeSandbox, qemuProcessesFor, stopAll } from "./helpers.js";
+
+const SEED_YAML = `profile: tiny
+diskGiB: 4
+setup:
+  - printf 'Hello from the guest\\n' > /workspace/index.html
+services:
+  web:
+    command: python3 -m http.server $PORT --bind 127.0.0.1
+    health: /
+    preview: true
+`;
+
+let sandbox: Awaited<ReturnType<typeof makeSandbox>>;
+let call: ReturnType<typeof caller>;
+
+beforeAll(async () => {
+  sandbox = await makeSandbox(SEED_YAML);
+  call = caller(sandbox.env, sandbox.dir);
+});
+
+afterAll(async () => {
+  await stopAll(sandbox.env, sandbox.dir);
+  await rm(sandbox.dir, { recursive: true, force: true });
+});
+
+async function fetchText(url: string): Promise<string> {
+  const res = await fetch(url);
+  return `${res.status} ${await res.text()}`;
+}
+
+test("create → preview → exec → files → stop → start keeps the URL and the files", async () => {
+  const stages: string[] = [];
+  const created = await call(
+    { action: "create", name: "demo", config: "sandbox.yaml" },
+    { onProgress: (e) => stages.push(e.stage) },
+  );
+  expect(created.state).toBe("running");
+  expect(stages).toEqual(expect.arrayContaining(["disk", "boot", "setup", "services", "done"]));
+  const url = created.previews[0].url as string;
+  expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
+  expect(await fetchText(url)).toBe("200 Hello from the guest\n");
+
+  const quick = await call({ action: "exec", name: "demo", cmd: "echo $((6*7)); pwd" });
+  expect(quick).toMatchObject({ running: false, exitCode: 0 });
+  expect(quick.output).toBe("42\n/workspace\n");
+
+  const slow = await call({ action: "exec", name: "demo", cmd: "sleep 2; echo later", timeoutMs: 100 });
+  expect(slow.running).toBe(true);
+  expect(typeof slow.pid).toBe("string");
+  const followed = await call({ action: "exec-status", name: "demo", pid: slow.pid, timeoutMs: 20_000 });
+  expect(followed).toMatchObject({ running: false, exitCode: 0, output: "later\n" });
+
+  await call({ action: "write", name: "demo", path: "/workspace/note.txt", content: "kept across stop\n" });
+  expect((await call({ action: "read", name: "demo", path: "/workspace/note.txt" })).content).toBe(
+    "kept across stop\n",
+  );
+
+  const stopped = await call({ action: "stop", name: "demo" });
+  expect(stopped.state).toBe("stopped");
+  await expect(fetch(url)).rejects.toThrow();
+
+  const started = await call({ action: "start", name: "demo" });
+  expect(started.state).toBe("running");
+  expect(started.previews[0].url).toBe(url);
+  expect(await fetchText(url)).toBe("200 Hello from the guest\n");
+  expect((await call({ action: "read", name: "demo", path: "/workspace/note.txt" })).content).toBe(
+    "kept across stop\n",
+  );
+
+  await expect(call({ action: "create", name: "demo", config: "sandbox.yaml" })).rejects.toMatchObject({
+    code: "CONTROLLER_ALREADY_EXISTS",
+  });
+});
+
+test("a SIGKILLed daemon reads interrupted at once, leaves no QEMU, and start reopens the checkpoint", async () => {
+  const before = await call({ action: "inspect", name: "demo" });
+  expect(before.state).toBe("running");
+  process.kill(before.daemonPid, "SIGKILL");
+  const t0 = Date.now();
+  let view = await call({ action: "inspect", name: "demo" });
+  while (view.state !== "interrupted" && Date.now() - t0 < 1000) view = await call({ action: "inspect", name: "demo" });
+  expect(view.state).toBe("interrupted");
+  expect(view.hint).toMatch(/start/);
+  for (let i = 0; i < 50 && qemuProcessesFor(sandbox.dir).length > 0; i++) await new Promise((r) => setTimeout(r, 100));
+  expect(qemuProcessesFor(sandbox.dir)).toEqual([]);
+  const started = await call({ action: "start", name: "demo" });
+  expect(started.state).toBe("running");
+  expect((await call({ action: "read", name: "demo", path: "/workspace/note.txt" })).content).toBe(
+    "kept across stop\n",
+  );
+  await call({ action: "stop", name: "demo" });
+});
+
+test("templates: prepare, two independent instances, destroying the template breaks neither", async () => {
+  const prepared = await call({ action: "prepare", name: "web-base", config: "sandbox.yaml" });
+  expect(prepared.state).toBe("prepared");
+  const templates = await call({ action: "list", kind: "templates" });
+  expect(templates.templates.map((t: { name: string }) => t.name)).toEqual(["web-base"]);
+
+  const one = await call({ action: "create", name: "review-one", template: "web-base" });
+  const two = await call({ action: "create", name: "review-two", template: "web-base" });
+  expect(await fetchText(one.previews[0].url)).toBe("200 Hello from the guest\n");
+  expect(one.previews[0].url).not.toBe(two.previews[0].url);
+  await call({ action: "write", name: "review-one", path: "/workspace/index.html", content: "one\n" });
+  expect(await fetchText(two.previews[0].url)).toBe("200 Hello from the guest\n");
+  await call({ action: "stop", name: "review-one" });
+  await call({ action: "stop", name: "review-two" });
+
+  await expect(call({ action: "destroy", name: "web-base", kind: "templates", confirm: "nope" })).rejects.toMatchObject(
+    {
+      code: "CONTROLLER_CONFIRM_MISMATCH",
+    },
+  );
+  await call({ action: "destroy", name: "web-base", kind: "templates", confirm: "web-base" });
+  expect((await call({ action: "list", kind: "templates" })).templates).toEqual([]);
+
+  const reopened = await call({ action: "start", name: "review-one" });
+  expect(await fetchText(reopened.previews[0].url)).toBe("200 one\n");
+  await call({ action: "stop", name: "review-one" });
+  const reopenedTwo = await call({ action: "start", name: "review-two" });
+  expect(await fetchText(reopenedTwo.previews[0].url)).toBe("200 Hello from the guest\n");
+  await call({ action: "stop", name: "review-two" });
+});
+
+test("destroy refuses a wrong confirm, then removes everything", async () => {
+  const wrong = call({ action: "destroy", name: "review-two", confirm: "review-one" });
+  await expect(wrong).rejects.toBeInstanceOf(ControllerError);
+  await expect(call({ action: "inspect", name: "review-two" })).resolves.toMatchObject({ state: "stopped" });
+  for (const name of ["demo", "review-one", "review-two"]) {
+    await expect(call({ action: "destroy", name, confirm: name })).resolves.toMatchObject({ destroyed: name });
+  }
+  expect((await call({ action: "list" })).instances).toEqual([]);
+  expect(qemuProcessesFor(sandbox.dir)).toEqual([]);
+});
