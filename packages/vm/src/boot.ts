@@ -118,11 +118,9 @@ const DEFAULT_SYNC_TIMEOUT_MS = 120_000;
 const KERNEL_APPEND = "console=ttyS0 initramfs_async=1 quiet";
 // Flush everything, then freeze the root filesystem so nothing more reaches the disk before QEMU
 // goes; fsfreeze is optional (sync alone leaves a consistent, if not clean, file system).
-const QUIESCE_SCRIPT = "sync; if command -v fsfreeze >/dev/null 2>&1; then fsfreeze -f / 2>/dev/null || sync; fi; echo quiesced";
-const RESIZE_SCRIPT = [
-  "command -v resize2fs >/dev/null 2>&1 || exit 127",
-  "resize2fs /dev/vda 2>&1",
-].join("\n");
+const QUIESCE_SCRIPT =
+  "sync; if command -v fsfreeze >/dev/null 2>&1; then fsfreeze -f / 2>/dev/null || sync; fi; echo quiesced";
+const RESIZE_SCRIPT = ["command -v resize2fs >/dev/null 2>&1 || exit 127", "resize2fs /dev/vda 2>&1"].join("\n");
 /** Longest unix socket path we allow (the kernel's limit is 107 bytes). */
 const MAX_SOCKET_PATH = 100;
 
@@ -178,7 +176,11 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
     const image = run.image;
     const vmOptions: VMOptions = {
       sandbox: {
-        imagePath: image.dir ?? { kernelPath: image.kernelPath, initrdPath: image.initrdPath, rootfsPath: image.rootfsPath },
+        imagePath: image.dir ?? {
+          kernelPath: image.kernelPath,
+          initrdPath: image.initrdPath,
+          rootfsPath: image.rootfsPath,
+        },
         qemuPath: launcher.qemuPath,
         rootDiskPath: run.layerPath,
         rootDiskFormat: "qcow2",
@@ -204,7 +206,10 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
       startTimeoutMs: options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS,
       sessionLabel: `pi-sandbox ${options.name}`,
       ...(options.debug && logger?.debug
-        ? { debugLog: (component: string, message: string) => logger.debug?.(`[vm ${options.name}] ${component}: ${message}`) }
+        ? {
+            debugLog: (component: string, message: string) =>
+              logger.debug?.(`[vm ${options.name}] ${component}: ${message}`),
+          }
         : {}),
     };
     vm = await gondolin.VM.create(vmOptions);
@@ -359,7 +364,9 @@ class BootedVm implements RunningVm {
   stop(options: { syncTimeoutMs?: number } = {}): Promise<StopResult> {
     if (this.closing) {
       return Promise.reject(
-        new VmError("VM_CLOSED", `the VM ${this.name} was closed without a checkpoint`, { details: { name: this.name } }),
+        new VmError("VM_CLOSED", `the VM ${this.name} was closed without a checkpoint`, {
+          details: { name: this.name },
+        }),
       );
     }
     this.stopping ??= this.stopOnce(options.syncTimeoutMs ?? DEFAULT_SYNC_TIMEOUT_MS);
@@ -411,7 +418,11 @@ class BootedVm implements RunningVm {
   }
 
   close(): Promise<void> {
-    if (this.stopping) return this.stopping.then(() => undefined, () => undefined);
+    if (this.stopping)
+      return this.stopping.then(
+        () => undefined,
+        () => undefined,
+      );
     this.closing ??= (async () => {
       const pid = this.guest.hostPid;
       await this.guest.close().catch(() => undefined);

@@ -97,9 +97,13 @@ export async function acquireDiskLock(dir: string, purpose: string): Promise<Dis
       }
       await fsp.rm(aside, { force: true });
     }
-    throw new VmError("VM_DISK_BUSY", `could not take the lock of the disk in ${dir}; another process keeps taking it`, {
-      details: { dir },
-    });
+    throw new VmError(
+      "VM_DISK_BUSY",
+      `could not take the lock of the disk in ${dir}; another process keeps taking it`,
+      {
+        details: { dir },
+      },
+    );
   } finally {
     await fsp.rm(temp, { force: true });
   }

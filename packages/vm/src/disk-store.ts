@@ -209,7 +209,11 @@ export class DiskStore {
    * Makes an immutable template from a stopped instance: its layers are hard-linked (O(1), no
    * copy), so the template and the instance share them; from then on neither writes into them.
    */
-  async createTemplate(sourceDir: string, templateDir: string, options: { signal?: AbortSignal } = {}): Promise<DiskInfo> {
+  async createTemplate(
+    sourceDir: string,
+    templateDir: string,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<DiskInfo> {
     const sourceLock = await acquireDiskLock(await requireDir(sourceDir), "template");
     try {
       const source = await requirePointer(sourceDir);
@@ -323,16 +327,26 @@ export class DiskStore {
       const reaped = await reapStrayQemu(dir);
       const pointer = await requirePointer(dir);
       if (pointer.kind !== "instance") {
-        throw new VmError("VM_DISK_FAILED", `${dir} holds a template; templates never boot — create an instance from it`, {
-          details: { dir },
-        });
+        throw new VmError(
+          "VM_DISK_FAILED",
+          `${dir} holds a template; templates never boot — create an instance from it`,
+          {
+            details: { dir },
+          },
+        );
       }
       await this.requireLayers(dir, pointer);
       await verifyRecordedImage(pointer.image);
       await removeOrphans(dir, pointer.layers);
       options.signal?.throwIfAborted();
       const layer = newLayerName();
-      await this.qemuImg.createOverlay(path.join(dir, layer), pointer.layers.at(-1)!, "qcow2", undefined, options.signal);
+      await this.qemuImg.createOverlay(
+        path.join(dir, layer),
+        pointer.layers.at(-1)!,
+        "qcow2",
+        undefined,
+        options.signal,
+      );
       return new OpenRun(this.qemuImg, dir, pointer, layer, lock, reaped.killedPid);
     } catch (error) {
       await lock.release();
@@ -462,7 +476,12 @@ class OpenRun implements DiskRun {
  * clusters the top layer also holds, so the chain "parent + top" reads the same before, during and
  * after the merge; the pointer flips to the parent only once the merge is durable.
  */
-async function compact(qemuImg: QemuImg, dir: string, pointer: DiskPointer, signal?: AbortSignal): Promise<DiskPointer> {
+async function compact(
+  qemuImg: QemuImg,
+  dir: string,
+  pointer: DiskPointer,
+  signal?: AbortSignal,
+): Promise<DiskPointer> {
   let current = pointer;
   while (current.layers.length >= 2) {
     const top = current.layers.at(-1)!;

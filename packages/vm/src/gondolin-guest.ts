@@ -143,13 +143,23 @@ export class GondolinGuest implements GuestVm {
     );
     let result = settled;
     if (signal && token) {
+      let abortRequested = false;
       let onAbort: (() => void) | undefined;
-      const aborted = new Promise<never>((_, reject) => {
+      const killed = new Promise<never>((_, reject) => {
         // Settle only once the guest processes are gone, so callers may rely on it.
-        onAbort = () => void this.killByToken(token).then(() => reject(signal.reason));
+        onAbort = () => {
+          abortRequested = true;
+          void this.killByToken(token).then(() => reject(signal.reason));
+        };
         signal.addEventListener("abort", onAbort, { once: true });
       });
-      result = Promise.race([settled, aborted]).finally(() => signal.removeEventListener("abort", onAbort!));
+      killed.catch(() => undefined);
+      // An exit caused by our kill (or any exit after the abort) still reports the abort.
+      const guarded = settled.then(
+        (status) => (abortRequested ? killed : status),
+        (error: unknown) => (abortRequested ? killed : Promise.reject(error)),
+      );
+      result = Promise.race([guarded, killed]).finally(() => signal.removeEventListener("abort", onAbort!));
     }
     // Callers may only read the streams; an unobserved rejection must not crash the process.
     result.catch(() => undefined);
@@ -290,7 +300,10 @@ export class GondolinGuest implements GuestVm {
 
   private mapExecError(error: unknown): unknown {
     if (error instanceof VmError) return error;
-    if (this.closed || /sandbox (connection|exited|is not running|stopped)|connection (closed|is not available)/i.test(messageOf(error))) {
+    if (
+      this.closed ||
+      /sandbox (connection|exited|is not running|stopped)|connection (closed|is not available)/i.test(messageOf(error))
+    ) {
       return new VmError("VM_CLOSED", `the VM ${this.name} closed while a command ran`, {
         cause: error,
         details: { name: this.name, reason: messageOf(error) },

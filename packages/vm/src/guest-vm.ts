@@ -8,7 +8,10 @@ export interface GuestExecOptions {
   env?: Record<string, string>;
   /** `true` opens `stdin` for writing; a string/Buffer is written and closed. Default: no stdin. */
   stdin?: boolean | string | Buffer;
-  /** Aborting kills the guest process and rejects `result` with `signal.reason`. */
+  /**
+   * Aborting kills the guest process and its descendants, then rejects `result` with
+   * `signal.reason` (so once it rejects, they are gone).
+   */
   signal?: AbortSignal;
 }
 
@@ -52,7 +55,7 @@ export interface GuestSshAccess {
 
 /**
  * The narrow view of a booted guest that layers above `vm` use. Implemented over Gondolin by
- * `bootVm`, and by the fakes in `@pi-sandbox/vm/testing`.
+ * `startVm`, and by the fake `createLocalGuestVm` in `@pi-sandbox/vm/testing`.
  */
 export interface GuestVm {
   /** Identity for logs, e.g. the instance name. */
@@ -74,6 +77,9 @@ export interface GuestVm {
   readonly hostPid: number | undefined;
   /** Whether `close()` has begun or the VM exited by itself. */
   readonly closed: boolean;
-  /** Syncs nothing: callers that keep the disk must flush first (see the vm package's stop). Idempotent. */
+  /**
+   * Closes the VM. Syncs nothing and, on a `RunningVm` of `startVm`, keeps nothing written since
+   * the start: only `RunningVm.stop()` checkpoints. Idempotent.
+   */
   close(): Promise<void>;
 }

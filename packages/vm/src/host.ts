@@ -145,11 +145,9 @@ export function checkResources(resources: VmResources, host: HostFacts): void {
     );
   }
   if (!Number.isFinite(memoryGiB) || memoryGiB < MIN_MEMORY_GIB) {
-    throw new VmError(
-      "VM_RESOURCES_UNSUPPORTED",
-      `memoryGiB must be at least ${MIN_MEMORY_GIB} (got ${memoryGiB})`,
-      { details: { memoryGiB } },
-    );
+    throw new VmError("VM_RESOURCES_UNSUPPORTED", `memoryGiB must be at least ${MIN_MEMORY_GIB} (got ${memoryGiB})`, {
+      details: { memoryGiB },
+    });
   }
   if (memoryGiB * GiB > host.memoryBytes) {
     const hostGiB = Math.floor((host.memoryBytes / GiB) * 10) / 10;

@@ -75,7 +75,10 @@ export async function assertImageReadable(image: GuestImage): Promise<void> {
  * (`GONDOLIN_GUEST_DIR`, a `guest/image/out` above the cwd, `GONDOLIN_DEFAULT_IMAGE` in the local
  * image store, and only then a download).
  */
-export async function resolveImage(image: string | undefined, options: { stateRoot?: string } = {}): Promise<GuestImage> {
+export async function resolveImage(
+  image: string | undefined,
+  options: { stateRoot?: string } = {},
+): Promise<GuestImage> {
   if (image !== undefined) return loadImageDir(image);
   const gondolin = await loadGondolin(options.stateRoot);
   let assets: { kernelPath: string; initrdPath: string; rootfsPath: string };

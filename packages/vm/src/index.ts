@@ -1,5 +1,13 @@
 // Booting
-export { startVm, mapStartError, type StartVmOptions, type RunningVm, type StopResult, type VmSpec, type VmLogger } from "./boot.js";
+export {
+  startVm,
+  mapStartError,
+  type StartVmOptions,
+  type RunningVm,
+  type StopResult,
+  type VmSpec,
+  type VmLogger,
+} from "./boot.js";
 
 // The guest interface for upper layers
 export type {
@@ -43,7 +51,13 @@ export {
 } from "./host.js";
 
 // QEMU process hygiene
-export { prepareQemuLauncher, reapStrayQemu, QEMU_PID_FILE, type QemuLauncher, type ReapResult } from "./qemu-process.js";
+export {
+  prepareQemuLauncher,
+  reapStrayQemu,
+  QEMU_PID_FILE,
+  type QemuLauncher,
+  type ReapResult,
+} from "./qemu-process.js";
 
 // Errors
 export { VmError, isVmError, type VmErrorCode, type VmErrorOptions } from "./errors.js";

@@ -38,7 +38,11 @@ export function mapQemuFailure(stderr: string, context: { action: string; path?:
       { cause, details: { ...details, missingPath: missing[1] } },
     );
   }
-  if (/Image is not in qcow2 format|Could not read qcow2 header|Image is corrupt|qcow2: Marking image as corrupt/i.test(text)) {
+  if (
+    /Image is not in qcow2 format|Could not read qcow2 header|Image is corrupt|qcow2: Marking image as corrupt/i.test(
+      text,
+    )
+  ) {
     return new VmError(
       "VM_DISK_CORRUPT",
       `${context.action}: the disk file${context.path ? ` ${context.path}` : ""} is damaged; restore it from a template or destroy and recreate the instance`,
@@ -64,9 +68,13 @@ export function defaultQemuImgRunner(): QemuImgRunner {
       const binary = findExecutable("qemu-img");
       if (!binary) {
         reject(
-          new VmError("VM_QEMU_MISSING", "qemu-img is not installed or not on PATH; install QEMU (e.g. apt-get install qemu-utils)", {
-            details: { tool: "qemu-img" },
-          }),
+          new VmError(
+            "VM_QEMU_MISSING",
+            "qemu-img is not installed or not on PATH; install QEMU (e.g. apt-get install qemu-utils)",
+            {
+              details: { tool: "qemu-img" },
+            },
+          ),
         );
         return;
       }

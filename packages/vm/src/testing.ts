@@ -160,13 +160,18 @@ class LocalGuest implements LocalGuestVm {
     if (this.closed) return Promise.reject(this.closedError());
     if (!Number.isInteger(port) || port < 1 || port > 65535) {
       return Promise.reject(
-        new VmError("VM_TCP_CONNECT_FAILED", `guest port ${port} is not a valid TCP port (1-65535)`, { details: { port } }),
+        new VmError("VM_TCP_CONNECT_FAILED", `guest port ${port} is not a valid TCP port (1-65535)`, {
+          details: { port },
+        }),
       );
     }
     const hostPort = this.options.portMap ? this.options.portMap(port) : port;
     return new Promise((resolve, reject) => {
       const socket = net.connect({ host: "127.0.0.1", port: hostPort });
-      const timer = setTimeout(() => fail(new Error(`no answer within ${options.timeoutMs ?? 5000} ms`)), options.timeoutMs ?? 5000);
+      const timer = setTimeout(
+        () => fail(new Error(`no answer within ${options.timeoutMs ?? 5000} ms`)),
+        options.timeoutMs ?? 5000,
+      );
       const onAbort = () => {
         finish();
         socket.destroy();
@@ -181,10 +186,14 @@ class LocalGuest implements LocalGuestVm {
         finish();
         socket.destroy();
         reject(
-          new VmError("VM_TCP_CONNECT_FAILED", `nothing accepted a connection on guest port ${port} (${error.message})`, {
-            cause: error,
-            details: { port, reason: error.message },
-          }),
+          new VmError(
+            "VM_TCP_CONNECT_FAILED",
+            `nothing accepted a connection on guest port ${port} (${error.message})`,
+            {
+              cause: error,
+              details: { port, reason: error.message },
+            },
+          ),
         );
       }
       signal?.addEventListener("abort", onAbort, { once: true });

@@ -44,7 +44,7 @@ test("array commands run directly, and a missing program fails to start with a t
 });
 
 test("stdin streams in and stdout streams out while the command runs", async () => {
-  const execution = vm.exec("while read line; do echo \"got $line\"; done", { stdin: true });
+  const execution = vm.exec('while read line; do echo "got $line"; done', { stdin: true });
   const lines: string[] = [];
   execution.stdout.setEncoding("utf8");
   execution.stdout.on("data", (chunk: string) => lines.push(chunk));
@@ -59,7 +59,9 @@ test("stdin streams in and stdout streams out while the command runs", async () 
 test("abort kills the whole process group and rejects with the signal's reason", async () => {
   const controller = new AbortController();
   const execution = vm.exec("sleep 30 & echo $!; wait", { signal: controller.signal });
-  const childPid = Number(await new Promise<string>((resolve) => execution.stdout.once("data", (d) => resolve(String(d)))));
+  const childPid = Number(
+    await new Promise<string>((resolve) => execution.stdout.once("data", (d) => resolve(String(d)))),
+  );
   expect(alive(childPid)).toBe(true);
   const reason = new Error("stop it");
   controller.abort(reason);

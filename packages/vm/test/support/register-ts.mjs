@@ -7,7 +7,11 @@ import { fileURLToPath } from "node:url";
 
 registerHooks({
   resolve(specifier, context, nextResolve) {
-    if (specifier.endsWith(".js") && (specifier.startsWith(".") || specifier.startsWith("file:")) && context.parentURL) {
+    if (
+      specifier.endsWith(".js") &&
+      (specifier.startsWith(".") || specifier.startsWith("file:")) &&
+      context.parentURL
+    ) {
       const candidate = new URL(specifier.replace(/\.js$/, ".ts"), context.parentURL);
       if (fs.existsSync(fileURLToPath(candidate))) return nextResolve(candidate.href, context);
     }

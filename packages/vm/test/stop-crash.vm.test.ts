@@ -1,0 +1,116 @@
+// Fault injection: SIGKILL the process that owns a VM at random moments of its stop. After every
+// kill, no QEMU may survive, every layer must pass `qemu-img check`, and the next boot must find
+// exactly the pre-stop or the post-stop generation — never a mix, never an unbootable disk.
+// Each trial costs one boot (~10-30 s under TCG): PI_SANDBOX_FAULT_TRIALS sets how many (default
+// 5; the acceptance run uses 20).
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { createInterface } from "node:readline";
+import { DiskStore } from "../src/index.js";
+import { TS_NODE_ARGS, tempDir } from "./helpers.js";
+import { qemuProcessesUsing, testImage } from "./vm-support.js";
+
+const TRIALS = Number(process.env.PI_SANDBOX_FAULT_TRIALS ?? 5);
+const CHILD = path.resolve("test/support/stop-child.ts");
+
+interface ChildEvent {
+  event: "booted" | "stopping" | "stopped";
+  marker?: string;
+  blob?: string;
+  qemuPid?: number;
+  totalMs?: number;
+}
+
+/** Runs the helper; `onEvent` sees each JSON line; resolves when it exits. */
+function runChild(diskDir: string, stateRoot: string, mode: string, onEvent: (e: ChildEvent, c: ChildProcess) => void) {
+  const child = spawn(process.execPath, [...TS_NODE_ARGS, CHILD, diskDir, stateRoot, mode], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stderr = "";
+  child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  createInterface({ input: child.stdout! }).on("line", (line) => {
+    if (line.startsWith("{")) onEvent(JSON.parse(line) as ChildEvent, child);
+  });
+  return new Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }>((resolve) =>
+    child.once("exit", (code, signal) => resolve({ code, signal, stderr })),
+  );
+}
+
+function isQemu(pid: number): boolean {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("qemu-system");
+  } catch {
+    return false;
+  }
+}
+
+function checkLayers(diskDir: string): void {
+  const pointer = JSON.parse(fs.readFileSync(path.join(diskDir, "disk.json"), "utf8")) as { layers: string[] };
+  for (const layer of pointer.layers) {
+    try {
+      execFileSync("qemu-img", ["check", "-q", "-U", "-f", "qcow2", path.join(diskDir, layer)], { stdio: "pipe" });
+    } catch (error) {
+      // Exit 3 = leaked clusters only: harmless space, not corruption.
+      if ((error as { status?: number }).status !== 3) throw error;
+    }
+  }
+}
+
+test(`SIGKILL at ${TRIALS} random moments of a stop leaves one complete checkpoint each time`, async () => {
+  const { dir, cleanup } = await tempDir("pisb-vmfault-");
+  try {
+    const diskDir = path.join(dir, "disk");
+    const stateRoot = path.join(dir, "state");
+    await new DiskStore({ stateRoot }).createDisk(diskDir, { image: testImage(), diskGiB: 2 });
+
+    // Generation 0: an uninterrupted stop, which also measures how long a stop takes.
+    let stopMs = 0;
+    const calibration = await runChild(diskDir, stateRoot, "0", (e) => {
+      if (e.event === "stopped") stopMs = e.totalMs ?? 0;
+    });
+    expect(calibration).toMatchObject({ code: 0 });
+    const windowMs = Math.max(600, stopMs * 1.5);
+
+    let expected = new Set(["0"]);
+    const outcomes: string[] = [];
+    for (let trial = 1; trial <= TRIALS; trial += 1) {
+      const delayMs = Math.round(Math.random() * windowMs);
+      let booted: ChildEvent | undefined;
+      let stopped = false;
+      const exit = await runChild(diskDir, stateRoot, String(trial), (e, child) => {
+        if (e.event === "booted") booted = e;
+        if (e.event === "stopping") setTimeout(() => child.kill("SIGKILL"), delayMs);
+        if (e.event === "stopped") stopped = true;
+      });
+      expect(booted).toBeDefined();
+      // The boot found exactly one of the two generations the previous trial could leave.
+      expect(expected.has(booted!.marker!)).toBe(true);
+      expect(booted!.blob).toBe(booted!.marker === "none" ? "blob-none" : "blob-ok");
+      outcomes.push(`${delayMs}ms:${stopped ? "after" : "during"}:${booted!.marker}`);
+      if (!stopped) expect(exit.signal).toBe("SIGKILL");
+
+      // QEMU died with its owner (parent-death signal), and every layer is sound.
+      const qemuPid = booted!.qemuPid!;
+      for (let i = 0; i < 50 && qemuProcessesUsing(diskDir).length > 0; i += 1) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(qemuProcessesUsing(diskDir)).toEqual([]);
+      expect(isQemu(qemuPid)).toBe(false);
+      checkLayers(diskDir);
+      expected = stopped ? new Set([String(trial)]) : new Set([booted!.marker!, String(trial)]);
+    }
+
+    // The last kill must also leave a bootable disk with one of its two generations.
+    let final: ChildEvent | undefined;
+    const check = await runChild(diskDir, stateRoot, "check", (e) => {
+      if (e.event === "booted") final = e;
+    });
+    expect(check).toMatchObject({ code: 0 });
+    expect(expected.has(final!.marker!)).toBe(true);
+    expect(final!.blob).toBe("blob-ok");
+    console.log(`stop fault trials (window ${Math.round(windowMs)} ms): ${outcomes.join(" ")}`);
+  } finally {
+    await cleanup();
+  }
+});

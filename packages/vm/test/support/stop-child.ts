@@ -1,0 +1,37 @@
+// Helper process for the stop fault test: boots the disk, reports what it finds, writes a new
+// generation of data WITHOUT syncing, and stops (the parent SIGKILLs it somewhere in that stop).
+// Usage: node <ts flags> stop-child.ts <diskDir> <stateRoot> <generation|check>
+import { runInGuest, startVm } from "../../src/index.js";
+
+const [diskDir, stateRoot, mode] = process.argv.slice(2) as [string, string, string];
+const say = (event: Record<string, unknown>) => process.stdout.write(JSON.stringify(event) + "\n");
+
+const vm = await startVm({
+  name: "fault",
+  diskDir,
+  stateRoot,
+  spec: { resources: { cpus: 1, memoryGiB: 1 }, network: { allowedHosts: [] } },
+  startTimeoutMs: 600_000,
+});
+// What the last checkpoint holds: the marker, and whether the blob matches the checksum written
+// in the same run (a torn checkpoint would pair one run's marker with another run's blob).
+const seen = await runInGuest(
+  vm,
+  "cat /srv/marker 2>/dev/null || echo none; if [ -f /srv/blob.sha ]; then cd /srv && sha256sum -c --quiet blob.sha && echo blob-ok || echo blob-bad; else echo blob-none; fi",
+);
+const [marker, blob] = seen.stdout.trim().split("\n");
+say({ event: "booted", marker, blob, qemuPid: vm.hostPid });
+if (mode === "check") {
+  await vm.close();
+  process.exit(0);
+}
+// Unsynced on purpose: the stop's own sync must capture it.
+const write = await runInGuest(
+  vm,
+  `head -c 8388608 /dev/urandom > /srv/blob && cd /srv && sha256sum blob > blob.sha && echo ${mode} > /srv/marker`,
+);
+if (write.exitCode !== 0) throw new Error(`guest write failed: ${write.stderr}`);
+say({ event: "stopping" });
+const result = await vm.stop();
+say({ event: "stopped", totalMs: Math.round(result.totalMs) });
+process.exit(0);
