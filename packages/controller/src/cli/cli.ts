@@ -168,6 +168,8 @@ export async function runCli(argv: string[]): Promise<number> {
   try {
     const result = await callAction(dropUndefined(action), { onProgress, caller: "user" });
     process.stdout.write(json ? `${JSON.stringify(result, null, 2)}\n` : formatResult(String(action.action), result));
+    // doctor reports problems as data; the exit code still tells scripts whether all is well.
+    if (action.action === "doctor" && (result as { ok?: boolean }).ok === false) return 1;
     return 0;
   } catch (error) {
     const body = isControllerError(error)

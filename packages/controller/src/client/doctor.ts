@@ -46,9 +46,9 @@ const GUEST_TOOLS: { tool: string; paths: string[]; neededFor: string; fix: stri
   },
 ];
 
-async function version(command: string, args: string[]): Promise<string | undefined> {
+async function version(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<string | undefined> {
   try {
-    const { stdout } = await run(command, args, { timeout: 10_000 });
+    const { stdout } = await run(command, args, { timeout: 10_000, env });
     return stdout.split("\n")[0]?.trim();
   } catch {
     return undefined;
@@ -82,7 +82,7 @@ export async function runDoctor(
     });
   }
   const qemuBinary = arch() === "arm64" ? "qemu-system-aarch64" : "qemu-system-x86_64";
-  const qemu = await version(qemuBinary, ["--version"]);
+  const qemu = await version(qemuBinary, ["--version"], options.env);
   checks.push(
     qemu
       ? { name: "qemu", status: "ok", detail: qemu }
@@ -93,7 +93,7 @@ export async function runDoctor(
           fix: "Install QEMU (Debian/Ubuntu: apt-get install qemu-system-x86; macOS: brew install qemu).",
         },
   );
-  const qemuImg = await version("qemu-img", ["--version"]);
+  const qemuImg = await version("qemu-img", ["--version"], options.env);
   checks.push(
     qemuImg
       ? { name: "qemu-img", status: "ok", detail: qemuImg }

@@ -1,0 +1,77 @@
+// doctor on broken setups: each failed check names the problem and its fix.
+import { execFileSync } from "node:child_process";
+import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { callAction, type DoctorCheck } from "../src/client/index.js";
+
+let dir: string;
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), "doc-"));
+});
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function doctor(env: NodeJS.ProcessEnv, config?: string) {
+  return (await callAction({ action: "doctor", ...(config ? { config } : {}) }, { env, cwd: dir })) as {
+    ok: boolean;
+    checks: DoctorCheck[];
+  };
+}
+
+const check = (result: { checks: DoctorCheck[] }, name: string) => result.checks.find((c) => c.name === name);
+
+test("missing QEMU and qemu-img fail with install instructions", async () => {
+  // A PATH with only node on it: no qemu, no qemu-img.
+  const bin = join(dir, "bin");
+  await mkdir(bin);
+  execFileSync("ln", ["-s", process.execPath, join(bin, "node")]);
+  const result = await doctor({ PATH: bin, HOME: dir, PI_SANDBOX_HOME: join(dir, "state") });
+  expect(result.ok).toBe(false);
+  expect(check(result, "qemu")).toMatchObject({
+    status: "fail",
+    fix: expect.stringMatching(/apt-get install qemu-system-x86/),
+  });
+  expect(check(result, "qemu-img")).toMatchObject({ status: "fail", fix: expect.stringMatching(/qemu-utils/) });
+  expect(check(result, "node")?.status).toBe("ok");
+});
+
+test("a group-readable state dir fails with the chmod fix", async () => {
+  const root = join(dir, "state");
+  await mkdir(root, { mode: 0o755 });
+  await chmod(root, 0o755);
+  const result = await doctor({ ...process.env, PI_SANDBOX_HOME: root });
+  expect(check(result, "state-dir")).toMatchObject({ status: "fail", fix: `Run: chmod 700 ${root}` });
+});
+
+test("an image without python3 is named as missing it, with what needs it", async () => {
+  // A tiny ext4 image holding sshd and resize2fs but no python3.
+  const tree = join(dir, "tree");
+  for (const file of ["usr/sbin/sshd", "usr/sbin/resize2fs", "usr/bin/sandboxssh"]) {
+    await mkdir(dirname(join(tree, file)), { recursive: true });
+    await writeFile(join(tree, file), "#!/bin/sh\n");
+  }
+  const image = join(dir, "image");
+  await mkdir(image);
+  execFileSync("mke2fs", ["-q", "-t", "ext4", "-d", tree, join(image, "rootfs.ext4"), "8M"]);
+  await writeFile(join(dir, "sandbox.yaml"), "version: 1\nimage: ./image\n");
+  const result = await doctor({ ...process.env, PI_SANDBOX_HOME: join(dir, "state") }, "sandbox.yaml");
+  expect(check(result, "image:python3")).toMatchObject({
+    status: "fail",
+    detail: expect.stringMatching(/python3 is missing from the image; commands and services need it/),
+  });
+  expect(check(result, "image:sshd")?.status).toBe("ok");
+  expect(check(result, "image:resize2fs")?.status).toBe("ok");
+  expect(result.ok).toBe(false);
+});
+
+test("the test image passes every image check", async () => {
+  const image = process.env.PI_SANDBOX_TEST_IMAGE;
+  if (!image) throw new Error("PI_SANDBOX_TEST_IMAGE is not set: run through jest's globalSetup");
+  await writeFile(join(dir, "sandbox.yaml"), `version: 1\nimage: ${image}\n`);
+  const result = await doctor({ ...process.env, PI_SANDBOX_HOME: join(dir, "state") }, "sandbox.yaml");
+  for (const name of ["image:python3", "image:sshd", "image:sandboxssh", "image:resize2fs"]) {
+    expect(check(result, name)?.status).toBe("ok");
+  }
+});
