@@ -124,7 +124,7 @@ export function followUpHint(peek: ActionPeek): string {
   const inspect = quote({ action: "inspect", name, ...kind });
   switch (peek.action) {
     case "exec":
-      return `The command keeps running in the guest. Check the instance with ${inspect}; to stop stray commands, exec "pkill -f <pattern>".`;
+      return `A command that had started keeps running in the guest. Check the instance with ${inspect}; find or stop the command with exec (ps, pkill -f <pattern>).`;
     case "exec-status":
       return `The command keeps running in the guest; follow it with ${quote({ action: "exec-status", name, pid: peek.pid ?? "<pid>" })}.`;
     case "help":
@@ -134,7 +134,7 @@ export function followUpHint(peek: ActionPeek): string {
     case "doctor":
       return "Nothing runs in the background for this action; send it again when needed.";
     default:
-      return `The controller keeps working on it. Follow it with ${inspect} (state, errors) and ${quote({ action: "logs", name })} (controller log).`;
+      return `Whatever the controller already received continues. Follow it with ${inspect} (state, errors) and ${quote({ action: "logs", name })} (controller log) before repeating the call.`;
   }
 }
 

@@ -163,10 +163,14 @@ export class PiRpc {
     const seen = this.events.find(match);
     if (seen) return Promise.resolve(seen);
     return new Promise((resolvePromise, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error(`no matching RPC event within ${timeoutMs} ms; stderr:\n${this.stderr}`)),
-        timeoutMs,
-      );
+      const timer = setTimeout(() => {
+        const recent = this.events.slice(-12).map((e) => JSON.stringify(e).slice(0, 300));
+        reject(
+          new Error(
+            `no matching RPC event within ${timeoutMs} ms\nrecent events:\n${recent.join("\n")}\nstderr:\n${this.stderr}`,
+          ),
+        );
+      }, timeoutMs);
       this.#waiters.push({
         match,
         resolve: (e) => {

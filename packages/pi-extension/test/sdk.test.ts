@@ -165,7 +165,7 @@ describe("interrupting a call ends only the wait", () => {
     expect(end.isError).toBe(true);
     const text = textOf(end);
     expect(text).toContain("Stopped waiting for create of demo because the user interrupted.");
-    expect(text).toContain("The controller keeps working on it.");
+    expect(text).toContain("Whatever the controller already received continues.");
     expect(text).toContain('{"action":"inspect","name":"demo"}');
     expect(text).toContain('{"action":"logs","name":"demo"}');
     expect(text).toContain("Last progress: [boot] booting the VM");
