@@ -46,7 +46,7 @@ function mapFileError(error: unknown, path: string, action: string, signal?: Abo
   if (signal?.aborted) return signal.reason;
   if (error instanceof VmError) return error;
   const message = messageOf(error);
-  if (/ENOENT|no such file/i.test(message)) {
+  if (/ENOENT|no such file|FileNotFound/i.test(message)) {
     return new VmError("VM_FILE_NOT_FOUND", `${path} does not exist in the guest`, { cause: error, details: { path } });
   }
   return new VmError("VM_FILE_FAILED", `${action} ${path} in the guest failed: ${message}`, {
