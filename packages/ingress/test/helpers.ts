@@ -9,8 +9,8 @@ import { createServer as createNetServer, Socket, type Server as NetServer } fro
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import type { Duplex } from "node:stream";
-import { PreviewGateway, type PreviewGatewayOptions, type IngressLogger } from "../src/index.js";
+import { Duplex } from "node:stream";
+import { PreviewGateway, type GuestConnector, type PreviewGatewayOptions, type IngressLogger } from "../src/index.js";
 import { loopbackConnector } from "../src/testing.js";
 
 /** A host-local stand-in for a guest server; `close()` also cuts its open connections. */
@@ -137,3 +137,45 @@ export async function tempDir(): Promise<{ dir: string; remove: () => Promise<vo
 
 /** Timestamp helper. */
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * A connector whose streams behave like Gondolin's virtio TCP streams: data is pushed without
+ * backpressure, and when the far end closes, the stream pushes EOF and destroys itself at once,
+ * even if its reader has not consumed the buffered bytes yet.
+ */
+export function virtioLikeConnector(): GuestConnector {
+  const base = loopbackConnector();
+  return async (port, options) => {
+    const socket = (await base(port, options)) as Socket;
+    let remoteClosed = false;
+    const stream = new Duplex({
+      read() {},
+      write(chunk: Buffer, _encoding, callback) {
+        if (remoteClosed) return callback(new Error("tcp stream closed"));
+        socket.write(chunk);
+        callback();
+      },
+      final(callback) {
+        if (!remoteClosed) socket.end();
+        callback();
+      },
+      destroy(error, callback) {
+        socket.destroy();
+        callback(error);
+      },
+    });
+    socket.on("data", (chunk: Buffer) => {
+      if (!remoteClosed) stream.push(chunk);
+    });
+    const remoteClose = () => {
+      if (remoteClosed) return;
+      remoteClosed = true;
+      stream.push(null);
+      stream.destroy();
+    };
+    socket.on("end", remoteClose);
+    socket.on("close", remoteClose);
+    socket.on("error", remoteClose);
+    return stream;
+  };
+}

@@ -72,6 +72,17 @@ export function guestServerSuite(target: () => GuestSuiteTarget, sizes: GuestSui
     expect(sha(res.body)).toBe(res.headers["x-body-sha256"]);
   });
 
+  test("many small close-delimited responses all arrive whole (the guest closes right after writing)", async () => {
+    for (let batch = 0; batch < 4; batch++) {
+      const sizesInBatch = Array.from({ length: 10 }, (_, i) => 1 + batch * 977 + i * 131);
+      const results = await Promise.all(sizesInBatch.map((n) => fetchRaw(`${origin}/close-delimited?n=${n}`)));
+      results.forEach((res, i) => {
+        expect(res.body.length).toBe(sizesInBatch[i]);
+        expect(sha(res.body)).toBe(res.headers["x-body-sha256"]);
+      });
+    }
+  });
+
   test("concurrent requests each get their answer", async () => {
     const bodies = await Promise.all(
       Array.from({ length: sizes.concurrent }, (_, i) =>
