@@ -7,6 +7,7 @@ import { createServer as createNetServer, type Server as NetServer } from "node:
 import { createRequire } from "node:module";
 import { readFile } from "node:fs/promises";
 import { cpus, loadavg } from "node:os";
+import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { Worker } from "node:worker_threads";
 import { PreviewGateway, type GuestConnector } from "../src/index.js";
@@ -174,8 +175,9 @@ async function hostBench(): Promise<void> {
 
 async function vmBench(): Promise<void> {
   if (!process.env.PI_SANDBOX_TEST_IMAGE) {
-    const require = createRequire(import.meta.url);
-    await require("../../../jest.test-image.cjs")();
+    // The workspace's jest globalSetup builds or reuses the test image and sets the variable.
+    const setup = fileURLToPath(new URL("../../../jest.test-image.cjs", import.meta.url));
+    await createRequire(import.meta.url)(setup)();
   }
   const { bootTestVm } = await import("../test/support/vm.js");
   const { guestVmConnector } = await import("../src/index.js");
