@@ -1,4 +1,4 @@
-import type { GuestConnector } from "./connector.js";
+import { connectWithDeadline, type GuestConnector } from "./connector.js";
 import { IngressError } from "./errors.js";
 import { MemoryPortLeaseStore, type PortLeaseStore } from "./lease-store.js";
 import { silentLogger, type IngressLogger } from "./logger.js";
@@ -120,6 +120,38 @@ export class PreviewGateway implements AsyncDisposable {
       throw new IngressError("INGRESS_NOT_OPEN", `preview ${key} is not open; open it first`, { details: { key } });
     }
     return entry.listener.origin;
+  }
+
+  /**
+   * Checks that something accepts connections on the preview's guest port (one connection through
+   * the connector, closed at once). Throws `INGRESS_UPSTREAM_FAILED` with the advice of the 502
+   * page, or `INGRESS_NOT_OPEN`.
+   */
+  async probe(key: string, options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<void> {
+    const entry = this.#open.get(key);
+    if (!entry) {
+      throw new IngressError("INGRESS_NOT_OPEN", `preview ${key} is not open; open it first`, { details: { key } });
+    }
+    const guestPort = entry.listener.guestPort;
+    const signal = options.signal ? AbortSignal.any([options.signal, this.#closing.signal]) : this.#closing.signal;
+    try {
+      const stream = await connectWithDeadline(
+        this.#connector,
+        guestPort,
+        options.timeoutMs ?? this.#settings.connectTimeoutMs,
+        signal,
+      );
+      stream.destroy();
+    } catch (error) {
+      if (options.signal?.aborted) throw options.signal.reason;
+      if (this.#closing.signal.aborted) throw closedError();
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new IngressError(
+        "INGRESS_UPSTREAM_FAILED",
+        `preview ${key}: nothing answers on guest port ${guestPort} (${reason}); is the server running and listening on 127.0.0.1:${guestPort} in the guest? Check the logs of service ${key}`,
+        { cause: error, details: { key, guestPort } },
+      );
+    }
   }
 
   /** Cancels pending opens, closes every preview and cuts every client. Idempotent; final. */

@@ -310,3 +310,30 @@ describe("stop cuts every client within a bounded time", () => {
     await expect(fetchRaw(origin)).rejects.toThrow(/ECONNREFUSED/);
   });
 });
+
+describe("probe", () => {
+  test("resolves when the guest port accepts connections", async () => {
+    await using gateway = testGateway();
+    await gateway.open({ key: "web", guestPort: guest.port, links: [] });
+    await expect(gateway.probe("web")).resolves.toBeUndefined();
+  });
+
+  test("names the port and the service's logs when nothing listens", async () => {
+    const gone = await httpStandIn(() => undefined);
+    await gone.close();
+    await using gateway = testGateway();
+    await gateway.open({ key: "api", guestPort: gone.port, links: [] });
+    const error = await expectCode(gateway.probe("api"), "INGRESS_UPSTREAM_FAILED");
+    expect(error.message).toContain(`guest port ${gone.port}`);
+    expect(error.message).toContain("logs of service api");
+    expect(error.details).toEqual({ key: "api", guestPort: gone.port });
+  });
+
+  test("an aborted signal rejects with its reason; an unknown key is INGRESS_NOT_OPEN", async () => {
+    await using gateway = testGateway();
+    await gateway.open({ key: "web", guestPort: guest.port, links: [] });
+    const reason = new Error("enough");
+    await expect(gateway.probe("web", { signal: AbortSignal.abort(reason) })).rejects.toBe(reason);
+    await expectCode(gateway.probe("nope"), "INGRESS_NOT_OPEN");
+  });
+});
