@@ -1,1 +1,27 @@
-export const placeholder = 1;
+// Errors
+export { ReviewSetupError, isReviewSetupError } from "./errors.js";
+export type { ReviewSetupErrorCode, ReviewSetupErrorOptions } from "./errors.js";
+// Command line
+export { parseCommandLine, parseModel, USAGE, DEFAULT_PI_COMMAND } from "./args.js";
+export type { ReviewSetupArgs, ParsedCommandLine } from "./args.js";
+export { main, formatResult } from "./main.js";
+export type { CliIo } from "./main.js";
+// Refresh
+export { runReviewSetup } from "./refresh.js";
+export type { ReviewSetupOptions, ReviewSetupResult, StepEvent, StepName } from "./refresh.js";
+// Snapshot and transfer
+export { listWorkingFiles, createSnapshot, sha256File } from "./snapshot.js";
+export type { Snapshot, SnapshotOptions, WorkingFiles, Vcs } from "./snapshot.js";
+export { base64Chunks, partName, DEFAULT_CHUNK_CHARS } from "./chunks.js";
+// Guest access, layout, launch
+export { controllerGuest, shellQuote } from "./guest.js";
+export type { GuestSession, GuestResult, ControllerOptions } from "./guest.js";
+export { reviewLayout } from "./layout.js";
+export type { ReviewLayout } from "./layout.js";
+export { launchCommand } from "./launch.js";
+export type { LaunchCommandOptions } from "./launch.js";
+// Live mode
+export { resolveHostCredential, hostAgentDir, MIN_TOKEN_LIFETIME_MS } from "./credentials.js";
+export type { GuestCredential } from "./credentials.js";
+export { storeGuestCredential, runLiveCheck, parseLiveOutput, LIVE_PROMPT } from "./live.js";
+export type { LiveCheck, TokenUsage } from "./live.js";

@@ -1,0 +1,102 @@
+import { parseArgs } from "node:util";
+import { ReviewSetupError } from "./errors.js";
+
+/** Default program part of the launch command: this checkout's Pi with the sandbox extension. */
+export const DEFAULT_PI_COMMAND = "node_modules/.bin/pi -e ./packages/pi-extension";
+
+/** What `sandbox:setup` was asked to do. */
+export interface ReviewSetupArgs {
+  /** Instance name. */
+  name: string;
+  /** Host path of a sandbox.yaml: create the instance from it first. */
+  config?: string;
+  /** `provider/model` for the live check; omitted = offline snapshot. */
+  liveModel?: { provider: string; model: string };
+  /** A directory inside the checkout to snapshot; default the cwd. */
+  repo?: string;
+  /** Program part of the printed launch command, run from the candidate directory. */
+  piCommand: string;
+}
+
+/** The parsed command line: either help or a run. */
+export type ParsedCommandLine = { help: true } | ({ help: false } & ReviewSetupArgs);
+
+/** Text of `--help`. */
+export const USAGE = `Usage: bun run sandbox:setup --name <instance> [options]
+
+Refreshes a disposable review candidate of this checkout inside a pi-sandbox instance:
+snapshot tracked files (edits and deletions, no untracked files) -> transfer -> verify sha256 ->
+unpack -> npm ci -> npm run build -> switch <workspace>/.review/current. A failed step leaves the
+previous candidate current. Services are not restarted.
+
+Options:
+  --name <instance>              instance to refresh (required)
+  --config <sandbox.yaml>        create the instance from this file first
+                                 (see packages/review-setup/sandbox.review.yaml)
+  --live-model <provider/model>  copy that provider's access token from the host's Pi login into
+                                 the instance's private agent directory and require one real
+                                 generated response; without it the run is an offline snapshot
+  --repo <dir>                   checkout to snapshot (default: the one containing the cwd)
+  --pi-command <command>         program part of the launch command
+                                 (default: ${DEFAULT_PI_COMMAND})
+  -h, --help                     this text
+`;
+
+/** Parses `sandbox:setup` arguments; throws REVIEW_SETUP_USAGE with the fix. */
+export function parseCommandLine(argv: readonly string[]): ParsedCommandLine {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: [...argv],
+      strict: true,
+      allowPositionals: false,
+      options: {
+        name: { type: "string" },
+        config: { type: "string" },
+        "live-model": { type: "string" },
+        repo: { type: "string" },
+        "pi-command": { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+    });
+  } catch (error) {
+    throw new ReviewSetupError("REVIEW_SETUP_USAGE", (error as Error).message, {
+      hint: "Run with --help to see the options.",
+      cause: error,
+    });
+  }
+  const values = parsed.values;
+  if (values.help) return { help: true };
+  if (!values.name) {
+    throw new ReviewSetupError("REVIEW_SETUP_USAGE", "--name <instance> is required", {
+      hint: "Example: bun run sandbox:setup --name review --config sandbox.yaml",
+    });
+  }
+  const result: ParsedCommandLine = {
+    help: false,
+    name: values.name,
+    piCommand: values["pi-command"] ?? DEFAULT_PI_COMMAND,
+  };
+  if (values.config !== undefined) result.config = values.config;
+  if (values.repo !== undefined) result.repo = values.repo;
+  if (values["live-model"] !== undefined) result.liveModel = parseModel(values["live-model"]);
+  if (result.piCommand.trim() === "") {
+    throw new ReviewSetupError("REVIEW_SETUP_USAGE", "--pi-command must not be empty", {
+      hint: `Omit it for the default (${DEFAULT_PI_COMMAND}).`,
+    });
+  }
+  return result;
+}
+
+/** Splits `provider/model` at the first slash (model ids may contain slashes). */
+export function parseModel(text: string): { provider: string; model: string } {
+  const slash = text.indexOf("/");
+  const provider = text.slice(0, slash);
+  const model = text.slice(slash + 1);
+  if (slash <= 0 || model === "" || !/^[A-Za-z0-9._-]+$/.test(provider) || /\s/.test(model)) {
+    throw new ReviewSetupError("REVIEW_SETUP_USAGE", `--live-model "${text}" is not provider/model`, {
+      hint: "Example: --live-model openai-codex/gpt-5.4 (the provider as in Pi's /login).",
+    });
+  }
+  return { provider, model };
+}

@@ -1,0 +1,62 @@
+/** Stable codes of review-setup failures; controller errors pass through with their own codes. */
+export type ReviewSetupErrorCode =
+  /** The command line is wrong (unknown flag, missing `--name`, bad `--live-model`). */
+  | "REVIEW_SETUP_USAGE"
+  /** `--repo` (or the cwd) is not inside a git or jj checkout, or listing its files failed. */
+  | "REVIEW_SETUP_NOT_A_REPO"
+  /** Building the snapshot archive on the host failed. */
+  | "REVIEW_SETUP_SNAPSHOT_FAILED"
+  /** The instance does not exist and no `--config` was given. */
+  | "REVIEW_SETUP_INSTANCE_MISSING"
+  /** The instance exists but is not running. */
+  | "REVIEW_SETUP_INSTANCE_NOT_RUNNING"
+  /** `--config` was given but the instance already exists. */
+  | "REVIEW_SETUP_INSTANCE_EXISTS"
+  /** The guest lacks a tool the refresh needs (node, npm, tar, base64, sha256sum). */
+  | "REVIEW_SETUP_GUEST_TOOL_MISSING"
+  /** The archive's checksum in the guest differs from the host's. */
+  | "REVIEW_SETUP_CHECKSUM_MISMATCH"
+  /** A guest step (transfer, unpack, install, build, switch, agent) failed; `details.logPath` names its log. */
+  | "REVIEW_SETUP_STEP_FAILED"
+  /** The host has no Pi login for the `--live-model` provider. */
+  | "REVIEW_SETUP_LOGIN_MISSING"
+  /** The host's access token for the provider has expired or cannot be used as is. */
+  | "REVIEW_SETUP_TOKEN_UNUSABLE"
+  /** The live check did not produce a generated response. */
+  | "REVIEW_SETUP_LIVE_CHECK_FAILED";
+
+/** Options of a ReviewSetupError. */
+export interface ReviewSetupErrorOptions {
+  /** What to do next. */
+  hint?: string;
+  /** Structured, JSON-safe facts (step, logPath, expected/actual checksums…). */
+  details?: Record<string, unknown>;
+  /** The underlying error. */
+  cause?: unknown;
+}
+
+const brand = Symbol.for("pi-sandbox.ReviewSetupError");
+
+/** Failures of `sandbox:setup`; switch on `code`. */
+export class ReviewSetupError extends Error {
+  override readonly name = "ReviewSetupError";
+  /** Stable error code. */
+  readonly code: ReviewSetupErrorCode;
+  /** What to do next. */
+  readonly hint: string | undefined;
+  /** Structured facts. */
+  readonly details: Record<string, unknown>;
+  readonly [brand] = true;
+
+  constructor(code: ReviewSetupErrorCode, message: string, options: ReviewSetupErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.hint = options.hint;
+    this.details = options.details ?? {};
+  }
+}
+
+/** True for a ReviewSetupError from any installed copy of this package. */
+export function isReviewSetupError(value: unknown): value is ReviewSetupError {
+  return typeof value === "object" && value !== null && (value as Record<symbol, unknown>)[brand] === true;
+}

@@ -1,0 +1,67 @@
+// The only door into the instance: actions of @pi-sandbox/controller/client.
+import { callAction, type CallActionOptions } from "@pi-sandbox/controller/client";
+
+/** A finished guest command. */
+export interface GuestResult {
+  /** Exit status. */
+  exitCode: number;
+  /** Combined output (each exec caps it at 64 KiB; steps keep full logs in guest files). */
+  output: string;
+}
+
+/** What a refresh needs from an instance. A seam: tests of the orchestration pass a fake. */
+export interface GuestSession {
+  /** Runs a login-shell command to completion, following it past the 60 s exec wait. */
+  exec(cmd: string, options?: { deadlineMs?: number; signal?: AbortSignal }): Promise<GuestResult>;
+  /** Writes a text file (parent directory must exist, at most 1 MiB). */
+  write(path: string, content: string, options?: { signal?: AbortSignal }): Promise<void>;
+  /** Reads a text file (at most 64 KiB). */
+  read(path: string, options?: { signal?: AbortSignal }): Promise<string>;
+}
+
+/** Options for reaching instances: the controller client's env (state root) and cwd. */
+export type ControllerOptions = Pick<CallActionOptions, "env" | "cwd">;
+
+const EXEC_WAIT_MS = 60_000;
+
+interface ExecReply {
+  running: boolean;
+  pid?: string;
+  exitCode?: number;
+  output?: string;
+}
+
+/** A GuestSession for instance `name`, through `callAction`. */
+export function controllerGuest(name: string, options: ControllerOptions = {}): GuestSession {
+  const call = (action: Record<string, unknown>, signal?: AbortSignal) =>
+    callAction({ ...action, name }, { ...options, signal });
+  return {
+    async exec(cmd, { deadlineMs = 30 * 60_000, signal } = {}) {
+      const started = Date.now();
+      let reply = (await call({ action: "exec", cmd, timeoutMs: EXEC_WAIT_MS }, signal)) as ExecReply;
+      let output = reply.output ?? "";
+      while (reply.running) {
+        if (Date.now() - started > deadlineMs) {
+          // The wait is ours to end; the command would keep running, so stop it.
+          await call({ action: "exec-kill", pid: reply.pid }).catch(() => undefined);
+          return { exitCode: 124, output: `${output}\n[review-setup] gave up after ${deadlineMs} ms\n` };
+        }
+        reply = (await call({ action: "exec-status", pid: reply.pid, timeoutMs: EXEC_WAIT_MS }, signal)) as ExecReply;
+        output += reply.output ?? "";
+      }
+      return { exitCode: reply.exitCode ?? -1, output };
+    },
+    async write(path, content, { signal } = {}) {
+      await call({ action: "write", path, content }, signal);
+    },
+    async read(path, { signal } = {}) {
+      const reply = (await call({ action: "read", path }, signal)) as { content: string };
+      return reply.content;
+    },
+  };
+}
+
+/** Quotes a string for a POSIX shell. */
+export function shellQuote(text: string): string {
+  return /^[A-Za-z0-9_./:=@%+-]+$/.test(text) ? text : `'${text.replaceAll("'", `'\\''`)}'`;
+}

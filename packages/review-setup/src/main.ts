@@ -1,0 +1,102 @@
+import { isControllerError } from "@pi-sandbox/controller/client";
+import { parseCommandLine, USAGE } from "./args.js";
+import { isReviewSetupError } from "./errors.js";
+import type { ControllerOptions } from "./guest.js";
+import { runReviewSetup, type ReviewSetupOptions, type ReviewSetupResult } from "./refresh.js";
+
+/** Where the CLI writes and what it reads; injectable for tests. */
+export interface CliIo {
+  /** Result lines. */
+  stdout: (text: string) => void;
+  /** Progress and errors. */
+  stderr: (text: string) => void;
+  /** Environment (state root, host Pi login). */
+  env: NodeJS.ProcessEnv;
+  /** Working directory (default repo, relative `--config`). */
+  cwd: string;
+  /** Ends the run. */
+  signal?: AbortSignal;
+  /** Extra library options for tests (install/build commands). */
+  overrides?: Partial<ReviewSetupOptions>;
+}
+
+/** `sandbox:setup` entry: runs, prints progress and a summary, returns the exit code. */
+export async function main(argv: readonly string[], io: CliIo): Promise<number> {
+  let args;
+  try {
+    args = parseCommandLine(argv);
+  } catch (error) {
+    printError(io, error);
+    return 2;
+  }
+  if (args.help) {
+    io.stdout(USAGE);
+    return 0;
+  }
+  const controller: ControllerOptions = { env: io.env, cwd: io.cwd };
+  try {
+    const result = await runReviewSetup({
+      ...args,
+      controller,
+      hostEnv: io.env,
+      signal: io.signal,
+      onProgress: (event) => {
+        const mark = { start: "…", done: "✓", skip: "-", info: " " }[event.status];
+        io.stderr(`[${event.step}] ${mark} ${event.message}\n`);
+      },
+      ...io.overrides,
+    });
+    io.stdout(formatResult(result));
+    return 0;
+  } catch (error) {
+    printError(io, error);
+    return 1;
+  }
+}
+
+/** The summary printed after a successful refresh. */
+export function formatResult(result: ReviewSetupResult): string {
+  const lines = [
+    result.mode === "live-ready"
+      ? `Review candidate ${result.candidateId} is current in ${result.instance} and LIVE-READY.`
+      : `Review candidate ${result.candidateId} is current in ${result.instance}: OFFLINE SNAPSHOT (not live-ready; pass --live-model provider/model for a live check).`,
+    `  snapshot: ${result.files} files from ${result.vcs}, ${result.bytes} bytes, sha256 ${result.sha256} (verified in the guest)`,
+    `  current:  ${result.currentPath} -> ${result.candidatePath}` +
+      (result.previousId ? ` (previous: ${result.previousId})` : ""),
+    `  agent:    ${result.agentDir} (private, isolated)`,
+  ];
+  if (result.live) {
+    const { usage, expiresAt } = result.live;
+    lines.push(
+      `  live:     ${result.live.model} answered "${result.live.response}" using ${usage.input} input + ${usage.output} output = ${usage.totalTokens} tokens`,
+      expiresAt === undefined
+        ? "  token:    an API key (no expiry)"
+        : `  token:    expires ${new Date(expiresAt).toISOString()}; the guest cannot refresh it, rerun this command after expiry`,
+    );
+  }
+  for (const note of result.notes) lines.push(`  note:     ${note}`);
+  lines.push(
+    "",
+    "Launch Pi in the guest (e.g. in a guest terminal: npx pi-sandbox ssh " + result.instance + "):",
+    "",
+    `  ${result.launchCommand}`,
+    "",
+  );
+  return lines.join("\n");
+}
+
+function printError(io: CliIo, error: unknown): void {
+  if (isReviewSetupError(error) || isControllerError(error)) {
+    io.stderr(`error ${error.code}: ${error.message}\n`);
+    const tail = (error.details as { tail?: unknown } | undefined)?.tail;
+    if (typeof tail === "string" && tail.trim() !== "")
+      io.stderr(`--- last lines of the log ---\n${tail.trimEnd()}\n---\n`);
+    if (error.hint) io.stderr(`hint: ${error.hint}\n`);
+    return;
+  }
+  if ((error as Error)?.name === "AbortError") {
+    io.stderr("interrupted\n");
+    return;
+  }
+  io.stderr(`unexpected error: ${(error as Error)?.stack ?? String(error)}\n`);
+}

@@ -1,0 +1,372 @@
+// One refresh: instance -> snapshot -> transfer -> verify -> unpack -> install -> build -> switch
+// -> agent dir -> (live: credentials -> live check). Guest work goes through GuestSession only.
+import { readFile } from "node:fs/promises";
+import { resolve } from "node:path";
+import { callAction, isControllerError } from "@pi-sandbox/controller/client";
+import type { ReviewSetupArgs } from "./args.js";
+import { base64Chunks, DEFAULT_CHUNK_CHARS, partName } from "./chunks.js";
+import { resolveHostCredential } from "./credentials.js";
+import { ReviewSetupError } from "./errors.js";
+import { controllerGuest, shellQuote, type ControllerOptions, type GuestSession } from "./guest.js";
+import { launchCommand } from "./launch.js";
+import { reviewLayout, type ReviewLayout } from "./layout.js";
+import { runLiveCheck, storeGuestCredential, type LiveCheck } from "./live.js";
+import { createSnapshot, type Vcs } from "./snapshot.js";
+
+/** Steps in the order they run. */
+export type StepName =
+  | "instance"
+  | "snapshot"
+  | "transfer"
+  | "verify"
+  | "unpack"
+  | "install"
+  | "build"
+  | "switch"
+  | "agent"
+  | "credentials"
+  | "live-check";
+
+/** One progress line. */
+export interface StepEvent {
+  /** Which step. */
+  step: StepName;
+  /** `start`, `done`, `skip` or `info` (intermediate news such as boot stages or part counts). */
+  status: "start" | "done" | "skip" | "info";
+  /** Human text. */
+  message: string;
+}
+
+/** Options of `runReviewSetup`: the parsed arguments plus seams. */
+export interface ReviewSetupOptions extends Omit<ReviewSetupArgs, "piCommand"> {
+  /** Program part of the launch command; default Pi with the sandbox extension. */
+  piCommand?: string;
+  /** How to reach the controller (env selects the state root; cwd resolves `config`). */
+  controller?: ControllerOptions;
+  /** Guest access; default the controller client for `name`. */
+  guest?: GuestSession;
+  /** Frozen-lockfile install command, run in the candidate. Default `npm ci`. */
+  installCommand?: string;
+  /** Build command, run in the candidate. Default `npm run build`. */
+  buildCommand?: string;
+  /** Host environment: the Pi login (`PI_CODING_AGENT_DIR`, `HOME`) and PATH for git/jj/tar; default `process.env`. */
+  hostEnv?: NodeJS.ProcessEnv;
+  /** Transfer part size in base64 characters. */
+  chunkChars?: number;
+  /** Progress callback. */
+  onProgress?: (event: StepEvent) => void;
+  /** Ends the refresh with `signal.reason`; a guest command in flight is left to finish. */
+  signal?: AbortSignal;
+  /** Clock, for candidate ids and token checks. */
+  now?: () => number;
+}
+
+/** What a successful refresh did. */
+export interface ReviewSetupResult {
+  /** Instance name. */
+  instance: string;
+  /** `live-ready` only after a generated response in live mode. */
+  mode: "offline-snapshot" | "live-ready";
+  /** Version control the snapshot came from. */
+  vcs: Vcs;
+  /** Number of files in the snapshot. */
+  files: number;
+  /** Archive size in bytes. */
+  bytes: number;
+  /** sha256 of the archive, verified in the guest. */
+  sha256: string;
+  /** New candidate id. */
+  candidateId: string;
+  /** Guest path of the new candidate. */
+  candidatePath: string;
+  /** Guest path of the `current` symlink (now pointing at the candidate). */
+  currentPath: string;
+  /** Candidate id that was current before, if any. */
+  previousId: string | undefined;
+  /** Guest path of the isolated agent directory. */
+  agentDir: string;
+  /** Guest shell command that launches Pi from the current candidate. */
+  launchCommand: string;
+  /** Optional extras and what happened to them (e.g. Herdr). */
+  notes: string[];
+  /** Live-mode facts (token expiry, usage); absent offline. */
+  live: LiveCheck | undefined;
+}
+
+const STEP_DEADLINE_MS = 30 * 60_000;
+
+function candidateIdAt(ms: number, sha256: string): string {
+  const stamp = new Date(ms).toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
+  return `${stamp}-${sha256.slice(0, 8)}`;
+}
+
+/** Refreshes the review candidate of a checkout inside an instance; see the package README. */
+export async function runReviewSetup(options: ReviewSetupOptions): Promise<ReviewSetupResult> {
+  const { name, signal } = options;
+  const now = options.now ?? Date.now;
+  const emit = (step: StepName, status: StepEvent["status"], message: string) =>
+    options.onProgress?.({ step, status, message });
+  const controller = options.controller ?? {};
+  const guest = options.guest ?? controllerGuest(name, controller);
+
+  // Host login problems should surface before minutes of guest work.
+  const credential = options.liveModel
+    ? await resolveHostCredential(options.liveModel.provider, { env: options.hostEnv, now: now() })
+    : undefined;
+
+  emit("instance", "start", options.config ? `creating ${name} from ${options.config}` : `checking ${name}`);
+  await ensureInstance(options, controller, (message) => emit("instance", "info", message));
+  const probe = await guest.exec(
+    `pwd; for t in tar base64 sha256sum node npm; do command -v "$t" >/dev/null 2>&1 || echo "missing:$t"; done`,
+    { signal },
+  );
+  const workspace = probe.output.split("\n")[0]?.trim() ?? "";
+  const missing = [...probe.output.matchAll(/^missing:(\S+)$/gm)].map((m) => m[1]);
+  if (probe.exitCode !== 0 || !workspace.startsWith("/")) {
+    throw new ReviewSetupError("REVIEW_SETUP_STEP_FAILED", `could not probe the guest of ${name}: ${probe.output}`, {
+      hint: `Check the instance with: npx pi-sandbox inspect ${name}`,
+      details: { step: "instance" },
+    });
+  }
+  if (missing.length > 0) {
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_GUEST_TOOL_MISSING",
+      `the guest of ${name} lacks ${missing.join(", ")} on PATH`,
+      {
+        hint: "Create the instance from packages/review-setup/sandbox.review.yaml (it installs Node 24 and npm), or install them in the guest.",
+        details: { missing },
+      },
+    );
+  }
+  const layout = reviewLayout(workspace);
+  emit("instance", "done", `${name} is running; workspace ${workspace}`);
+
+  emit("snapshot", "start", `snapshotting ${resolve(options.repo ?? controller.cwd ?? process.cwd())}`);
+  const snapshot = await createSnapshot(options.repo ?? controller.cwd ?? process.cwd(), { env: options.hostEnv });
+  try {
+    emit(
+      "snapshot",
+      "done",
+      `${snapshot.files.length} tracked files from ${snapshot.vcs} (${snapshot.bytes} bytes, sha256 ${snapshot.sha256})`,
+    );
+    const id = candidateIdAt(now(), snapshot.sha256);
+    const incoming = layout.incoming(id);
+    const candidate = layout.candidate(id);
+    const logDir = layout.log(id, "x").replace(/\/x\.log$/, "");
+
+    emit("transfer", "start", `sending the archive through file writes to ${incoming}`);
+    await mustSucceed(
+      guest,
+      "transfer",
+      `mkdir -p ${shellQuote(incoming)} ${shellQuote(logDir)} ${shellQuote(layout.candidates)}`,
+      signal,
+    );
+    const parts = base64Chunks(await readFile(snapshot.archivePath), options.chunkChars ?? DEFAULT_CHUNK_CHARS);
+    for (const [index, part] of parts.entries()) {
+      await guest.write(`${incoming}/${partName(index)}`, part, { signal });
+      emit("transfer", "info", `part ${index + 1}/${parts.length}`);
+    }
+    emit("transfer", "done", `${parts.length} part(s) written`);
+
+    emit("verify", "start", "reassembling and checking sha256 in the guest");
+    const archive = `${incoming}/snapshot.tar.gz`;
+    const verify = await mustSucceed(
+      guest,
+      "verify",
+      `cd ${shellQuote(incoming)} && cat part-* | base64 -d > snapshot.tar.gz && rm -f part-* && sha256sum snapshot.tar.gz`,
+      signal,
+    );
+    const guestSum = verify.output.trim().split(/\s+/)[0] ?? "";
+    if (guestSum !== snapshot.sha256) {
+      await guest.exec(`rm -rf ${shellQuote(incoming)}`, { signal }).catch(() => undefined);
+      throw new ReviewSetupError(
+        "REVIEW_SETUP_CHECKSUM_MISMATCH",
+        `the archive in the guest has sha256 ${guestSum || "(none)"}, the host sent ${snapshot.sha256}`,
+        {
+          hint: "Nothing was unpacked and the current candidate is unchanged; rerun the command.",
+          details: { expected: snapshot.sha256, actual: guestSum },
+        },
+      );
+    }
+    emit("verify", "done", `sha256 ${guestSum} matches`);
+
+    const previousId = await currentCandidate(guest, layout, signal);
+    const cleanup = `rm -rf ${shellQuote(candidate)} ${shellQuote(incoming)}`;
+    const steps: [StepName, string, string][] = [
+      [
+        "unpack",
+        `mkdir -p ${shellQuote(candidate)} && tar -xzf ${shellQuote(archive)} -C ${shellQuote(candidate)}`,
+        "/",
+      ],
+      ["install", options.installCommand ?? "npm ci", candidate],
+      ["build", options.buildCommand ?? "npm run build", candidate],
+    ];
+    for (const [step, command, cwd] of steps) {
+      const log = layout.log(id, step);
+      emit(step, "start", `${command} (log: ${log})`);
+      const result = await guest.exec(
+        `cd ${shellQuote(cwd)} && { ${command} ; } > ${shellQuote(log)} 2>&1; rc=$?; tail -n 20 ${shellQuote(log)}; exit $rc`,
+        { signal, deadlineMs: STEP_DEADLINE_MS },
+      );
+      if (result.exitCode !== 0) {
+        await guest.exec(cleanup, { signal }).catch(() => undefined);
+        throw new ReviewSetupError(
+          "REVIEW_SETUP_STEP_FAILED",
+          `${step} failed (exit ${result.exitCode}); log: ${log}; ` +
+            (previousId ? `candidate ${previousId} stays current` : "no candidate is current yet"),
+          {
+            hint: `Read the log with: npx pi-sandbox exec ${name} -- cat ${log}`,
+            details: { step, logPath: log, exitCode: result.exitCode, tail: result.output, previousId },
+          },
+        );
+      }
+      emit(step, "done", `${step} ok`);
+    }
+
+    emit("switch", "start", `selecting ${id}`);
+    const tmpLink = `${layout.root}/.current-${id}`;
+    await mustSucceed(
+      guest,
+      "switch",
+      // rename(2) of a fresh symlink over the old one: readers see either candidate, never none.
+      `ln -sfn candidates/${id} ${shellQuote(tmpLink)} && mv -T ${shellQuote(tmpLink)} ${shellQuote(layout.current)}`,
+      signal,
+    );
+    // Keep the new and the previous candidate (a running Pi may still use it); drop older ones.
+    const keep = [id, previousId].filter((x): x is string => Boolean(x));
+    await guest
+      .exec(
+        `cd ${shellQuote(layout.candidates)} && for d in *; do case " ${keep.join(" ")} " in *" $d "*) ;; *) rm -rf -- "$d";; esac; done; ` +
+          `cd ${shellQuote(layout.root)}/incoming && for d in *; do [ "$d" = ${shellQuote(id)} ] || rm -rf -- "$d"; done; true`,
+        { signal },
+      )
+      .catch(() => undefined);
+    emit("switch", "done", `${layout.current} -> ${candidate}` + (previousId ? ` (was ${previousId})` : ""));
+
+    const notes: string[] = [];
+    emit("agent", "start", `preparing the isolated agent directory ${layout.agentDir}`);
+    const agentLog = layout.log(id, "agent");
+    const agent = await mustSucceed(
+      guest,
+      "agent",
+      `umask 077 && mkdir -p ${shellQuote(layout.agentDir)} && chmod 700 ${shellQuote(layout.agentDir)} && ` +
+        `if command -v herdr >/dev/null 2>&1; then ` +
+        `if PI_CODING_AGENT_DIR=${shellQuote(layout.agentDir)} herdr integration install pi > ${shellQuote(agentLog)} 2>&1; ` +
+        `then echo herdr:installed; else echo herdr:failed; fi; else echo herdr:absent; fi`,
+      signal,
+    );
+    if (agent.output.includes("herdr:installed"))
+      notes.push("Herdr found: its Pi integration is installed in the agent directory.");
+    else if (agent.output.includes("herdr:failed"))
+      notes.push(`Herdr found but its Pi integration failed to install (log: ${agentLog}).`);
+    else notes.push("Herdr not found in the guest: its Pi integration was skipped (optional).");
+    emit("agent", "done", notes[notes.length - 1] ?? "");
+
+    const piCommand = options.piCommand ?? "node_modules/.bin/pi -e ./packages/pi-extension";
+    const model = options.liveModel ? `${options.liveModel.provider}/${options.liveModel.model}` : undefined;
+    let live: LiveCheck | undefined;
+    if (credential && model) {
+      emit("credentials", "start", `storing the ${credential.provider} access token in ${layout.agentDir} (0600)`);
+      await storeGuestCredential(guest, layout, credential, signal);
+      emit(
+        "credentials",
+        "done",
+        credential.expiresAt === undefined
+          ? "stored an API key (it does not expire)"
+          : `stored; the token expires at ${new Date(credential.expiresAt).toISOString()}`,
+      );
+      emit("live-check", "start", `asking ${model} for one generated response`);
+      live = await runLiveCheck(guest, layout, {
+        piCommand,
+        model,
+        expiresAt: credential.expiresAt,
+        log: layout.log(id, "live-check"),
+        signal,
+      });
+      emit("live-check", "done", `response received; ${live.usage.totalTokens} tokens`);
+    } else {
+      emit("credentials", "skip", "no --live-model: offline snapshot, no credentials copied");
+    }
+
+    return {
+      instance: name,
+      mode: live ? "live-ready" : "offline-snapshot",
+      vcs: snapshot.vcs,
+      files: snapshot.files.length,
+      bytes: snapshot.bytes,
+      sha256: snapshot.sha256,
+      candidateId: id,
+      candidatePath: candidate,
+      currentPath: layout.current,
+      previousId,
+      agentDir: layout.agentDir,
+      launchCommand: launchCommand(layout, { piCommand, model }),
+      notes,
+      live,
+    };
+  } finally {
+    await snapshot.close();
+  }
+}
+
+async function ensureInstance(
+  options: ReviewSetupOptions,
+  controller: ControllerOptions,
+  info: (message: string) => void,
+): Promise<void> {
+  const { name, signal } = options;
+  const call = (action: Record<string, unknown>) =>
+    callAction(action, {
+      ...controller,
+      signal,
+      onProgress: (event) => info(`${event.stage}: ${event.message}`),
+    });
+  let view: { state?: string } | undefined;
+  try {
+    view = (await call({ action: "inspect", name })) as { state?: string };
+  } catch (error) {
+    if (!isControllerError(error) || error.code !== "CONTROLLER_NOT_FOUND") throw error;
+  }
+  if (options.config) {
+    if (view) {
+      throw new ReviewSetupError("REVIEW_SETUP_INSTANCE_EXISTS", `instance ${name} already exists (${view.state})`, {
+        hint: `Drop --config to refresh it, or choose another --name.`,
+        details: { state: view.state },
+      });
+    }
+    await call({ action: "create", name, config: options.config });
+    return;
+  }
+  if (!view) {
+    throw new ReviewSetupError("REVIEW_SETUP_INSTANCE_MISSING", `instance ${name} does not exist`, {
+      hint: `Create it with: bun run sandbox:setup --name ${name} --config packages/review-setup/sandbox.review.yaml`,
+    });
+  }
+  if (view.state !== "running") {
+    throw new ReviewSetupError("REVIEW_SETUP_INSTANCE_NOT_RUNNING", `instance ${name} is ${view.state}, not running`, {
+      hint: `Start it with: npx pi-sandbox start ${name} (then rerun this command).`,
+      details: { state: view.state },
+    });
+  }
+}
+
+async function currentCandidate(guest: GuestSession, layout: ReviewLayout, signal?: AbortSignal) {
+  const link = await guest.exec(`readlink ${shellQuote(layout.current)} || true`, { signal });
+  const target = link.output.trim();
+  return target ? target.split("/").pop() : undefined;
+}
+
+async function mustSucceed(guest: GuestSession, step: StepName, cmd: string, signal?: AbortSignal) {
+  const result = await guest.exec(cmd, { signal });
+  if (result.exitCode !== 0) {
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_STEP_FAILED",
+      `${step} failed (exit ${result.exitCode}): ${result.output.trim().slice(-2000)}`,
+      {
+        hint: "The current candidate is unchanged. Fix the cause shown above and rerun.",
+        details: { step, exitCode: result.exitCode, output: result.output },
+      },
+    );
+  }
+  return result;
+}

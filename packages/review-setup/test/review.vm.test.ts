@@ -1,0 +1,178 @@
+// The refresh on a real VM, driven through the CLI entry as a user runs it, against a fixture repo.
+import { createHash } from "node:crypto";
+import { mkdtemp, readFile, rm, unlink, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { callAction } from "@pi-sandbox/controller/client";
+import { main } from "../src/main.js";
+import { FAKE_PROVIDER_PY, FIXTURE_LOCK, makeFixtureRepo } from "./fixture.js";
+
+const NAME = "rev";
+// Guest places a token could leak to (the rootfs is too large to grep whole under TCG).
+const SEARCHED = "/workspace /tmp /root /etc /home /var";
+let dir: string;
+let repo: string;
+let env: NodeJS.ProcessEnv;
+let configPath: string;
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
+const call = (action: Record<string, unknown>) =>
+  callAction({ name: NAME, ...action }, { env, cwd: dir }) as Promise<any>;
+
+async function guestRun(cmd: string): Promise<{ exitCode: number; output: string }> {
+  const reply = await call({ action: "exec", cmd, timeoutMs: 60_000 });
+  expect(reply.running).toBe(false);
+  return reply;
+}
+
+async function setup(...extra: string[]) {
+  let stdout = "";
+  let stderr = "";
+  const code = await main(["--name", NAME, "--repo", repo, "--pi-command", "node launch.js", ...extra], {
+    stdout: (text) => (stdout += text),
+    stderr: (text) => (stderr += text),
+    env,
+    cwd: dir,
+  });
+  return { code, stdout, stderr };
+}
+
+const currentTarget = async () => (await guestRun("readlink /workspace/.review/current")).output.trim();
+
+beforeAll(async () => {
+  const image = process.env.PI_SANDBOX_TEST_IMAGE;
+  if (!image) throw new Error("PI_SANDBOX_TEST_IMAGE is not set: run through jest's globalSetup");
+  dir = await mkdtemp(join(tmpdir(), "prs-"));
+  repo = await makeFixtureRepo();
+  // The shipped example config, on the test image and the smallest profile.
+  const example = await readFile(new URL("../sandbox.review.yaml", import.meta.url), "utf8");
+  configPath = join(dir, "sandbox.yaml");
+  await writeFile(configPath, example.replace("profile: small", `image: ${image}\nprofile: tiny`));
+  env = { ...process.env, PI_SANDBOX_HOME: join(dir, "state"), PI_CODING_AGENT_DIR: join(dir, "host-agent") };
+});
+
+afterAll(async () => {
+  await call({ action: "stop" }).catch(() => undefined);
+  await rm(dir, { recursive: true, force: true });
+  await rm(repo, { recursive: true, force: true });
+});
+
+test("a missing instance without --config fails with the fix", async () => {
+  const run = await setup();
+  expect(run.code).toBe(1);
+  expect(run.stderr).toContain("REVIEW_SETUP_INSTANCE_MISSING");
+  expect(run.stderr).toContain("--config");
+});
+
+test("--config creates the instance, then the first refresh installs, builds and selects a candidate", async () => {
+  const run = await setup("--config", configPath);
+  expect(run.code).toBe(0);
+  for (const step of ["instance", "snapshot", "transfer", "verify", "unpack", "install", "build", "switch", "agent"]) {
+    expect(run.stderr).toContain(`[${step}] ✓`);
+  }
+  expect(run.stdout).toContain("OFFLINE SNAPSHOT");
+  expect(run.stdout).not.toContain("LIVE-READY");
+  expect(run.stdout).toMatch(/sha256 [0-9a-f]{64} \(verified in the guest\)/);
+  expect(run.stdout).toContain("Herdr not found");
+  expect((await guestRun("cat /workspace/.review/current/dist/out.txt")).output).toBe("a.txt: alpha\nb.txt: bravo\n");
+  expect((await guestRun("stat -c %a /workspace/.review/agent")).output.trim()).toBe("700");
+});
+
+test("a refresh carries edits and deletions, not untracked files, and the launch command runs", async () => {
+  const first = await currentTarget();
+  await writeFile(join(repo, "src", "a.txt"), "alpha edited\n");
+  await unlink(join(repo, "src", "b.txt"));
+  await writeFile(join(repo, "src", "c.txt"), "untracked\n");
+  const run = await setup();
+  expect(run.code).toBe(0);
+  const second = await currentTarget();
+  expect(second).not.toBe(first);
+  expect(run.stdout).toContain(`previous: ${first.split("/").pop()}`);
+  expect((await guestRun("cat /workspace/.review/current/dist/out.txt")).output).toBe("a.txt: alpha edited\n");
+  expect((await guestRun("ls /workspace/.review/current/src")).output).toBe("a.txt\n");
+
+  const launch = run.stdout.split("\n").find((line) => line.trim().startsWith("cd /workspace/.review/current"));
+  expect(launch?.trim()).toBe(
+    "cd /workspace/.review/current && PI_CODING_AGENT_DIR=/workspace/.review/agent node launch.js",
+  );
+  const launched = await guestRun(launch!.trim());
+  expect(launched.exitCode).toBe(0);
+  expect(launched.output).toMatch(
+    new RegExp(`^launched cwd=/workspace/.review/${second} agent=/workspace/.review/agent node=v24\\.`),
+  );
+});
+
+test("a broken lockfile fails at install, names the log, and the previous candidate stays current", async () => {
+  const before = await currentTarget();
+  await writeFile(join(repo, "package-lock.json"), "{ this is not json");
+  const run = await setup();
+  await writeFile(join(repo, "package-lock.json"), FIXTURE_LOCK);
+  expect(run.code).toBe(1);
+  expect(run.stderr).toContain("REVIEW_SETUP_STEP_FAILED");
+  const log = /log: (\/workspace\/\.review\/logs\/\S+\/install\.log)/.exec(run.stderr)?.[1];
+  expect(log).toBeDefined();
+  expect(run.stderr).toContain(`candidate ${before.split("/").pop()} stays current`);
+  expect(await currentTarget()).toBe(before);
+  expect((await guestRun(`grep -ci 'npm error' ${log}`)).output.trim()).not.toBe("0");
+  expect((await guestRun("cat /workspace/.review/current/dist/out.txt")).output).toBe("a.txt: alpha edited\n");
+});
+
+test("fixture-backed live mode (not live acceptance): token only in the private agent dir, one response", async () => {
+  const token = `fixture-token-${Date.now()}`;
+  const refresh = "host-refresh-secret-never-copied";
+  const expires = Date.now() + 3_600_000;
+  await rm(join(dir, "host-agent"), { recursive: true, force: true });
+  await writeFile(join(dir, "fake.py"), FAKE_PROVIDER_PY);
+  await import("node:fs/promises").then((fs) => fs.mkdir(join(dir, "host-agent")));
+  await writeFile(
+    join(dir, "host-agent", "auth.json"),
+    JSON.stringify({
+      fixture: { type: "oauth", access: token, refresh, expires },
+      other: { type: "api_key", key: "x" },
+    }),
+  );
+  await call({ action: "write", path: "/tmp/fake_provider.py", content: FAKE_PROVIDER_PY });
+  await call({
+    action: "service-start",
+    service: "fake-provider",
+    command: "python3 /tmp/fake_provider.py 18080",
+    port: 18080,
+  });
+
+  const run = await setup("--live-model", "fixture/fake-model");
+  expect(run.code).toBe(0);
+  const tokenHash = createHash("sha256").update(token).digest("hex").slice(0, 12);
+  expect(run.stdout).toContain("LIVE-READY");
+  expect(run.stdout).toContain(`answered "ready ${tokenHash}" using 11 input + 2 output = 13 tokens`);
+  expect(run.stdout).toContain(`expires ${new Date(expires).toISOString()}`);
+  expect(run.stdout + run.stderr).not.toContain(token);
+  expect(run.stdout).toContain("--model fixture/fake-model");
+
+  const auth = "/workspace/.review/agent/auth.json";
+  expect((await guestRun(`stat -c %a ${auth}`)).output.trim()).toBe("600");
+  const stored = JSON.parse((await call({ action: "read", path: auth })).content);
+  expect(stored.fixture.access).toBe(token);
+  expect(stored.fixture.refresh).toBe("");
+  expect(stored.other).toBeUndefined();
+  // Only the agent dir holds the token: not the candidates, the verified archive, logs or setup.
+  const holders = await guestRun(`grep -rl ${token} ${SEARCHED} 2>/dev/null`);
+  expect(holders.output.trim().split("\n")).toEqual([auth]);
+  const archive = await guestRun(
+    `for a in /workspace/.review/incoming/*/snapshot.tar.gz; do tar -xzOf "$a" | grep -c ${token}; done`,
+  );
+  expect(
+    archive.output
+      .trim()
+      .split("\n")
+      .every((n) => n === "0"),
+  ).toBe(true);
+  expect((await guestRun(`grep -rl ${refresh} ${SEARCHED} 2>/dev/null`)).output).toBe("");
+});
+
+test("a stopped instance is refused with the fix", async () => {
+  await call({ action: "stop" });
+  const run = await setup();
+  expect(run.code).toBe(1);
+  expect(run.stderr).toContain("REVIEW_SETUP_INSTANCE_NOT_RUNNING");
+  expect(run.stderr).toContain(`npx pi-sandbox start ${NAME}`);
+});
