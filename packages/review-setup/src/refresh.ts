@@ -45,6 +45,8 @@ export interface ReviewSetupOptions extends Omit<ReviewSetupArgs, "piCommand"> {
   controller?: ControllerOptions;
   /** Guest access; default the controller client for `name`. */
   guest?: GuestSession;
+  /** Controller call for inspect/create; default `callAction` (a seam for tests). */
+  callAction?: typeof callAction;
   /** Frozen-lockfile install command, run in the candidate. Default `npm ci`. */
   installCommand?: string;
   /** Build command, run in the candidate. Default `npm run build`. */
@@ -316,7 +318,7 @@ async function ensureInstance(
 ): Promise<void> {
   const { name, signal } = options;
   const call = (action: Record<string, unknown>) =>
-    callAction(action, {
+    (options.callAction ?? callAction)(action, {
       ...controller,
       signal,
       onProgress: (event) => info(`${event.stage}: ${event.message}`),

@@ -15,8 +15,8 @@ let repo: string;
 let env: NodeJS.ProcessEnv;
 let configPath: string;
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
 const call = (action: Record<string, unknown>) =>
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
   callAction({ name: NAME, ...action }, { env, cwd: dir }) as Promise<any>;
 
 async function guestRun(cmd: string): Promise<{ exitCode: number; output: string }> {

@@ -1,0 +1,62 @@
+// A scripted GuestSession for orchestration tests: keeps written files in memory, answers the
+// refresh's commands by shape, and records every command in order.
+import { createHash } from "node:crypto";
+import type { GuestResult, GuestSession } from "../src/guest.js";
+
+export interface FakeGuestOptions {
+  /** Exit code of a step command containing this text, e.g. { "npm ci": 1 }. */
+  failing?: Record<string, number>;
+  /** Flip one byte of the reassembled archive before hashing. */
+  corrupt?: boolean;
+  /** Output of the live check command. */
+  liveOutput?: string;
+  /** Tools reported missing by the probe. */
+  missing?: string[];
+}
+
+export class FakeGuest implements GuestSession {
+  readonly commands: string[] = [];
+  readonly files = new Map<string, string>();
+  current: string | undefined;
+
+  constructor(private readonly options: FakeGuestOptions = {}) {}
+
+  async exec(cmd: string): Promise<GuestResult> {
+    this.commands.push(cmd);
+    if (cmd.startsWith("pwd;")) {
+      return {
+        exitCode: 0,
+        output: "/workspace\n" + (this.options.missing ?? []).map((t) => `missing:${t}\n`).join(""),
+      };
+    }
+    if (cmd.includes("cat part-*")) {
+      const dir = /cd (\S+) &&/.exec(cmd)![1]!;
+      const parts = [...this.files.keys()].filter((k) => k.startsWith(`${dir}/part-`)).sort();
+      const bytes = Buffer.from(parts.map((k) => this.files.get(k)).join(""), "base64");
+      if (this.options.corrupt) bytes[0] = (bytes[0] ?? 0) ^ 1;
+      return { exitCode: 0, output: `${createHash("sha256").update(bytes).digest("hex")}  snapshot.tar.gz\n` };
+    }
+    if (cmd.startsWith("readlink")) return { exitCode: 0, output: this.current ? `${this.current}\n` : "" };
+    if (cmd.startsWith("ln -sfn")) {
+      this.current = /ln -sfn (\S+)/.exec(cmd)![1];
+      return { exitCode: 0, output: "" };
+    }
+    if (cmd.includes("--mode json")) return { exitCode: 0, output: this.options.liveOutput ?? "" };
+    if (cmd.includes("stat -c %a")) return { exitCode: 0, output: "600\n" };
+    if (cmd.includes("command -v herdr")) return { exitCode: 0, output: "herdr:absent\n" };
+    for (const [needle, code] of Object.entries(this.options.failing ?? {})) {
+      if (cmd.includes(needle)) return { exitCode: code, output: `npm error ${needle} failed\n` };
+    }
+    return { exitCode: 0, output: "" };
+  }
+
+  async write(path: string, content: string): Promise<void> {
+    this.files.set(path, content);
+  }
+
+  async read(path: string): Promise<string> {
+    const content = this.files.get(path);
+    if (content === undefined) throw new Error(`no such file ${path}`);
+    return content;
+  }
+}

@@ -1,0 +1,230 @@
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ControllerError } from "@pi-sandbox/controller/client";
+import { runReviewSetup, type ReviewSetupOptions, type StepEvent } from "../src/refresh.js";
+import { FakeGuest } from "./fake-guest.js";
+import { makeFixtureRepo } from "./fixture.js";
+
+let repo: string;
+beforeAll(async () => {
+  repo = await makeFixtureRepo();
+});
+afterAll(async () => {
+  await rm(repo, { recursive: true, force: true });
+});
+
+const running = async () => ({ state: "running" });
+
+function options(guest: FakeGuest, extra: Partial<ReviewSetupOptions> = {}): ReviewSetupOptions {
+  return {
+    name: "review",
+    repo,
+    guest,
+    callAction: running,
+    chunkChars: 400,
+    now: () => Date.UTC(2026, 0, 2, 3, 4, 5),
+    ...extra,
+  };
+}
+
+test("a refresh sends parts, verifies, unpacks, installs, builds, then switches atomically", async () => {
+  const guest = new FakeGuest();
+  const events: StepEvent[] = [];
+  const result = await runReviewSetup(options(guest, { onProgress: (e) => events.push(e) }));
+  expect(result).toMatchObject({
+    instance: "review",
+    mode: "offline-snapshot",
+    vcs: "git",
+    files: 7,
+    candidateId: expect.stringMatching(/^20260102-030405-[0-9a-f]{8}$/),
+    currentPath: "/workspace/.review/current",
+    previousId: undefined,
+    agentDir: "/workspace/.review/agent",
+    live: undefined,
+    launchCommand:
+      "cd /workspace/.review/current && PI_CODING_AGENT_DIR=/workspace/.review/agent node_modules/.bin/pi -e ./packages/pi-extension",
+  });
+  expect([...guest.files.keys()].filter((k) => k.includes("/part-")).length).toBeGreaterThan(1);
+  expect(guest.current).toBe(`candidates/${result.candidateId}`);
+  const done = events.filter((e) => e.status === "done").map((e) => e.step);
+  expect(done).toEqual(["instance", "snapshot", "transfer", "verify", "unpack", "install", "build", "switch", "agent"]);
+  const order = ["tar -xzf", "npm ci", "npm run build", "ln -sfn"].map((n) =>
+    guest.commands.findIndex((c) => c.includes(n)),
+  );
+  expect(order.every((i, k) => i >= 0 && (k === 0 || i > order[k - 1]!))).toBe(true);
+  expect(guest.commands.find((c) => c.startsWith("ln -sfn"))).toMatch(/ && mv -T \S+ \/workspace\/\.review\/current$/);
+  expect(result.notes).toEqual(["Herdr not found in the guest: its Pi integration was skipped (optional)."]);
+
+  const again = await runReviewSetup(options(guest, { now: () => Date.UTC(2026, 0, 2, 3, 9, 0) }));
+  expect(again.previousId).toBe(result.candidateId);
+});
+
+test("a checksum mismatch stops before unpacking", async () => {
+  const guest = new FakeGuest({ corrupt: true });
+  await expect(runReviewSetup(options(guest))).rejects.toMatchObject({
+    code: "REVIEW_SETUP_CHECKSUM_MISMATCH",
+    hint: expect.stringContaining("unchanged"),
+  });
+  expect(guest.commands.some((c) => c.includes("tar -xzf") || c.startsWith("ln -sfn"))).toBe(false);
+});
+
+test("a failed install names the step and its log, cleans the candidate, and keeps the current one", async () => {
+  const guest = new FakeGuest({ failing: { "npm ci": 1 } });
+  guest.current = "candidates/older";
+  const error = await runReviewSetup(options(guest)).catch((e: unknown) => e);
+  expect(error).toMatchObject({
+    code: "REVIEW_SETUP_STEP_FAILED",
+    details: {
+      step: "install",
+      logPath: expect.stringMatching(/^\/workspace\/\.review\/logs\/[^/]+\/install\.log$/),
+      exitCode: 1,
+      previousId: "older",
+    },
+  });
+  expect((error as Error).message).toMatch(
+    /^install failed \(exit 1\); log: \S+install\.log; candidate older stays current$/,
+  );
+  expect(guest.current).toBe("candidates/older");
+  expect(guest.commands.some((c) => c.startsWith("ln -sfn"))).toBe(false);
+  expect(guest.commands.some((c) => c.includes("npm run build"))).toBe(false);
+  expect(guest.commands.at(-1)).toMatch(
+    /^rm -rf \/workspace\/\.review\/candidates\/\S+ \/workspace\/\.review\/incoming\//,
+  );
+});
+
+test("a guest without node or npm is refused before any transfer", async () => {
+  const guest = new FakeGuest({ missing: ["node", "npm"] });
+  await expect(runReviewSetup(options(guest))).rejects.toMatchObject({
+    code: "REVIEW_SETUP_GUEST_TOOL_MISSING",
+    message: "the guest of review lacks node, npm on PATH",
+    hint: expect.stringContaining("sandbox.review.yaml"),
+  });
+  expect(guest.files.size).toBe(0);
+});
+
+test.each([
+  ["missing", undefined, {}, "REVIEW_SETUP_INSTANCE_MISSING", "--config"],
+  ["stopped", { state: "stopped" }, {}, "REVIEW_SETUP_INSTANCE_NOT_RUNNING", "npx pi-sandbox start review"],
+  [
+    "existing with --config",
+    { state: "running" },
+    { config: "x.yaml" },
+    "REVIEW_SETUP_INSTANCE_EXISTS",
+    "Drop --config",
+  ],
+])("an instance that is %s is refused with the fix", async (_label, view, extra, code, hint) => {
+  const guest = new FakeGuest();
+  const call = async () => {
+    if (!view) throw new ControllerError("CONTROLLER_NOT_FOUND", "no such instance");
+    return view;
+  };
+  await expect(runReviewSetup(options(guest, { callAction: call, ...extra }))).rejects.toMatchObject({
+    code,
+    hint: expect.stringContaining(hint),
+  });
+  expect(guest.commands).toEqual([]);
+});
+
+test("--config creates the instance first and relays its progress", async () => {
+  const calls: Record<string, unknown>[] = [];
+  const call = async (action: unknown, opts?: { onProgress?: (e: { stage: string; message: string }) => void }) => {
+    const a = action as Record<string, unknown>;
+    calls.push(a);
+    if (a.action === "inspect") throw new ControllerError("CONTROLLER_NOT_FOUND", "no such instance");
+    opts?.onProgress?.({ stage: "boot", message: "booting" });
+    return { state: "running" };
+  };
+  const events: StepEvent[] = [];
+  await runReviewSetup(
+    options(new FakeGuest(), { callAction: call, config: "x.yaml", onProgress: (e) => events.push(e) }),
+  );
+  expect(calls).toEqual([
+    { action: "inspect", name: "review" },
+    { action: "create", name: "review", config: "x.yaml" },
+  ]);
+  expect(events).toContainEqual({ step: "instance", status: "info", message: "boot: booting" });
+});
+
+describe("live mode", () => {
+  let hostAgent: string;
+  beforeAll(async () => {
+    hostAgent = await mkdtemp(join(tmpdir(), "host-agent-"));
+  });
+  afterAll(async () => {
+    await rm(hostAgent, { recursive: true, force: true });
+  });
+  const liveLine = JSON.stringify({
+    type: "message_end",
+    message: {
+      role: "assistant",
+      stopReason: "stop",
+      content: [{ type: "text", text: "ready" }],
+      usage: { input: 5, output: 1, totalTokens: 6 },
+    },
+  });
+
+  test("stores only the access token in the guest agent dir and requires a generated response", async () => {
+    const expires = Date.UTC(2026, 0, 2, 5, 0, 0);
+    await mkdir(hostAgent, { recursive: true });
+    await writeFile(
+      join(hostAgent, "auth.json"),
+      JSON.stringify({ codex: { type: "oauth", access: "acc-1", refresh: "ref-1", expires, accountId: "a1" } }),
+    );
+    const guest = new FakeGuest({ liveOutput: `${liveLine}\n` });
+    guest.files.set("/workspace/.review/agent/auth.json", JSON.stringify({ other: { type: "api_key", key: "k" } }));
+    const result = await runReviewSetup(
+      options(guest, {
+        liveModel: { provider: "codex", model: "m-1" },
+        hostEnv: { PI_CODING_AGENT_DIR: hostAgent, PATH: process.env.PATH },
+      }),
+    );
+    expect(result.mode).toBe("live-ready");
+    expect(result.live).toMatchObject({
+      model: "codex/m-1",
+      response: "ready",
+      usage: { input: 5, output: 1, totalTokens: 6 },
+      expiresAt: expires,
+    });
+    expect(JSON.parse(guest.files.get("/workspace/.review/agent/auth.json")!)).toEqual({
+      other: { type: "api_key", key: "k" },
+      codex: { type: "oauth", access: "acc-1", refresh: "", expires, accountId: "a1" },
+    });
+    const partsText = [...guest.files.entries()]
+      .filter(([k]) => k.includes("/part-"))
+      .map(([, v]) => v)
+      .join("");
+    expect(Buffer.from(partsText, "base64").includes("acc-1")).toBe(false);
+    expect(guest.commands.join("\n")).not.toContain("acc-1");
+    expect(result.launchCommand).toBe(
+      "cd /workspace/.review/current && PI_CODING_AGENT_DIR=/workspace/.review/agent node_modules/.bin/pi -e ./packages/pi-extension --model codex/m-1",
+    );
+  });
+
+  test("no generated response: LIVE_CHECK_FAILED, and the result is never live-ready", async () => {
+    const guest = new FakeGuest({
+      liveOutput: '{"type":"message_end","message":{"role":"assistant","stopReason":"error","content":[]}}\n',
+    });
+    await expect(
+      runReviewSetup(
+        options(guest, {
+          liveModel: { provider: "codex", model: "m-1" },
+          hostEnv: { PI_CODING_AGENT_DIR: hostAgent, PATH: process.env.PATH },
+        }),
+      ),
+    ).rejects.toMatchObject({
+      code: "REVIEW_SETUP_LIVE_CHECK_FAILED",
+      message: expect.stringContaining("NOT live-ready"),
+    });
+  });
+
+  test("a missing host login fails before any guest work", async () => {
+    const guest = new FakeGuest();
+    await expect(
+      runReviewSetup(
+        options(guest, { liveModel: { provider: "nope", model: "m" }, hostEnv: { PI_CODING_AGENT_DIR: hostAgent } }),
+      ),
+    ).rejects.toMatchObject({ code: "REVIEW_SETUP_LOGIN_MISSING" });
+    expect(guest.commands).toEqual([]);
+  });
+});
