@@ -47,7 +47,10 @@ beforeAll(async () => {
     const { name: pkg, file } = pack(resolve(PACKAGE_DIR, "..", name), packed);
     tarballs.set(pkg, file);
   }
-  const overrides = Object.fromEntries([...tarballs].map(([pkg, file]) => [pkg, `file:${file}`]));
+  // Overrides pin the transitive workspace packages; the package itself is the direct install.
+  const overrides = Object.fromEntries(
+    [...tarballs].filter(([pkg]) => pkg !== "@pi-sandbox/pi-extension").map(([pkg, file]) => [pkg, `file:${file}`]),
+  );
   await mkdir(join(home.agentDir, "npm"));
   await writeFile(
     join(home.agentDir, "npm", "package.json"),

@@ -9,6 +9,10 @@ import { delimiter, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { FakeOpenAI } from "./fake-openai.js";
 
+/** A loose JSON object: events and results as the tests read them. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- events and results are loose JSON in tests
+export type Json = Record<string, any>;
+
 /** This package's root (the directory Pi loads with `-e`). */
 export const PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -73,16 +77,16 @@ export interface PiRun {
   stdout: string;
   stderr: string;
   /** stdout parsed as JSON lines (json and rpc modes); other lines are skipped. */
-  events: Record<string, any>[];
+  events: Json[];
 }
 
-function parseLines(text: string): Record<string, any>[] {
-  const out: Record<string, any>[] = [];
+function parseLines(text: string): Json[] {
+  const out: Json[] = [];
   for (const line of text.split("\n")) {
     const trimmed = line.replace(/\r$/, "").trim();
     if (!trimmed.startsWith("{")) continue;
     try {
-      out.push(JSON.parse(trimmed) as Record<string, any>);
+      out.push(JSON.parse(trimmed) as Json);
     } catch {
       // not an event line
     }
@@ -121,10 +125,10 @@ export function runPi(
 
 /** Pi in RPC mode: JSON commands in, events out. */
 export class PiRpc {
-  readonly events: Record<string, any>[] = [];
+  readonly events: Json[] = [];
   stderr = "";
   #buffer = "";
-  #waiters: { match: (e: Record<string, any>) => boolean; resolve: (e: Record<string, any>) => void }[] = [];
+  #waiters: { match: (e: Json) => boolean; resolve: (e: Json) => void }[] = [];
   #exited: Promise<number | null>;
 
   private constructor(private readonly child: ChildProcessWithoutNullStreams) {
@@ -159,7 +163,7 @@ export class PiRpc {
   }
 
   /** Resolves with the first event (past or future) that matches. */
-  waitFor(match: (e: Record<string, any>) => boolean, timeoutMs = 60_000): Promise<Record<string, any>> {
+  waitFor(match: (e: Json) => boolean, timeoutMs = 60_000): Promise<Json> {
     const seen = this.events.find(match);
     if (seen) return Promise.resolve(seen);
     return new Promise((resolvePromise, reject) => {
@@ -194,11 +198,11 @@ export class PiRpc {
 }
 
 /** The tool_execution_end events of a run. */
-export function toolEnds(events: Record<string, any>[]): Record<string, any>[] {
+export function toolEnds(events: Json[]): Json[] {
   return events.filter((e) => e.type === "tool_execution_end");
 }
 
 /** The text of a tool result event. */
-export function resultText(event: Record<string, any>): string {
+export function resultText(event: Json): string {
   return (event.result?.content ?? []).map((c: { text?: string }) => c.text ?? "").join("");
 }

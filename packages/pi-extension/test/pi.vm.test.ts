@@ -18,6 +18,7 @@ import {
   runPi,
   toolEnds,
   type PiHome,
+  type Json,
 } from "./pi-harness.js";
 
 const SEED_YAML = (image: string) => `version: 1
@@ -38,7 +39,7 @@ let home: PiHome;
 let previewUrl = "";
 
 const call = (action: Record<string, unknown>) =>
-  callAction(action, { env: home.env, cwd: home.workDir }) as Promise<Record<string, any>>;
+  callAction(action, { env: home.env, cwd: home.workDir }) as Promise<Json>;
 
 beforeAll(async () => {
   const image = process.env.PI_SANDBOX_TEST_IMAGE;
@@ -75,7 +76,7 @@ test("help, create with a live preview, and a bad input in one Pi run; the insta
   expect(resultText(help!)).toBe(renderHelp());
 
   expect(created!.isError).toBe(false);
-  const result = JSON.parse(resultText(created!)) as Record<string, any>;
+  const result = JSON.parse(resultText(created!)) as Json;
   expect(result.state).toBe("running");
   expect(created!.result.details).toMatchObject({ action: "create", name: "demo", status: "ok", state: "running" });
   previewUrl = result.previews[0].url as string;

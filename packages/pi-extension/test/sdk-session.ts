@@ -14,11 +14,12 @@ import {
   type AgentSession,
 } from "@earendil-works/pi-coding-agent";
 import { createSandboxExtension, type CallActionFn } from "../src/index.js";
+import type { Json } from "./pi-harness.js";
 
 /** A session plus every event it emitted. */
 export interface SdkSession {
   session: AgentSession;
-  events: Record<string, any>[];
+  events: Json[];
   cwd: string;
   close(): Promise<void>;
 }
@@ -71,9 +72,9 @@ export async function startSdkSession(callAction: CallActionFn, responses: FauxR
     settingsManager,
     sessionManager: SessionManager.inMemory(cwd),
   });
-  const events: Record<string, any>[] = [];
+  const events: Json[] = [];
   session.subscribe((event) => {
-    events.push(event as unknown as Record<string, any>);
+    events.push(event as unknown as Json);
   });
   return {
     session,

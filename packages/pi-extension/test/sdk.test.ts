@@ -3,6 +3,7 @@
 
 import { ControllerError, type CallActionOptions } from "@pi-sandbox/controller/client";
 import { callSandbox, done, startSdkSession, type SdkSession } from "./sdk-session.js";
+import type { Json } from "./pi-harness.js";
 
 interface Call {
   input: unknown;
@@ -21,7 +22,7 @@ async function start(callAction: (input: unknown, options: CallActionOptions) =>
 }
 
 const ends = (s: SdkSession) => s.events.filter((e) => e.type === "tool_execution_end");
-const textOf = (e: Record<string, any>) => (e.result.content as { text: string }[]).map((c) => c.text).join("");
+const textOf = (e: Json) => (e.result.content as { text: string }[]).map((c) => c.text).join("");
 
 test("every argument shape reaches the controller as one JSON string, with the session cwd and caller model", async () => {
   const calls: Call[] = [];
