@@ -139,24 +139,42 @@ export class InstanceController {
   /** Runs one validated action. */
   async call(args: Record<string, unknown> & { action: string }, ctx: CallContext): Promise<unknown> {
     if (this.#exiting) {
-      throw new ControllerError("CONTROLLER_DAEMON_EXITING", `the controller of ${this.#name} is exiting`, {
-        hint: "Retry: a fresh controller takes over.",
-      });
+      throw this.#exitingError();
     }
     switch (args.action) {
       case "create":
-        return this.#lifecycle.add(() => this.#create(args, ctx));
+        return this.#queue(() => this.#create(args, ctx));
       case "prepare":
-        return this.#lifecycle.add(() => this.#prepare(args, ctx));
+        return this.#queue(() => this.#prepare(args, ctx));
       case "start":
-        return this.#lifecycle.add(() => this.#start(ctx));
+        return this.#queue(() => this.#start(ctx));
       case "stop":
-        return this.#lifecycle.add(() => this.#stop(ctx));
+        return this.#queue(() => this.#stop(ctx));
       case "destroy":
-        return this.#lifecycle.add(() => this.#destroy(args, ctx));
+        return this.#queue(() => this.#destroy(args, ctx));
       default:
         return this.#guestAction(args);
     }
+  }
+
+  /**
+   * Runs lifecycle work one at a time. Work queued behind a stop or destroy finds the daemon
+   * exiting and is refused, so the client hands it to a fresh daemon instead of this one booting
+   * a VM it is about to abandon.
+   */
+  #exitingError(): ControllerError {
+    return new ControllerError("CONTROLLER_DAEMON_EXITING", `the controller of ${this.#name} is exiting`, {
+      hint: "Retry: a fresh controller takes over.",
+    });
+  }
+
+  #queue<T>(work: () => Promise<T>): Promise<T> {
+    return this.#lifecycle.add(() => {
+      if (this.#exiting) {
+        throw this.#exitingError();
+      }
+      return work();
+    });
   }
 
   // ---- status ---------------------------------------------------------------------------

@@ -13,9 +13,11 @@ if (!values.root || !values.name || (values.kind !== "instances" && values.kind 
   process.stderr.write("usage: daemon --root <state root> --kind instances|templates --name <name>\n");
   process.exit(2);
 }
-const code = await runDaemon(new StateLayout(values.root), values.kind as EntryKind, values.name).catch((error: unknown) => {
-  process.stderr.write(`controller failed: ${(error as Error)?.stack ?? String(error)}\n`);
-  return 1;
-});
+const code = await runDaemon(new StateLayout(values.root), values.kind as EntryKind, values.name).catch(
+  (error: unknown) => {
+    process.stderr.write(`controller failed: ${(error as Error)?.stack ?? String(error)}\n`);
+    return 1;
+  },
+);
 // Exit explicitly: sockets or timers of a torn-down VM must not keep a finished daemon alive.
 process.exit(code);

@@ -1,0 +1,82 @@
+// Controller benchmark (run on demand: npm run bench). Measures, side by side in one run:
+// inspect and `exec true` through the CLI and through ./client vs the in-process library call,
+// `list` over 50 stopped instance records, and the daemon's RSS (QEMU excluded).
+// Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows for the summary.
+import { spawnSync, execFileSync } from "node:child_process";
+import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { callAction, StateLayout } from "../dist/client/index.js";
+import { inspectEntry, listEntries } from "../dist/state/inspect.js";
+import { writeRecord, writeStatus } from "../dist/state/records.js";
+import { parseConfig } from "@pi-sandbox/config";
+
+const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
+const image = process.env.PI_SANDBOX_TEST_IMAGE ?? execFileSync("npm", ["run", "-s", "test-image"], { cwd: fileURLToPath(new URL("../../..", import.meta.url)), encoding: "utf8" }).trim().split("\n").at(-1);
+const dir = mkdtempSync(join(tmpdir(), "ctlb-"));
+const env = { ...process.env, PI_SANDBOX_HOME: join(dir, "state") };
+const rows = [];
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+async function time(n, fn) {
+  const samples = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    await fn();
+    samples.push(performance.now() - t);
+  }
+  return median(samples);
+}
+function row(name, ours, baseline, unit, target, note = "") {
+  rows.push({ package: "controller", name, ours, baseline, ratio: baseline ? ours / baseline : undefined, unit, target, note });
+}
+const cli = (...args) => {
+  const r = spawnSync(process.execPath, [CLI, ...args], { env, encoding: "utf8" });
+  if (r.status !== 0) throw new Error(r.stderr);
+};
+
+try {
+  writeFileSync(join(dir, "sandbox.yaml"), `version: 1\nprofile: tiny\ndiskGiB: 4\nimage: ${image}\n`);
+  const layout = new StateLayout(env.PI_SANDBOX_HOME);
+  await layout.ensurePrivate();
+  const config = parseConfig("version: 1\n");
+  for (let i = 0; i < 50; i++) {
+    const name = `rec-${i}`;
+    mkdirSync(layout.entryDir("instances", name), { recursive: true });
+    await writeRecord(layout, { kind: "instances", name, createdAt: new Date().toISOString(), config });
+    await writeStatus(layout, "instances", name, { state: "stopped", updatedAt: new Date().toISOString() });
+  }
+  const listLib = await time(20, () => listEntries(layout, "instances"));
+  const listClient = await time(20, () => callAction({ action: "list" }, { env }));
+  const listCli = await time(10, () => cli("list", "--json"));
+  row("list, 50 stopped records: ./client vs library", listClient, listLib, "ms");
+  row("list, 50 stopped records: CLI vs library", listCli, listLib, "ms", undefined, "CLI includes Node start-up");
+
+  const created = await callAction({ action: "create", name: "bench", config: "sandbox.yaml" }, { env, cwd: dir });
+  const inspectLib = await time(20, () => inspectEntry(layout, "instances", "bench"));
+  const inspectClient = await time(20, () => callAction({ action: "inspect", name: "bench" }, { env }));
+  const inspectCli = await time(10, () => cli("inspect", "bench", "--json"));
+  row("inspect: ./client vs library", inspectClient, inspectLib, "ms");
+  row("inspect: CLI vs library", inspectCli, inspectLib, "ms", undefined, "CLI includes Node start-up");
+
+  const execClient = await time(15, () => callAction({ action: "exec", name: "bench", cmd: "true" }, { env }));
+  const execCli = await time(8, () => cli("exec", "bench", "--", "true"));
+  row("exec true: CLI vs ./client", execCli, execClient, "ms", undefined, "daemon + agent round trip in both");
+
+  const status = readFileSync(`/proc/${created.daemonPid}/status`, "utf8");
+  const rssMiB = Number(/VmRSS:\s+(\d+)/.exec(status)[1]) / 1024;
+  row("daemon RSS (QEMU excluded)", rssMiB, undefined, "MiB", "<= 100");
+  await callAction({ action: "stop", name: "bench" }, { env });
+} finally {
+  await callAction({ action: "stop", name: "bench" }, { env }).catch(() => undefined);
+  rmSync(dir, { recursive: true, force: true });
+}
+
+console.log("| measurement | ours | baseline | ratio | target |");
+console.log("|---|---|---|---|---|");
+for (const r of rows) {
+  const f = (x) => (x === undefined ? "" : `${x.toFixed(x < 10 ? 2 : 1)} ${r.unit}`);
+  console.log(`| ${r.name} | ${f(r.ours)} | ${f(r.baseline)} | ${r.ratio?.toFixed(2) ?? ""} | ${r.target ?? ""} |`);
+}
+if (process.env.PI_SANDBOX_BENCH_OUT) for (const r of rows) appendFileSync(process.env.PI_SANDBOX_BENCH_OUT, JSON.stringify(r) + "\n");
