@@ -36,4 +36,9 @@ echo
 echo "demo is running. Preview: $url"
 [ -n "$url" ] && curl -s "$url"
 echo
-echo "Next: npx pi-sandbox exec demo -- ls | npx pi-sandbox stop demo | npx pi-sandbox destroy demo --confirm demo"
+cat <<'NEXT'
+Next:
+  npx pi-sandbox exec demo -- ls -la        # run a command in the guest workspace
+  npx pi-sandbox stop demo                  # checkpoint the disk; start demo reopens it
+  npx pi-sandbox destroy demo --confirm demo
+NEXT
