@@ -74,5 +74,8 @@ export function formatResult(action: string, result: unknown): string {
     );
   }
   if (action === "help" && typeof r.help === "string") return r.help + "\n";
+  if (action === "destroy" && typeof r.destroyed === "string") {
+    return `destroyed ${r.kind === "templates" ? "template" : "instance"} ${r.destroyed}\n`;
+  }
   return JSON.stringify(result, null, 2) + "\n";
 }
