@@ -213,10 +213,25 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
         : {}),
     };
     vm = await gondolin.VM.create(vmOptions);
-    await startWithSignal(vm, signal);
+    // Record QEMU's pid as soon as it exists (not after the ~10 s boot), so a later owner can
+    // reap it even if this process dies while the guest is still booting.
+    const booting = vm;
+    let recorded: Promise<void> | undefined;
+    const recorder = setInterval(() => {
+      const pid = booting.getHostPid();
+      if (pid === null || recorded) return;
+      recorded = writeQemuPidRecord(options.diskDir, pid).catch(() => undefined);
+      clearInterval(recorder);
+    }, 50);
+    try {
+      await startWithSignal(vm, signal);
+    } finally {
+      clearInterval(recorder);
+    }
+    await recorded;
     guest = new GondolinGuest(options.name, vm);
     const pid = vm.getHostPid();
-    if (pid !== null) await writeQemuPidRecord(options.diskDir, pid);
+    if (pid !== null && !recorded) await writeQemuPidRecord(options.diskDir, pid);
     let grown = run.pointer.grown;
     if (!grown) {
       await growFilesystem(guest, signal);

@@ -122,6 +122,22 @@ test("first boot: the filesystem grows to diskGiB, and the guest interface works
   expect(() => process.kill(pid, 0)).toThrow();
 });
 
+test("a boot cancelled before or during start leaves no QEMU and the disk free", async () => {
+  const early = new Error("cancelled before");
+  await expect(startVm(vmOptions("source", source(), stateRoot, { signal: AbortSignal.abort(early) }))).rejects.toBe(
+    early,
+  );
+  const controller = new AbortController();
+  const booting = startVm(vmOptions("source", source(), stateRoot, { signal: controller.signal }));
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  const reason = new Error("cancelled during");
+  controller.abort(reason);
+  await expect(booting).rejects.toBe(reason);
+  expect(qemuProcessesUsing(source())).toEqual([]);
+  const run = await store.openRun(source());
+  await run.discard();
+});
+
 test("reopen: both markers survived the stop, and the allow-list is enforced", async () => {
   const server = http.createServer((req, res) => res.end(`host-server saw ${req.url}`));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));

@@ -70,7 +70,7 @@ test(`SIGKILL at ${TRIALS} random moments of a stop leaves one complete checkpoi
       if (e.event === "stopped") stopMs = e.totalMs ?? 0;
     });
     expect(calibration).toMatchObject({ code: 0 });
-    const windowMs = Math.max(600, stopMs * 1.5);
+    const windowMs = Math.max(600, stopMs * 1.2);
 
     let expected = new Set(["0"]);
     const outcomes: string[] = [];
