@@ -1,6 +1,7 @@
 // On-demand benchmark of the preview gateway (`npm run bench`, `npm run bench -- --vm`).
 // Prints requests/s, p50/p99 latency and throughput side by side, measured in one run:
-//   host:  straight to a host server | raw byte tunnel | previews (keep-alive on/off, plain Duplex)
+//   host:  straight to a host server | raw byte tunnel | a bare undici proxy (reference) |
+//          previews (keep-alive on/off, plain Duplex)
 //   --vm (or --vm-only): raw byte tunnel over connectTcp (the bare virtio channel) | previews over connectTcp
 // Not a timed assertion: read the ratios.
 import { createServer as createNetServer, type Server as NetServer } from "node:net";
@@ -9,6 +10,9 @@ import { readFile } from "node:fs/promises";
 import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { createServer } from "node:http";
+import { pipeline } from "node:stream/promises";
+import { Pool } from "undici";
 import { Worker } from "node:worker_threads";
 import { PreviewGateway, type GuestConnector } from "../src/index.js";
 import { loopbackConnector } from "../src/testing.js";
@@ -131,6 +135,29 @@ async function rawTunnel(
   };
 }
 
+/** Reference point: the least a Node proxy hop can do (undici pool, no guards, no header work). */
+async function bareUndiciProxy(guestPort: number): Promise<{ origin: string; close(): Promise<void> }> {
+  const pool = new Pool(`http://127.0.0.1:${guestPort}`);
+  const server = createServer((req, res) => {
+    pool.request({ method: req.method as "GET", path: req.url ?? "/", headers: { host: req.headers.host ?? "" } }).then(
+      (answer) => {
+        res.writeHead(answer.statusCode, answer.headers as Record<string, string>);
+        pipeline(answer.body, res).catch(() => res.destroy());
+      },
+      () => res.destroy(),
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    origin: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await pool.destroy();
+    },
+  };
+}
+
 async function previewOrigin(
   gateways: PreviewGateway[],
   connector: GuestConnector,
@@ -148,12 +175,14 @@ async function hostBench(): Promise<void> {
   const list = scenarios("/hello", "/blob");
   const gateways: PreviewGateway[] = [];
   const tunnel = await rawTunnel(loopbackConnector(), port);
+  const bare = await bareUndiciProxy(port);
   try {
     process.stderr.write("host-local server:\n");
     await measure(
       [
         { name: "host: direct", origin: `http://127.0.0.1:${port}` },
         { name: "host: raw tunnel", origin: tunnel.origin },
+        { name: "host: bare undici proxy", origin: bare.origin },
         { name: "host: preview", origin: await previewOrigin(gateways, loopbackConnector(), port, true) },
         {
           name: "host: preview, no keep-alive",
@@ -169,6 +198,7 @@ async function hostBench(): Promise<void> {
   } finally {
     await Promise.all(gateways.map((g) => g.closeAll()));
     await tunnel.close();
+    await bare.close();
     await serverThread.terminate();
   }
 }
