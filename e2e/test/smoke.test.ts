@@ -103,6 +103,19 @@ test("/root lives on the root disk, not on a tmpfs", async () => {
   expect(fsType.stdout).toBe("ext2/ext3\n/\n");
 });
 
+test("the guest trusts Gondolin's MITM CA through the system bundle and OpenSSL's CApath", async () => {
+  const verify = await guest().exec(
+    "openssl verify -CAfile /etc/ssl/certs/ca-certificates.crt /etc/gondolin/mitm/ca.crt && " +
+      "openssl verify -CApath /etc/ssl/certs /etc/gondolin/mitm/ca.crt && " +
+      "grep -c 'BEGIN CERTIFICATE' /etc/ssl/certs/ca-certificates.crt",
+  );
+  expect(verify.exitCode).toBe(0);
+  const [fileCheck, pathCheck, count] = verify.stdout.trim().split("\n");
+  expect([fileCheck, pathCheck]).toEqual(["/etc/gondolin/mitm/ca.crt: OK", "/etc/gondolin/mitm/ca.crt: OK"]);
+  // Debian's own roots are still there next to it.
+  expect(Number(count)).toBeGreaterThan(100);
+});
+
 test("egress policy refuses a host off the allow-list and lets an allowed one through", async () => {
   // 203.0.113.7 (TEST-NET-3) is not on the allow-list: Gondolin must answer 403 itself, at once.
   const blocked = await guest().exec([

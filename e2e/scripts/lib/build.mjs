@@ -1,6 +1,6 @@
 // Orchestration: reuse a cached image or build one under the cache lock.
 import { existsSync } from "node:fs";
-import { copyFile, mkdir, stat, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readdir, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { acquireLock, cacheRoot, makeBuildDir, publish, removeBuildDir, sweepStaleBuilds } from "./cache.mjs";
 import { ROOTFS_PACKAGES, SUITE, ZIG_VERSION } from "./config.mjs";
@@ -92,6 +92,28 @@ async function buildImage(root, { key, inputs, helperInputs }) {
   }
 }
 
+/** Images kept besides the current one; older ones are deleted once they are a day old. */
+const KEEP_IMAGES = 3;
+const PRUNE_AFTER_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * Delete old image entries so the cache does not grow without bound. Recent ones stay even when
+ * superseded: a running test or a qcow2 overlay may still use them as its backing file.
+ */
+async function pruneOldImages(root, currentKey) {
+  const entries = [];
+  for (const name of await readdir(root)) {
+    if (!/^[0-9a-f]{24}$/.test(name) || name === currentKey) continue;
+    entries.push({ name, mtimeMs: (await stat(path.join(root, name))).mtimeMs });
+  }
+  entries.sort((a, b) => b.mtimeMs - a.mtimeMs);
+  for (const entry of entries.slice(KEEP_IMAGES)) {
+    if (Date.now() - entry.mtimeMs < PRUNE_AFTER_MS) continue;
+    log(`pruning old image ${entry.name}`);
+    await removeBuildDir(path.join(root, entry.name));
+  }
+}
+
 let aptUpdated = false;
 
 /** Return the absolute path of a complete assets directory for the current inputs. */
@@ -120,7 +142,9 @@ export async function ensureTestImage({ rebuild = false } = {}) {
       }
       await removeBuildDir(dir);
     }
-    return await buildImage(root, current);
+    const built = await buildImage(root, current);
+    await pruneOldImages(root, current.key);
+    return built;
   } finally {
     await release();
   }

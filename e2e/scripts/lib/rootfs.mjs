@@ -25,10 +25,19 @@ import { log, run } from "./proc.mjs";
  * - /root stays on the root disk (Gondolin mounts a tmpfs there);
  * - no debug listings of /dev and the virtio ports on every boot;
  * - no second DHCP round when the initramfs already configured eth0;
- * - rngd only when it exists (Debian's minbase has none; the kernel seeds itself from virtio-rng).
+ * - rngd only when it exists (Debian's minbase has none; the kernel seeds itself from virtio-rng);
+ * - the MITM CA goes into the system bundle without running Debian's update-ca-certificates,
+ *   whose per-certificate work took over a minute of every boot under TCG.
  */
 export function rootfsInit(script) {
   let s = script;
+  s = replaceOnce(s, "setup_mitm_ca() {\n", `${FAST_CA_UPDATE}\nsetup_mitm_ca() {\n`, "setup_mitm_ca");
+  s = replaceOnce(
+    s,
+    "if update-ca-certificates > /dev/null 2>&1; then",
+    "if fast_update_ca_certificates > /dev/null 2>&1; then",
+    "the update-ca-certificates call",
+  );
   s = replaceOnce(
     s,
     'mount -t tmpfs tmpfs /root || log "[init] mount tmpfs /root failed"\n',
@@ -55,6 +64,35 @@ export function rootfsInit(script) {
   );
   return s;
 }
+
+/**
+ * What Debian's update-ca-certificates produces for the bundle, in a handful of processes: the
+ * certificates enabled in /etc/ca-certificates.conf plus the local ones, and a hash link per
+ * local certificate for OpenSSL's CApath lookups (Python's ssl module uses those).
+ */
+const FAST_CA_UPDATE = `fast_update_ca_certificates() {
+  bundle=/etc/ssl/certs/ca-certificates.crt
+  (
+    cd /usr/share/ca-certificates || exit 1
+    grep -v -e '^#' -e '^!' -e '^$' /etc/ca-certificates.conf | xargs -r cat || exit 1
+    for local_cert in /usr/local/share/ca-certificates/*.crt; do
+      [ -r "\${local_cert}" ] || continue
+      cat "\${local_cert}"
+      echo
+    done
+  ) > "\${bundle}.new" || return 1
+  mv "\${bundle}.new" "\${bundle}"
+  if command -v openssl > /dev/null 2>&1; then
+    find /etc/ssl/certs -maxdepth 1 -lname '/usr/local/share/ca-certificates/*' -delete 2>/dev/null || true
+    for local_cert in /usr/local/share/ca-certificates/*.crt; do
+      [ -r "\${local_cert}" ] || continue
+      cert_hash="$(openssl x509 -hash -noout -in "\${local_cert}" 2>/dev/null)" || continue
+      ln -sf "\${local_cert}" "/etc/ssl/certs/\${cert_hash}.0"
+    done
+  fi
+  return 0
+}
+`;
 
 /** debootstrap minbase + ROOTFS_PACKAGES into `<work>/rootfs`. */
 export async function debootstrap(work, logFile) {
@@ -201,5 +239,46 @@ export async function makeExt4({ root, outFile, logFile }) {
       },
     },
   );
+  await pinInodeTimes(outFile, logFile);
   await run("e2fsck", ["-fn", outFile], { logFile });
+}
+
+/** Inode numbers in use, read from the per-group free-inode lists of dumpe2fs. */
+export function usedInodes(dumpe2fsOutput) {
+  const perGroup = Number(/^Inodes per group:\s+(\d+)/m.exec(dumpe2fsOutput)?.[1]);
+  const groups = [...dumpe2fsOutput.matchAll(/^ {2}Free inodes: ?(.*)$/gm)].map((m) => m[1].trim());
+  if (!perGroup || groups.length === 0) throw new Error("could not read the inode bitmap summary from dumpe2fs");
+  const used = [];
+  groups.forEach((list, group) => {
+    const free = new Set();
+    for (const range of list
+      .split(",")
+      .map((r) => r.trim())
+      .filter(Boolean)) {
+      const [a, b] = range.split("-").map(Number);
+      for (let i = a; i <= (b ?? a); i += 1) free.add(i);
+    }
+    for (let i = group * perGroup + 1; i <= (group + 1) * perGroup; i += 1) if (!free.has(i)) used.push(i);
+  });
+  return used;
+}
+
+/**
+ * mke2fs -d copies each file's ctime, which is the time of this build (touch cannot set it), and
+ * its atime, which reading the tree (du, mke2fs itself) bumps on directories under relatime.
+ * Pin both to SOURCE_DATE_EPOCH for every used inode so identical inputs give identical bytes.
+ */
+async function pinInodeTimes(image, logFile) {
+  const dump = await run("dumpe2fs", [image], { logFile });
+  const scriptFile = path.join(path.dirname(logFile), "pin-ctime.debugfs");
+  const lines = usedInodes(dump).flatMap((ino) => [
+    `sif <${ino}> ctime @${SOURCE_DATE_EPOCH}`,
+    `sif <${ino}> atime @${SOURCE_DATE_EPOCH}`,
+  ]);
+  await writeFile(scriptFile, `${lines.join("\n")}\n`);
+  await run("debugfs", ["-w", "-f", scriptFile, image], {
+    capture: false,
+    logFile,
+    env: { ...process.env, E2FSPROGS_FAKE_TIME: String(SOURCE_DATE_EPOCH) },
+  });
 }
