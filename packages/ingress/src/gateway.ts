@@ -242,8 +242,14 @@ export class PreviewGateway implements AsyncDisposable {
 
   async #closeAllNow(): Promise<void> {
     this.#closing.abort(closedError());
-    // Wait for operations already running on each key (opens see the abort and undo themselves).
-    await Promise.allSettled([...this.#queues.values()]);
+    // Wait for operations already running on each key (opens see the abort and undo themselves),
+    // but not forever: a lease store that hangs must not keep stop from cutting clients.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled([...this.#queues.values()]),
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, this.#settings.closeTimeoutMs))),
+    ]);
+    clearTimeout(timer);
     await Promise.allSettled([...this.#open.keys()].map((key) => this.#closeNow(key)));
   }
 
