@@ -470,11 +470,13 @@ class OpenRun implements DiskRun {
 }
 
 /**
- * Keeps the chain short: while the top layer's parent is referenced only by this directory (link
- * count 1 — not shared with a template or another instance), merge the top into the parent, make
- * the parent current, then delete the top. Crash-safe at every step: `qemu-img commit` only writes
- * clusters the top layer also holds, so the chain "parent + top" reads the same before, during and
- * after the merge; the pointer flips to the parent only once the merge is durable.
+ * Keeps the chain short: if the parent of the top layer is referenced only by this directory
+ * (link count 1 — not shared with a template or another instance), merge the top into it, make
+ * the parent current, then delete the top. One step only: its cost follows the data written in
+ * the run, never the size of older layers (older layers are never merged into each other, e.g. a
+ * former template layer that became exclusive when its template was destroyed). Crash-safe: `qemu-img commit`
+ * writes into the parent only clusters the top also holds, so "parent + top" reads the same
+ * before, during and after the merge; the pointer moves to the parent only once it is durable.
  */
 async function compact(
   qemuImg: QemuImg,
@@ -482,19 +484,17 @@ async function compact(
   pointer: DiskPointer,
   signal?: AbortSignal,
 ): Promise<DiskPointer> {
-  let current = pointer;
-  while (current.layers.length >= 2) {
-    const top = current.layers.at(-1)!;
-    const parent = current.layers.at(-2)!;
-    const parentStat = await fsp.stat(path.join(dir, parent));
-    if (parentStat.nlink !== 1) break;
-    await qemuImg.commitIntoBacking(path.join(dir, top), signal);
-    await fsyncFile(path.join(dir, parent));
-    current = { ...current, layers: current.layers.slice(0, -1), updatedAt: new Date().toISOString() };
-    await writePointer(dir, current);
-    await fsp.rm(path.join(dir, top), { force: true });
-    await fsyncDir(dir);
-  }
+  if (pointer.layers.length < 2) return pointer;
+  const top = pointer.layers.at(-1)!;
+  const parent = pointer.layers.at(-2)!;
+  const parentStat = await fsp.stat(path.join(dir, parent));
+  if (parentStat.nlink !== 1) return pointer;
+  await qemuImg.commitIntoBacking(path.join(dir, top), signal);
+  await fsyncFile(path.join(dir, parent));
+  const current = { ...pointer, layers: pointer.layers.slice(0, -1), updatedAt: new Date().toISOString() };
+  await writePointer(dir, current);
+  await fsp.rm(path.join(dir, top), { force: true });
+  await fsyncDir(dir);
   return current;
 }
 
