@@ -267,6 +267,22 @@ describe("cancellation of open", () => {
   });
 });
 
+describe("closeAll with a lease store that never answers", () => {
+  test("still completes within closeTimeoutMs", async () => {
+    const stuck: PortLeaseStore = {
+      get: () => new Promise(() => undefined),
+      set: async () => undefined,
+      delete: async () => undefined,
+      entries: async () => ({}),
+    };
+    const gateway = testGateway({ leases: stuck, closeTimeoutMs: 300 });
+    void gateway.open({ key: "web", guestPort: guest.port, links: [] }).catch(() => undefined);
+    const started = Date.now();
+    await gateway.closeAll();
+    expect(Date.now() - started).toBeLessThan(1_500);
+  });
+});
+
 describe("stop cuts every client within a bounded time", () => {
   test("keep-alive client, request waiting on a silent guest, hung upload, half-sent headers", async () => {
     const gateway = testGateway({ closeTimeoutMs: 3_000 });
