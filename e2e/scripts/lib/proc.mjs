@@ -6,6 +6,22 @@ import { readFile } from "node:fs/promises";
 
 const started = Date.now();
 
+/** Children still running, so that an interrupted build stops them instead of orphaning them. */
+const running = new Set();
+let handlersInstalled = false;
+
+function installSignalHandlers() {
+  if (handlersInstalled) return;
+  handlersInstalled = true;
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+    process.once(signal, () => {
+      log(`interrupted (${signal}); stopping ${running.size} child process(es). The next run cleans up.`);
+      for (const child of running) child.kill("SIGTERM");
+      process.exit(128 + (signal === "SIGINT" ? 2 : signal === "SIGTERM" ? 15 : 1));
+    });
+  }
+}
+
 /** Print one progress line to stderr, prefixed with the seconds since start. */
 export function log(message) {
   const seconds = ((Date.now() - started) / 1000).toFixed(1).padStart(6);
@@ -39,6 +55,9 @@ export function run(cmd, args, opts = {}) {
       env: opts.env ?? process.env,
       stdio: [opts.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
     });
+    installSignalHandlers();
+    running.add(child);
+    child.on("exit", () => running.delete(child));
     const chunks = [];
     child.stdout.on("data", (chunk) => {
       if (capture) chunks.push(chunk);
