@@ -119,9 +119,13 @@ let aptUpdated = false;
 /** Return the absolute path of a complete assets directory for the current inputs. */
 export async function ensureTestImage({ rebuild = false } = {}) {
   const root = cacheRoot();
-  let current = await imageInputs();
-  let dir = path.join(root, current.key);
-  if (!rebuild && isComplete(dir)) {
+  // Without apt lists (a fresh machine) the inputs cannot be computed yet: update them first.
+  const early = await imageInputs().catch((err) => {
+    log(`cannot compute the image inputs yet (${err.message.split("\n")[0]})`);
+    return undefined;
+  });
+  if (early && !rebuild && isComplete(path.join(root, early.key))) {
+    const dir = path.join(root, early.key);
     log(`reusing cached image ${dir}`);
     return dir;
   }
@@ -132,9 +136,9 @@ export async function ensureTestImage({ rebuild = false } = {}) {
       log("apt-get update");
       await run("apt-get", ["update", "-qq"], { capture: false });
       aptUpdated = true;
-      current = await imageInputs();
-      dir = path.join(root, current.key);
     }
+    const current = await imageInputs();
+    const dir = path.join(root, current.key);
     if (isComplete(dir)) {
       if (!rebuild) {
         log(`reusing cached image ${dir} (built by another run)`);
