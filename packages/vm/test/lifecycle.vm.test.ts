@@ -1,9 +1,11 @@
 // One real disk taken through its life: first boot (resize, exec, files, TCP, busy), reopen with a
 // network policy, template, two instances, template destroyed, and a boot that cannot resize.
 // The steps share state and run in order; each boot is ~10-30 s under TCG.
+import { execFile } from "node:child_process";
 import fs from "node:fs";
 import http from "node:http";
 import path from "node:path";
+import { promisify } from "node:util";
 import type { AddressInfo } from "node:net";
 import { DiskStore, isVmError, runInGuest, startVm, type RunningVm } from "../src/index.js";
 import { tempDir } from "./helpers.js";
@@ -157,6 +159,21 @@ test("reopen: both markers survived the stop, and the allow-list is enforced", a
     const blocked = await curl("localhost", "/blocked");
     expect(blocked.stdout).not.toContain("host-server saw");
     expect(seen).toEqual(["/allowed"]);
+
+    // SSH: the returned command logs in.
+    const ssh = await vm.enableSsh();
+    try {
+      expect(ssh.command).toMatch(/^ssh -p \d+ /);
+      // Async: the forwarder runs in this process's event loop.
+      const { stdout } = await promisify(execFile)(
+        "/bin/sh",
+        ["-c", `${ssh.command} -o BatchMode=yes -o LogLevel=ERROR echo over-ssh`],
+        { encoding: "utf8", timeout: 120_000 },
+      );
+      expect(stdout).toBe("over-ssh\n");
+    } finally {
+      await ssh.close();
+    }
 
     // Prepare the template source: take resize2fs away so a grown instance cannot resize.
     await sh(vm, 'mkdir -p /opt/off && mv "$(command -v resize2fs)" /opt/off/ && echo template > /srv/template.txt');

@@ -69,7 +69,7 @@ test(`SIGKILL at ${TRIALS} random moments of a stop leaves one complete checkpoi
     const calibration = await runChild(diskDir, stateRoot, "0", (e) => {
       if (e.event === "stopped") stopMs = e.totalMs ?? 0;
     });
-    expect(calibration).toMatchObject({ code: 0 });
+    if (calibration.code !== 0) throw new Error(`calibration run failed:\n${calibration.stderr.slice(-3000)}`);
     const windowMs = Math.max(600, stopMs * 1.2);
 
     let expected = new Set(["0"]);
@@ -83,7 +83,11 @@ test(`SIGKILL at ${TRIALS} random moments of a stop leaves one complete checkpoi
         if (e.event === "stopping") setTimeout(() => child.kill("SIGKILL"), delayMs);
         if (e.event === "stopped") stopped = true;
       });
-      expect(booted).toBeDefined();
+      if (!booted) {
+        throw new Error(
+          `trial ${trial}: the helper never booted (exit ${exit.code ?? exit.signal}); trials so far: ${outcomes.join(" ")}\n${exit.stderr.slice(-3000)}`,
+        );
+      }
       // The boot found exactly one of the two generations the previous trial could leave.
       expect(expected.has(booted!.marker!)).toBe(true);
       expect(booted!.blob).toBe(booted!.marker === "none" ? "blob-none" : "blob-ok");
