@@ -162,8 +162,10 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
   let guest: GondolinGuest | undefined;
   let runtimeDir: string | undefined;
   const cleanup = async () => {
+    const pid = vm?.getHostPid() ?? undefined;
     await guest?.close().catch(() => undefined);
     if (!guest) await vm?.close().catch(() => undefined);
+    await ensureQemuGone(pid);
     if (runtimeDir) await fsp.rm(runtimeDir, { recursive: true, force: true }).catch(() => undefined);
     await run.discard().catch(() => undefined);
   };
@@ -245,6 +247,21 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
     if (signal?.aborted) throw signal.reason;
     throw mapStartError(error, options.diskDir);
   }
+}
+
+/**
+ * Waits for QEMU to be gone, SIGKILLing it if Gondolin's close gave up (it stops waiting after
+ * 10 s): a layer must never be published, deleted or unlocked while a QEMU may still write it.
+ */
+async function ensureQemuGone(pid: number | undefined): Promise<void> {
+  if (pid === undefined) return;
+  if (await waitFor(() => !isAlive({ pid }), 15_000)) return;
+  try {
+    process.kill(pid, "SIGKILL");
+  } catch {
+    // already gone
+  }
+  await waitFor(() => !isAlive({ pid }), 5_000);
 }
 
 async function startWithSignal(vm: VM, signal: AbortSignal | undefined): Promise<void> {
@@ -409,15 +426,7 @@ class BootedVm implements RunningVm {
     const syncMs = performance.now() - started;
     const closeStarted = performance.now();
     await this.guest.close().catch(() => undefined);
-    // Gondolin gives up waiting after 10 s; the checkpoint must never race a live QEMU.
-    if (pid !== undefined && !(await waitFor(() => !isAlive({ pid }), 15_000))) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        // gone
-      }
-      await waitFor(() => !isAlive({ pid }), 5_000);
-    }
+    await ensureQemuGone(pid);
     const closeMs = performance.now() - closeStarted;
     await fsp.rm(this.runtimeDir, { recursive: true, force: true }).catch(() => undefined);
     if (syncError !== undefined) {
@@ -441,7 +450,7 @@ class BootedVm implements RunningVm {
     this.closing ??= (async () => {
       const pid = this.guest.hostPid;
       await this.guest.close().catch(() => undefined);
-      if (pid !== undefined) await waitFor(() => !isAlive({ pid }), 15_000);
+      await ensureQemuGone(pid);
       await fsp.rm(this.runtimeDir, { recursive: true, force: true }).catch(() => undefined);
       await this.run.discard();
     })();

@@ -198,33 +198,43 @@ const kvmProbes = new Map<string, Promise<string | undefined>>();
 
 /**
  * Checks that QEMU can really run a vCPU on KVM with the CPU model we would use (`-cpu host`):
- * some nested or sandboxed hosts expose a `/dev/kvm` on which QEMU aborts at vCPU reset. Starts
- * the emulator paused and treats "still alive after `graceMs`" as usable. Resolves to the problem
- * (first line of QEMU's error) or `undefined`. Cached per emulator path for the process.
+ * some nested or sandboxed hosts expose a `/dev/kvm` on which QEMU aborts at vCPU reset ("failed
+ * to set MSR"). Starts the emulator paused with QMP on stdio and asks `query-status`: QMP answers
+ * commands only from the main loop, after the vCPUs were reset, so an answer proves KVM works
+ * (no timing guess), while an exit names the problem. Resolves to the problem (QEMU's error
+ * line) or `undefined`. Cached per emulator and machine type for the process.
  */
-export function probeKvm(qemuPath: string, machineType: string, graceMs = 400): Promise<string | undefined> {
+export function probeKvm(qemuPath: string, machineType: string, timeoutMs = 15_000): Promise<string | undefined> {
   const key = `${qemuPath}\0${machineType}`;
   let probe = kvmProbes.get(key);
   if (!probe) {
     probe = new Promise((resolve) => {
       const args = ["-accel", "kvm", "-machine", machineType, "-cpu", "host", "-m", "64", "-nodefaults"];
-      args.push("-display", "none", "-monitor", "none", "-serial", "none", "-S");
-      const child = spawn(qemuPath, args, { stdio: ["ignore", "ignore", "pipe"] });
+      args.push("-display", "none", "-serial", "none", "-S", "-qmp", "stdio");
+      const child = spawn(qemuPath, args, { stdio: ["pipe", "pipe", "pipe"] });
+      let stdout = "";
       let stderr = "";
-      child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
-      const timer = setTimeout(() => {
-        child.removeAllListeners("exit");
+      let settled = false;
+      const finish = (problem: string | undefined) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
         child.kill("SIGKILL");
-        resolve(undefined);
-      }, graceMs);
-      child.once("error", (error) => {
-        clearTimeout(timer);
-        resolve(error.message);
+        resolve(problem);
+      };
+      const timer = setTimeout(() => finish(`QEMU did not answer within ${timeoutMs} ms`), timeoutMs);
+      child.stdin.on("error", () => undefined);
+      child.stdin.write('{"execute":"qmp_capabilities"}\n{"execute":"query-status"}\n');
+      child.stdout.on("data", (chunk: Buffer) => {
+        stdout += chunk.toString();
+        if (/"return":\s*\{[^}]*"status"/.test(stdout)) finish(undefined);
       });
+      child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+      child.once("error", (error) => finish(error.message));
       child.once("exit", (code, signal) => {
-        clearTimeout(timer);
-        const line = stderr.split("\n").find((l) => /error|assert|fail/i.test(l)) ?? stderr.split("\n")[0] ?? "";
-        resolve(line.replace(/^qemu-system-\w+: /, "").trim() || `QEMU exited (${signal ?? code})`);
+        const lines = stderr.split("\n");
+        const line = lines.find((l) => /error|assert|fail/i.test(l)) ?? lines[0] ?? "";
+        finish(line.replace(/^qemu-system-\w+: /, "").trim() || `QEMU exited (${signal ?? code})`);
       });
     });
     kvmProbes.set(key, probe);

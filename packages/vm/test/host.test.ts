@@ -1,6 +1,7 @@
+import { spawnSync } from "node:child_process";
 import fsp from "node:fs/promises";
 import path from "node:path";
-import { checkResources, chooseAccelerator, isVmError, type HostFacts } from "../src/index.js";
+import { checkResources, chooseAccelerator, isVmError, probeHost, type HostFacts } from "../src/index.js";
 import { findExecutable, probeKvm, qemuMemory } from "../src/host.js";
 import { tempDir } from "./helpers.js";
 
@@ -105,9 +106,30 @@ describe("probeKvm", () => {
     await expect(probeKvm(qemu, "q35")).resolves.toBe("error: failed to set MSR 0x10a to 0x69");
   });
 
-  test("a QEMU that stays up (paused) means KVM is usable", async () => {
-    const qemu = await fakeQemu("qemu-ok", "exec sleep 5");
-    await expect(probeKvm(qemu, "q35", 300)).resolves.toBeUndefined();
+  test("a QEMU that answers query-status (vCPUs reset fine) means KVM is usable", async () => {
+    const qemu = await fakeQemu(
+      "qemu-ok",
+      'echo \'{"QMP": {}}\'; read a; echo \'{"return": {}}\'; read b; echo \'{"return": {"status": "prelaunch", "running": false}}\'; sleep 5',
+    );
+    await expect(probeKvm(qemu, "q35")).resolves.toBeUndefined();
+  });
+
+  test("a QEMU that greets but never answers is not trusted", async () => {
+    const qemu = await fakeQemu("qemu-silent", "echo '{\"QMP\": {}}'; exec sleep 5");
+    await expect(probeKvm(qemu, "q35", 500)).resolves.toMatch(/did not answer/);
+  });
+
+  test("the real QEMU on this host: the probe agrees with an actual KVM start", async () => {
+    if (!probeHost().kvmAccessible) return; // nothing to compare without /dev/kvm
+    const problem = await probeKvm("qemu-system-x86_64", "q35");
+    // Cross-check with QEMU itself: a paused VM with the same CPU model either runs or aborts.
+    const direct = spawnSync(
+      "qemu-system-x86_64",
+      ["-accel", "kvm", "-machine", "q35", "-cpu", "host", "-m", "64", "-nodefaults", "-display", "none", "-S"],
+      { timeout: 3000, encoding: "utf8" },
+    );
+    const aborted = direct.signal !== "SIGTERM";
+    expect(problem !== undefined).toBe(aborted);
   });
 });
 
