@@ -68,13 +68,32 @@ test("SIGKILL of the owning process takes QEMU down with it", async () => {
   const owner = spawn(process.execPath, [...TS_NODE_ARGS, "--input-type=module", "-e", script], {
     stdio: ["ignore", "pipe", "inherit"],
   });
-  const qemuPid = Number(await new Promise<string>((resolve) => owner.stdout.once("data", (d) => resolve(String(d)))));
-  started.push(qemuPid);
-  await new Promise((resolve) => setTimeout(resolve, 300));
-  expect(alive(qemuPid)).toBe(true);
-  owner.kill("SIGKILL");
-  expect(await eventually(() => !alive(qemuPid))).toBe(true);
-});
+  try {
+    // The owner prints QEMU's pid once spawned; on a loaded host that can take a while.
+    let printed = "";
+    const qemuPid = await new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`owner printed no pid in 20 s (got ${JSON.stringify(printed)})`)),
+        20_000,
+      );
+      owner.stdout.on("data", (d: Buffer) => {
+        printed += String(d);
+        const match = /^(\d+)\n/m.exec(printed);
+        if (match) {
+          clearTimeout(timer);
+          resolve(Number(match[1]));
+        }
+      });
+    });
+    started.push(qemuPid);
+    expect(await eventually(() => alive(qemuPid), 10_000)).toBe(true);
+    owner.kill("SIGKILL");
+    expect(await eventually(() => !alive(qemuPid), 10_000)).toBe(true);
+  } finally {
+    // Never leave the owner behind: a live child keeps jest from exiting.
+    owner.kill("SIGKILL");
+  }
+}, 60_000);
 
 test("reapStrayQemu kills a QEMU of a dead owner that uses the directory, and nothing else", async () => {
   const diskDir = path.join(dir, "disk");
