@@ -6,6 +6,7 @@
 // Not a timed assertion: read the ratios.
 import { createServer as createNetServer, type Server as NetServer } from "node:net";
 import { createRequire } from "node:module";
+import { appendFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
@@ -273,6 +274,7 @@ function report(): void {
   console.log(fmt(header));
   console.log(widths.map((w) => "-".repeat(w)).join("  "));
   for (const line of lines) console.log(fmt(line));
+  summaryRows(baseline);
   console.log(
     `\nMedian of ${rounds} interleaved rounds of ${seconds} s (after 0.5 s warm-up); closed-loop load from undici keep-alive clients on their own thread.`,
   );
@@ -281,6 +283,26 @@ function report(): void {
       .map((n) => n.toFixed(1))
       .join(" ")} on ${cpus().length} CPUs.`,
   );
+}
+
+/** Rows for `npm run bench`'s summary table: each target's req/s against the first of its group. */
+function summaryRows(baseline: Map<string, number>): void {
+  const out = process.env.PI_SANDBOX_BENCH_OUT;
+  if (!out) return;
+  for (const { target, scenario, result } of rows) {
+    const first = baseline.get(`${target.split(":")[0]}|${scenario}`)!;
+    if (first === result.perSecond) continue;
+    const row = {
+      package: "ingress",
+      name: `${target} ${scenario}: req/s vs the group's first target (p50 ${result.p50Ms.toFixed(2)} ms)`,
+      ours: result.perSecond,
+      baseline: first,
+      ratio: result.perSecond / first,
+      unit: "req/s",
+      target: target.includes("preview") ? ">= 0.9" : undefined,
+    };
+    appendFileSync(out, `${JSON.stringify(row)}\n`);
+  }
 }
 
 async function main(): Promise<void> {
