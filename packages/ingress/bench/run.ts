@@ -210,7 +210,7 @@ async function vmBench(): Promise<void> {
     const setup = fileURLToPath(new URL("../../../jest.test-image.cjs", import.meta.url));
     await createRequire(import.meta.url)(setup)();
   }
-  const { bootTestVm } = await import("../test/support/vm.js");
+  const { bootTestVm } = await import("@pi-sandbox/vm/testing");
   const { guestVmConnector } = await import("../src/index.js");
   process.stderr.write("booting the test image...\n");
   const testVm = await bootTestVm("ingress-bench");

@@ -2,7 +2,7 @@ import { readFile } from "node:fs/promises";
 import type { GuestExecution } from "@pi-sandbox/vm";
 import { guestVmConnector } from "../src/index.js";
 import { guestServerSuite } from "./support/guest-suite.js";
-import { bootTestVm, type TestVm } from "./support/vm.js";
+import { bootTestVm, type TestVm } from "@pi-sandbox/vm/testing";
 
 // The same suite as python-guest.test.ts, with the Python fixture inside a real VM, reached
 // through GuestVm.connectTcp (Gondolin's virtio ingress channel).

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { SupervisorClient, type ServiceStatus } from "../src/index.js";
-import { bootTestVm, type TestVm } from "./support/vm.js";
+import { bootTestVm, type TestVm } from "@pi-sandbox/vm/testing";
 
 const WORKSPACE = "/workspace";
 const YAML = `${WORKSPACE}/.sandbox.yaml`;

@@ -9,6 +9,7 @@ import { failedExecution, signalName } from "./exec-util.js";
 import type { GuestExecOptions, GuestExecution, GuestExitStatus, GuestSshAccess, GuestVm } from "./guest-vm.js";
 
 export { runInGuest } from "./exec-util.js";
+export { bootTestVm, type TestVm } from "./test-vm.js";
 
 /** Options of {@link createLocalGuestVm}. */
 export interface LocalGuestVmOptions {

@@ -1,20 +1,26 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DiskStore, startVm, type RunningVm } from "@pi-sandbox/vm";
+import { startVm, type RunningVm } from "./boot.js";
+import { DiskStore } from "./disk-store.js";
 
-/** A booted VM on a fresh disk of the test image; `close()` discards the disk. */
+/** A booted VM on a throwaway disk of the test image; `close()` discards disk and state. */
 export interface TestVm {
+  /** The running guest. */
   vm: RunningVm;
+  /** Closes the VM and removes its temporary directory. */
   close(): Promise<void>;
 }
 
-/** Boots the test image (`PI_SANDBOX_TEST_IMAGE`, set by the jest globalSetup) on a throwaway disk. */
-export async function bootTestVm(name: string): Promise<TestVm> {
+/**
+ * Boots the guest test image (`PI_SANDBOX_TEST_IMAGE`, set by the workspace's jest globalSetup)
+ * on a fresh 4 GiB disk in a short temp dir, for real-VM suites of the layers above.
+ */
+export async function bootTestVm(name: string, options: { tmpPrefix?: string } = {}): Promise<TestVm> {
   const image = process.env.PI_SANDBOX_TEST_IMAGE;
-  if (!image) throw new Error("PI_SANDBOX_TEST_IMAGE is not set; run these suites with jest.vm.config.cjs");
+  if (!image) throw new Error("PI_SANDBOX_TEST_IMAGE is not set; run real-VM suites through jest.test-image.cjs");
   // Short path: Gondolin's unix sockets live under the state root (~100-byte limit).
-  const dir = await mkdtemp(join(tmpdir(), "pisb-i-"));
+  const dir = await mkdtemp(join(tmpdir(), options.tmpPrefix ?? "pisb-"));
   const stateRoot = join(dir, "st");
   const diskDir = join(dir, "disk");
   try {
