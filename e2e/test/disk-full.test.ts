@@ -81,7 +81,7 @@ test("stop with the host almost full still completes its checkpoint; start reope
     `disk-full: stop after ${((Date.now() - t0) / 1000).toFixed(1)} s -> ${JSON.stringify(stop.ok ? stop.v : stop.e).slice(0, 800)}\n`,
   );
   expect(stop.ok).toBe(true);
-  expect((stop as { v: { state: string } }).v.state).toBe("stopped");
+  expect(stop.ok && stop.v.state).toBe("stopped");
   expect(await qemuGone(box.home)).toEqual([]);
 
   await rm(filler);
