@@ -62,7 +62,7 @@ test("SIGKILL of the owning process takes QEMU down with it", async () => {
   const script = `
     import { spawn } from "node:child_process";
     const qemu = spawn(${JSON.stringify(launcher.qemuPath)}, ${JSON.stringify(idleQemuArgs(`${dir}/owned`))}, { stdio: "ignore" });
-    qemu.on("spawn", () => process.stdout.write(qemu.pid + "\n")); // console.log may colour numbers
+    qemu.on("spawn", () => process.stdout.write(qemu.pid + "\\n")); // console.log may colour numbers
     setInterval(() => {}, 1000);
   `;
   const owner = spawn(process.execPath, [...TS_NODE_ARGS, "--input-type=module", "-e", script], {
