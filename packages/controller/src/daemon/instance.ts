@@ -153,7 +153,7 @@ export class InstanceController {
       case "destroy":
         return this.#queue(() => this.#destroy(args, ctx));
       default:
-        return this.#guestAction(args);
+        return this.#guestActionDuringLife(args);
     }
   }
 
@@ -572,6 +572,30 @@ export class InstanceController {
       });
     }
     return this.#supervisor;
+  }
+
+  /**
+   * A guest action that a concurrent stop or destroy cuts off (the agent channel closes under it)
+   * is reported as the instance no longer running, not as an agent failure.
+   */
+  async #guestActionDuringLife(args: Record<string, unknown> & { action: string }): Promise<unknown> {
+    const supervisor = this.#supervisor;
+    try {
+      return await this.#guestAction(args);
+    } catch (error) {
+      if (supervisor && this.#supervisor !== supervisor && !isControllerError(error)) {
+        throw new ControllerError(
+          "CONTROLLER_NOT_RUNNING",
+          `${this.#name} stopped while ${args.action} was in flight`,
+          {
+            hint: `Start it with {"action":"start","name":"${this.#name}"} and retry.`,
+            details: { name: this.#name, action: args.action },
+            cause: error,
+          },
+        );
+      }
+      throw error;
+    }
   }
 
   async #guestAction(args: Record<string, unknown> & { action: string }): Promise<unknown> {
