@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import fsp from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { VmError } from "./errors.js";
+import { VmError, isVmError } from "./errors.js";
 import { isAlive, selfIdentity, type ProcessIdentity } from "./process-util.js";
 
 /** File name of the lock inside a disk directory. */
@@ -129,4 +129,26 @@ export async function inspectDiskLock(dir: string): Promise<{ owner: LockOwner; 
   const owner = await readOwner(path.join(dir, LOCK_FILE));
   if (!owner) return undefined;
   return { owner, alive: owner.pid > 0 && isAlive(owner) };
+}
+
+/** Lock purposes that last only a moment (no VM involved): worth waiting for rather than failing. */
+const SHORT_PURPOSES = new Set(["clone", "template", "create", "destroy"]);
+
+/**
+ * Like {@link acquireDiskLock}, but waits up to `waitMs` while another process holds the disk for a
+ * short operation (several instances created from one template at once take turns at the
+ * template). A disk held by a running VM is never waited for.
+ */
+export async function acquireDiskLockWaiting(dir: string, purpose: string, waitMs: number): Promise<DiskLock> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    try {
+      return await acquireDiskLock(dir, purpose);
+    } catch (error) {
+      const busyBriefly =
+        isVmError(error, "VM_DISK_BUSY") && SHORT_PURPOSES.has(String(error.details.purpose)) && Date.now() < deadline;
+      if (!busyBriefly) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 50 + Math.random() * 100));
+    }
+  }
 }

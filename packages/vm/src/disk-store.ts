@@ -5,7 +5,7 @@ import path from "node:path";
 import { VmError, messageOf } from "./errors.js";
 import { allocatedBytes, fsyncDir, fsyncFile, readJsonIfExists, writeFileAtomic } from "./fs-util.js";
 import { checkDiskSize } from "./host.js";
-import { acquireDiskLock, type DiskLock } from "./disk-lock.js";
+import { acquireDiskLock, acquireDiskLockWaiting, type DiskLock } from "./disk-lock.js";
 import { recordImage, resolveImage, verifyRecordedImage, type GuestImage, type RecordedImage } from "./image.js";
 import { QemuImg } from "./qemu-img.js";
 import { QEMU_PID_FILE, reapStrayQemu, removeQemuPidRecord } from "./qemu-process.js";
@@ -241,7 +241,7 @@ export class DiskStore {
     dir: string,
     options: { diskGiB?: number; signal?: AbortSignal } = {},
   ): Promise<DiskInfo> {
-    const templateLock = await acquireDiskLock(await requireDir(templateDir), "clone");
+    const templateLock = await acquireDiskLockWaiting(await requireDir(templateDir), "clone", 60_000);
     try {
       const template = await requirePointer(templateDir);
       if (template.kind !== "template") {

@@ -169,6 +169,16 @@ describe("runs and checkpoints", () => {
 });
 
 describe("templates", () => {
+  test("several instances created from one template at once take turns instead of failing", async () => {
+    const source = path.join(root, "source");
+    await store.createDisk(source, { image, diskGiB: 1 });
+    const template = path.join(root, "tpl");
+    await store.createTemplate(source, template);
+    const names = ["c1", "c2", "c3", "c4", "c5"];
+    const infos = await Promise.all(names.map((n) => store.createFromTemplate(template, path.join(root, n))));
+    expect(infos.map((i) => i.kind)).toEqual(names.map(() => "instance"));
+  });
+
   test("instances from a template are independent of it and of each other", async () => {
     const source = path.join(root, "source");
     await store.createDisk(source, { image, diskGiB: 1 });
