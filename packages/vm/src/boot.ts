@@ -193,7 +193,7 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
         cpu: accelerator.cpu,
         append: KERNEL_APPEND,
         console: options.debug ? "stdio" : "none",
-        mitmCertDir: gondolinCertDir(options.stateRoot),
+        mitmCertDir: gondolinCertDir(options.diskDir),
         virtioSocketPath: path.join(runtimeDir, "ctl.sock"),
         virtioFsSocketPath: path.join(runtimeDir, "fs.sock"),
         virtioSshSocketPath: path.join(runtimeDir, "ssh.sock"),

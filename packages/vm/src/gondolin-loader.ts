@@ -31,7 +31,11 @@ export function gondolinSessionsDir(stateRoot: string): string {
   return path.join(stateRoot, "gondolin", "sessions");
 }
 
-/** Where Gondolin's MITM CA (for guest HTTPS egress) lives for a state root. */
-export function gondolinCertDir(stateRoot: string): string {
-  return path.join(stateRoot, "gondolin", "ssl");
+/**
+ * Where Gondolin's MITM CA (for guest HTTPS egress) lives: one per disk. A CA shared by the whole
+ * state root was created by whichever first boots raced to it, and a guest could end up trusting
+ * a CA whose key another boot had just replaced. Per disk, the disk lock serialises its creation.
+ */
+export function gondolinCertDir(diskDir: string): string {
+  return path.join(diskDir, "mitm-ca");
 }
