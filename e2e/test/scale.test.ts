@@ -1,7 +1,5 @@
-// Five tiny instances at once on one host, created concurrently: each serves its own preview and
-// answers exec, then all stop and no QEMU is left. They are created from the config, not from one
-// template: concurrent creates from one template fail today (VM_DISK_BUSY on the template's
-// "clone" lock, packages/vm/src/disk-store.ts createFromTemplate), a product bug reported apart.
+// Five tiny instances at once on one host, created concurrently from one prepared template: each
+// serves its own preview and answers exec, then all stop and no QEMU is left.
 import { fetchText, makeSandbox, qemuFor, teardown, type Sandbox } from "./support/product.js";
 
 const YAML = `profile: tiny
@@ -28,10 +26,11 @@ afterAll(async () => {
 }, 300_000);
 
 test("five instances created at once all run, each serving its preview and exec", async () => {
+  expect((await sandbox.call({ action: "prepare", name: "base", config: "sandbox.yaml" })).state).toBe("prepared");
   const t0 = Date.now();
   // allSettled: every create has finished (either way) before anything is asserted or torn down.
   const settled = await Promise.allSettled(
-    NAMES.map((name) => sandbox.call({ action: "create", name, config: "sandbox.yaml" })),
+    NAMES.map((name) => sandbox.call({ action: "create", name, template: "base" })),
   );
   const allUp = Date.now();
   expect(settled.map((s) => (s.status === "fulfilled" ? s.value.state : String(s.reason)))).toEqual(
