@@ -56,6 +56,8 @@ export function formatResult(action: string, result: unknown): string {
     return formatView(r as unknown as EntryView);
   }
   if (action === "logs" && Array.isArray(r.lines)) return (r.lines as string[]).join("\n") + "\n";
+  if (action === "logs" && typeof r.text === "string")
+    return r.text.endsWith("\n") || r.text === "" ? r.text : `${r.text}\n`;
   if (action === "read" && typeof r.content === "string") return r.content + (r.truncated ? "\n[truncated]\n" : "");
   if (action === "shell" && typeof r.command === "string") return `${r.command}\n`;
   if (action === "exec" || action === "exec-status") {
