@@ -210,12 +210,13 @@ async function vmBench(): Promise<void> {
     const setup = fileURLToPath(new URL("../../../jest.test-image.cjs", import.meta.url));
     await createRequire(import.meta.url)(setup)();
   }
-  const { bootTestVm } = await import("@pi-sandbox/vm/testing");
+  const { bootTestVm, openGondolinIngress } = await import("@pi-sandbox/vm/testing");
   const { guestVmConnector } = await import("../src/index.js");
   process.stderr.write("booting the test image...\n");
   const testVm = await bootTestVm("ingress-bench");
   const gateways: PreviewGateway[] = [];
   let tunnel: { origin: string; close(): Promise<void> } | undefined;
+  let gondolinIngress: { origin: string; close(): Promise<void> } | undefined;
   try {
     const guestPort = 8124;
     await testVm.vm.writeFile(
@@ -235,9 +236,12 @@ async function vmBench(): Promise<void> {
     const connector = guestVmConnector(testVm.vm);
     const list = scenarios("/hello", "/bytes?n=262144");
     tunnel = await rawTunnel(connector, guestPort);
+    // Gondolin's own gateway comes first: every other VM target is reported relative to it.
+    gondolinIngress = await openGondolinIngress(testVm.vm, guestPort);
     process.stderr.write("guest python server in the VM:\n");
     await measure(
       [
+        { name: "vm: Gondolin ingress (bare)", origin: gondolinIngress.origin },
         { name: "vm: raw tunnel (connectTcp)", origin: tunnel.origin },
         { name: "vm: preview", origin: await previewOrigin(gateways, connector, guestPort, true) },
         { name: "vm: preview, no keep-alive", origin: await previewOrigin(gateways, connector, guestPort, false) },
@@ -247,6 +251,7 @@ async function vmBench(): Promise<void> {
   } finally {
     await Promise.all(gateways.map((g) => g.closeAll()));
     await tunnel?.close();
+    await gondolinIngress?.close();
     await testVm.close();
   }
 }

@@ -45,3 +45,21 @@ describe("previews into a real VM", () => {
     closeWithinMs: 5_000,
   });
 });
+
+// The benchmark compares previews with Gondolin's own gateway; check that the two serve the same.
+test("Gondolin's bare ingress and a preview serve the same guest answer", async () => {
+  const { openGondolinIngress } = await import("@pi-sandbox/vm/testing");
+  const { PreviewGateway } = await import("../src/index.js");
+  const bare = await openGondolinIngress(testVm!.vm, guestPort);
+  const gateway = new PreviewGateway({ connector: guestVmConnector(testVm!.vm) });
+  try {
+    const preview = await gateway.open({ key: "cmp", guestPort, links: [{ url: "/", title: "cmp" }] });
+    const viaBare = await fetch(`${bare.origin}/hello`);
+    const viaPreview = await fetch(`${preview.origin}/hello`);
+    expect(viaBare.status).toBe(200);
+    expect(await viaPreview.text()).toBe(await viaBare.text());
+  } finally {
+    await gateway.closeAll();
+    await bare.close();
+  }
+});

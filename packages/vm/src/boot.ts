@@ -346,6 +346,11 @@ function firstLine(text: string): string {
   return (text.split("\n").find((line) => line.trim() !== "") ?? text).slice(0, 300);
 }
 
+/** The Gondolin VM under a `RunningVm` from {@link startVm}; undefined for any other GuestVm. */
+export function gondolinVmOf(vm: RunningVm): VM | undefined {
+  return vm instanceof BootedVm ? vm.gondolinVm() : undefined;
+}
+
 class BootedVm implements RunningVm {
   private stopping: Promise<StopResult> | undefined;
   private closing: Promise<void> | undefined;
@@ -360,6 +365,11 @@ class BootedVm implements RunningVm {
     readonly bootMs: number,
     private readonly grown: boolean,
   ) {}
+
+  /** The Gondolin VM underneath, for comparisons in `./testing` only. */
+  gondolinVm(): VM {
+    return this.guest.gondolin;
+  }
 
   get diskDir(): string {
     return this.run.dir;

@@ -10,6 +10,7 @@ import type { GuestExecOptions, GuestExecution, GuestExitStatus, GuestSshAccess,
 
 export { runInGuest } from "./exec-util.js";
 export { bootTestVm, type TestVm } from "./test-vm.js";
+export { openGondolinIngress, type BareIngress } from "./bare-ingress.js";
 
 /** Options of {@link createLocalGuestVm}. */
 export interface LocalGuestVmOptions {
