@@ -75,3 +75,27 @@ test(`two clients racing start/stop/exec for ${ROUNDS} rounds end consistent`, a
   await attempt({ action: "stop", name: "keep" });
   await call({ action: "destroy", name: "keep", confirm: "keep" });
 });
+
+test("a QEMU killed behind the daemon's back reads failed with the reason, and the daemon exits", async () => {
+  const created = await call({ action: "create", name: "crashy", config: "sandbox.yaml" });
+  expect(created.state).toBe("running");
+  const [qemu] = qemuProcessesFor(`${sandbox.dir}/state/instances/crashy/`);
+  expect(qemu).toBeDefined();
+  process.kill(qemu!, "SIGKILL");
+  let view = await call({ action: "inspect", name: "crashy" });
+  for (let i = 0; i < 100 && view.state === "running"; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    view = await call({ action: "inspect", name: "crashy" });
+  }
+  expect(view.state).toBe("failed");
+  expect(view.errors).toEqual([expect.objectContaining({ code: "CONTROLLER_VM_EXITED" })]);
+  for (let i = 0; i < 50 && view.daemonPid !== undefined; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    view = await call({ action: "inspect", name: "crashy" });
+  }
+  expect(view.daemonPid).toBeUndefined();
+  await expect(call({ action: "exec", name: "crashy", cmd: "true" })).rejects.toMatchObject({
+    code: "CONTROLLER_NOT_RUNNING",
+  });
+  await call({ action: "destroy", name: "crashy", confirm: "crashy" });
+});

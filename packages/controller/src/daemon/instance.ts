@@ -699,6 +699,27 @@ export class InstanceController {
     return { service: status, previews: (this.#status.previews ?? []).filter((p) => p.service === name) };
   }
 
+  /**
+   * Called every second by the daemon: a VM whose QEMU exited by itself (crash, OOM kill, someone
+   * killed it) must not keep reading "running". The run is discarded (the last checkpoint stays
+   * current), the status says failed with the reason, and the daemon exits.
+   */
+  checkVm(): void {
+    const vm = this.#vm;
+    if (!vm || !vm.closed || this.busy || this.#exiting) return;
+    void this.#queue(async () => {
+      if (this.#vm !== vm) return;
+      this.#recordError(
+        "CONTROLLER_VM_EXITED",
+        `the VM of ${this.#name} exited unexpectedly; work since the last stop is lost`,
+        `Start it again with {"action":"start","name":"${this.#name}"}; the last checkpoint is intact.`,
+      );
+      await this.#teardown({ checkpoint: false }).catch(() => undefined);
+      await this.#setState("failed", { previews: [] }).catch(() => undefined);
+      this.#finish();
+    }).catch(() => undefined);
+  }
+
   /** SIGTERM: stop cleanly (checkpoint) if a VM runs. */
   async shutdown(): Promise<void> {
     // Queued behind any lifecycle work in progress (a boot finishes, then is checkpointed), so a

@@ -117,6 +117,7 @@ export async function runDaemon(layout: StateLayout, kind: EntryKind, name: stri
   process.on("SIGHUP", () => undefined);
 
   const idle = setInterval(() => {
+    controller.checkVm();
     if (!controller.running && !controller.busy && inFlight === 0 && Date.now() - lastActivity > IDLE_EXIT_MS) {
       log.info("idle with nothing running; exiting");
       void controller.shutdown();
