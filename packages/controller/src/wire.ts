@@ -12,7 +12,6 @@ export interface ProgressEvent {
 /** Messages a client sends. */
 export type ClientMessage =
   | { id: number; type: "call"; action: Record<string, unknown> }
-  | { id: number; type: "cancel" }
   | { id: number; type: "ping" };
 
 /** Messages a daemon sends. */
