@@ -74,10 +74,9 @@ export async function ensureDaemon(
   while (Date.now() < deadline) {
     if (options.signal?.aborted) throw options.signal.reason;
     if ((await daemonLive(pidFile, socketPath)).live) return;
+    // Exit 0 means this spawn lost the race to another daemon that is still opening its socket:
+    // keep waiting for that one. Any other exit is a failed start.
     if (exited !== undefined && exited !== 0) break;
-    if (exited === 0 && !(await daemonLive(pidFile, socketPath)).live) {
-      // Lost a race to another daemon that has not opened its socket yet: keep waiting for it.
-    }
     await new Promise((r) => setTimeout(r, 100));
   }
   throw new ControllerError(
