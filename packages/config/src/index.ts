@@ -5,7 +5,7 @@ export { ConfigError, isConfigError, formatConfigIssue } from "./errors.js";
 export type { ConfigErrorCode, ConfigErrorOptions, ConfigIssue } from "./errors.js";
 
 // Parsing
-export { parseConfig, loadConfig } from "./parse.js";
+export { parseConfig, loadConfig, readConfigText } from "./parse.js";
 export type { ParseConfigOptions, LoadConfigOptions } from "./parse.js";
 
 // Config types and defaults

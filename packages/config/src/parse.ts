@@ -201,11 +201,15 @@ function tooLarge(sourcePath: string | undefined, size: number | undefined): Con
 }
 
 /**
- * Reads and parses a sandbox.yaml file. Throws `CONFIG_NOT_FOUND` when it does not exist,
- * `CONFIG_TOO_LARGE` above 1 MiB (without reading further), `CONFIG_READ_FAILED` when it cannot be
- * read, and everything {@link parseConfig} throws.
+ * Reads a sandbox.yaml file as text, within the size limit, without parsing it. Throws
+ * `CONFIG_NOT_FOUND` when it does not exist, `CONFIG_TOO_LARGE` above 1 MiB (without reading
+ * further), `CONFIG_READ_FAILED` when it cannot be read, `CONFIG_YAML_SYNTAX` when it is not UTF-8.
+ * For callers that need the text too (e.g. to copy it verbatim); `loadConfig` is this plus parsing.
  */
-export async function loadConfig(path: string, options: LoadConfigOptions = {}): Promise<SandboxConfig> {
+export async function readConfigText(
+  path: string,
+  options: LoadConfigOptions = {},
+): Promise<{ text: string; sourcePath: string }> {
   const { signal } = options;
   signal?.throwIfAborted();
   const absolute = resolve(path);
@@ -257,5 +261,14 @@ export async function loadConfig(path: string, options: LoadConfigOptions = {}):
       details: { sourcePath: absolute },
     });
   }
-  return parseConfig(text, { sourcePath: absolute });
+  return { text, sourcePath: absolute };
+}
+
+/**
+ * Reads and parses a sandbox.yaml file: everything {@link readConfigText} and {@link parseConfig}
+ * throw.
+ */
+export async function loadConfig(path: string, options: LoadConfigOptions = {}): Promise<SandboxConfig> {
+  const { text, sourcePath } = await readConfigText(path, options);
+  return parseConfig(text, { sourcePath });
 }

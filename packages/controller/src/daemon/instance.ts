@@ -1,7 +1,7 @@
-import { readFile, rm } from "node:fs/promises";
+import { rm } from "node:fs/promises";
 import { posix } from "node:path";
 import PQueue from "p-queue";
-import { hasPreview, loadConfig, type SandboxConfig, type ServiceConfig } from "@pi-sandbox/config";
+import { hasPreview, parseConfig, readConfigText, type SandboxConfig, type ServiceConfig } from "@pi-sandbox/config";
 import {
   JsonFilePortLeaseStore,
   PreviewGateway,
@@ -51,6 +51,12 @@ export function toControllerError(error: unknown): ControllerError {
     });
   }
   return new ControllerError("CONTROLLER_INTERNAL", String((error as Error)?.message ?? error), { cause: error });
+}
+
+/** Reads a host sandbox.yaml once: the validated config, and its text for the guest's own copy (comments kept). */
+async function readConfigFile(path: string): Promise<{ config: SandboxConfig; text: string }> {
+  const { text, sourcePath } = await readConfigText(path);
+  return { config: parseConfig(text, { sourcePath }), text };
 }
 
 function linksOf(service: ServiceConfig): PreviewLink[] {
@@ -223,8 +229,7 @@ export class InstanceController {
       createdAt: new Date().toISOString(),
     };
     if (typeof args.config === "string") {
-      config = await loadConfig(args.config);
-      configText = await readFile(args.config, "utf8");
+      ({ config, text: configText } = await readConfigFile(args.config));
       record.configPath = args.config;
       ctx.progress({ stage: "disk", message: `creating a ${config.diskGiB} GiB disk` });
       await this.#disks.createDisk(diskDir, { image: config.image, diskGiB: config.diskGiB });
@@ -260,8 +265,7 @@ export class InstanceController {
         details: { name: this.#name },
       });
     }
-    const config = await loadConfig(args.config as string);
-    const configText = await readFile(args.config as string, "utf8");
+    const { config, text: configText } = await readConfigFile(args.config as string);
     const workDir = this.#layout.diskDir("templates", this.#name) + ".work";
     const templateDir = this.#layout.diskDir("templates", this.#name);
     await rm(workDir, { recursive: true, force: true });
