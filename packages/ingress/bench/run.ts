@@ -19,7 +19,7 @@ import { PreviewGateway, type GuestConnector } from "../src/index.js";
 import { loopbackConnector } from "../src/testing.js";
 import type { LoadOptions, LoadResult } from "./load.js";
 
-const hooks = new URL("./register-ts.mjs", import.meta.url).href;
+const hooks = new URL("../../../scripts/register-ts.mjs", import.meta.url).href;
 
 function onThread<T>(file: string, data?: unknown): { worker: Worker; first: Promise<T> } {
   const worker = new Worker(new URL(file, import.meta.url), { workerData: data, execArgv: ["--import", hooks] });

@@ -52,5 +52,5 @@ export const TS_NODE_ARGS = [
   "--experimental-transform-types",
   "--no-warnings",
   "--import",
-  path.resolve("test/support/register-ts.mjs"),
+  path.resolve("../../scripts/register-ts.mjs"),
 ];

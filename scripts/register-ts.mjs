@@ -1,6 +1,6 @@
-// Lets a plain `node --experimental-strip-types` child process (used by tests that kill their
-// own helper processes) import this package's TypeScript sources, which use NodeNext `./x.js`
-// specifiers for `./x.ts` files.
+// Lets plain `node --experimental-strip-types` run the workspace's TypeScript sources, whose
+// NodeNext `./x.js` specifiers name `./x.ts` files (vm's kill-the-owner test children, the
+// ingress benchmark and its load workers): `--import <this file>`.
 import { registerHooks } from "node:module";
 import fs from "node:fs";
 import { fileURLToPath } from "node:url";
