@@ -11,8 +11,7 @@ export interface ProgressEvent {
 
 /** Messages a client sends. */
 export type ClientMessage =
-  | { id: number; type: "call"; action: Record<string, unknown> }
-  | { id: number; type: "ping" };
+  { id: number; type: "call"; action: Record<string, unknown> } | { id: number; type: "ping" };
 
 /** Messages a daemon sends. */
 export type DaemonMessage =
