@@ -9,6 +9,8 @@ import { DiskStore, type CheckpointResult, type DiskRun } from "./disk-store.js"
 import { runInGuest } from "./exec-util.js";
 import { GondolinGuest } from "./gondolin-guest.js";
 import { gondolinCertDir, loadGondolin } from "./gondolin-loader.js";
+import { GuestFault } from "./guest-fault.js";
+import { hostDiskFullError, hostSpaceOf, isNoSpaceError } from "./host-disk.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestVm } from "./guest-vm.js";
 import {
   checkResources,
@@ -22,6 +24,7 @@ import {
 } from "./host.js";
 import { isAlive, waitFor } from "./process-util.js";
 import { prepareQemuLauncher, writeQemuPidRecord } from "./qemu-process.js";
+import { QMP_SOCKET_NAME, QmpMonitor, type IoErrorPause } from "./qmp.js";
 
 /** What booting needs from a sandbox config (`SandboxConfig` of `@pi-sandbox/config` fits). */
 export interface VmSpec {
@@ -100,10 +103,18 @@ export interface RunningVm extends GuestVm {
   /** Milliseconds from `startVm` to the guest being ready. */
   readonly bootMs: number;
   /**
+   * Why the guest cannot answer any more while QEMU still runs, else undefined: `VM_HOST_DISK_FULL`
+   * when QEMU paused the guest on a write the full host file system refused. Every guest operation
+   * then fails at once with this error; `stop()` resumes and saves if space was freed since.
+   */
+  readonly fault: VmError | undefined;
+  /**
    * Syncs and freezes the guest filesystem, closes QEMU, and makes the disk state current
    * atomically. If the guest cannot confirm the sync (hung, exited), nothing is published: the
-   * previous checkpoint stays current and VM_CHECKPOINT_FAILED is thrown. Single-flight; not
-   * cancellable once begun (bounded by `syncTimeoutMs`).
+   * previous checkpoint stays current and VM_CHECKPOINT_FAILED is thrown; if the host file system
+   * is full (the guest is paused on it and no space was freed), VM_HOST_DISK_FULL, likewise with
+   * the previous checkpoint current. Single-flight; not cancellable once begun (bounded by
+   * `syncTimeoutMs`).
    */
   stop(options?: { syncTimeoutMs?: number }): Promise<StopResult>;
   /** Closes the VM WITHOUT a checkpoint: everything written since start is dropped. Idempotent. */
@@ -123,6 +134,8 @@ const QUIESCE_SCRIPT =
 const RESIZE_SCRIPT = ["command -v resize2fs >/dev/null 2>&1 || exit 127", "resize2fs /dev/vda 2>&1"].join("\n");
 /** Longest unix socket path we allow (the kernel's limit is 107 bytes). */
 const MAX_SOCKET_PATH = 100;
+/** A stop resumes a guest paused on a full host disk only with at least this much free again. */
+const RESUME_MIN_FREE_BYTES = 16 * 1024 * 1024;
 
 /**
  * Boots the instance disk in `diskDir`: checks resources and accelerator, locks the disk and
@@ -154,14 +167,25 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
   }
   const gondolin = await loadGondolin(options.stateRoot);
   const store = options.diskStore ?? new DiskStore({ stateRoot: options.stateRoot });
-  const run = await store.openRun(options.diskDir, signal ? { signal } : {});
+  let run: DiskRun;
+  try {
+    run = await store.openRun(options.diskDir, signal ? { signal } : {});
+  } catch (error) {
+    if (isNoSpaceError(error) && !signal?.aborted) {
+      throw hostDiskFullError({ dir: options.diskDir, situation: "start", name: options.name, cause: error });
+    }
+    throw error;
+  }
   if (run.reapedPid !== undefined) {
     logger?.warn(`[vm ${options.name}] killed a QEMU (pid ${run.reapedPid}) left behind by a previous owner`);
   }
   let vm: VM | undefined;
   let guest: GondolinGuest | undefined;
   let runtimeDir: string | undefined;
+  let monitor: QmpMonitor | undefined;
+  const fault = new GuestFault();
   const cleanup = async () => {
+    monitor?.close();
     const pid = vm?.getHostPid() ?? undefined;
     await guest?.close().catch(() => undefined);
     if (!guest) await vm?.close().catch(() => undefined);
@@ -171,6 +195,15 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
   };
   try {
     runtimeDir = await makeRuntimeDir(options.stateRoot);
+    // QEMU (through our wrapper) listens on this socket from early in its start; a guest paused
+    // on a full host disk is reported here, during the boot as much as later.
+    monitor = new QmpMonitor(path.join(runtimeDir, QMP_SOCKET_NAME), {
+      onIoErrorPause: (pause) => {
+        if (fault.raise(pausedGuestError(pause, options.name, options.diskDir))) {
+          logger?.warn(`[vm ${options.name}] ${fault.current!.message}`);
+        }
+      },
+    });
     const policy = gondolin.createHttpHooks({
       allowedHosts: [...options.spec.network.allowedHosts],
       ...(options.allowedInternalHosts ? { allowedInternalHosts: [...options.allowedInternalHosts] } : {}),
@@ -226,12 +259,12 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
       clearInterval(recorder);
     }, 50);
     try {
-      await startWithSignal(vm, signal);
+      await fault.race(startWithSignal(vm, signal));
     } finally {
       clearInterval(recorder);
     }
     await recorded;
-    guest = new GondolinGuest(options.name, vm);
+    guest = new GondolinGuest(options.name, vm, fault);
     const pid = vm.getHostPid();
     if (pid !== null && !recorded) await writeQemuPidRecord(options.diskDir, pid);
     let grown = run.pointer.grown;
@@ -241,12 +274,27 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
     }
     const bootMs = performance.now() - started;
     logger?.info(`[vm ${options.name}] ready in ${Math.round(bootMs)} ms (${accelerator.accel})`);
-    return new BootedVm(options.name, guest, run, runtimeDir, accelerator, warnings, bootMs, grown);
+    return new BootedVm(options.name, guest, monitor, run, runtimeDir, accelerator, warnings, bootMs, grown);
   } catch (error) {
     await cleanup();
     if (signal?.aborted) throw signal.reason;
-    throw mapStartError(error, options.diskDir);
+    throw mapStartError(error, options.diskDir, options.name);
   }
+}
+
+/** The fault raised when QEMU paused the guest on a failed disk request. */
+function pausedGuestError(pause: IoErrorPause, name: string, diskDir: string): VmError {
+  const details = { operation: pause.operation, reason: pause.reason, device: pause.device };
+  // QEMU's default policy (werror=enospc) pauses only on ENOSPC; anything else is reported to the
+  // guest. So a pause whose event we missed is a full disk as well.
+  if (pause.nospace === false) {
+    return new VmError(
+      "VM_DISK_FAILED",
+      `the host failed a ${pause.operation ?? "disk"} request of ${name}'s disk in ${diskDir} (${pause.reason ?? "I/O error"}), and QEMU paused the guest; check the host disk, then stop and start ${name}`,
+      { details: { dir: diskDir, name, ...details } },
+    );
+  }
+  return hostDiskFullError({ dir: diskDir, situation: "running", name, details });
 }
 
 /**
@@ -308,7 +356,10 @@ async function makeRuntimeDir(stateRoot: string): Promise<string> {
 }
 
 /** Turns Gondolin/QEMU start failures into typed errors; the raw text goes to details and cause. */
-export function mapStartError(error: unknown, diskDir: string): unknown {
+export function mapStartError(error: unknown, diskDir: string, name?: string): unknown {
+  if (isNoSpaceError(error)) {
+    return hostDiskFullError({ dir: diskDir, situation: "start", ...(name ? { name } : {}), cause: error });
+  }
   if (isVmError(error)) return error;
   const message = messageOf(error);
   const code = (error as { code?: unknown }).code;
@@ -358,6 +409,7 @@ class BootedVm implements RunningVm {
   constructor(
     readonly name: string,
     private readonly guest: GondolinGuest,
+    private readonly monitor: QmpMonitor,
     private readonly run: DiskRun,
     private readonly runtimeDir: string,
     readonly accelerator: AcceleratorChoice,
@@ -381,6 +433,10 @@ class BootedVm implements RunningVm {
 
   get closed(): boolean {
     return this.guest.closed || this.stopping !== undefined || this.closing !== undefined;
+  }
+
+  get fault(): VmError | undefined {
+    return this.guest.closed ? undefined : this.guest.fault.current;
   }
 
   exec(command: string | readonly string[], options?: GuestExecOptions): GuestExecution {
@@ -421,6 +477,8 @@ class BootedVm implements RunningVm {
     let syncError: unknown;
     if (this.guest.exitedByItself) {
       syncError = new Error("QEMU exited by itself before the stop");
+    } else if (this.guest.fault.current && !(await this.resumeIfRoom())) {
+      syncError = this.guest.fault.current;
     } else {
       try {
         const result = await runInGuest(this.guest, ["/bin/sh", "-c", QUIESCE_SCRIPT], {
@@ -435,20 +493,50 @@ class BootedVm implements RunningVm {
     }
     const syncMs = performance.now() - started;
     const closeStarted = performance.now();
+    this.monitor.close();
     await this.guest.close().catch(() => undefined);
     await ensureQemuGone(pid);
     const closeMs = performance.now() - closeStarted;
     await fsp.rm(this.runtimeDir, { recursive: true, force: true }).catch(() => undefined);
     if (syncError !== undefined) {
       await this.run.discard().catch(() => undefined);
+      if (isVmError(syncError, "VM_HOST_DISK_FULL")) {
+        throw hostDiskFullError({ dir: this.diskDir, situation: "stop", name: this.name, cause: syncError });
+      }
       throw new VmError(
         "VM_CHECKPOINT_FAILED",
         `the guest of ${this.name} did not confirm that its disk was synced, so nothing since the start was saved; the previous checkpoint is still current`,
         { cause: syncError, details: { name: this.name, reason: messageOf(syncError) } },
       );
     }
-    const checkpoint = await this.run.checkpoint({ grown: this.grown });
+    let checkpoint: CheckpointResult;
+    try {
+      checkpoint = await this.run.checkpoint({ grown: this.grown });
+    } catch (error) {
+      if (isVmError(error, "VM_HOST_DISK_FULL")) {
+        throw hostDiskFullError({ dir: this.diskDir, situation: "stop", name: this.name, cause: error });
+      }
+      throw error;
+    }
     return { ...checkpoint, syncMs, closeMs, totalMs: performance.now() - started };
+  }
+
+  /**
+   * For a guest paused on a full host disk: if space was freed since, lets QEMU retry the failed
+   * writes and run on (a new pause raises the fault again). Resolves whether the guest runs.
+   */
+  private async resumeIfRoom(): Promise<boolean> {
+    const space = hostSpaceOf(this.diskDir);
+    if (!space || space.freeBytes < RESUME_MIN_FREE_BYTES) return false;
+    const fault = this.guest.fault.current;
+    this.guest.fault.clear();
+    try {
+      await this.monitor.command("cont");
+      return true;
+    } catch {
+      if (fault) this.guest.fault.raise(fault);
+      return false;
+    }
   }
 
   close(): Promise<void> {
@@ -458,6 +546,7 @@ class BootedVm implements RunningVm {
         () => undefined,
       );
     this.closing ??= (async () => {
+      this.monitor.close();
       const pid = this.guest.hostPid;
       await this.guest.close().catch(() => undefined);
       await ensureQemuGone(pid);

@@ -5,6 +5,7 @@ import path from "node:path";
 import { VmError, messageOf } from "./errors.js";
 import { allocatedBytes, fsyncDir, fsyncFile, readJsonIfExists, writeFileAtomic } from "./fs-util.js";
 import { checkDiskSize } from "./host.js";
+import { hostDiskFullError, hostSpaceOf, isNoSpaceError } from "./host-disk.js";
 import { acquireDiskLock, acquireDiskLockWaiting, type DiskLock } from "./disk-lock.js";
 import { recordImage, resolveImage, verifyRecordedImage, type GuestImage, type RecordedImage } from "./image.js";
 import { QemuImg } from "./qemu-img.js";
@@ -15,6 +16,8 @@ export const POINTER_FILE = "disk.json";
 const LAYER_PATTERN = /^layer-[0-9a-f]{16}\.qcow2$/;
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
+/** Free space a layer merge keeps beyond the data it may write (qcow2 metadata, the pointer). */
+const MERGE_HEADROOM_BYTES = 16 * MiB;
 
 /** Instances boot and change; templates are immutable sources of new instances. */
 export type DiskKind = "instance" | "template";
@@ -438,6 +441,12 @@ class OpenRun implements DiskRun {
         ...(compactError ? { compactError } : {}),
       };
     } catch (error) {
+      if (isNoSpaceError(error)) {
+        // The pointer was not replaced: the run's layer is an orphan; give its space back now.
+        const current = await readPointer(this.dir).catch(() => undefined);
+        if (current && !current.layers.includes(this.layer)) await fsp.rm(this.layerPath, { force: true });
+        throw hostDiskFullError({ dir: this.dir, situation: "stop", cause: error });
+      }
       throw new VmError(
         "VM_CHECKPOINT_FAILED",
         `saving the disk of ${this.dir} failed; the previous checkpoint is still current: ${messageOf(error)}`,
@@ -489,6 +498,15 @@ async function compact(
   const parent = pointer.layers.at(-2)!;
   const parentStat = await fsp.stat(path.join(dir, parent));
   if (parentStat.nlink !== 1) return pointer;
+  // The merge may grow the parent by up to the top's data. Without that much room it would stop
+  // halfway on ENOSPC; the chain is valid as it is, so leave the merge to a later stop.
+  const topBytes = (await fsp.stat(path.join(dir, top))).blocks * 512;
+  const space = hostSpaceOf(dir);
+  if (space && space.freeBytes < topBytes + MERGE_HEADROOM_BYTES) {
+    throw new Error(
+      `not merged: ${Math.ceil(topBytes / MiB)} MiB to merge but ${Math.floor(space.freeBytes / MiB)} MiB free on ${space.mountPoint}; a later stop merges it`,
+    );
+  }
   await qemuImg.commitIntoBacking(path.join(dir, top), signal);
   await fsyncFile(path.join(dir, parent));
   const current = { ...pointer, layers: pointer.layers.slice(0, -1), updatedAt: new Date().toISOString() };

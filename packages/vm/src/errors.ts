@@ -24,6 +24,11 @@ export type VmErrorCode =
   | "VM_START_TIMEOUT"
   /** QEMU or the guest failed while booting. */
   | "VM_START_FAILED"
+  /**
+   * The host file system under a disk is full (`details.mountPoint`, `details.freeBytes`): QEMU
+   * paused the guest on a write, or a stop/start/disk operation ran out of space. Free space there.
+   */
+  | "VM_HOST_DISK_FULL"
   /** The stop could not write a new checkpoint; the previous one is still current. */
   | "VM_CHECKPOINT_FAILED"
   /** The VM is closed (or exited by itself); nothing more can run in it. */

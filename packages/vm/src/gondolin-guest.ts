@@ -3,6 +3,7 @@ import { Writable, type Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
 import { VmError, messageOf } from "./errors.js";
 import { failedExecution, signalName } from "./exec-util.js";
+import { GuestFault } from "./guest-fault.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestVm } from "./guest-vm.js";
 
 /** Environment variable that tags every process of a cancellable exec (and its descendants). */
@@ -68,6 +69,8 @@ export class GondolinGuest implements GuestVm {
   constructor(
     readonly name: string,
     private readonly vm: VM,
+    /** Raised when the guest can no longer answer (paused on a full host disk): fails operations at once. */
+    readonly fault: GuestFault = new GuestFault(),
   ) {
     const server = (vm as unknown as { server?: { on?: (event: string, listener: () => void) => void } }).server;
     server?.on?.("exit", () => {
@@ -96,6 +99,7 @@ export class GondolinGuest implements GuestVm {
   exec(command: string | readonly string[], options: GuestExecOptions = {}): GuestExecution {
     const { signal } = options;
     if (this.closed) return failedExecution(this.closedError());
+    if (this.fault.current) return failedExecution(this.fault.current);
     if (signal?.aborted) return failedExecution(signal.reason);
     const argv = typeof command === "string" ? ["/bin/sh", "-lc", command] : [...command];
     if (argv.length === 0) return failedExecution(new VmError("VM_EXEC_FAILED", "the command is empty"));
@@ -132,14 +136,16 @@ export class GondolinGuest implements GuestVm {
             },
           })
         : null;
-    const settled = proc.result.then(
-      (result) => ({
-        exitCode: result.exitCode,
-        ...(signalName(result.signal) ? { signal: signalName(result.signal)! } : {}),
-      }),
-      (error: unknown) => {
-        throw this.mapExecError(error);
-      },
+    const settled = this.fault.race(
+      proc.result.then(
+        (result) => ({
+          exitCode: result.exitCode,
+          ...(signalName(result.signal) ? { signal: signalName(result.signal)! } : {}),
+        }),
+        (error: unknown) => {
+          throw this.mapExecError(error);
+        },
+      ),
     );
     let result = settled;
     if (signal && token) {
@@ -168,7 +174,7 @@ export class GondolinGuest implements GuestVm {
 
   /** Kills the guest processes of a cancelled exec; resolves when done (at most ~10 s). */
   private killByToken(token: string): Promise<unknown> {
-    if (this.closed) return Promise.resolve();
+    if (this.closed || this.fault.current) return Promise.resolve();
     const killing = this.vm.exec(["/bin/sh", "-c", KILL_BY_TOKEN_SCRIPT, "sh", token]).result;
     const kill = Promise.race([killing, new Promise((resolve) => setTimeout(resolve, 10_000).unref())])
       .catch(() => undefined)
@@ -182,7 +188,7 @@ export class GondolinGuest implements GuestVm {
       if (this.closed) throw this.closedError();
       options.signal?.throwIfAborted();
       try {
-        return await this.vm.fs.readFile(path, options.signal ? { signal: options.signal } : {});
+        return await this.fault.race(this.vm.fs.readFile(path, options.signal ? { signal: options.signal } : {}));
       } catch (error) {
         throw mapFileError(error, path, "reading", options.signal);
       }
@@ -194,7 +200,7 @@ export class GondolinGuest implements GuestVm {
       if (this.closed) throw this.closedError();
       options.signal?.throwIfAborted();
       try {
-        await this.vm.fs.writeFile(path, data, options.signal ? { signal: options.signal } : {});
+        await this.fault.race(this.vm.fs.writeFile(path, data, options.signal ? { signal: options.signal } : {}));
       } catch (error) {
         throw mapFileError(error, path, "writing", options.signal);
       }

@@ -1,6 +1,8 @@
 import { execFile } from "node:child_process";
+import path from "node:path";
 import { VmError, messageOf } from "./errors.js";
 import { findExecutable } from "./host.js";
+import { hostDiskFullError } from "./host-disk.js";
 
 /** What `qemu-img info --output=json` tells about one image (the fields we use). */
 export interface QemuImageInfo {
@@ -29,6 +31,15 @@ export function mapQemuFailure(stderr: string, context: { action: string; path?:
       `${context.action}: the disk${context.path ? ` ${context.path}` : ""} is in use by another QEMU process; stop the VM using it first`,
       { cause, details },
     );
+  }
+  if (/No space left on device/i.test(text)) {
+    return hostDiskFullError({
+      dir: context.path ? path.dirname(context.path) : process.cwd(),
+      situation: "disk",
+      action: context.action,
+      cause,
+      details,
+    });
   }
   const missing = /Could not open '([^']+)': No such file or directory/.exec(text);
   if (missing) {

@@ -1,8 +1,10 @@
 import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import fsp from "node:fs/promises";
+import net from "node:net";
 import path from "node:path";
 import { QEMU_PID_FILE, prepareQemuLauncher, reapStrayQemu } from "../src/index.js";
+import { QmpMonitor } from "../src/qmp.js";
 import { TS_NODE_ARGS, tempDir } from "./helpers.js";
 
 let dir: string;
@@ -55,6 +57,80 @@ test("the launcher is a pdeathsig wrapper whose name keeps the arch", async () =
   const before = fs.statSync(launcher.qemuPath).mtimeMs;
   await prepareQemuLauncher(path.join(dir, "bin"));
   expect(fs.statSync(launcher.qemuPath).mtimeMs).toBe(before);
+});
+
+test("the launcher gives QEMU a QMP socket next to Gondolin's control socket, which QmpMonitor speaks", async () => {
+  const launcher = await prepareQemuLauncher(path.join(dir, "bin"));
+  const runtime = path.join(dir, "run");
+  await fsp.mkdir(runtime);
+  // Gondolin's control chardev connects out (server=off); a listening one is enough to test the wrapper.
+  const chardev = `socket,id=virtiocon0,path=${runtime}/ctl.sock,server=on,wait=off`;
+  const qemu = spawn(launcher.qemuPath, [...idleQemuArgs(`${dir}/qmp`), "-chardev", chardev], { stdio: "ignore" });
+  await new Promise((resolve) => qemu.once("spawn", resolve));
+  started.push(qemu.pid!);
+  const pauses: unknown[] = [];
+  const monitor = new QmpMonitor(path.join(runtime, "qmp.sock"), {
+    onIoErrorPause: (pause) => pauses.push(pause),
+    connectTimeoutMs: 10_000,
+  });
+  try {
+    await expect(monitor.connected).resolves.toBe(true);
+    // -S: QEMU waits before running the (absent) guest.
+    await expect(monitor.status()).resolves.toBe("prelaunch");
+    await expect(monitor.command("no-such-command")).rejects.toThrow(/CommandNotFound/);
+    expect(pauses).toEqual([]);
+  } finally {
+    monitor.close();
+  }
+  await expect(monitor.status()).rejects.toThrow(/not connected/);
+});
+
+test("QmpMonitor reports a guest paused on a disk error, also one that paused before it connected", async () => {
+  const socketPath = path.join(dir, "fake-qmp.sock");
+  let status = "io-error";
+  const sockets = new Set<net.Socket>();
+  // A scripted QMP server: greeting, answers by id, and a BLOCK_IO_ERROR event on demand.
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.write(JSON.stringify({ QMP: { version: {}, capabilities: [] } }) + "\r\n");
+    let buffer = "";
+    socket.on("data", (chunk) => {
+      buffer += String(chunk);
+      for (let i = buffer.indexOf("\n"); i !== -1; i = buffer.indexOf("\n")) {
+        const request = JSON.parse(buffer.slice(0, i)) as { execute: string; id: string };
+        buffer = buffer.slice(i + 1);
+        const answer = request.execute === "query-status" ? { status, running: status === "running" } : {};
+        socket.write(JSON.stringify({ return: answer, id: request.id }) + "\r\n");
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+  const pauses: unknown[] = [];
+  const monitor = new QmpMonitor(socketPath, { onIoErrorPause: (pause) => pauses.push(pause) });
+  try {
+    await expect(monitor.connected).resolves.toBe(true);
+    // Paused before we connected: no event reached us, query-status tells.
+    expect(pauses).toEqual([{ nospace: undefined, reason: undefined, operation: undefined, device: undefined }]);
+    status = "running";
+    const event = {
+      event: "BLOCK_IO_ERROR",
+      data: { device: "drive0", operation: "write", action: "stop", nospace: true, reason: "No space left on device" },
+    };
+    for (const socket of sockets) socket.write(JSON.stringify(event) + "\r\n");
+    // An error the guest is told about (action report) pauses nothing.
+    const reported = { event: "BLOCK_IO_ERROR", data: { ...event.data, action: "report", nospace: false } };
+    for (const socket of sockets) socket.write(JSON.stringify(reported) + "\r\n");
+    await eventually(() => pauses.length === 2);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(pauses).toEqual([
+      expect.anything(),
+      { nospace: true, reason: "No space left on device", operation: "write", device: "drive0" },
+    ]);
+  } finally {
+    monitor.close();
+    for (const socket of sockets) socket.destroy();
+    await new Promise((resolve) => server.close(resolve));
+  }
 });
 
 test("SIGKILL of the owning process takes QEMU down with it", async () => {

@@ -1,0 +1,43 @@
+import type { VmError } from "./errors.js";
+
+/**
+ * A failure of a running guest that no guest operation can outwait (QEMU paused the guest because
+ * the host disk is full): once raised, every operation in flight rejects with it, and new ones
+ * reject at once, instead of waiting for a guest that will not answer. Sticky until cleared.
+ */
+export class GuestFault {
+  private error: VmError | undefined;
+  private readonly waiters = new Set<(error: VmError) => void>();
+
+  /** The raised fault, if any. */
+  get current(): VmError | undefined {
+    return this.error;
+  }
+
+  /** Raises `error` unless a fault is already raised; returns whether this call raised it. */
+  raise(error: VmError): boolean {
+    if (this.error) return false;
+    this.error = error;
+    for (const reject of [...this.waiters]) reject(error);
+    this.waiters.clear();
+    return true;
+  }
+
+  /** Forgets the fault (the cause went away, e.g. the guest was resumed). */
+  clear(): void {
+    this.error = undefined;
+  }
+
+  /** `work`, or a rejection with the fault if one is raised before `work` settles. */
+  race<T>(work: Promise<T>): Promise<T> {
+    if (this.error) {
+      work.catch(() => undefined);
+      return Promise.reject(this.error);
+    }
+    return new Promise<T>((resolve, reject) => {
+      const onFault = (error: VmError) => reject(error);
+      this.waiters.add(onFault);
+      work.then(resolve, reject).finally(() => this.waiters.delete(onFault));
+    });
+  }
+}

@@ -1,0 +1,194 @@
+import net from "node:net";
+
+/** File name of the QMP socket QEMU listens on, next to Gondolin's control socket of the same VM. */
+export const QMP_SOCKET_NAME = "qmp.sock";
+
+/** What QEMU said when it paused the guest on a failed disk request (`BLOCK_IO_ERROR` data). */
+export interface IoErrorPause {
+  /** True when the host write failed with ENOSPC (the host file system is full). */
+  nospace: boolean | undefined;
+  /** QEMU's text for the host error, e.g. "No space left on device". */
+  reason: string | undefined;
+  /** `read` or `write`. */
+  operation: string | undefined;
+  /** The QEMU drive id (Gondolin's root disk is `drive0`). */
+  device: string | undefined;
+}
+
+/** Options of a {@link QmpMonitor}. */
+export interface QmpMonitorOptions {
+  /** Called (possibly more than once) when QEMU has paused the guest because a disk request failed. */
+  onIoErrorPause: (pause: IoErrorPause) => void;
+  /** Give up connecting after this long (default 300000: QEMU creates the socket early in its start). */
+  connectTimeoutMs?: number;
+  /** Deadline of one QMP command (default 5000). */
+  commandTimeoutMs?: number;
+}
+
+interface PendingCommand {
+  resolve(value: unknown): void;
+  reject(error: Error): void;
+  timer: NodeJS.Timeout;
+}
+
+/**
+ * A long-lived connection to QEMU's QMP socket that watches for the guest being paused on a disk
+ * error (`BLOCK_IO_ERROR` with action `stop`, or `query-status` reporting `io-error`), and sends
+ * the odd command (`cont`). QEMU's default drive policy (`werror=enospc`) pauses the guest when
+ * the host file system under its disk is full; without this watch every guest operation would
+ * just wait. The connection is retried until QEMU has created the socket; once QEMU exits it is
+ * simply gone.
+ */
+export class QmpMonitor {
+  private socket: net.Socket | undefined;
+  private closed = false;
+  private buffer = "";
+  private nextId = 1;
+  private readonly pending = new Map<string, PendingCommand>();
+  private lastError: IoErrorPause | undefined;
+  /** Resolves true once QMP is negotiated, false if it never could be (QEMU gone, monitor closed). */
+  readonly connected: Promise<boolean>;
+
+  constructor(
+    readonly socketPath: string,
+    private readonly options: QmpMonitorOptions,
+  ) {
+    this.connected = this.connectLoop();
+  }
+
+  /** Runs a QMP command and resolves with its `return`. */
+  command(execute: string, args?: Record<string, unknown>): Promise<unknown> {
+    const socket = this.socket;
+    if (!socket || this.closed || socket.destroyed) {
+      return Promise.reject(new Error(`QMP is not connected (${execute})`));
+    }
+    const id = `pisb-${this.nextId++}`;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new Error(`QMP ${execute} got no answer`));
+      }, this.options.commandTimeoutMs ?? 5000);
+      timer.unref?.();
+      this.pending.set(id, { resolve, reject, timer });
+      socket.write(JSON.stringify({ execute, id, ...(args ? { arguments: args } : {}) }) + "\r\n");
+    });
+  }
+
+  /** QEMU's run state (`running`, `paused`, `io-error`, ...). */
+  async status(): Promise<string> {
+    const result = (await this.command("query-status")) as { status?: unknown };
+    return String(result?.status);
+  }
+
+  /** Closes the connection (QEMU keeps running). Idempotent. */
+  close(): void {
+    this.closed = true;
+    this.socket?.destroy();
+    this.failPending(new Error("QMP monitor closed"));
+  }
+
+  private async connectLoop(): Promise<boolean> {
+    const deadline = Date.now() + (this.options.connectTimeoutMs ?? 300_000);
+    while (!this.closed && Date.now() < deadline) {
+      const socket = await this.tryConnect();
+      if (socket) {
+        if (this.closed) {
+          socket.destroy();
+          return false;
+        }
+        return this.negotiate(socket);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 100).unref?.());
+    }
+    return false;
+  }
+
+  private tryConnect(): Promise<net.Socket | undefined> {
+    return new Promise((resolve) => {
+      const socket = net.createConnection(this.socketPath);
+      socket.once("connect", () => {
+        socket.removeAllListeners("error");
+        resolve(socket);
+      });
+      socket.once("error", () => {
+        socket.destroy();
+        resolve(undefined);
+      });
+    });
+  }
+
+  private async negotiate(socket: net.Socket): Promise<boolean> {
+    this.socket = socket;
+    socket.setEncoding("utf8");
+    socket.unref();
+    socket.on("data", (chunk: string) => this.onData(chunk));
+    socket.on("error", () => undefined);
+    socket.on("close", () => this.failPending(new Error("QMP connection closed")));
+    try {
+      // The greeting arrives first; capabilities must be accepted before any other command.
+      await this.command("qmp_capabilities");
+      // A pause that happened before we connected raised its event to nobody: ask.
+      if ((await this.status()) === "io-error") this.reportPause(this.lastError);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  private onData(chunk: string): void {
+    this.buffer += chunk;
+    for (let newline = this.buffer.indexOf("\n"); newline !== -1; newline = this.buffer.indexOf("\n")) {
+      const line = this.buffer.slice(0, newline).trim();
+      this.buffer = this.buffer.slice(newline + 1);
+      if (line === "") continue;
+      let message: Record<string, unknown>;
+      try {
+        message = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        continue;
+      }
+      this.onMessage(message);
+    }
+  }
+
+  private onMessage(message: Record<string, unknown>): void {
+    if (typeof message.event === "string") {
+      const data = (message.data ?? {}) as Record<string, unknown>;
+      if (message.event === "BLOCK_IO_ERROR") {
+        const pause: IoErrorPause = {
+          nospace: typeof data.nospace === "boolean" ? data.nospace : undefined,
+          reason: typeof data.reason === "string" ? data.reason : undefined,
+          operation: typeof data.operation === "string" ? data.operation : undefined,
+          device: typeof data.device === "string" && data.device !== "" ? data.device : undefined,
+        };
+        this.lastError = pause;
+        if (data.action === "stop") this.reportPause(pause);
+      }
+      return;
+    }
+    const id = typeof message.id === "string" ? message.id : undefined;
+    const entry = id === undefined ? undefined : this.pending.get(id);
+    if (!entry) return;
+    this.pending.delete(id!);
+    clearTimeout(entry.timer);
+    if (message.error !== undefined) {
+      const error = message.error as { class?: unknown; desc?: unknown };
+      entry.reject(new Error(`QMP error ${String(error.class)}: ${String(error.desc)}`));
+    } else entry.resolve(message.return);
+  }
+
+  private reportPause(pause: IoErrorPause | undefined): void {
+    if (this.closed) return;
+    this.options.onIoErrorPause(
+      pause ?? { nospace: undefined, reason: undefined, operation: undefined, device: undefined },
+    );
+  }
+
+  private failPending(error: Error): void {
+    for (const [id, entry] of this.pending) {
+      this.pending.delete(id);
+      clearTimeout(entry.timer);
+      entry.reject(error);
+    }
+  }
+}
