@@ -1,6 +1,7 @@
 // Turns controller results, errors, progress and interruptions into Pi tool results: compact
 // text for the model, `details` for the renderer, `structuredContent` for code-mode scripts.
 
+import { DEFAULT_MAX_BYTES, formatSize, truncateHead, truncateTail } from "@earendil-works/pi-coding-agent";
 import type { AgentToolResult } from "@earendil-works/pi-coding-agent";
 import { isControllerError, type PreviewLinkInfo, type ProgressEvent } from "@pi-sandbox/controller/client";
 import { isSandboxExtensionError } from "./errors.js";
@@ -66,7 +67,60 @@ function summarize(action: string, result: Record<string, unknown>): string | un
   return undefined;
 }
 
-/** A successful action: help as plain text, every other result as compact JSON. */
+/** Result fields carrying guest text, the end of each that matters most, and how to see the rest. */
+const BULKY_FIELDS = [
+  {
+    key: "output",
+    keep: "last",
+    more: "redirect the command's output to a guest file and read it in parts (e.g. `cmd > /tmp/out 2>&1`, then `sed -n 1,400p /tmp/out`)",
+  },
+  { key: "content", keep: "first", more: "read the rest with exec (e.g. `tail -c +40001 <path> | head -c 40000`)" },
+  { key: "lines", keep: "last", more: "ask for fewer lines" },
+] as const;
+
+const bytes = (value: string) => Buffer.byteLength(value, "utf8");
+
+/**
+ * The model's copy of a result, within Pi's tool-output budget (DEFAULT_MAX_BYTES). When the JSON
+ * is too big, the largest guest-text field is cut (output keeps its end, file content its start,
+ * log lines the newest) and a `truncated` note says what was cut and how to see the rest.
+ * Code-mode scripts still receive the whole result as structuredContent.
+ */
+function modelBody(record: Record<string, unknown>): string {
+  const whole = JSON.stringify(record);
+  if (bytes(whole) <= DEFAULT_MAX_BYTES) return whole;
+  const field = BULKY_FIELDS.filter((f) => record[f.key] !== undefined)
+    .map((f) => ({ ...f, size: bytes(JSON.stringify(record[f.key])) }))
+    .sort((a, b) => b.size - a.size)[0];
+  if (!field) return truncateHead(whole, { maxBytes: DEFAULT_MAX_BYTES }).content;
+  const value = record[field.key];
+  const original = Array.isArray(value) ? (value as unknown[]).map(String).join("\n") : String(value);
+  // JSON escaping makes the cut text grow; shrink the budget until the whole body fits.
+  let budget = DEFAULT_MAX_BYTES - (bytes(whole) - field.size) - 512;
+  for (;;) {
+    const cut =
+      field.keep === "first"
+        ? truncateHead(original, { maxBytes: budget })
+        : truncateTail(original, { maxBytes: budget });
+    // A first line longer than the budget (minified code) comes back empty from truncateHead.
+    if (cut.firstLineExceedsLimit) {
+      cut.content = Buffer.from(original).subarray(0, budget).toString("utf8");
+      cut.outputBytes = bytes(cut.content);
+    }
+    // Line-based cutting drops a final newline; keep the text's own ending.
+    const tail = original.endsWith("\n") && !cut.content.endsWith("\n") ? `${cut.content}\n` : cut.content;
+    const kept = Array.isArray(value) ? (cut.content === "" ? [] : cut.content.split("\n")) : tail;
+    const body = JSON.stringify({
+      ...record,
+      [field.key]: kept,
+      truncated: `${field.key} cut to its ${field.keep} ${formatSize(cut.outputBytes)} of ${formatSize(cut.totalBytes)} to fit the tool-output limit; to see the rest, ${field.more}`,
+    });
+    if (bytes(body) <= DEFAULT_MAX_BYTES || budget <= 1024) return body;
+    budget -= bytes(body) - DEFAULT_MAX_BYTES + 256;
+  }
+}
+
+/** A successful action: help as plain text, every other result as compact JSON within Pi's budget. */
 export function successResult(peek: ActionPeek, result: unknown): SandboxToolResult {
   const details = base(peek, "ok");
   const record = isRecord(result) ? result : { result };
@@ -74,7 +128,12 @@ export function successResult(peek: ActionPeek, result: unknown): SandboxToolRes
   if (Array.isArray(record.previews)) details.previews = record.previews as PreviewLinkInfo[];
   const summary = summarize(peek.action, record);
   if (summary !== undefined) details.summary = summary;
-  const body = peek.action === "help" && typeof record.help === "string" ? record.help : JSON.stringify(result);
+  const body =
+    peek.action === "help" && typeof record.help === "string"
+      ? record.help
+      : isRecord(result)
+        ? modelBody(record)
+        : JSON.stringify(result);
   return { content: text(body), details, structuredContent: record as SandboxToolResult["structuredContent"] };
 }
 
