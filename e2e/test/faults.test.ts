@@ -6,7 +6,15 @@ import { readdir, symlink, writeFile, mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { isControllerError } from "@pi-sandbox/controller/client";
 import { execFileAsync, testImage } from "./support.js";
-import { fetchText, makeSandbox, qemuFor, qemuGone, sleep, teardown, type Sandbox } from "./support/product.js";
+import {
+  fetchText,
+  makeSandbox,
+  qemuFor,
+  qemuGone,
+  sleep,
+  teardown,
+  type Sandbox,
+} from "@pi-sandbox/controller/testing";
 
 const APP_YAML = `profile: tiny
 diskGiB: 4

@@ -1,6 +1,6 @@
 // Five tiny instances at once on one host, created concurrently from one prepared template: each
 // serves its own preview and answers exec, then all stop and no QEMU is left.
-import { fetchText, makeSandbox, qemuFor, teardown, type Sandbox } from "./support/product.js";
+import { fetchText, makeSandbox, qemuFor, teardown, type Sandbox } from "@pi-sandbox/controller/testing";
 
 const YAML = `profile: tiny
 diskGiB: 4

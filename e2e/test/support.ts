@@ -5,18 +5,12 @@ import { mkdtemp, rm } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
 import { VM, createHttpHooks } from "@earendil-works/gondolin";
+import { testImage } from "@pi-sandbox/controller/testing";
 
 export const execFileAsync = promisify(execFile);
 
 /** The assets directory jest.test-image.cjs put into the environment. */
-export function testImage(): string {
-  const dir = process.env.PI_SANDBOX_TEST_IMAGE;
-  if (!dir)
-    throw new Error(
-      "PI_SANDBOX_TEST_IMAGE is unset: run this suite through e2e/jest.config.cjs (its globalSetup builds the image)",
-    );
-  return dir;
-}
+export { testImage };
 
 /**
  * Accelerator for test VMs. TCG unless PI_SANDBOX_TEST_ACCEL says otherwise: development and CI

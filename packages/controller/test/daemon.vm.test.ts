@@ -1,25 +1,24 @@
 // The daemon outlives its client, and racing clients leave one consistent instance.
 import { spawn } from "node:child_process";
-import { rm } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { isControllerError } from "../src/client/index.js";
-import { caller, makeSandbox, qemuProcessesFor, stopAll } from "./helpers.js";
+import { makeSandbox, qemuFor, qemuGone, teardown, type Sandbox } from "../src/testing.js";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
 /** Rounds of the start/stop/exec race (the issue asks for 10; each costs about one TCG boot). */
 const ROUNDS = Number(process.env.PI_SANDBOX_RACE_ROUNDS ?? 10);
 
-let sandbox: Awaited<ReturnType<typeof makeSandbox>>;
-let call: ReturnType<typeof caller>;
+let sandbox: Sandbox;
+let call: Sandbox["call"];
 
 beforeAll(async () => {
-  sandbox = await makeSandbox("profile: tiny\ndiskGiB: 4\n");
-  call = caller(sandbox.env, sandbox.dir);
+  sandbox = await makeSandbox("pst-");
+  await sandbox.writeConfig("profile: tiny\ndiskGiB: 4\n");
+  call = sandbox.call;
 });
 
 afterAll(async () => {
-  await stopAll(sandbox.env, sandbox.dir);
-  await rm(sandbox.dir, { recursive: true, force: true });
+  expect(await teardown(sandbox)).toEqual([]);
 });
 
 test("a create whose client is killed mid-boot finishes; another process then uses the instance", async () => {
@@ -67,9 +66,7 @@ test(`two clients racing start/stop/exec for ${ROUNDS} rounds end consistent`, a
     if (view.state === "running") {
       expect((await call({ action: "exec", name: "keep", cmd: "echo ok" })).output).toBe("ok\n");
     } else {
-      for (let i = 0; i < 50 && qemuProcessesFor(sandbox.dir).length > 0; i++)
-        await new Promise((r) => setTimeout(r, 100));
-      expect(qemuProcessesFor(sandbox.dir)).toEqual([]);
+      expect(await qemuGone(sandbox.dir, 5000)).toEqual([]);
     }
   }
   await attempt({ action: "stop", name: "keep" });
@@ -79,7 +76,7 @@ test(`two clients racing start/stop/exec for ${ROUNDS} rounds end consistent`, a
 test("a QEMU killed behind the daemon's back reads failed with the reason, and the daemon exits", async () => {
   const created = await call({ action: "create", name: "crashy", config: "sandbox.yaml" });
   expect(created.state).toBe("running");
-  const [qemu] = qemuProcessesFor(`${sandbox.dir}/state/instances/crashy/`);
+  const [qemu] = qemuFor(`${sandbox.dir}/state/instances/crashy/`);
   expect(qemu).toBeDefined();
   process.kill(qemu!, "SIGKILL");
   let view = await call({ action: "inspect", name: "crashy" });

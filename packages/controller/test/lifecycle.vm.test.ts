@@ -1,7 +1,6 @@
 // The seed README walkthrough on a real VM through the client API, as a user would drive it.
-import { rm } from "node:fs/promises";
 import { ControllerError } from "../src/client/index.js";
-import { caller, makeSandbox, qemuProcessesFor, stopAll } from "./helpers.js";
+import { fetchText, makeSandbox, qemuFor, qemuGone, teardown, type Sandbox } from "../src/testing.js";
 
 const SEED_YAML = `profile: tiny
 diskGiB: 4
@@ -14,23 +13,18 @@ services:
     preview: true
 `;
 
-let sandbox: Awaited<ReturnType<typeof makeSandbox>>;
-let call: ReturnType<typeof caller>;
+let sandbox: Sandbox;
+let call: Sandbox["call"];
 
 beforeAll(async () => {
-  sandbox = await makeSandbox(SEED_YAML);
-  call = caller(sandbox.env, sandbox.dir);
+  sandbox = await makeSandbox("pst-");
+  await sandbox.writeConfig(SEED_YAML);
+  call = sandbox.call;
 });
 
 afterAll(async () => {
-  await stopAll(sandbox.env, sandbox.dir);
-  await rm(sandbox.dir, { recursive: true, force: true });
+  expect(await teardown(sandbox)).toEqual([]);
 });
-
-async function fetchText(url: string): Promise<string> {
-  const res = await fetch(url);
-  return `${res.status} ${await res.text()}`;
-}
 
 test("create → preview → exec → files → stop → start keeps the URL and the files", async () => {
   const stages: string[] = [];
@@ -85,8 +79,7 @@ test("a SIGKILLed daemon reads interrupted at once, leaves no QEMU, and start re
   while (view.state !== "interrupted" && Date.now() - t0 < 1000) view = await call({ action: "inspect", name: "demo" });
   expect(view.state).toBe("interrupted");
   expect(view.hint).toMatch(/start/);
-  for (let i = 0; i < 50 && qemuProcessesFor(sandbox.dir).length > 0; i++) await new Promise((r) => setTimeout(r, 100));
-  expect(qemuProcessesFor(sandbox.dir)).toEqual([]);
+  expect(await qemuGone(sandbox.dir, 5000)).toEqual([]);
   const started = await call({ action: "start", name: "demo" });
   expect(started.state).toBe("running");
   expect((await call({ action: "read", name: "demo", path: "/workspace/note.txt" })).content).toBe(
@@ -134,5 +127,5 @@ test("destroy refuses a wrong confirm, then removes everything", async () => {
     await expect(call({ action: "destroy", name, confirm: name })).resolves.toMatchObject({ destroyed: name });
   }
   expect((await call({ action: "list" })).instances).toEqual([]);
-  expect(qemuProcessesFor(sandbox.dir)).toEqual([]);
+  expect(qemuFor(sandbox.dir)).toEqual([]);
 });

@@ -1,0 +1,106 @@
+// Test support for suites that drive pi-sandbox as a user does: a short temp dir holding
+// sandbox.yaml files and a private state root, every action through the client (so the daemon
+// runs from this package's dist/), and helpers to check that no QEMU outlives a test.
+// Not part of the product's API; used by this package's, pi-extension's and e2e's real-VM tests.
+import { execFileSync } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { callAction, type CallActionOptions } from "./client/index.js";
+
+/** Loose JSON result of an action, as tests read it. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
+export type LooseResult = Record<string, any>;
+
+export interface Sandbox {
+  /** Holds the sandbox.yaml files and state/. */
+  dir: string;
+  /** The state root ($PI_SANDBOX_HOME). */
+  home: string;
+  env: NodeJS.ProcessEnv;
+  /** Calls one action from `dir` with `env`. */
+  call: (action: Record<string, unknown>, options?: CallActionOptions) => Promise<LooseResult>;
+  /** Writes `<dir>/<file>` with `version: 1`, an `image:` line and `body`; returns its path. */
+  writeConfig: (body: string, file?: string, image?: string) => Promise<string>;
+}
+
+/** The guest assets directory a jest globalSetup put into PI_SANDBOX_TEST_IMAGE. */
+export function testImage(): string {
+  const dir = process.env.PI_SANDBOX_TEST_IMAGE;
+  if (!dir)
+    throw new Error(
+      "PI_SANDBOX_TEST_IMAGE is not set: run real-VM suites through their jest config (its globalSetup builds the image)",
+    );
+  return dir;
+}
+
+/**
+ * A sandbox in `<parent>/<prefix>XXXXXX` with its state root inside. Keep `parent` short: the
+ * daemons' unix sockets live under the state root.
+ */
+export async function makeSandbox(prefix: string, parent = "/tmp"): Promise<Sandbox> {
+  const dir = await mkdtemp(join(parent, prefix));
+  const home = join(dir, "state");
+  const env = { ...process.env, PI_SANDBOX_HOME: home };
+  return {
+    dir,
+    home,
+    env,
+    call: (action, options = {}) => callAction(action, { env, cwd: dir, ...options }) as Promise<LooseResult>,
+    writeConfig: async (body, file = "sandbox.yaml", image = testImage()) => {
+      const path = join(dir, file);
+      await writeFile(path, `version: 1\nimage: ${image}\n${body}`);
+      return path;
+    },
+  };
+}
+
+/** PIDs of QEMU processes whose command line mentions `needle` (e.g. a state root). */
+export function qemuFor(needle: string): number[] {
+  try {
+    return execFileSync("pgrep", ["-f", `qemu-system.*${needle}`], { encoding: "utf8" })
+      .split("\n")
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** Waits up to `ms` for every QEMU of `needle` to be gone; returns those left. */
+export async function qemuGone(needle: string, ms = 15_000): Promise<number[]> {
+  const deadline = Date.now() + ms;
+  while (qemuFor(needle).length > 0 && Date.now() < deadline) await sleep(200);
+  return qemuFor(needle);
+}
+
+/**
+ * Stops every live instance, SIGKILLs any QEMU still left after that, then removes the sandbox
+ * dir unless `keep`. Best effort; returns the QEMU pids that had to be killed.
+ */
+export async function teardown(sandbox: Sandbox | undefined, options: { keep?: boolean } = {}): Promise<number[]> {
+  if (!sandbox) return [];
+  const list = await sandbox.call({ action: "list" }).catch(() => ({ instances: [] }));
+  await Promise.all(
+    (list.instances as { name: string; state: string }[])
+      .filter((v) => v.state === "running" || v.state === "starting" || v.state === "stopping")
+      .map((v) => sandbox.call({ action: "stop", name: v.name }).catch(() => undefined)),
+  );
+  const left = await qemuGone(sandbox.home);
+  for (const pid of left) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+  if (!options.keep) await rm(sandbox.dir, { recursive: true, force: true });
+  return left;
+}
+
+/** GET `url` and return "status body". */
+export async function fetchText(url: string): Promise<string> {
+  const res = await fetch(url, { signal: AbortSignal.timeout(60_000) });
+  return `${res.status} ${await res.text()}`;
+}
