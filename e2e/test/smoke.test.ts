@@ -98,6 +98,56 @@ test("the guest runs the expected kernel and has python3 and the tools the suite
   expect(tools.stdout).toBe("");
 });
 
+test("the guest has Node 24, npm, node-gyp, bun, make, g++ and fd on PATH", async () => {
+  const versions = await guest().exec(
+    "node --version; npm --version; node-gyp --version; bun --version; bunx --version; make --version | head -1; " +
+      "g++ --version | head -1; fd --version; tar --version | head -1",
+  );
+  expect(versions.exitCode).toBe(0);
+  const lines = versions.stdout.trim().split("\n");
+  expect(lines[0]).toMatch(/^v24\.\d+\.\d+$/);
+  expect(lines[1]).toMatch(/^11\.\d+\.\d+$/);
+  expect(lines[2]).toMatch(/^v\d+\.\d+\.\d+$/);
+  expect(lines[3]).toMatch(/^1\.\d+\.\d+$/);
+  expect(lines[4]).toBe(lines[3]);
+  expect(lines[5]).toMatch(/^GNU Make /);
+  expect(lines[6]).toMatch(/^g\+\+ /);
+  expect(lines[7]).toMatch(/^fd(find)? \d+\./);
+  expect(lines[8]).toMatch(/^tar \(GNU tar\) /);
+});
+
+test("node-gyp builds a Node-API addon without downloading headers (nodejs.org is off the allow-list)", async () => {
+  await guest().fs.mkdir("/root/addon", { recursive: true });
+  await guest().fs.writeFile(
+    "/root/addon/binding.gyp",
+    JSON.stringify({ targets: [{ target_name: "hello", sources: ["hello.c"] }] }),
+  );
+  await guest().fs.writeFile(
+    "/root/addon/hello.c",
+    [
+      "#include <node_api.h>",
+      "static napi_value Hello(napi_env env, napi_callback_info info) {",
+      "  napi_value out;",
+      '  napi_create_string_utf8(env, "built in the guest", NAPI_AUTO_LENGTH, &out);',
+      "  return out;",
+      "}",
+      "NAPI_MODULE_INIT() {",
+      "  napi_value fn;",
+      '  napi_create_function(env, "hello", NAPI_AUTO_LENGTH, Hello, NULL, &fn);',
+      '  napi_set_named_property(env, exports, "hello", fn);',
+      "  return exports;",
+      "}",
+      "",
+    ].join("\n"),
+  );
+  const build = await guest().exec(
+    "cd /root/addon && node-gyp rebuild >build.log 2>&1 || { tail -n 30 build.log; exit 1; }; " +
+      "node -e 'console.log(require(\"./build/Release/hello.node\").hello())'",
+  );
+  expect(build.stdout).toBe("built in the guest\n");
+  expect(build.exitCode).toBe(0);
+}, 300_000);
+
 test("/root lives on the root disk, not on a tmpfs", async () => {
   const fsType = await guest().exec("stat -f -c %T /root; findmnt -n -o TARGET --target /root");
   expect(fsType.stdout).toBe("ext2/ext3\n/\n");

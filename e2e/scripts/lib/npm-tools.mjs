@@ -8,6 +8,9 @@ import path from "node:path";
 import { NPM_TOOLS } from "./config.mjs";
 import { log, run } from "./proc.mjs";
 
+/** Where node-gyp finds Node's headers (include/node below it) in the guest. */
+export const NODE_DIR = "/usr/local";
+
 /** OpenSSL header sets kept from Node's include/node/openssl/archs: only the guest's. */
 const OPENSSL_ARCH = "linux-x86_64";
 
@@ -78,8 +81,8 @@ async function link(target, at) {
  * - lib/node_modules/npm with bin/npm, bin/npx and bin/node-gyp (npm's bundled node-gyp);
  * - bin/bun and bin/bunx;
  * - bin/fd -> /usr/bin/fdfind (Debian's name for fd).
- * node-gyp would download Node's headers from nodejs.org, which guests cannot reach: its header
- * cache for this Node version (`/root/.cache/node-gyp/<version>`) points at include/node instead.
+ * node-gyp would download Node's headers from nodejs.org, which guests cannot reach: npm's global
+ * config (etc/npmrc) and the environment /init exports (rootfs.mjs) set its nodedir to /usr/local.
  *
  * @returns {Promise<{node: string, npm: string, nodeGyp: string, bun: string}>} the versions
  */
@@ -121,11 +124,9 @@ export async function installNpmTools({ root, work, tarballs, logFile }) {
     await link(target, path.join(local, "bin", name));
   }
   const gyp = JSON.parse(await readFile(path.join(gypDir, "package.json"), "utf8"));
-  const headerCache = path.join(root, "root", ".cache", "node-gyp", nodeVersion);
-  await rm(headerCache, { recursive: true, force: true });
-  await mkdir(headerCache, { recursive: true });
-  await symlink("/usr/local/include", path.join(headerCache, "include"));
-  await writeFile(path.join(headerCache, "installVersion"), `${gyp.installVersion}\n`);
+  // npm's global config; the rootfs /init also exports npm_config_nodedir for node-gyp run alone.
+  await mkdir(path.join(local, "etc"), { recursive: true });
+  await writeFile(path.join(local, "etc", "npmrc"), `nodedir=${NODE_DIR}\n`);
 
   const bun = await unpack(tarballs.bun, path.join(stage, "bun"), logFile);
   await copyFile(path.join(bun, "bin", "bun"), path.join(local, "bin", "bun"));

@@ -18,6 +18,7 @@ import {
 } from "./config.mjs";
 import { replaceOnce } from "./initramfs.mjs";
 import { normalizeMtimes } from "./normalize.mjs";
+import { NODE_DIR } from "./npm-tools.mjs";
 import { log, run } from "./proc.mjs";
 
 /**
@@ -27,7 +28,9 @@ import { log, run } from "./proc.mjs";
  * - no second DHCP round when the initramfs already configured eth0;
  * - rngd only when it exists (Debian's minbase has none; the kernel seeds itself from virtio-rng);
  * - the MITM CA goes into the system bundle without running Debian's update-ca-certificates,
- *   whose per-certificate work took over a minute of every boot under TCG.
+ *   whose per-certificate work took over a minute of every boot under TCG;
+ * - npm_config_nodedir points node-gyp at the Node headers in the image (it would download them
+ *   from nodejs.org, which guests cannot reach).
  */
 export function rootfsInit(script) {
   let s = script;
@@ -55,6 +58,12 @@ export function rootfsInit(script) {
     "if command -v udhcpc > /dev/null 2>&1; then\n",
     "if command -v udhcpc > /dev/null 2>&1 && ! ip -4 addr show dev eth0 2>/dev/null | grep -q 'inet '; then\n",
     "the udhcpc block",
+  );
+  s = replaceOnce(
+    s,
+    "export XDG_CACHE_HOME=/tmp/.cache\n",
+    `export XDG_CACHE_HOME=/tmp/.cache\nexport npm_config_nodedir=${NODE_DIR}\n`,
+    "the XDG_CACHE_HOME export",
   );
   s = replaceOnce(
     s,
