@@ -1,8 +1,13 @@
-// Host disk nearly full at stop: the state root lives on a small loop-mounted ext4. The run's data
-// is already in its own layer, so the checkpoint needs no headroom: stop completes, and the next
-// start (after space is freed) reopens it with both the old and the new files. (A host that fills
-// up *while* the guest writes freezes the guest instead; that is reported as a product bug.)
+// The host disk under the state root (a small loop-mounted ext4) fills up (issue #10).
+// 1. Nearly full at stop: the run's data is already in its own layer, so the checkpoint needs no
+//    headroom: stop completes, and the next start (after space is freed) reopens it with both the
+//    old and the new files.
+// 2. Full while the guest writes: QEMU pauses the guest. Nothing hangs: the exec and the stop fail
+//    fast with VM_HOST_DISK_FULL naming the full file system, the previous checkpoint stays
+//    current (pointer unchanged, `qemu-img check` clean), no QEMU is left, and a start after
+//    space is freed reopens that checkpoint.
 import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { mkdtemp, rm, statfs, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { makeSandbox, qemuGone, sleep, teardown, type Sandbox } from "./support/product.js";
@@ -95,3 +100,70 @@ test("stop with the host almost full still completes its checkpoint; start reope
   expect(big.output).toBe(`${300 * MiB}\n`);
   expect((await box.call({ action: "stop", name: "full" })).state).toBe("stopped");
 }, 480_000);
+
+test("the host fills while the guest writes: exec and stop fail fast with VM_HOST_DISK_FULL; the old checkpoint reopens", async () => {
+  const box = sandbox!;
+  const disk = join(box.home, "instances", "paused", "disk");
+  const pointer = () => readFileSync(join(disk, "disk.json"), "utf8");
+  expect((await box.call({ action: "create", name: "paused", config: "sandbox.yaml" })).state).toBe("running");
+  await box.call({ action: "write", name: "paused", path: "/workspace/marker.txt", content: "kept\n" });
+  expect((await box.call({ action: "stop", name: "paused" })).state).toBe("stopped");
+  const checkpoint = pointer();
+  expect((await box.call({ action: "start", name: "paused" })).state).toBe("running");
+
+  const filler = join(mnt, "filler");
+  await writeFile(filler, Buffer.alloc(0));
+  execFileSync("fallocate", ["-l", String((await freeBytes(mnt)) - 20 * MiB), filler]);
+  const expectDiskFull = async (work: Promise<unknown>, withinMs: number, label: string) => {
+    const t0 = Date.now();
+    const outcome = await work.then(
+      (v) => ({ ok: true as const, v }),
+      (e: { code?: string; message?: string; details?: Record<string, unknown> }) => ({ ok: false as const, e }),
+    );
+    const took = Date.now() - t0;
+    process.stderr.write(
+      `disk-full: ${label} after ${(took / 1000).toFixed(1)} s -> ${JSON.stringify(outcome).slice(0, 600)}\n`,
+    );
+    expect(outcome.ok).toBe(false);
+    const error = (outcome as { e: { code?: string; message?: string; details?: Record<string, unknown> } }).e;
+    expect(error.code).toBe("VM_HOST_DISK_FULL");
+    expect(error.message).toMatch(new RegExp(`host file system ${mnt} (is full|ran out of space)`));
+    expect(error.details).toMatchObject({ mountPoint: mnt });
+    expect(took).toBeLessThan(withinMs);
+    return error;
+  };
+
+  // 100 MiB into a host file system with 20 MiB left: QEMU pauses the guest mid-write.
+  await expectDiskFull(
+    box.call({
+      action: "exec",
+      name: "paused",
+      cmd: "dd if=/dev/zero of=/workspace/big bs=1M count=100 conv=fsync",
+      timeoutMs: 60_000,
+    }),
+    100_000,
+    "exec",
+  );
+  // Further guest actions do not wait for the paused guest either.
+  await expectDiskFull(box.call({ action: "exec", name: "paused", cmd: "true" }), 5_000, "second exec");
+
+  const stopped = await expectDiskFull(box.call({ action: "stop", name: "paused" }), 60_000, "stop");
+  expect(stopped.message).toMatch(/previous checkpoint is still current/);
+  expect(await qemuGone(disk)).toEqual([]);
+  expect(pointer()).toBe(checkpoint);
+  const layers = (JSON.parse(checkpoint) as { layers: string[] }).layers;
+  for (const layer of layers) execFileSync("qemu-img", ["check", "-q", "-f", "qcow2", join(disk, layer)]);
+  const view = await box.call({ action: "inspect", name: "paused" });
+  expect((view.errors as { code: string }[]).map((e) => e.code)).toContain("VM_HOST_DISK_FULL");
+
+  await rm(filler);
+  expect((await box.call({ action: "start", name: "paused" })).state).toBe("running");
+  expect((await box.call({ action: "read", name: "paused", path: "/workspace/marker.txt" })).content).toBe("kept\n");
+  const big = await box.call({
+    action: "exec",
+    name: "paused",
+    cmd: "test -e /workspace/big && echo big || echo none",
+  });
+  expect(big.output).toBe("none\n");
+  expect((await box.call({ action: "stop", name: "paused" })).state).toBe("stopped");
+}, 420_000);

@@ -254,9 +254,18 @@ export class GondolinGuest implements GuestVm {
     if (this.closed) throw this.closedError();
     const user = options.user ?? "root";
     let access: Awaited<ReturnType<VM["enableSsh"]>>;
+    const enabling = this.vm.enableSsh({ user });
     try {
-      access = await this.vm.enableSsh({ user });
+      access = await this.fault.race(enabling);
     } catch (error) {
+      if (error instanceof VmError) {
+        // A paused guest: close the forwarder should it ever come up.
+        enabling.then(
+          (late) => late.close(),
+          () => undefined,
+        );
+        throw error;
+      }
       const message = messageOf(error);
       const tool = /sshd not/.test(message) ? "sshd" : /sandboxssh not/.test(message) ? "sandboxssh" : undefined;
       if (tool) {

@@ -96,18 +96,17 @@ export function hostDiskFullError(options: {
 }): VmError {
   const { dir, situation, name } = options;
   const space = hostSpaceOf(dir);
-  const where = space
-    ? `the host file system ${space.mountPoint} is full (${formatBytes(space.freeBytes)} free of ${formatBytes(space.totalBytes)})`
-    : `the host file system holding ${dir} is full`;
   const mount = space?.mountPoint ?? dir;
-  const vm = name ?? dir;
+  const free = space ? ` (${formatBytes(space.freeBytes)} free of ${formatBytes(space.totalBytes)})` : "";
+  const where = `the host file system ${mount} is full${free}`;
+  const vm = name ? `the VM ${name}` : `the VM of ${dir}`;
   let message: string;
   switch (situation) {
     case "running":
-      message = `${where}, so QEMU paused the guest of ${vm} on a disk write; nothing it wrote is lost yet. Free space on ${mount}, then stop ${vm} (it resumes and saves its work if there is room again) and start it again`;
+      message = `${where}, so QEMU paused ${vm} on a disk write; nothing it wrote is lost yet. Free space on ${mount}, then stop it (it resumes and saves its work if there is room again) and start it again`;
       break;
     case "stop":
-      message = `${where}, so stopping ${vm} could not save its disk: work since the last start was dropped and the previous checkpoint is still current. Free space on ${mount}, then start ${vm} again`;
+      message = `the host file system ${mount} ran out of space${space ? ` (${formatBytes(space.freeBytes)} free now)` : ""}, so stopping ${vm} could not save its disk: work since the last start was dropped and the previous checkpoint is still current. Free space on ${mount}, then start it again`;
       break;
     case "start":
       message = `${where}, and starting ${vm} needs some space for its disk in ${dir}. Free space on ${mount}, then start it again`;

@@ -93,7 +93,7 @@ async function expectDiskFull(work: Promise<unknown>, withinMs: number): Promise
   if (!isVmError(error, "VM_HOST_DISK_FULL")) throw error;
   expect(took).toBeLessThan(withinMs);
   // The message names the full file system and says what to do.
-  expect(error.message).toContain(`host file system ${stateRoot} is full`);
+  expect(error.message).toMatch(new RegExp(`host file system ${stateRoot} (is full|ran out of space)`));
   expect(error.message).toMatch(/Free space on /);
   expect(error.details).toMatchObject({ mountPoint: stateRoot, dir: diskDir });
   return error;

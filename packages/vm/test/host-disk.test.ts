@@ -38,13 +38,14 @@ describe("the host file system under a disk", () => {
       expect(running.message).toMatch(
         new RegExp(`^the host file system ${mount.replace(/[/.]/g, "\\$&")} is full \\(\\d+\\.\\d (MiB|GiB) free of`),
       );
-      expect(running.message).toContain("QEMU paused the guest of web");
-      expect(running.message).toContain(`Free space on ${mount}, then stop web`);
+      expect(running.message).toContain("QEMU paused the VM web on a disk write");
+      expect(running.message).toContain(`Free space on ${mount}, then stop it`);
       expect(running.details).toMatchObject({ dir, name: "web", mountPoint: mount });
       expect(typeof running.details.freeBytes).toBe("number");
       const stop = hostDiskFullError({ dir, situation: "stop", name: "web" });
       expect(stop.message).toContain("previous checkpoint is still current");
-      expect(stop.message).toContain("then start web again");
+      expect(stop.message).toContain(`the host file system ${mount} ran out of space`);
+      expect(stop.message).toContain("then start it again");
       const disk = hostDiskFullError({ dir, situation: "disk", action: "creating a disk layer" });
       expect(disk.message).toContain(`creating a disk layer in ${dir} failed`);
     } finally {
@@ -66,7 +67,7 @@ describe("the host file system under a disk", () => {
       "web",
     );
     expect(isVmError(start, "VM_HOST_DISK_FULL")).toBe(true);
-    expect((start as VmError).message).toContain("starting web needs some space");
+    expect((start as VmError).message).toContain("starting the VM web needs some space");
   });
 });
 

@@ -103,6 +103,7 @@ export class InstanceController {
   #gateway: PreviewGateway | undefined;
   #status: EntryStatus = { state: "stopped", updatedAt: new Date().toISOString() };
   #errors: RecordedError[] = [];
+  #recordedFault: unknown;
   #exiting = false;
   /** Resolves when the daemon should exit (after stop, destroy or prepare). */
   readonly finished: Promise<void>;
@@ -496,8 +497,9 @@ export class InstanceController {
       this.#finish();
       return this.#view();
     }
-    await this.#setState("stopping");
     try {
+      // Best effort: on a full host disk the status cannot be written, and the stop must go on.
+      await this.#setState("stopping").catch((e: unknown) => this.#log.warn(`writing status: ${String(e)}`));
       ctx.progress({ stage: "stop", message: "closing previews and stopping services" });
       const result = await this.#teardown({ checkpoint: true });
       ctx.progress({
@@ -584,9 +586,13 @@ export class InstanceController {
    */
   async #guestActionDuringLife(args: Record<string, unknown> & { action: string }): Promise<unknown> {
     const supervisor = this.#supervisor;
+    const vm = this.#vm;
     try {
       return await this.#guestAction(args);
     } catch (error) {
+      // The VM cannot answer (QEMU paused it on a full host disk): its own error says why and
+      // what to do, not the agent channel it took down.
+      if (vm?.fault && !isControllerError(error)) throw toControllerError(vm.fault);
       if (supervisor && this.#supervisor !== supervisor && !isControllerError(error)) {
         throw new ControllerError(
           "CONTROLLER_NOT_RUNNING",
@@ -710,6 +716,13 @@ export class InstanceController {
    */
   checkVm(): void {
     const vm = this.#vm;
+    const fault = vm?.fault;
+    if (fault && this.#recordedFault !== fault) {
+      // Recorded once; written when the host lets us (it may be the very disk that is full).
+      this.#recordedFault = fault;
+      this.#recordError(fault.code, fault.message);
+      void this.#setState(this.#status.state).catch(() => undefined);
+    }
     if (!vm || !vm.closed || this.busy || this.#exiting) return;
     void this.#queue(async () => {
       if (this.#vm !== vm) return;

@@ -29,7 +29,12 @@ export function createFileLogger(file: string, prefix: string): DaemonLogger {
       }
       written = 0;
     }
-    appendFileSync(file, line, { mode: 0o600 });
+    try {
+      appendFileSync(file, line, { mode: 0o600 });
+    } catch {
+      // A log line never fails the work it reports (e.g. on a full disk, which is itself reported).
+      return;
+    }
     written += Buffer.byteLength(line);
   };
   const make = (fullPrefix: string): DaemonLogger => ({
