@@ -10,7 +10,7 @@ import fsp from "node:fs/promises";
 import path from "node:path";
 import { DiskStore, isVmError, runInGuest, startVm, type RunningVm } from "../src/index.js";
 import { tempDir } from "./helpers.js";
-import { qemuProcessesUsing, testImage, vmOptions } from "./vm-support.js";
+import { memoryLogger, qemuProcessesUsing, testImage, vmOptions } from "./vm-support.js";
 
 const MiB = 1024 ** 2;
 const TMPFS_MIB = 192;
@@ -21,6 +21,7 @@ let mounted = false;
 let diskDir: string;
 let filler: string;
 const running = new Set<RunningVm>();
+let log = memoryLogger();
 
 beforeAll(async () => {
   ({ dir: root, cleanup } = await tempDir("pisb-vmfull-"));
@@ -46,7 +47,8 @@ afterAll(async () => {
 });
 
 async function boot(name: string): Promise<RunningVm> {
-  const vm = await startVm(vmOptions(name, diskDir, stateRoot));
+  log = memoryLogger();
+  const vm = await startVm(vmOptions(name, diskDir, stateRoot, { logger: log }));
   running.add(vm);
   return vm;
 }
@@ -150,6 +152,8 @@ test("the host fills under unsynced guest data: stop fails fast, the checkpoint 
   fillHost(1 * MiB);
   const error = await expectDiskFull(vm.stop(), 60_000);
   running.delete(vm);
+  // It was the stop's own sync that QEMU paused on.
+  expect(log.lines.join("\n")).toMatch(/QEMU paused the VM full on a disk write/);
   expect(error.message).toMatch(/previous checkpoint is still current/);
   expect(qemuProcessesUsing(diskDir)).toEqual([]);
   expect(pointerText()).toBe(before);
