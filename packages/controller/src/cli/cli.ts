@@ -23,7 +23,8 @@ const USAGE = `usage: pi-sandbox <command> [arguments] [--json]
   doctor [-c sandbox.yaml]             check the host (and an image)
   help                                 actions, YAML keys, limits
 
-Errors print {"error":{code,message,hint}} on stderr and exit 1.`;
+Errors exit 1 and print "error CODE: message" and a hint on stderr
+({"error":{code,message,hint}} with --json, and always for call).`;
 
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
