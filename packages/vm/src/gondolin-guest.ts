@@ -3,8 +3,10 @@ import { Writable, type Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
 import { VmError, messageOf } from "./errors.js";
 import { failedExecution, signalName } from "./exec-util.js";
+import { GuestTcpStream } from "./guest-tcp-stream.js";
 import { GuestFault } from "./guest-fault.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestVm } from "./guest-vm.js";
+import { LOOPBACK_QUICKACK_ARGV } from "./loopback-quickack.js";
 
 /** Environment variable that tags every process of a cancellable exec (and its descendants). */
 export const EXEC_TOKEN_ENV = "PI_SANDBOX_EXEC_TOKEN";
@@ -28,6 +30,8 @@ const KILL_BY_TOKEN_SCRIPT = [
 /** The private Gondolin server methods `connectTcp` relies on (checked at call time). */
 interface IngressCapableServer {
   openIngressStream(target: { host: string; port: number; timeoutMs?: number }): Promise<Duplex>;
+  /** The virtio queue under every ingress stream (optional: only paces writes). */
+  ingressBridge?: { pendingBytes?: number; socket?: { writableLength?: number } | null };
 }
 
 function ingressServerOf(vm: VM): IngressCapableServer {
@@ -40,6 +44,12 @@ function ingressServerOf(vm: VM): IngressCapableServer {
     );
   }
   return server as IngressCapableServer;
+}
+
+/** Bytes Gondolin holds for the guest on the ingress channel, all streams together. */
+function ingressQueuedBytes(server: IngressCapableServer): number {
+  const bridge = server.ingressBridge;
+  return (bridge?.pendingBytes ?? 0) + (bridge?.socket?.writableLength ?? 0);
 }
 
 /** Maps a Gondolin file-operation error. */
@@ -65,6 +75,7 @@ export class GondolinGuest implements GuestVm {
   private exited = false;
   private fileQueue: Promise<unknown> = Promise.resolve();
   private readonly pendingKills = new Set<Promise<unknown>>();
+  private loopbackTuning: Promise<void> | undefined;
 
   constructor(
     readonly name: string,
@@ -224,6 +235,7 @@ export class GondolinGuest implements GuestVm {
     }
     if (this.closed) throw this.closedError();
     const server = ingressServerOf(this.vm);
+    this.tuneLoopback();
     const timeoutMs = options.timeoutMs ?? 5000;
     const attempt = server.openIngressStream({ host: "127.0.0.1", port, timeoutMs });
     let onAbort: (() => void) | undefined;
@@ -233,7 +245,8 @@ export class GondolinGuest implements GuestVm {
       signal.addEventListener("abort", onAbort, { once: true });
     });
     try {
-      return await Promise.race([attempt, aborted]);
+      const stream = await Promise.race([attempt, aborted]);
+      return new GuestTcpStream(stream, { queuedBytes: () => ingressQueuedBytes(server) });
     } catch (error) {
       // A stream that arrives after we gave up must not leak.
       attempt.then((stream) => stream.destroy()).catch(() => undefined);
@@ -247,6 +260,19 @@ export class GondolinGuest implements GuestVm {
     } finally {
       if (onAbort) signal?.removeEventListener("abort", onAbort);
     }
+  }
+
+  /**
+   * Once per boot, in the background: immediate ACKs on the guest's loopback route, so streams
+   * kept alive across requests do not wait 40 ms per response on Nagle + delayed ACK (see
+   * `loopback-quickack.ts`). Best effort: without it connections work, only slower when reused.
+   */
+  private tuneLoopback(): void {
+    if (this.loopbackTuning || this.closed || this.fault.current) return;
+    this.loopbackTuning = this.vm.exec([...LOOPBACK_QUICKACK_ARGV]).result.then(
+      () => undefined,
+      () => undefined,
+    );
   }
 
   async enableSsh(options: { user?: string; signal?: AbortSignal } = {}): Promise<GuestSshAccess> {
