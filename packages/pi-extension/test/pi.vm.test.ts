@@ -172,6 +172,45 @@ test("/sandbox gives the user a working ssh command, the model is refused, and a
   expect(await fetchText(previewUrl)).toBe("200 Hello from the guest\n");
 });
 
+test("the rest of the seed walkthrough through Pi: stop, start, a template with an instance, destroy", async () => {
+  const input = (action: Record<string, unknown>) => ({ tool: "sandbox", args: { input: JSON.stringify(action) } });
+  fake.script(
+    input({ action: "stop", name: "demo" }),
+    input({ action: "start", name: "demo" }),
+    input({ action: "prepare", name: "web-base", config: "sandbox.yaml" }),
+    input({ action: "create", name: "review-one", template: "web-base" }),
+    input({ action: "destroy", name: "review-one", confirm: "demo" }),
+    input({ action: "destroy", name: "review-one", confirm: "review-one" }),
+    input({ action: "destroy", name: "web-base", kind: "templates", confirm: "web-base" }),
+  );
+  const run = await runPi(home, [...FAKE_MODEL_ARGS, "-e", PACKAGE_DIR, "--mode", "json", "walk the README"], {
+    timeoutMs: 900_000,
+  });
+  expect(run.code).toBe(0);
+  const [stopped, started, prepared, created, refused, destroyed, destroyedTemplate] = toolEnds(run.events);
+  const ok = (end: Json | undefined) => {
+    expect(end?.isError).toBe(false);
+    return JSON.parse(resultText(end!)) as Json;
+  };
+  expect(ok(stopped).state).toBe("stopped");
+  // Reopened from the checkpoint, on the same preview URL.
+  const reopened = ok(started);
+  expect(reopened.state).toBe("running");
+  expect(reopened.previews[0].url).toBe(previewUrl);
+  expect(await fetchText(previewUrl)).toBe("200 Hello from the guest\n");
+  expect(ok(prepared).state).toBe("prepared");
+  const fromTemplate = ok(created);
+  expect(fromTemplate).toMatchObject({ state: "running", template: "web-base" });
+  // Its own preview port (it is destroyed by the end of the run, so not fetched here).
+  expect(fromTemplate.previews[0].url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
+  expect(fromTemplate.previews[0].url).not.toBe(previewUrl);
+  expect(refused?.isError).toBe(true);
+  expect(resultText(refused!)).toMatch(/^CONTROLLER_CONFIRM_MISMATCH: /);
+  expect(ok(destroyed).destroyed).toBe("review-one");
+  expect(ok(destroyedTemplate).destroyed).toBe("web-base");
+  expect((await call({ action: "list" })).instances.map((v: Json) => v.name)).toEqual(["demo"]);
+});
+
 /** Polls until `check` holds (at most 30 s). */
 async function until(check: () => Promise<boolean>): Promise<void> {
   const deadline = Date.now() + 30_000;
