@@ -3,7 +3,9 @@ import type { Duplex } from "node:stream";
 /**
  * Opens a raw byte stream to `127.0.0.1:port` inside the guest. `signal` cancels the attempt
  * only: once the promise resolves, the stream belongs to the caller (it is closed by destroying
- * it). `GuestVm.connectTcp` from `@pi-sandbox/vm` has this shape.
+ * it). The stream must behave like a socket: every byte the guest sent is readable, and `end` is
+ * emitted, before `close`, even when the reader was paused as the guest closed. `GuestVm.connectTcp`
+ * from `@pi-sandbox/vm` has this shape and keeps that promise.
  */
 export type GuestConnector = (port: number, options: { signal?: AbortSignal }) => Promise<Duplex>;
 

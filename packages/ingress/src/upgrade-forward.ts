@@ -1,7 +1,6 @@
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { connectWithDeadline, type GuestConnector } from "./connector.js";
-import { adaptGuestStream } from "./guest-stream.js";
 import { sendRawAnswer } from "./pages.js";
 import { upstreamFailureAnswer, type ForwardContext } from "./http-forward.js";
 import { GuestConnectError } from "./upstream.js";
@@ -41,7 +40,7 @@ export async function forwardUpgrade(
 
   let guest: Duplex;
   try {
-    guest = adaptGuestStream(await connectWithDeadline(ctx.connector, port, ctx.connectTimeoutMs, cancel.signal));
+    guest = await connectWithDeadline(ctx.connector, port, ctx.connectTimeoutMs, cancel.signal);
   } catch (error) {
     if (cancel.signal.aborted) {
       client.destroy();

@@ -2,7 +2,6 @@ import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { Pool } from "undici";
 import { connectWithDeadline, type GuestConnector } from "./connector.js";
-import { adaptGuestStream } from "./guest-stream.js";
 
 /** Timeouts and pooling of the guest side of one preview. */
 export interface UpstreamOptions {
@@ -67,7 +66,7 @@ export class Upstream {
       connect: (_target, callback) => {
         connectWithDeadline(connector, guestPort, options.connectTimeoutMs, closing).then(
           // undici only uses the Duplex surface of what it calls a socket.
-          (stream) => callback(null, withHonestResets(adaptGuestStream(stream), guestPort) as Socket),
+          (stream) => callback(null, withHonestResets(stream, guestPort) as Socket),
           (error: unknown) => callback(new GuestConnectError(guestPort, error), null),
         );
       },

@@ -9,8 +9,8 @@ import { createServer as createNetServer, Socket, type Server as NetServer } fro
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { Duplex } from "node:stream";
-import { PreviewGateway, type GuestConnector, type PreviewGatewayOptions, type IngressLogger } from "../src/index.js";
+import type { Duplex } from "node:stream";
+import { PreviewGateway, type PreviewGatewayOptions, type IngressLogger } from "../src/index.js";
 import { loopbackConnector } from "../src/testing.js";
 
 /** A host-local stand-in for a guest server; `close()` also cuts its open connections. */
@@ -71,7 +71,14 @@ export interface RawResponse {
 /** A plain Node HTTP request with no connection reuse; rejects when the body is cut. */
 export function fetchRaw(
   url: string,
-  options: { method?: string; headers?: Record<string, string>; body?: Buffer | string; setHost?: boolean } = {},
+  options: {
+    method?: string;
+    headers?: Record<string, string>;
+    body?: Buffer | string;
+    setHost?: boolean;
+    /** Leave the response unread this long after its headers (a slow client). */
+    readAfterMs?: number;
+  } = {},
 ): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
     const req = httpRequest(url, {
@@ -90,6 +97,10 @@ export function fetchRaw(
         if (!res.complete) reject(new Error("response incomplete"));
         else resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) });
       });
+      if (options.readAfterMs) {
+        res.pause();
+        setTimeout(() => res.resume(), options.readAfterMs);
+      }
     });
     req.end(options.body);
   });
@@ -137,45 +148,3 @@ export async function tempDir(): Promise<{ dir: string; remove: () => Promise<vo
 
 /** Timestamp helper. */
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-/**
- * A connector whose streams behave like Gondolin's virtio TCP streams: data is pushed without
- * backpressure, and when the far end closes, the stream pushes EOF and destroys itself at once,
- * even if its reader has not consumed the buffered bytes yet.
- */
-export function virtioLikeConnector(): GuestConnector {
-  const base = loopbackConnector();
-  return async (port, options) => {
-    const socket = (await base(port, options)) as Socket;
-    let remoteClosed = false;
-    const stream = new Duplex({
-      read() {},
-      write(chunk: Buffer, _encoding, callback) {
-        if (remoteClosed) return callback(new Error("tcp stream closed"));
-        socket.write(chunk);
-        callback();
-      },
-      final(callback) {
-        if (!remoteClosed) socket.end();
-        callback();
-      },
-      destroy(error, callback) {
-        socket.destroy();
-        callback(error);
-      },
-    });
-    socket.on("data", (chunk: Buffer) => {
-      if (!remoteClosed) stream.push(chunk);
-    });
-    const remoteClose = () => {
-      if (remoteClosed) return;
-      remoteClosed = true;
-      stream.push(null);
-      stream.destroy();
-    };
-    socket.on("end", remoteClose);
-    socket.on("close", remoteClose);
-    socket.on("error", remoteClose);
-    return stream;
-  };
-}

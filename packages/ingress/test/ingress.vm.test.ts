@@ -41,6 +41,7 @@ describe("previews into a real VM", () => {
   guestServerSuite(() => ({ connector: guestVmConnector(testVm!.vm), guestPort }), {
     uploadBytes: 10 * 1024 * 1024,
     downloadBytes: 4 * 1024 * 1024,
+    lateRead: { bytes: 4 * 1024 * 1024, afterMs: 3_000 },
     concurrent: 20,
     closeWithinMs: 5_000,
   });

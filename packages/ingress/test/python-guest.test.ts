@@ -32,6 +32,7 @@ describe("the Python guest fixture on this host", () => {
   guestServerSuite(() => ({ connector: loopbackConnector({ plainDuplex: true }), guestPort }), {
     uploadBytes: 10 * 1024 * 1024,
     downloadBytes: 8 * 1024 * 1024,
+    lateRead: { bytes: 32 * 1024 * 1024, afterMs: 1_000 },
     concurrent: 100,
     closeWithinMs: 2_000,
   });

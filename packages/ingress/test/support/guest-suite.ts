@@ -18,6 +18,8 @@ export interface GuestSuiteTarget {
 export interface GuestSuiteSizes {
   uploadBytes: number;
   downloadBytes: number;
+  /** A close-delimited download the client leaves unread for `afterMs` after its headers. */
+  lateRead: { bytes: number; afterMs: number };
   concurrent: number;
   /** Bound for closeAll with hung clients, in ms. */
   closeWithinMs: number;
@@ -69,6 +71,14 @@ export function guestServerSuite(target: () => GuestSuiteTarget, sizes: GuestSui
     const res = await fetchRaw(`${origin}/close-delimited?n=${sizes.downloadBytes}`);
     expect(res.headers["transfer-encoding"]).toBe("chunked");
     expect(res.body.length).toBe(sizes.downloadBytes);
+    expect(sha(res.body)).toBe(res.headers["x-body-sha256"]);
+  });
+
+  test("a close-delimited download that the client starts reading late arrives whole", async () => {
+    // The guest may write everything and close while the client, and so the proxy, is not reading.
+    const { bytes, afterMs } = sizes.lateRead;
+    const res = await fetchRaw(`${origin}/close-delimited?n=${bytes}`, { readAfterMs: afterMs });
+    expect(res.body.length).toBe(bytes);
     expect(sha(res.body)).toBe(res.headers["x-body-sha256"]);
   });
 
