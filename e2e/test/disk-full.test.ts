@@ -10,7 +10,7 @@ import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { mkdtemp, rm, statfs, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { makeSandbox, qemuGone, sleep, teardown, type Sandbox } from "./support/product.js";
+import { makeSandbox, qemuGone, sleep, teardown, type Sandbox } from "@pi-sandbox/controller/testing";
 
 const MiB = 1024 * 1024;
 let outer: string;
