@@ -8,8 +8,15 @@ import path from "node:path";
 import { NPM_TOOLS } from "./config.mjs";
 import { log, run } from "./proc.mjs";
 
-/** Where node-gyp finds Node's headers (include/node below it) in the guest. */
-export const NODE_DIR = "/usr/local";
+/**
+ * node-gyp's header cache in the guest, ready-made: `<version>/include` links to the image's Node
+ * headers. /init links `$XDG_CACHE_HOME/node-gyp` here (Gondolin's init sets XDG_CACHE_HOME to a
+ * tmpfs), and `/root/.cache/node-gyp` links here for environments without XDG_CACHE_HOME.
+ */
+export const NODE_GYP_CACHE = "/usr/local/share/node-gyp";
+
+/** The guest's global npmrc (only keys npm knows: unknown ones warn on every command). */
+const NPMRC = "update-notifier=false\nfund=false\naudit=false\nfetch-retries=5\n";
 
 /** OpenSSL header sets kept from Node's include/node/openssl/archs: only the guest's. */
 const OPENSSL_ARCH = "linux-x86_64";
@@ -78,11 +85,13 @@ async function link(target, at) {
 /**
  * Unpack the fetched tools into `<root>/usr/local`:
  * - bin/node, include/node (OpenSSL headers of x86_64 Linux only), share/doc/node/LICENSE;
- * - lib/node_modules/npm with bin/npm, bin/npx and bin/node-gyp (npm's bundled node-gyp);
+ * - lib/node_modules/npm with bin/npm, bin/npx and bin/node-gyp (npm's bundled node-gyp), and
+ *   etc/npmrc (NPMRC);
  * - bin/bun and bin/bunx;
  * - bin/fd -> /usr/bin/fdfind (Debian's name for fd).
- * node-gyp would download Node's headers from nodejs.org, which guests cannot reach: npm's global
- * config (etc/npmrc) and the environment /init exports (rootfs.mjs) set its nodedir to /usr/local.
+ * node-gyp would download Node's headers from nodejs.org, which guests cannot reach: its header
+ * cache for this Node version is prepared in NODE_GYP_CACHE instead. (Setting `nodedir` would do
+ * too, but npm 11 warns about that key on every command.)
  *
  * @returns {Promise<{node: string, npm: string, nodeGyp: string, bun: string}>} the versions
  */
@@ -124,9 +133,17 @@ export async function installNpmTools({ root, work, tarballs, logFile }) {
     await link(target, path.join(local, "bin", name));
   }
   const gyp = JSON.parse(await readFile(path.join(gypDir, "package.json"), "utf8"));
-  // npm's global config; the rootfs /init also exports npm_config_nodedir for node-gyp run alone.
+  const headerCache = path.join(root, NODE_GYP_CACHE.slice(1), nodeVersion);
+  await rm(headerCache, { recursive: true, force: true });
+  await mkdir(headerCache, { recursive: true });
+  await symlink("/usr/local/include", path.join(headerCache, "include"));
+  await writeFile(path.join(headerCache, "installVersion"), `${gyp.installVersion}\n`);
+  await mkdir(path.join(root, "root", ".cache"), { recursive: true });
+  await link(NODE_GYP_CACHE, path.join(root, "root", ".cache", "node-gyp"));
+  // npm's global config: no update check on every command, and more patience with the registry
+  // (guests reach it through Gondolin's userspace network stack, slow under TCG).
   await mkdir(path.join(local, "etc"), { recursive: true });
-  await writeFile(path.join(local, "etc", "npmrc"), `nodedir=${NODE_DIR}\n`);
+  await writeFile(path.join(local, "etc", "npmrc"), NPMRC);
 
   const bun = await unpack(tarballs.bun, path.join(stage, "bun"), logFile);
   await copyFile(path.join(bun, "bin", "bun"), path.join(local, "bin", "bun"));

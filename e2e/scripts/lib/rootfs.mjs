@@ -18,7 +18,7 @@ import {
 } from "./config.mjs";
 import { replaceOnce } from "./initramfs.mjs";
 import { normalizeMtimes } from "./normalize.mjs";
-import { NODE_DIR } from "./npm-tools.mjs";
+import { NODE_GYP_CACHE } from "./npm-tools.mjs";
 import { log, run } from "./proc.mjs";
 
 /**
@@ -29,8 +29,8 @@ import { log, run } from "./proc.mjs";
  * - rngd only when it exists (Debian's minbase has none; the kernel seeds itself from virtio-rng);
  * - the MITM CA goes into the system bundle without running Debian's update-ca-certificates,
  *   whose per-certificate work took over a minute of every boot under TCG;
- * - npm_config_nodedir points node-gyp at the Node headers in the image (it would download them
- *   from nodejs.org, which guests cannot reach).
+ * - node-gyp's header cache ($XDG_CACHE_HOME/node-gyp, on the /tmp tmpfs) links to the one in the
+ *   image, so native builds never download Node's headers from nodejs.org (unreachable).
  */
 export function rootfsInit(script) {
   let s = script;
@@ -62,7 +62,7 @@ export function rootfsInit(script) {
   s = replaceOnce(
     s,
     "export XDG_CACHE_HOME=/tmp/.cache\n",
-    `export XDG_CACHE_HOME=/tmp/.cache\nexport npm_config_nodedir=${NODE_DIR}\n`,
+    `export XDG_CACHE_HOME=/tmp/.cache\nln -sfn ${NODE_GYP_CACHE} /tmp/.cache/node-gyp 2>/dev/null || true\n`,
     "the XDG_CACHE_HOME export",
   );
   s = replaceOnce(
