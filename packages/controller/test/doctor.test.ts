@@ -1,6 +1,7 @@
 // doctor on broken setups: each failed check names the problem and its fix.
 import { execFileSync } from "node:child_process";
-import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { constants } from "node:fs";
+import { access, chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { callAction, type DoctorCheck } from "../src/client/index.js";
@@ -74,4 +75,47 @@ test("the test image passes every image check", async () => {
   for (const name of ["image:python3", "image:sshd", "image:sandboxssh", "image:resize2fs"]) {
     expect(check(result, name)?.status).toBe("ok");
   }
+});
+
+test("the accelerator check reports what a boot would really get", async () => {
+  // A QEMU that answers --version but aborts on KVM, as on hosts whose /dev/kvm cannot run guests.
+  const bin = join(dir, "bin");
+  await mkdir(bin);
+  const qemu = join(bin, "qemu-system-x86_64");
+  await writeFile(
+    qemu,
+    '#!/bin/sh\n[ "$1" = --version ] && { echo "QEMU emulator version 9.9.9"; exit 0; }\necho "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69" >&2\nexit 1\n',
+  );
+  await chmod(qemu, 0o755);
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    PATH: `${bin}:${process.env.PATH}`,
+    PI_SANDBOX_HOME: join(dir, "state"),
+  };
+  delete env.PI_SANDBOX_ACCEL;
+  let kvmAccessible = true;
+  try {
+    await access("/dev/kvm", constants.R_OK | constants.W_OK);
+  } catch {
+    kvmAccessible = false;
+  }
+  const accel = check(await doctor(env), "accelerator");
+  if (kvmAccessible) {
+    expect(accel).toMatchObject({
+      status: "warn",
+      detail: expect.stringMatching(
+        /^\/dev\/kvm is present but QEMU cannot run a guest on it \(error: failed to set MSR/,
+      ),
+    });
+  } else {
+    expect(accel).toMatchObject({ status: "warn", detail: expect.stringMatching(/^no usable \/dev\/kvm/) });
+  }
+  expect(check(await doctor({ ...env, PI_SANDBOX_ACCEL: "tcg" }), "accelerator")).toMatchObject({
+    status: "ok",
+    detail: "tcg (forced by PI_SANDBOX_ACCEL)",
+  });
+  expect(check(await doctor({ ...env, PI_SANDBOX_ACCEL: "warp" }), "accelerator")).toMatchObject({
+    status: "fail",
+    detail: expect.stringMatching(/accelerator "warp" is unknown/),
+  });
 });

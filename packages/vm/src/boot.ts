@@ -14,10 +14,9 @@ import { hostDiskFullError, hostSpaceOf, isNoSpaceError } from "./host-disk.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestVm } from "./guest-vm.js";
 import {
   checkResources,
-  chooseAccelerator,
   probeHost,
-  probeKvm,
   qemuMemory,
+  resolveAccelerator,
   type AcceleratorChoice,
   type HostFacts,
   type VmResources,
@@ -148,15 +147,11 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
   const { signal } = options;
   signal?.throwIfAborted();
   const logger = options.logger;
-  let host = options.host ?? probeHost();
+  const host = options.host ?? probeHost();
   checkResources(options.spec.resources, host);
   const forcedAccel = options.accelerator ?? process.env.PI_SANDBOX_ACCEL;
   const launcher = await prepareQemuLauncher(path.join(options.stateRoot, "bin"), host.arch);
-  if (host.kvmAccessible && host.kvmProblem === undefined && (forcedAccel ?? "") === "") {
-    const problem = await probeKvm(launcher.qemuPath, chooseAccelerator(host).machineType);
-    if (problem !== undefined) host = { ...host, kvmProblem: problem };
-  }
-  const accelerator = chooseAccelerator(host, forcedAccel);
+  const { choice: accelerator } = await resolveAccelerator(launcher.qemuPath, host, forcedAccel);
   const warnings: string[] = [];
   if (accelerator.warning) {
     warnings.push(accelerator.warning);

@@ -194,6 +194,23 @@ export function findExecutable(name: string, envPath = process.env.PATH ?? ""): 
   return undefined;
 }
 
+/**
+ * The accelerator a boot would really get: like {@link chooseAccelerator}, but an accessible
+ * `/dev/kvm` counts only after {@link probeKvm} ran a paused vCPU on it with `qemuPath`. Returns
+ * the choice and the host facts with `kvmProblem` filled in when KVM failed the probe.
+ */
+export async function resolveAccelerator(
+  qemuPath: string,
+  host: HostFacts,
+  override?: string,
+): Promise<{ choice: AcceleratorChoice; host: HostFacts }> {
+  if (host.kvmAccessible && host.kvmProblem === undefined && (override ?? "").trim() === "") {
+    const problem = await probeKvm(qemuPath, chooseAccelerator(host).machineType);
+    if (problem !== undefined) host = { ...host, kvmProblem: problem };
+  }
+  return { choice: chooseAccelerator(host, override), host };
+}
+
 const kvmProbes = new Map<string, Promise<string | undefined>>();
 
 /**

@@ -40,6 +40,7 @@ export { resolveImage, loadImageDir, type GuestImage, type RecordedImage } from 
 export {
   probeHost,
   chooseAccelerator,
+  resolveAccelerator,
   checkResources,
   checkDiskSize,
   MAX_DISK_GIB,

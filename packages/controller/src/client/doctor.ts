@@ -2,9 +2,10 @@ import { execFile } from "node:child_process";
 import { constants } from "node:fs";
 import { access } from "node:fs/promises";
 import { arch, platform } from "node:os";
-import { join, resolve } from "node:path";
+import { delimiter, join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { loadConfig } from "@pi-sandbox/config";
+import { chooseAccelerator, probeHost, resolveAccelerator } from "@pi-sandbox/vm/host";
 import { isControllerError } from "../errors.js";
 import type { StateLayout } from "../state/layout.js";
 import { findDaemonNode } from "./node.js";
@@ -46,6 +47,20 @@ const GUEST_TOOLS: { tool: string; paths: string[]; neededFor: string; fix: stri
   },
 ];
 
+/** Absolute path of `command` on `env`'s PATH, or undefined. */
+async function findOnPath(command: string, env: NodeJS.ProcessEnv): Promise<string | undefined> {
+  for (const dir of (env.PATH ?? "").split(delimiter).filter(Boolean)) {
+    const candidate = join(dir, command);
+    try {
+      await access(candidate, constants.X_OK);
+      return candidate;
+    } catch {
+      // not here
+    }
+  }
+  return undefined;
+}
+
 async function version(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<string | undefined> {
   try {
     const { stdout } = await run(command, args, { timeout: 10_000, env });
@@ -62,6 +77,41 @@ async function pathInExt4(image: string, path: string): Promise<boolean> {
   } catch {
     return false;
   }
+}
+
+/**
+ * The accelerator a boot would really get. An accessible /dev/kvm counts only once QEMU ran a
+ * paused vCPU on it (some hosts expose a /dev/kvm QEMU aborts on); without QEMU, only the device.
+ */
+async function acceleratorCheck(qemu: string | undefined, env: NodeJS.ProcessEnv): Promise<DoctorCheck> {
+  if (platform() === "darwin") return { name: "accelerator", status: "ok", detail: "hvf" };
+  const override = env.PI_SANDBOX_ACCEL;
+  let resolved: Awaited<ReturnType<typeof resolveAccelerator>>;
+  try {
+    const host = probeHost();
+    resolved = qemu
+      ? await resolveAccelerator(qemu, host, override)
+      : { choice: chooseAccelerator(host, override), host };
+  } catch (error) {
+    return { name: "accelerator", status: "fail", detail: (error as Error).message, fix: "Unset PI_SANDBOX_ACCEL." };
+  }
+  const { choice, host } = resolved;
+  if (choice.accel !== "tcg") return { name: "accelerator", status: "ok", detail: choice.accel };
+  if (override?.trim()) return { name: "accelerator", status: "ok", detail: "tcg (forced by PI_SANDBOX_ACCEL)" };
+  if (host.kvmProblem !== undefined) {
+    return {
+      name: "accelerator",
+      status: "warn",
+      detail: `/dev/kvm is present but QEMU cannot run a guest on it (${host.kvmProblem}), so VMs run on software emulation (TCG), several times slower`,
+      fix: "Check the host's virtualisation (nested virtualisation settings, KVM module options); nothing to do if TCG's speed is enough.",
+    };
+  }
+  return {
+    name: "accelerator",
+    status: "warn",
+    detail: "no usable /dev/kvm: VMs run on QEMU's software emulation (TCG), several times slower",
+    fix: "Enable virtualisation and add your user to the kvm group for hardware speed.",
+  };
 }
 
 /** Checks the host and, given a config, its image; each failed check says how to fix it. */
@@ -104,20 +154,7 @@ export async function runDoctor(
           fix: "Install it (Debian/Ubuntu: apt-get install qemu-utils).",
         },
   );
-  if (platform() === "darwin") checks.push({ name: "accelerator", status: "ok", detail: "hvf" });
-  else {
-    try {
-      await access("/dev/kvm", constants.R_OK | constants.W_OK);
-      checks.push({ name: "accelerator", status: "ok", detail: "kvm" });
-    } catch {
-      checks.push({
-        name: "accelerator",
-        status: "warn",
-        detail: "no usable /dev/kvm: VMs run on QEMU's software emulation (TCG), several times slower",
-        fix: "Enable virtualisation and add your user to the kvm group for hardware speed.",
-      });
-    }
-  }
+  checks.push(await acceleratorCheck(qemu ? await findOnPath(qemuBinary, options.env) : undefined, options.env));
   try {
     await layout.ensurePrivate();
     checks.push({ name: "state-dir", status: "ok", detail: `${layout.root} is private` });
@@ -174,7 +211,10 @@ export async function runDoctor(
         name: "config",
         status: "fail",
         detail: (error as Error).message,
-        fix: "Fix the sandbox.yaml errors listed.",
+        fix:
+          (error as { code?: string }).code === "CONFIG_NOT_FOUND"
+            ? "Pass the path of an existing sandbox.yaml with -c (or config), or create one (the README has an example)."
+            : "Fix the sandbox.yaml errors listed.",
       });
     }
   }
