@@ -26,8 +26,10 @@ import hashlib
 import http.client
 import json
 import os
+import queue
 import random
 import secrets
+import select
 import shlex
 import shutil
 import signal
@@ -178,6 +180,39 @@ def stop_group(pgid: int, grace_s: float) -> None:
     kill_group(pgid, signal.SIGKILL)
 
 
+def wait_exit(pid: int, timeout_s: float):
+    """Waits until process `pid` (our unreaped child) exits or `timeout_s` passes.
+
+    True when it exited, False on timeout, None where the kernel or Python has no pidfds (then the
+    caller must wait some other way). A pidfd turns readable the moment the process exits, so a
+    short command is seen to end at once — no sleep loop and no hand-off between threads.
+    """
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd = opener(pid)
+    except OSError:
+        return None
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(max(0, int(timeout_s * 1000 + 0.999))))
+    finally:
+        os.close(fd)
+
+
+def wait_child(proc: subprocess.Popen, timeout_s):
+    """proc.wait(timeout) without Popen's sleep-and-poll loop where a pidfd can be had."""
+    if timeout_s is not None and proc.returncode is None:
+        exited = wait_exit(proc.pid, timeout_s)
+        if exited is None:
+            return proc.wait(timeout=timeout_s)
+        if not exited:
+            raise subprocess.TimeoutExpired(proc.args, timeout_s)
+    return proc.wait()
+
+
 def utf8_cut_end(data: bytes) -> bytes:
     """Drops a trailing partial UTF-8 sequence so a cut never splits a character."""
     i = len(data)
@@ -307,6 +342,37 @@ class Wire:
 
     def event(self, name: str, data: dict) -> None:
         self.send({"event": name, "data": data})
+
+
+class WorkerPool:
+    """Runs each submitted item on its own thread, reusing idle threads instead of starting one
+    per request (a thread start costs milliseconds in an emulated guest). Threads beyond
+    `keep_idle` idle ones end after their item, so a burst does not leave hundreds behind."""
+
+    def __init__(self, fn, keep_idle: int = 8):
+        self._fn = fn
+        self._keep_idle = keep_idle
+        self._queue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, item) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1  # that idle thread is now spoken for
+        self._queue.put(item)
+        if spawn:
+            threading.Thread(target=self._work, name="worker", daemon=True).start()
+
+    def _work(self) -> None:
+        # Every queued item has its own consumer: an idle thread reserved by submit, or a new one.
+        while True:
+            self._fn(self._queue.get())
+            with self._lock:
+                if self._idle >= self._keep_idle:
+                    return
+                self._idle += 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -785,6 +851,197 @@ class Jobs:
         while not stop.wait(OUTPUT_CHECK_S):
             for job in self.running():
                 job.bound_file(MAX_OUTPUT_FILE_BYTES)
+
+
+# The script a warm shell runs: everything before the first `read` happens ahead of time (exec of
+# bash, dynamic linking, shell start-up); then it blocks until the agent writes
+# "<bytes>\n<command>\0" on its stdin. Only then does it read the login files, in bash's own order
+# (/etc/profile, then the first of ~/.bash_profile, ~/.bash_login, ~/.profile), and run the command
+# with stdin on /dev/null (opened read-write, like the DEVNULL of a cold start). The login files
+# are read after the command is known, exactly as `bash -lc` would, so edits to them always count.
+# `read -N` under LC_ALL=C takes exactly that many bytes with buffered reads; `read -d ""` (bash
+# before 4.1) reads a byte per system call. A short read means the agent died mid-write: exit
+# without running anything. BASH_EXECUTION_STRING holds the command, as it does in `bash -c`; the
+# eval stays on line 1 so $LINENO counts from 1.
+WARM_BOOTSTRAP = (
+    "read -r __pi_sandbox_n || exit 0; "
+    "if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 401)); "
+    'then LC_ALL=C IFS= read -r -N "$__pi_sandbox_n" BASH_EXECUTION_STRING || exit 0; '
+    'else IFS= read -r -d "" BASH_EXECUTION_STRING || exit 0; fi; '
+    "unset -v __pi_sandbox_n; exec 0<>/dev/null; SECONDS=0; "
+    "if [ -e /etc/profile ]; then . /etc/profile; fi; "
+    "if [ -e ~/.bash_profile ]; then . ~/.bash_profile; elif [ -e ~/.bash_login ]; then . ~/.bash_login; "
+    "elif [ -e ~/.profile ]; then . ~/.profile; fi; "
+    'eval "$BASH_EXECUTION_STRING"'
+)
+
+
+class WarmShell:
+    """A login bash started ahead of an exec, blocked until it is given its command."""
+
+    def __init__(self, handle: str, out_path: str, proc: subprocess.Popen, cwd: str, host: str):
+        self.handle = handle
+        self.out_path = out_path
+        self.proc = proc
+        self.cwd = cwd
+        self.host = host
+
+    def in_dir(self, path: str) -> bool:
+        """Whether the shell's working directory still is the directory at `path`."""
+        try:
+            here = os.stat("/proc/%d/cwd" % self.proc.pid)
+            there = os.stat(path)
+        except OSError:
+            return False
+        return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+    def send(self, data: bytes) -> bool:
+        """Hands over the command; False when the shell is gone (someone killed it while idle)."""
+        try:
+            self.proc.stdin.write(b"%d\n" % len(data) + data + b"\0")
+            self.proc.stdin.close()
+            return True
+        except OSError:
+            return False
+
+    def discard(self) -> None:
+        if self.proc.poll() is None:  # unreaped, so its pid (and group id) cannot be reused yet
+            kill_group(self.proc.pid, signal.SIGKILL)
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self.proc.wait()
+        try:
+            os.unlink(self.out_path)
+        except OSError:
+            pass
+
+
+class WarmShells:
+    """Keeps one warm login shell ready for the next exec, in the cwd the last exec used.
+
+    Only for bash (the bootstrap needs `read -N`) and only for execs without extra `env`: those
+    variables must be in place before the login files run, so such an exec starts a shell of its
+    own. A shell is replaced after each use, in the background once the exec has its answer.
+    """
+
+    def __init__(self, agent: "Agent", enabled: bool):
+        self.agent = agent
+        self.enabled = enabled and os.path.basename(agent.shell) == "bash"
+        self._cond = threading.Condition()
+        self._ready = None
+        self._want = None
+        self._spawning = None  # cwd of a shell being started right now
+        self._retired = []
+        self._stopped = False
+        if self.enabled:
+            threading.Thread(target=self._run, name="warm-shell", daemon=True).start()
+
+    def take(self, cwd: str):
+        """The ready shell if it suits an exec in `cwd`, else None (the caller starts one itself)."""
+        if not self.enabled:
+            return None
+        with self._cond:
+            # One being started for this cwd is worth waiting for: Popen returns as soon as bash
+            # runs, which is sooner than a shell of our own would.
+            deadline = mono() + 1.0
+            while self._ready is None and self._spawning == cwd and mono() < deadline:
+                self._cond.wait(deadline - mono())
+            shell, self._ready = self._ready, None
+            self._want = None  # the next one starts when the exec is answered (refill)
+            if shell is None:
+                return None
+            # A directory deleted and made again (a checkout, `rm -rf x && mkdir x`) or mounted over
+            # since is another directory; a hostname change would leave $HOSTNAME stale; a dead
+            # shell cannot take a command.
+            if (
+                shell.cwd != cwd
+                or not shell.in_dir(cwd)
+                or shell.host != socket.gethostname()
+                or shell.proc.poll() is not None
+            ):
+                self._retire_locked(shell)
+                return None
+            return shell
+
+    def retire(self, shell: WarmShell) -> None:
+        with self._cond:
+            self._retire_locked(shell)
+
+    def refill(self, cwd: str) -> None:
+        """Asks for a ready shell in `cwd` (no-op when one is ready there already)."""
+        if not self.enabled:
+            return
+        with self._cond:
+            self._want = cwd
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            if self._ready is not None:
+                self._retired.append(self._ready)
+                self._ready = None
+            retired, self._retired = self._retired, []
+            self._cond.notify_all()
+        for shell in retired:
+            shell.discard()
+
+    def _retire_locked(self, shell: WarmShell) -> None:
+        self._retired.append(shell)
+        self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped and not self._retired and not self._spawn_due_locked():
+                    self._cond.wait()
+                retired, self._retired = self._retired, []
+                want = None if self._stopped or not self._spawn_due_locked() else self._want
+                self._want = None
+                if want is not None and self._ready is not None:
+                    retired.append(self._ready)  # ready, but in another directory
+                    self._ready = None
+                stopped = self._stopped
+                self._spawning = want
+            for shell in retired:
+                shell.discard()
+            if stopped:
+                return
+            if want is None:
+                continue
+            shell = self._spawn(want)
+            with self._cond:
+                self._spawning = None
+                keep = shell is not None and not self._stopped and self._ready is None
+                if keep:
+                    self._ready = shell
+                self._cond.notify_all()
+            if shell is not None and not keep:
+                shell.discard()
+
+    def _spawn_due_locked(self) -> bool:
+        return self._want is not None and (self._ready is None or self._ready.cwd != self._want)
+
+    def _spawn(self, cwd: str):
+        handle = self.agent.jobs.new_handle()
+        out_path = os.path.join(self.agent.state.exec_dir, handle + ".out")
+        try:
+            with open(out_path, "ab") as out:
+                proc = subprocess.Popen(
+                    [self.agent.shell, "--noprofile", "-l", "-c", WARM_BOOTSTRAP],
+                    cwd=cwd, env=self.agent.base_env, stdin=subprocess.PIPE, stdout=out,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                )
+        except OSError:
+            # The exec that follows starts its own shell and reports whatever went wrong.
+            try:
+                os.unlink(out_path)
+            except OSError:
+                pass
+            return None
+        return WarmShell(handle, out_path, proc, cwd, socket.gethostname())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1503,6 +1760,10 @@ class Agent:
         low, high = opts.port_range
         self.ports = PortBook(self.state.ports_file, low, high)
         self.jobs = Jobs(self.state)
+        # What commands, services and runs start from: the agent's environment without a run marker.
+        self.base_env = {k: v for k, v in os.environ.items() if k != RUN_MARKER_ENV}
+        self.warm = WarmShells(self, opts.warm_shell)
+        self._workers = WorkerPool(self._handle)
         self.services = Services(self)
         self.transfers = Transfers()
         self.cleanup = Cleanup(opts.cgroup_root)
@@ -1553,12 +1814,14 @@ class Agent:
             "workspace": self.workspace,
             "shell": self.shell,
             "cleanup": self.cleanup.method,
+            "warmShell": self.warm.enabled,
         }
 
     # -- dispatch
 
     def serve(self, inp) -> None:
         self.wire.event("hello", self.hello())
+        self.warm.refill(self.workspace)
         while not self._shutdown.is_set():
             line = inp.readline(MAX_LINE_BYTES + 1)
             if not line:
@@ -1586,7 +1849,7 @@ class Agent:
             if not self._in_flight.acquire(blocking=False):
                 self._reply_error(req["id"], AgentError("AGENT_BUSY", "more than %d requests in flight" % MAX_IN_FLIGHT))
                 continue
-            threading.Thread(target=self._handle, args=(req,), daemon=True).start()
+            self._workers.submit(req)
         self.shutdown()
 
     def _reply_error(self, req_id, err: AgentError) -> None:
@@ -1616,6 +1879,7 @@ class Agent:
         if self._shutdown.is_set():
             return
         self._shutdown.set()
+        self.warm.stop()
         for job in self.jobs.running():
             threading.Thread(target=job.kill, daemon=True).start()
         self.services.shutdown()
@@ -1649,25 +1913,55 @@ class Agent:
         command = check_str(args, "command")
         cwd = self._check_cwd(args.get("cwd"))
         timeout_ms = check_int(args, "timeoutMs", DEFAULT_WAIT_MS, 0, MAX_WAIT_MS)
-        env = dict(os.environ)
-        env.pop(RUN_MARKER_ENV, None)
-        env.update(check_env(args.get("env")))
-        handle = self.jobs.new_handle()
-        job = Job(handle, "exec", os.path.join(self.state.exec_dir, handle + ".out"))
-        try:
-            self._spawn_job(job, self.login_shell(command), cwd, env)
-        except OSError as err:
-            raise AgentError("EXEC_FAILED", "could not start the command: %s" % err)
+        extra_env = check_env(args.get("env"))
+        job = None if extra_env else self._exec_warm(command, cwd)
+        if job is None:
+            env = dict(self.base_env)
+            env.update(extra_env)
+            handle = self.jobs.new_handle()
+            job = Job(handle, "exec", os.path.join(self.state.exec_dir, handle + ".out"))
+            try:
+                self._spawn_job(job, self.login_shell(command), cwd, env)
+            except OSError as err:
+                raise AgentError("EXEC_FAILED", "could not start the command: %s" % err)
         self.jobs.add(job)
+        try:
+            self._await(job, timeout_ms / 1000.0)
+            return job.collect()
+        finally:
+            self.warm.refill(cwd)
 
-        def reap() -> None:
-            rc = job.proc.wait()
-            job.finish(exit_info(rc))
-            self.jobs.completed()
+    def _exec_warm(self, command: str, cwd: str):
+        """Gives the command to the warm shell; None when there is none to use."""
+        shell = self.warm.take(cwd)
+        if shell is None:
+            return None
+        try:
+            data = os.fsencode(command)
+        except UnicodeError:
+            data = None  # the cold path reports it the way it always did
+        if data is None or b"\0" in data or not shell.send(data):
+            self.warm.retire(shell)
+            return None
+        job = Job(shell.handle, "exec", shell.out_path)
+        job.proc = shell.proc
+        job.pid = shell.proc.pid
+        return job
 
-        threading.Thread(target=reap, daemon=True).start()
-        job.done.wait(timeout_ms / 1000.0)
-        return job.collect()
+    def _await(self, job: Job, timeout_s: float) -> None:
+        """Waits up to timeout_s for an exec; whatever still runs then is reaped by a thread."""
+        exited = wait_exit(job.proc.pid, timeout_s)
+        if exited:
+            self._reap(job)
+            return
+        threading.Thread(target=self._reap, args=(job,), name="reap-" + job.handle, daemon=True).start()
+        if exited is None:
+            job.done.wait(timeout_s)
+
+    def _reap(self, job: Job) -> None:
+        rc = job.proc.wait()
+        job.finish(exit_info(rc))
+        self.jobs.completed()
 
     def op_exec_status(self, args: dict) -> dict:
         job = self.jobs.get(args.get("handle"))
@@ -1792,7 +2086,7 @@ class Agent:
                         break
                     try:
                         timeout = None if deadline is None else max(0.0, deadline - mono())
-                        rc = job.proc.wait(timeout=timeout)
+                        rc = wait_child(job.proc, timeout)
                     except subprocess.TimeoutExpired:
                         timed_out = True
                         stop_group(job.proc.pid, KILL_GRACE_S)
@@ -1874,9 +2168,12 @@ def main(argv: list) -> int:
     parser.add_argument("--shell", default=os.environ.get("PI_SANDBOX_AGENT_SHELL") or default_shell())
     parser.add_argument("--cgroup-root", default=os.environ.get("PI_SANDBOX_AGENT_CGROUP_ROOT", "/sys/fs/cgroup"),
                         help='cgroup v2 mount used to catch setup leftovers, or "none"')
+    parser.add_argument("--warm-shell", choices=("on", "off"), default=os.environ.get("PI_SANDBOX_AGENT_WARM_SHELL") or "on",
+                        help="keep a login bash started ahead of the next exec (see WARM_BOOTSTRAP)")
     parser.add_argument("--port-range", type=parse_port_range,
                         default=parse_port_range(os.environ.get("PI_SANDBOX_AGENT_PORT_RANGE", "20000-29999")))
     opts = parser.parse_args(argv)
+    opts.warm_shell = opts.warm_shell == "on"
     if opts.cgroup_root == "none":
         opts.cgroup_root = None
     elif opts.cgroup_root == "/sys/fs/cgroup":

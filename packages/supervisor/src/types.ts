@@ -19,6 +19,8 @@ export interface AgentHello {
   shell: string;
   /** How setup leftovers are found: `cgroup+environ` or `environ`. */
   cleanup: string;
+  /** Whether execs start in a login bash launched ahead of time (see the README's "Exec start-up"). */
+  warmShell: boolean;
 }
 
 /** What a command run or status call reports. */

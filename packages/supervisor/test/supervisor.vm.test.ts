@@ -57,6 +57,23 @@ test("the agent runs in the guest with python3 and a way to catch setup leftover
   expect(["cgroup+environ", "environ"]).toContain(client.hello.cleanup);
 });
 
+test("execs run in a warm login bash that reads the guest's login files like `bash -lc`", async () => {
+  expect(client.hello).toMatchObject({ shell: "/bin/bash", warmShell: true });
+  const probe = 'shopt -q login_shell && echo login; echo "$PATH"; tr "\\0" " " </proc/$$/cmdline';
+  await client.exec("true");
+  await new Promise((r) => setTimeout(r, 1_000)); // the next warm shell starts after that answer
+  const warm = await client.exec(probe);
+  // An exec with env of its own always starts a fresh `bash -lc`.
+  const cold = await client.exec(probe, { env: { PROBE: "1" } });
+  const [warmLogin, warmPath, warmCmdline] = warm.output.split("\n");
+  const [coldLogin, coldPath, coldCmdline] = cold.output.split("\n");
+  expect([warmLogin, coldLogin]).toEqual(["login", "login"]);
+  expect(warmPath).toBe(coldPath);
+  expect(warmPath).toMatch(/^\/usr\/local\/sbin:/); // root's PATH from the guest's /etc/profile
+  expect(warmCmdline).toContain("--noprofile -l -c read -r __pi_sandbox_n");
+  expect(coldCmdline).toContain("/bin/bash -lc shopt");
+});
+
 test("python's http.server comes up ready by HTTP health and is back about 1 s after a kill", async () => {
   const result = await client.ensureServices();
   expect(result.failures).toEqual([]);

@@ -19,13 +19,18 @@ export interface LocalSupervisor {
 }
 
 export async function startLocal(
-  options: { agentArgs?: string[]; root?: string } & Partial<StartSupervisorOptions> = {},
+  options: {
+    agentArgs?: string[];
+    root?: string;
+    /** The agent's whole environment (default: this process's). */
+    env?: Record<string, string | undefined>;
+  } & Partial<StartSupervisorOptions> = {},
 ): Promise<LocalSupervisor> {
   const root = options.root ?? (await mkdtemp(join(tmpdir(), "pisb-sup-")));
   const workspace = join(root, "workspace");
   const stateDir = join(root, "state");
   await mkdir(workspace, { recursive: true });
-  const vm = await createLocalGuestVm({ root: join(root, "guest-root") });
+  const vm = await createLocalGuestVm({ root: join(root, "guest-root"), ...(options.env ? { env: options.env } : {}) });
   const events: AgentEvent[] = [];
   const start = async () => {
     const client = await SupervisorClient.start({
