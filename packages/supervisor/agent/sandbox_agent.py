@@ -240,6 +240,31 @@ def decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+_FALLOC_PUNCH_HOLE_KEEP_SIZE = 0x02 | 0x01
+_fallocate = None
+
+
+def punch_hole(path: str, offset: int, length: int) -> bool:
+    """Frees the disk blocks of [offset, offset+length) of a file, keeping its size and every
+    offset in it (Linux fallocate PUNCH_HOLE). False where unsupported (no ctypes, old kernel, fs)."""
+    global _fallocate
+    try:
+        if _fallocate is None:
+            import ctypes
+            import ctypes.util
+
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+            _fallocate = libc.fallocate
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            return _fallocate(fd, _FALLOC_PUNCH_HOLE_KEEP_SIZE, offset, length) == 0
+        finally:
+            os.close(fd)
+    except (ImportError, OSError, AttributeError):
+        return False
+
+
 def omitted_marker(count: int, what: str) -> str:
     return "\n[... pi-sandbox: %d bytes of %s omitted ...]\n" % (count, what)
 
@@ -749,16 +774,23 @@ class Job:
             return self.status(output, omitted)
 
     def bound_file(self, limit: int) -> None:
-        """Keeps the output file of a running job under `limit` bytes by dropping unread output.
+        """Keeps the unread output of a running job under `limit` bytes on disk by dropping it.
 
-        The job writes with O_APPEND, so after a truncate its next write lands at the new end.
+        Preferably by punching a hole over the unread span: the file keeps its size, the job's
+        O_APPEND writes keep landing after it, and the count of dropped bytes is exact. Where holes
+        are unsupported, the file is truncated instead (the job's next write lands at the new end),
+        and bytes written between measuring and truncating go uncounted.
         """
         with self.lock:
             if self.freed:
                 return
             try:
                 size = os.path.getsize(self.out_path)
-                if size <= limit:
+                if size - self.read_offset <= limit:
+                    return
+                if punch_hole(self.out_path, self.read_offset, size - self.read_offset):
+                    self.dropped += size - self.read_offset
+                    self.read_offset = size
                     return
                 os.truncate(self.out_path, 0)
             except OSError:

@@ -60,12 +60,19 @@ test("a running command's unread output file is bounded; what was dropped is mar
   });
   const file = join(sup.stateDir, "exec", `${started.handle}.out`);
   await new Promise((r) => setTimeout(r, 2_500));
-  expect((await stat(file)).size).toBeLessThanOrEqual(16 * 1024 * 1024);
+  // What the file holds on disk stays bounded (its apparent size may not: dropped spans are holes).
+  expect((await stat(file)).blocks * 512).toBeLessThanOrEqual(16 * 1024 * 1024 + 1024 * 1024);
   const done = await sup.client.execStatus(started.handle, { timeoutMs: 20_000 });
   expect(done).toMatchObject({ running: false, exitCode: 0 });
   expect(done.output).toMatch(/^\[\.\.\. pi-sandbox: \d+ bytes of output were dropped unread/);
   expect(done.output.endsWith("END\n")).toBe(true);
-  expect(done.truncatedBytes).toBeGreaterThan(40_000_000 - 64 * 1024);
+  // Every byte is either returned or counted as left out.
+  const text = done.output
+    .split("\n")
+    .filter((line) => !line.startsWith("[... pi-sandbox:"))
+    .join("");
+  const returned = (text.match(/a/g) ?? []).length;
+  expect(returned + done.truncatedBytes).toBe(40_000_000);
 });
 
 test("kill terminates the whole process group, background children included", async () => {
