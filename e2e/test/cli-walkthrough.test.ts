@@ -4,21 +4,9 @@
 // as a child process and reads its human output, as a user at a terminal would.
 import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { makeSandbox, qemuGone, teardown, type Sandbox } from "@pi-sandbox/controller/testing";
+import { makeSandbox, qemuGone, SEED_YAML, teardown, type Sandbox } from "@pi-sandbox/controller/testing";
 
 const CLI = fileURLToPath(new URL("../../packages/controller/dist/cli/main.js", import.meta.url));
-
-const SEED_YAML = `profile: tiny
-diskGiB: 4
-workspace: /workspace
-setup:
-  - printf 'Hello from the guest\\n' > /workspace/index.html
-services:
-  web:
-    command: python3 -m http.server $PORT --bind 127.0.0.1
-    health: /
-    preview: true
-`;
 
 let sandbox: Sandbox;
 

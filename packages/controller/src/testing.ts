@@ -11,6 +11,22 @@ import { callAction, type CallActionOptions } from "./client/index.js";
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
 export type LooseResult = Record<string, any>;
 
+/**
+ * The seed README's sandbox.yaml, shrunk to the `tiny` profile and a 4 GiB disk for tests: setup
+ * writes a page and a Python web server previews it. Without the `version:`/`image:` lines
+ * ({@link Sandbox.writeConfig} adds them).
+ */
+export const SEED_YAML = `profile: tiny
+diskGiB: 4
+setup:
+  - printf 'Hello from the guest\\n' > /workspace/index.html
+services:
+  web:
+    command: python3 -m http.server $PORT --bind 127.0.0.1
+    health: /
+    preview: true
+`;
+
 export interface Sandbox {
   /** Holds the sandbox.yaml files and state/. */
   dir: string;

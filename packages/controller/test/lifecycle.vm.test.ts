@@ -1,17 +1,6 @@
 // The seed README walkthrough on a real VM through the client API, as a user would drive it.
 import { ControllerError } from "../src/client/index.js";
-import { fetchText, makeSandbox, qemuFor, qemuGone, teardown, type Sandbox } from "../src/testing.js";
-
-const SEED_YAML = `profile: tiny
-diskGiB: 4
-setup:
-  - printf 'Hello from the guest\\n' > /workspace/index.html
-services:
-  web:
-    command: python3 -m http.server $PORT --bind 127.0.0.1
-    health: /
-    preview: true
-`;
+import { fetchText, makeSandbox, SEED_YAML, qemuFor, qemuGone, teardown, type Sandbox } from "../src/testing.js";
 
 let sandbox: Sandbox;
 let call: Sandbox["call"];

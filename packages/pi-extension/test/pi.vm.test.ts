@@ -8,6 +8,7 @@ import { spawnSync } from "node:child_process";
 import { rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { callAction, renderHelp } from "@pi-sandbox/controller/client";
+import { SEED_YAML, testImage } from "@pi-sandbox/controller/testing";
 import { startFakeOpenAI, type FakeOpenAI } from "./fake-openai.js";
 import {
   FAKE_MODEL_ARGS,
@@ -21,19 +22,6 @@ import {
   type Json,
 } from "./pi-harness.js";
 
-const SEED_YAML = (image: string) => `version: 1
-image: ${image}
-profile: tiny
-diskGiB: 4
-setup:
-  - printf 'Hello from the guest\\n' > /workspace/index.html
-services:
-  web:
-    command: python3 -m http.server $PORT --bind 127.0.0.1
-    health: /
-    preview: true
-`;
-
 let fake: FakeOpenAI;
 let home: PiHome;
 let previewUrl = "";
@@ -42,11 +30,9 @@ const call = (action: Record<string, unknown>) =>
   callAction(action, { env: home.env, cwd: home.workDir }) as Promise<Json>;
 
 beforeAll(async () => {
-  const image = process.env.PI_SANDBOX_TEST_IMAGE;
-  if (!image) throw new Error("PI_SANDBOX_TEST_IMAGE is not set: run through jest's globalSetup");
   fake = await startFakeOpenAI();
   home = await makePiHome(fake, "ppv-");
-  await writeFile(join(home.workDir, "sandbox.yaml"), SEED_YAML(image));
+  await writeFile(join(home.workDir, "sandbox.yaml"), `version: 1\nimage: ${testImage()}\n${SEED_YAML}`);
 });
 
 afterAll(async () => {
