@@ -1,5 +1,6 @@
 import { parseArgs } from "node:util";
 import { ReviewSetupError } from "./errors.js";
+import { INSTALL_SCOPES, type InstallScope } from "./scope.js";
 
 /** Default program part of the launch command: this checkout's Pi with the sandbox extension. */
 export const DEFAULT_PI_COMMAND = "node_modules/.bin/pi -e ./packages/pi-extension";
@@ -16,6 +17,8 @@ export interface ReviewSetupArgs {
   repo?: string;
   /** Program part of the printed launch command, run from the candidate directory. */
   piCommand: string;
+  /** What install and build cover; omitted = `full`. */
+  scope?: InstallScope;
 }
 
 /** The parsed command line: either help or a run. */
@@ -39,6 +42,10 @@ Options:
   --repo <dir>                   checkout to snapshot (default: the one containing the cwd)
   --pi-command <command>         program part of the launch command
                                  (default: ${DEFAULT_PI_COMMAND})
+  --scope <full|pi>              full (default): npm ci and npm run build of the whole workspace;
+                                 pi: only what the launch command loads (npm ci --workspace
+                                 @pi-sandbox/pi-extension, then the builds of the workspaces it
+                                 depends on, in order): far less work on a slow guest
   -h, --help                     this text
 `;
 
@@ -56,6 +63,7 @@ export function parseCommandLine(argv: readonly string[]): ParsedCommandLine {
         "live-model": { type: "string" },
         repo: { type: "string" },
         "pi-command": { type: "string" },
+        scope: { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     });
@@ -80,6 +88,18 @@ export function parseCommandLine(argv: readonly string[]): ParsedCommandLine {
   if (values.config !== undefined) result.config = values.config;
   if (values.repo !== undefined) result.repo = values.repo;
   if (values["live-model"] !== undefined) result.liveModel = parseModel(values["live-model"]);
+  if (values.scope !== undefined) {
+    if (!(INSTALL_SCOPES as readonly string[]).includes(values.scope)) {
+      throw new ReviewSetupError(
+        "REVIEW_SETUP_USAGE",
+        `--scope must be ${INSTALL_SCOPES.join(" or ")}; got "${values.scope}"`,
+        {
+          hint: "Run with --help to see what each scope installs and builds.",
+        },
+      );
+    }
+    result.scope = values.scope as InstallScope;
+  }
   if (result.piCommand.trim() === "") {
     throw new ReviewSetupError("REVIEW_SETUP_USAGE", "--pi-command must not be empty", {
       hint: `Omit it for the default (${DEFAULT_PI_COMMAND}).`,

@@ -3,6 +3,7 @@ import { readFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { ReviewSetupError } from "./errors.js";
+import { refreshHostLoginWithPi, type HostLoginRefresher } from "./pi-login.js";
 
 /** A credential prepared for the guest: never includes a refresh token. */
 export interface GuestCredential {
@@ -14,6 +15,8 @@ export interface GuestCredential {
   entry: Record<string, unknown>;
   /** Access-token expiry (ms since epoch); undefined for API keys. */
   expiresAt: number | undefined;
+  /** True when the host login was refreshed through Pi first (the token was expiring). */
+  refreshed: boolean;
 }
 
 /** Host Pi agent directory: `$PI_CODING_AGENT_DIR`, else `~/.pi/agent`. */
@@ -25,16 +28,54 @@ export function hostAgentDir(env: NodeJS.ProcessEnv): string {
 export const MIN_TOKEN_LIFETIME_MS = 2 * 60_000;
 
 /**
+ * An OAuth token with less validity than this is refreshed on the host first (through Pi), so the
+ * guest, which cannot refresh it, gets as much time as the provider grants.
+ */
+export const REFRESH_BELOW_MS = 10 * 60_000;
+
+/** Options of `resolveHostCredential`. */
+export interface ResolveHostCredentialOptions {
+  /** Host environment (`PI_CODING_AGENT_DIR`, `HOME`); default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+  /** Current time (ms). */
+  now?: number;
+  /** Refreshes an expiring OAuth login in auth.json; default Pi's SDK (`refreshHostLoginWithPi`). */
+  refreshLogin?: HostLoginRefresher;
+  /** Cancels waiting for auth.json's lock. */
+  signal?: AbortSignal;
+}
+
+/**
  * Reads `provider`'s credential from the host's Pi auth storage and returns what the guest may
  * hold: the access token and its expiry, with the refresh token removed (it stays on the host).
+ * An OAuth token with less than REFRESH_BELOW_MS left is first refreshed through Pi, which
+ * writes the new tokens to the host's auth.json as a Pi session would.
  */
 export async function resolveHostCredential(
   provider: string,
-  options: { env?: NodeJS.ProcessEnv; now?: number } = {},
+  options: ResolveHostCredentialOptions = {},
 ): Promise<GuestCredential> {
   const env = options.env ?? process.env;
   const now = options.now ?? Date.now();
   const authPath = join(hostAgentDir(env), "auth.json");
+  const first = await readStored(provider, authPath);
+  if (first.type !== "oauth" || typeof first.access !== "string" || first.access === "") {
+    return credentialFrom(provider, authPath, first, now, false);
+  }
+  const expires = typeof first.expires === "number" ? first.expires : undefined;
+  if (expires !== undefined && expires - now >= REFRESH_BELOW_MS) {
+    return credentialFrom(provider, authPath, first, now, false);
+  }
+  await (options.refreshLogin ?? refreshHostLoginWithPi)({
+    provider,
+    authPath,
+    minValidityMs: REFRESH_BELOW_MS,
+    signal: options.signal,
+  });
+  return credentialFrom(provider, authPath, await readStored(provider, authPath), now, true);
+}
+
+async function readStored(provider: string, authPath: string): Promise<Record<string, unknown>> {
   const loginHint = `Log in on the host first: run \`pi\`, then /login and choose ${provider}.`;
   let data: Record<string, unknown>;
   try {
@@ -54,20 +95,32 @@ export async function resolveHostCredential(
       details: { authPath, provider },
     });
   }
+  return stored;
+}
+
+function credentialFrom(
+  provider: string,
+  authPath: string,
+  stored: Record<string, unknown>,
+  now: number,
+  refreshed: boolean,
+): GuestCredential {
+  const loginHint = `Log in on the host first: run \`pi\`, then /login and choose ${provider}.`;
   if (stored.type === "oauth" && typeof stored.access === "string" && stored.access !== "") {
     const expiresAt = typeof stored.expires === "number" ? stored.expires : undefined;
     if (expiresAt === undefined || expiresAt - now < MIN_TOKEN_LIFETIME_MS) {
       throw new ReviewSetupError(
         "REVIEW_SETUP_TOKEN_UNUSABLE",
-        `the host's ${provider} access token ${expiresAt === undefined ? "has no expiry" : `expires at ${new Date(expiresAt).toISOString()}`}`,
+        `the host's ${provider} access token ${expiresAt === undefined ? "has no expiry" : `expires at ${new Date(expiresAt).toISOString()}`}` +
+          (refreshed ? " even after Pi refreshed the login" : ""),
         {
-          hint: `Use Pi on the host once with a ${provider} model (it refreshes the login), then rerun this command.`,
-          details: { provider, expiresAt },
+          hint: `Log in again on the host: run \`pi\`, then /login and choose ${provider}; then rerun this command.`,
+          details: { provider, expiresAt, authPath },
         },
       );
     }
     const entry: Record<string, unknown> = { ...stored, refresh: "" };
-    return { provider, kind: "oauth", entry, expiresAt };
+    return { provider, kind: "oauth", entry, expiresAt, refreshed };
   }
   if (stored.type === "api_key" && typeof stored.key === "string" && stored.key !== "") {
     if (stored.key.startsWith("!")) {
@@ -77,7 +130,13 @@ export async function resolveHostCredential(
         { hint: `Log in to ${provider} inside the instance instead, or use an OAuth login on the host.` },
       );
     }
-    return { provider, kind: "api_key", entry: { type: "api_key", key: stored.key }, expiresAt: undefined };
+    return {
+      provider,
+      kind: "api_key",
+      entry: { type: "api_key", key: stored.key },
+      expiresAt: undefined,
+      refreshed: false,
+    };
   }
   throw new ReviewSetupError("REVIEW_SETUP_TOKEN_UNUSABLE", `the host's ${provider} credential has an unknown shape`, {
     hint: loginHint,

@@ -12,7 +12,9 @@ export type ReviewSetupErrorCode =
   | "REVIEW_SETUP_INSTANCE_NOT_RUNNING"
   /** `--config` was given but the instance already exists. */
   | "REVIEW_SETUP_INSTANCE_EXISTS"
-  /** The guest lacks a tool the refresh needs (node, npm, tar, base64, sha256sum). */
+  /** Another refresh of the same instance holds its refresh lock; `details.holder` names it. */
+  | "REVIEW_SETUP_BUSY"
+  /** The guest lacks a tool the refresh needs (node ≥ 24, npm, tar, base64, sha256sum). */
   | "REVIEW_SETUP_GUEST_TOOL_MISSING"
   /** The archive's checksum in the guest differs from the host's. */
   | "REVIEW_SETUP_CHECKSUM_MISMATCH"
@@ -20,7 +22,7 @@ export type ReviewSetupErrorCode =
   | "REVIEW_SETUP_STEP_FAILED"
   /** The host has no Pi login for the `--live-model` provider. */
   | "REVIEW_SETUP_LOGIN_MISSING"
-  /** The host's access token for the provider has expired or cannot be used as is. */
+  /** The host's credential for the provider cannot be used (a refresh failed, a `!command` key…). */
   | "REVIEW_SETUP_TOKEN_UNUSABLE"
   /** The live check did not produce a generated response. */
   | "REVIEW_SETUP_LIVE_CHECK_FAILED";

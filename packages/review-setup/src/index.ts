@@ -7,8 +7,20 @@ export type { ReviewSetupArgs, ParsedCommandLine } from "./args.js";
 export { main, formatResult } from "./main.js";
 export type { CliIo } from "./main.js";
 // Refresh
-export { runReviewSetup } from "./refresh.js";
+export { runReviewSetup, GUEST_TOOLS, MIN_GUEST_NODE_MAJOR } from "./refresh.js";
 export type { ReviewSetupOptions, ReviewSetupResult, StepEvent, StepName } from "./refresh.js";
+// Install scope
+export {
+  scopeCommands,
+  INSTALL_SCOPES,
+  DEFAULT_INSTALL_COMMAND,
+  DEFAULT_BUILD_COMMAND,
+  PI_EXTENSION_DIR,
+} from "./scope.js";
+export type { InstallScope, StepCommands } from "./scope.js";
+// Refresh lock
+export { acquireRefreshLock, defaultLockDir, refreshLockPath } from "./lock.js";
+export type { RefreshLockHolder, RefreshLockSeams } from "./lock.js";
 // Snapshot and transfer
 export { listWorkingFiles, createSnapshot, sha256File } from "./snapshot.js";
 export type { Snapshot, SnapshotOptions, WorkingFiles, Vcs } from "./snapshot.js";
@@ -21,7 +33,9 @@ export type { ReviewLayout } from "./layout.js";
 export { launchCommand } from "./launch.js";
 export type { LaunchCommandOptions } from "./launch.js";
 // Live mode
-export { resolveHostCredential, hostAgentDir, MIN_TOKEN_LIFETIME_MS } from "./credentials.js";
-export type { GuestCredential } from "./credentials.js";
+export { resolveHostCredential, hostAgentDir, MIN_TOKEN_LIFETIME_MS, REFRESH_BELOW_MS } from "./credentials.js";
+export type { GuestCredential, ResolveHostCredentialOptions } from "./credentials.js";
+export { refreshHostLoginWithPi } from "./pi-login.js";
+export type { HostLoginRefresher, HostLoginRefreshRequest, PiLoginOptions } from "./pi-login.js";
 export { storeGuestCredential, runLiveCheck, parseLiveOutput, LIVE_PROMPT } from "./live.js";
 export type { LiveCheck, TokenUsage } from "./live.js";

@@ -64,6 +64,9 @@ export function formatResult(result: ReviewSetupResult): string {
     `  current:  ${result.currentPath} -> ${result.candidatePath}` +
       (result.previousId ? ` (previous: ${result.previousId})` : ""),
     `  agent:    ${result.agentDir} (private, isolated)`,
+    result.scope === "pi"
+      ? "  scope:    pi (installed and built only what the launch command loads; --scope full for the whole workspace)"
+      : "  scope:    full (the whole workspace installed and built)",
   ];
   if (result.live) {
     const { usage, expiresAt } = result.live;

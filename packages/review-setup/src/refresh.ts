@@ -5,12 +5,15 @@ import { resolve } from "node:path";
 import { callAction, isControllerError } from "@pi-sandbox/controller/client";
 import type { ReviewSetupArgs } from "./args.js";
 import { base64Chunks, DEFAULT_CHUNK_CHARS, partName } from "./chunks.js";
-import { resolveHostCredential } from "./credentials.js";
+import { resolveHostCredential, type GuestCredential } from "./credentials.js";
 import { ReviewSetupError } from "./errors.js";
 import { controllerGuest, shellQuote, type ControllerOptions, type GuestSession } from "./guest.js";
 import { launchCommand } from "./launch.js";
+import type { HostLoginRefresher } from "./pi-login.js";
+import { acquireRefreshLock, defaultLockDir, refreshLockPath } from "./lock.js";
 import { reviewLayout, type ReviewLayout } from "./layout.js";
 import { runLiveCheck, storeGuestCredential, type LiveCheck } from "./live.js";
+import { scopeCommands, type InstallScope } from "./scope.js";
 import { createSnapshot, type Vcs } from "./snapshot.js";
 
 /** Steps in the order they run. */
@@ -47,18 +50,27 @@ export interface ReviewSetupOptions extends Omit<ReviewSetupArgs, "piCommand"> {
   guest?: GuestSession;
   /** Controller call for inspect/create; default `callAction` (a seam for tests). */
   callAction?: typeof callAction;
-  /** Frozen-lockfile install command, run in the candidate. Default `npm ci`. */
+  /** What the install and build steps cover (see scope.ts); default `full`. */
+  scope?: InstallScope;
+  /** Frozen-lockfile install command, run in the candidate; overrides the scope's. */
   installCommand?: string;
-  /** Build command, run in the candidate. Default `npm run build`. */
+  /** Build command, run in the candidate; overrides the scope's. */
   buildCommand?: string;
   /** Host environment: the Pi login (`PI_CODING_AGENT_DIR`, `HOME`) and PATH for git/jj/tar; default `process.env`. */
   hostEnv?: NodeJS.ProcessEnv;
+  /** Refreshes an expiring host OAuth login (live mode); default through Pi's SDK. */
+  refreshLogin?: HostLoginRefresher;
   /** Transfer part size in base64 characters. */
   chunkChars?: number;
   /** Progress callback. */
   onProgress?: (event: StepEvent) => void;
   /** Ends the refresh with `signal.reason`; a guest command in flight is left to finish. */
   signal?: AbortSignal;
+  /**
+   * Host directory of the per-instance refresh locks; default `<state root>/review-setup`, the
+   * state root of `controller.env`.
+   */
+  lockDir?: string;
   /** Clock, for candidate ids and token checks. */
   now?: () => number;
 }
@@ -71,6 +83,8 @@ export interface ReviewSetupResult {
   mode: "offline-snapshot" | "live-ready";
   /** Version control the snapshot came from. */
   vcs: Vcs;
+  /** What install and build covered. */
+  scope: InstallScope;
   /** Number of files in the snapshot. */
   files: number;
   /** Archive size in bytes. */
@@ -113,35 +127,89 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
 
   // Host login problems should surface before minutes of guest work.
   const credential = options.liveModel
-    ? await resolveHostCredential(options.liveModel.provider, { env: options.hostEnv, now: now() })
+    ? await resolveHostCredential(options.liveModel.provider, {
+        env: options.hostEnv,
+        now: now(),
+        refreshLogin: options.refreshLogin,
+        signal,
+      })
     : undefined;
 
   emit("instance", "start", options.config ? `creating ${name} from ${options.config}` : `checking ${name}`);
   await ensureInstance(options, controller, (message) => emit("instance", "info", message));
-  const probe = await guest.exec(
-    `pwd; for t in tar base64 sha256sum node npm; do command -v "$t" >/dev/null 2>&1 || echo "missing:$t"; done`,
-    { signal },
-  );
+  const probe = await guest.exec(GUEST_PROBE, { signal });
   const workspace = probe.output.split("\n")[0]?.trim() ?? "";
-  const missing = [...probe.output.matchAll(/^missing:(\S+)$/gm)].map((m) => m[1]);
   if (probe.exitCode !== 0 || !workspace.startsWith("/")) {
     throw new ReviewSetupError("REVIEW_SETUP_STEP_FAILED", `could not probe the guest of ${name}: ${probe.output}`, {
       hint: `Check the instance with: npx pi-sandbox inspect ${name}`,
       details: { step: "instance" },
     });
   }
+  checkGuestTools(name, probe.output);
+  const layout = reviewLayout(workspace);
+  emit("instance", "done", `${name} is running; workspace ${workspace}`);
+
+  const lockFile = refreshLockPath(options.lockDir ?? defaultLockDir(controller.env ?? process.env), name);
+  const release = await acquireRefreshLock(lockFile, {
+    instance: name,
+    repo: resolve(options.repo ?? controller.cwd ?? process.cwd()),
+    now: now(),
+  });
+  try {
+    return await refreshLocked(options, { guest, layout, credential, emit, now });
+  } finally {
+    await release();
+  }
+}
+
+/** Tools the refresh runs in the guest; `node` must also be Node 24 or newer. */
+export const GUEST_TOOLS = ["tar", "base64", "sha256sum", "node", "npm"] as const;
+
+/** Oldest Node major the candidate's install and build support (the workspace's engines). */
+export const MIN_GUEST_NODE_MAJOR = 24;
+
+const GUEST_PROBE =
+  `pwd; for t in ${GUEST_TOOLS.join(" ")}; do command -v "$t" >/dev/null 2>&1 || echo "missing:$t"; done; ` +
+  `command -v node >/dev/null 2>&1 && echo "node-version:$(node --version 2>&1)"; true`;
+
+const TOOL_FIX =
+  "Use an image that has Node 24 and npm — the guest test image does (`npm run -s test-image`, then `image: <that directory>` in sandbox.yaml) — " +
+  "or add setup steps that install them (packages/review-setup/README.md, Guest requirements), then create the instance again.";
+
+/** Throws REVIEW_SETUP_GUEST_TOOL_MISSING, naming each missing tool (or an old Node) and the fix. */
+function checkGuestTools(name: string, probeOutput: string): void {
+  const missing = [...probeOutput.matchAll(/^missing:(\S+)$/gm)].map((m) => m[1]!);
   if (missing.length > 0) {
     throw new ReviewSetupError(
       "REVIEW_SETUP_GUEST_TOOL_MISSING",
-      `the guest of ${name} lacks ${missing.join(", ")} on PATH`,
-      {
-        hint: "Create the instance from packages/review-setup/sandbox.review.yaml (it installs Node 24 and npm), or install them in the guest.",
-        details: { missing },
-      },
+      `the guest of ${name} lacks ${missing.join(", ")} on PATH (the refresh needs ${GUEST_TOOLS.join(", ")})`,
+      { hint: TOOL_FIX, details: { missing } },
     );
   }
-  const layout = reviewLayout(workspace);
-  emit("instance", "done", `${name} is running; workspace ${workspace}`);
+  const version = /^node-version:(.*)$/m.exec(probeOutput)?.[1]?.trim() ?? "";
+  const major = Number(/^v(\d+)\./.exec(version)?.[1]);
+  if (!(major >= MIN_GUEST_NODE_MAJOR)) {
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_GUEST_TOOL_MISSING",
+      `the guest of ${name} has node ${version || "(no version)"}; the review candidate needs Node ${MIN_GUEST_NODE_MAJOR} or newer`,
+      { hint: TOOL_FIX, details: { missing: ["node"], nodeVersion: version } },
+    );
+  }
+}
+
+interface RefreshContext {
+  guest: GuestSession;
+  layout: ReviewLayout;
+  credential: GuestCredential | undefined;
+  emit: (step: StepName, status: StepEvent["status"], message: string) => void;
+  now: () => number;
+}
+
+/** The refresh proper, run while holding the instance's refresh lock. */
+async function refreshLocked(options: ReviewSetupOptions, context: RefreshContext): Promise<ReviewSetupResult> {
+  const { name, signal } = options;
+  const { guest, layout, credential, emit, now } = context;
+  const controller = options.controller ?? {};
 
   emit("snapshot", "start", `snapshotting ${resolve(options.repo ?? controller.cwd ?? process.cwd())}`);
   const snapshot = await createSnapshot(options.repo ?? controller.cwd ?? process.cwd(), { env: options.hostEnv });
@@ -151,6 +219,11 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
       "done",
       `${snapshot.files.length} tracked files from ${snapshot.vcs} (${snapshot.bytes} bytes, sha256 ${snapshot.sha256})`,
     );
+    const scope = options.scope ?? "full";
+    const commands = await scopeCommands(scope, snapshot.root, snapshot.files);
+    if (commands.workspaces) {
+      emit("snapshot", "info", `scope pi: installing for the Pi extension, building ${commands.workspaces.join(", ")}`);
+    }
     const id = candidateIdAt(now(), snapshot.sha256);
     const incoming = layout.incoming(id);
     const candidate = layout.candidate(id);
@@ -200,8 +273,8 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
         `mkdir -p ${shellQuote(candidate)} && tar -xzf ${shellQuote(archive)} -C ${shellQuote(candidate)}`,
         "/",
       ],
-      ["install", options.installCommand ?? "npm ci", candidate],
-      ["build", options.buildCommand ?? "npm run build", candidate],
+      ["install", options.installCommand ?? commands.install, candidate],
+      ["build", options.buildCommand ?? commands.build, candidate],
     ];
     for (const [step, command, cwd] of steps) {
       const log = layout.log(id, step);
@@ -275,7 +348,8 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
         "done",
         credential.expiresAt === undefined
           ? "stored an API key (it does not expire)"
-          : `stored; the token expires at ${new Date(credential.expiresAt).toISOString()}`,
+          : `stored; the token expires at ${new Date(credential.expiresAt).toISOString()}` +
+              (credential.refreshed ? " (the host's login was refreshed through Pi first)" : ""),
       );
       emit("live-check", "start", `asking ${model} for one generated response`);
       live = await runLiveCheck(guest, layout, {
@@ -295,6 +369,7 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
       mode: live ? "live-ready" : "offline-snapshot",
       vcs: snapshot.vcs,
       files: snapshot.files.length,
+      scope,
       bytes: snapshot.bytes,
       sha256: snapshot.sha256,
       candidateId: id,

@@ -15,6 +15,8 @@ test("parses every option", () => {
       "/src/x",
       "--pi-command",
       "node launch.js",
+      "--scope",
+      "pi",
     ]),
   ).toEqual({
     help: false,
@@ -23,6 +25,7 @@ test("parses every option", () => {
     liveModel: { provider: "openai-codex", model: "gpt-5.4" },
     repo: "/src/x",
     piCommand: "node launch.js",
+    scope: "pi",
   });
 });
 
@@ -38,6 +41,7 @@ test("--help wins and needs no name", () => {
 test.each([
   [[], "--name <instance> is required"],
   [["--name", "x", "--bogus"], "Unknown option '--bogus'"],
+  [["--name", "x", "--scope", "some"], '--scope must be full or pi; got "some"'],
   [["--name", "x", "extra"], "positional"],
   [["--name"], "argument missing"],
   [["--name", "x", "--live-model", "gpt-5"], "is not provider/model"],

@@ -12,6 +12,10 @@ export interface FakeGuestOptions {
   liveOutput?: string;
   /** Tools reported missing by the probe. */
   missing?: string[];
+  /** `node --version` in the guest (default v24.22.3; not reported when node is missing). */
+  nodeVersion?: string;
+  /** Called when a step command containing this text starts; the step waits for the promise. */
+  blockOn?: { needle: string; until: Promise<void>; started: () => void };
 }
 
 export class FakeGuest implements GuestSession {
@@ -24,10 +28,14 @@ export class FakeGuest implements GuestSession {
   async exec(cmd: string): Promise<GuestResult> {
     this.commands.push(cmd);
     if (cmd.startsWith("pwd;")) {
-      return {
-        exitCode: 0,
-        output: "/workspace\n" + (this.options.missing ?? []).map((t) => `missing:${t}\n`).join(""),
-      };
+      const missing = this.options.missing ?? [];
+      const version = missing.includes("node") ? "" : `node-version:${this.options.nodeVersion ?? "v24.22.3"}\n`;
+      return { exitCode: 0, output: "/workspace\n" + missing.map((t) => `missing:${t}\n`).join("") + version };
+    }
+    const block = this.options.blockOn;
+    if (block && cmd.includes(block.needle)) {
+      block.started();
+      await block.until;
     }
     if (cmd.includes("cat part-*")) {
       const dir = /cd (\S+) &&/.exec(cmd)![1]!;

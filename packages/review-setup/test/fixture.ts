@@ -94,3 +94,36 @@ export async function makeFixtureRepo(): Promise<string> {
   git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "fixture");
   return repo;
 }
+
+/**
+ * Guest-side fake OpenAI-compatible chat server (streaming, as Pi's openai-completions API asks):
+ * the first request gets a call of the `sandbox` tool with `help`, every later one the text
+ * "FINAL: " plus the start of the last tool result. Run with `node fake_openai.js <port>`.
+ */
+export const FAKE_OPENAI_JS = `const http = require("http");
+let n = 0;
+http.createServer((req, res) => {
+  let body = "";
+  req.on("data", (c) => (body += c));
+  req.on("end", () => {
+    n += 1;
+    const request = JSON.parse(body || "{}");
+    const tool = (request.messages || []).filter((m) => m.role === "tool").pop();
+    const text = tool && (typeof tool.content === "string" ? tool.content : (tool.content || []).map((p) => p.text || "").join(""));
+    const chunk = (delta, finish) => res.write("data: " + JSON.stringify({ id: "fake-" + n, object: "chat.completion.chunk",
+      created: 0, model: request.model, choices: [{ index: 0, delta, finish_reason: finish }] }) + "\\n\\n");
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    if (!tool) {
+      chunk({ role: "assistant", content: null, tool_calls: [{ index: 0, id: "call_1", type: "function",
+        function: { name: "sandbox", arguments: JSON.stringify({ input: "help" }) } }] }, null);
+      chunk({}, "tool_calls");
+    } else {
+      chunk({ role: "assistant", content: "FINAL: " + String(text).replace(/\\s+/g, " ").slice(0, 60) }, null);
+      chunk({}, "stop");
+    }
+    res.write("data: " + JSON.stringify({ id: "fake-" + n, object: "chat.completion.chunk", created: 0, model: request.model,
+      choices: [], usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 } }) + "\\n\\n");
+    res.end("data: [DONE]\\n\\n");
+  });
+}).listen(Number(process.argv[2]), "127.0.0.1");
+`;

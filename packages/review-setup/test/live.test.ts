@@ -59,6 +59,7 @@ test("the summary says offline snapshot unless live, and prints the launch comma
     mode: "offline-snapshot" as const,
     vcs: "git" as const,
     files: 3,
+    scope: "full" as const,
     bytes: 100,
     sha256: "ab".repeat(32),
     candidateId: "c1",
@@ -72,6 +73,8 @@ test("the summary says offline snapshot unless live, and prints the launch comma
   };
   const offline = formatResult(base);
   expect(offline).toContain("OFFLINE SNAPSHOT (not live-ready");
+  expect(offline).toContain("  scope:    full (the whole workspace installed and built)");
+  expect(formatResult({ ...base, scope: "pi" })).toContain("  scope:    pi (installed and built only");
   expect(offline).toContain("\n  cd /w/.review/current && PI_CODING_AGENT_DIR=/w/.review/agent pi\n");
   const live = formatResult({
     ...base,

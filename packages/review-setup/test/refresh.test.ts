@@ -7,11 +7,14 @@ import { FakeGuest } from "./fake-guest.js";
 import { makeFixtureRepo } from "./fixture.js";
 
 let repo: string;
+let lockDir: string;
 beforeAll(async () => {
   repo = await makeFixtureRepo();
+  lockDir = await mkdtemp(join(tmpdir(), "review-locks-"));
 });
 afterAll(async () => {
   await rm(repo, { recursive: true, force: true });
+  await rm(lockDir, { recursive: true, force: true });
 });
 
 const running = async () => ({ state: "running" });
@@ -23,6 +26,7 @@ function options(guest: FakeGuest, extra: Partial<ReviewSetupOptions> = {}): Rev
     guest,
     callAction: running,
     chunkChars: 400,
+    lockDir,
     now: () => Date.UTC(2026, 0, 2, 3, 4, 5),
     ...extra,
   };
@@ -49,7 +53,7 @@ test("a refresh sends parts, verifies, unpacks, installs, builds, then switches 
   expect(guest.current).toBe(`candidates/${result.candidateId}`);
   const done = events.filter((e) => e.status === "done").map((e) => e.step);
   expect(done).toEqual(["instance", "snapshot", "transfer", "verify", "unpack", "install", "build", "switch", "agent"]);
-  const order = ["tar -xzf", "npm ci", "npm run build", "ln -sfn"].map((n) =>
+  const order = ["tar -xzf", "npm ci --no-audit --no-fund", "npm run build", "ln -sfn"].map((n) =>
     guest.commands.findIndex((c) => c.includes(n)),
   );
   expect(order.every((i, k) => i >= 0 && (k === 0 || i > order[k - 1]!))).toBe(true);
@@ -93,14 +97,66 @@ test("a failed install names the step and its log, cleans the candidate, and kee
   );
 });
 
-test("a guest without node or npm is refused before any transfer", async () => {
+test("a guest without node or npm is refused before any transfer, naming the tools and the fix", async () => {
   const guest = new FakeGuest({ missing: ["node", "npm"] });
   await expect(runReviewSetup(options(guest))).rejects.toMatchObject({
     code: "REVIEW_SETUP_GUEST_TOOL_MISSING",
-    message: "the guest of review lacks node, npm on PATH",
-    hint: expect.stringContaining("sandbox.review.yaml"),
+    message: "the guest of review lacks node, npm on PATH (the refresh needs tar, base64, sha256sum, node, npm)",
+    hint: expect.stringContaining("npm run -s test-image"),
+    details: { missing: ["node", "npm"] },
   });
   expect(guest.files.size).toBe(0);
+});
+
+test("a guest with a Node older than 24 is refused with the version it has", async () => {
+  const guest = new FakeGuest({ nodeVersion: "v20.19.2" });
+  await expect(runReviewSetup(options(guest))).rejects.toMatchObject({
+    code: "REVIEW_SETUP_GUEST_TOOL_MISSING",
+    message: "the guest of review has node v20.19.2; the review candidate needs Node 24 or newer",
+    details: { missing: ["node"], nodeVersion: "v20.19.2" },
+  });
+  expect(guest.files.size).toBe(0);
+});
+
+test("a second refresh of the same instance fails fast naming the first; the first completes", async () => {
+  let unblock!: () => void;
+  let started!: () => void;
+  const installing = new Promise<void>((resolve) => (started = resolve));
+  const guest = new FakeGuest({
+    blockOn: { needle: "npm ci", until: new Promise<void>((resolve) => (unblock = resolve)), started },
+  });
+  const first = runReviewSetup(options(guest, { name: "busy" }));
+  await installing;
+  const t0 = Date.now();
+  const second = await runReviewSetup(options(new FakeGuest(), { name: "busy" })).catch((e: unknown) => e);
+  expect(Date.now() - t0).toBeLessThan(5_000);
+  expect(second).toMatchObject({
+    code: "REVIEW_SETUP_BUSY",
+    message: expect.stringMatching(
+      new RegExp(
+        `^instance busy is already being refreshed by pid ${process.pid} on \\S+, started \\S+, snapshotting ${repo}$`,
+      ),
+    ),
+    hint: expect.stringContaining(join(lockDir, "busy.lock")),
+    details: { lockPath: join(lockDir, "busy.lock"), holder: { pid: process.pid, repo } },
+  });
+  // Another instance is not held up by it.
+  await expect(runReviewSetup(options(new FakeGuest(), { name: "other" }))).resolves.toMatchObject({
+    instance: "other",
+  });
+  unblock();
+  await expect(first).resolves.toMatchObject({ instance: "busy" });
+  // Released: the next refresh of the instance runs.
+  await expect(runReviewSetup(options(new FakeGuest(), { name: "busy" }))).resolves.toMatchObject({ instance: "busy" });
+});
+
+test("a failed refresh releases the lock too", async () => {
+  await expect(
+    runReviewSetup(options(new FakeGuest({ failing: { "npm run build": 2 } }), { name: "fails" })),
+  ).rejects.toMatchObject({ code: "REVIEW_SETUP_STEP_FAILED" });
+  await expect(runReviewSetup(options(new FakeGuest(), { name: "fails" }))).resolves.toMatchObject({
+    instance: "fails",
+  });
 });
 
 test.each([
