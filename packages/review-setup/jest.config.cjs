@@ -3,6 +3,6 @@ module.exports = {
   displayName: "review-setup",
   // Real-VM suites (test/*.vm.test.ts) need a guest image; globalSetup builds or reuses it.
   globalSetup: require.resolve("../../jest.test-image.cjs"),
-  // Under TCG a create that downloads Node in setup takes minutes; npm ci and builds add more.
+  // Under TCG the monorepo refresh (monorepo.vm.test.ts: npm ci and six tsc builds) takes 12 min.
   testTimeout: 1_200_000,
 };

@@ -26,11 +26,19 @@ async function guestRun(cmd: string): Promise<{ exitCode: number; output: string
 }
 
 async function setup(...extra: string[]) {
+  return setupWatching(() => undefined, ...extra);
+}
+
+/** Like setup, calling `watch` with every stderr chunk (progress lines) as it arrives. */
+async function setupWatching(watch: (text: string) => void, ...extra: string[]) {
   let stdout = "";
   let stderr = "";
   const code = await main(["--name", NAME, "--repo", repo, "--pi-command", "node launch.js", ...extra], {
     stdout: (text) => (stdout += text),
-    stderr: (text) => (stderr += text),
+    stderr: (text) => {
+      stderr += text;
+      watch(text);
+    },
     env,
     cwd: dir,
   });
@@ -100,6 +108,29 @@ test("a refresh carries edits and deletions, not untracked files, and the launch
   expect(launched.output).toMatch(
     new RegExp(`^launched cwd=/workspace/.review/${second} agent=/workspace/.review/agent node=v24\\.`),
   );
+});
+
+test("a second refresh while one runs fails fast naming the first; the first completes", async () => {
+  let transferring!: () => void;
+  const holding = new Promise<void>((resolve) => (transferring = resolve));
+  const first = setupWatching((text) => {
+    if (text.includes("[transfer]")) transferring();
+  });
+  await holding;
+  const t0 = Date.now();
+  const second = await setup();
+  const refusedInMs = Date.now() - t0;
+  expect(second.code).toBe(1);
+  expect(second.stderr).toContain(
+    `error REVIEW_SETUP_BUSY: instance ${NAME} is already being refreshed by pid ${process.pid}`,
+  );
+  expect(second.stderr).toContain(`snapshotting ${repo}`);
+  expect(second.stderr).toMatch(/hint: Wait for that refresh to finish/);
+  // Fast: only the instance check and the guest probe ran (each a round trip to the daemon).
+  expect(refusedInMs).toBeLessThan(60_000);
+  const done = await first;
+  expect(done.code).toBe(0);
+  expect((await setup()).code).toBe(0);
 });
 
 test("a broken lockfile fails at install, names the log, and the previous candidate stays current", async () => {

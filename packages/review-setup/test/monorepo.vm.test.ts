@@ -1,0 +1,136 @@
+// A refresh of THIS repository on a real VM, then the printed launch command runs the candidate's
+// real Pi in the guest. Scope `pi` (what the launch command loads), because the whole workspace's
+// `npm ci` takes longer than a test may under TCG (README, "Install scope").
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { callAction } from "@pi-sandbox/controller/client";
+import { controllerGuest, type GuestSession } from "../src/guest.js";
+import { main } from "../src/main.js";
+import { FAKE_OPENAI_JS } from "./fixture.js";
+
+const NAME = "mono";
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+const AGENT = "/workspace/.review/agent";
+let dir: string;
+let env: NodeJS.ProcessEnv;
+let guest: GuestSession;
+let launch: string;
+
+/** Prints the sandbox tool's end event and the last assistant message of a Pi JSON event stream. */
+const SUMMARIZE_JS = `const lines = require("fs").readFileSync(process.argv[2], "utf8").split("\\n").filter((l) => l.startsWith("{"));
+const events = lines.map((l) => JSON.parse(l));
+const tool = events.find((e) => e.type === "tool_execution_end");
+const last = events.filter((e) => e.type === "message_end" && e.message.role === "assistant").pop();
+const text = (content) => (content || []).map((p) => p.text || "").join("").slice(0, 200);
+console.log(JSON.stringify({
+  toolEnd: tool && { toolName: tool.toolName, isError: tool.isError, text: text(tool.result.content) },
+  final: last && { role: last.message.role, provider: last.message.provider, model: last.message.model, text: text(last.message.content) },
+}));
+`;
+const timings: string[] = [];
+
+const call = (action: Record<string, unknown>) =>
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
+  callAction({ name: NAME, ...action }, { env, cwd: dir }) as Promise<any>;
+
+beforeAll(async () => {
+  const image = process.env.PI_SANDBOX_TEST_IMAGE;
+  if (!image) throw new Error("PI_SANDBOX_TEST_IMAGE is not set: run through jest's globalSetup");
+  dir = await mkdtemp(join(tmpdir(), "prm-"));
+  env = { ...process.env, PI_SANDBOX_HOME: join(dir, "state") };
+  const example = await readFile(new URL("../sandbox.review.yaml", import.meta.url), "utf8");
+  await writeFile(join(dir, "sandbox.yaml"), example.replace("profile: small", `image: ${image}\nprofile: small`));
+  guest = controllerGuest(NAME, { env, cwd: dir });
+});
+
+afterAll(async () => {
+  process.stderr.write(`monorepo refresh timings (TCG):\n${timings.join("\n")}\n`);
+  await call({ action: "stop" }).catch(() => undefined);
+  await rm(dir, { recursive: true, force: true });
+});
+
+test("a refresh of this repository with --scope pi installs from the lockfile, builds, and prints the launch command", async () => {
+  let stdout = "";
+  let stderr = "";
+  const started = Date.now();
+  const code = await main(["--name", NAME, "--config", join(dir, "sandbox.yaml"), "--repo", REPO, "--scope", "pi"], {
+    stdout: (text) => (stdout += text),
+    stderr: (text) => {
+      stderr += text;
+      for (const line of text.split("\n")) {
+        if (/^\[\w[\w-]*\] [✓…]/.test(line)) timings.push(`  +${((Date.now() - started) / 1000).toFixed(0)} s ${line}`);
+      }
+    },
+    env,
+    cwd: dir,
+  });
+  if (code !== 0) throw new Error(`refresh failed:\n${stderr}`);
+  expect(stderr).toContain("[install] … npm ci --no-audit --no-fund --workspace @pi-sandbox/pi-extension");
+  expect(stderr).toMatch(
+    /\[build\] … .*npm run build --workspace @pi-sandbox\/controller && npm run build --workspace @pi-sandbox\/pi-extension/,
+  );
+  expect(stdout).toContain("scope:    pi");
+  launch = stdout
+    .split("\n")
+    .map((line) => line.trim())
+    .find((line) => line.startsWith("cd /workspace/.review/current"))!;
+  expect(launch).toBe(
+    `cd /workspace/.review/current && PI_CODING_AGENT_DIR=${AGENT} node_modules/.bin/pi -e ./packages/pi-extension`,
+  );
+  // The lockfile's Pi, built extension and controller are in the candidate.
+  const built = await guest.exec(
+    "cd /workspace/.review/current && ls packages/pi-extension/dist/index.js packages/controller/dist/client/index.js",
+  );
+  expect(built.exitCode).toBe(0);
+});
+
+test("the printed launch command runs the candidate's Pi: --version", async () => {
+  const lock = JSON.parse(await readFile(join(REPO, "package-lock.json"), "utf8"));
+  const version = lock.packages["node_modules/@earendil-works/pi-coding-agent"].version as string;
+  const result = await guest.exec(`PI_OFFLINE=1 PI_SKIP_VERSION_CHECK=1 ${launch} --version`, { deadlineMs: 300_000 });
+  expect(result.output.trim().split("\n").at(-1)).toBe(version);
+  expect(result.exitCode).toBe(0);
+});
+
+test("fixture-backed prompt: the launched Pi loads the extension and its sandbox tool answers a fake model on the guest's loopback", async () => {
+  await call({ action: "write", path: "/tmp/fake_openai.js", content: FAKE_OPENAI_JS });
+  await call({
+    action: "service-start",
+    service: "fake-openai",
+    command: "node /tmp/fake_openai.js 18181",
+    port: 18181,
+  });
+  const models = {
+    providers: {
+      fake: {
+        baseUrl: "http://127.0.0.1:18181/v1",
+        api: "openai-completions",
+        apiKey: "dummy",
+        models: [{ id: "fake-model" }],
+      },
+    },
+  };
+  await call({ action: "write", path: `${AGENT}/models.json`, content: JSON.stringify(models) });
+  await call({
+    action: "write",
+    path: `${AGENT}/settings.json`,
+    content: JSON.stringify({ retry: { enabled: false } }),
+  });
+  const result = await guest.exec(
+    `PI_OFFLINE=1 PI_SKIP_VERSION_CHECK=1 ${launch} --no-session --mode json --model fake/fake-model 'use the sandbox tool' ` +
+      "> /tmp/pi-run.jsonl 2> /tmp/pi-run.err; rc=$?; tail -c 2000 /tmp/pi-run.err; exit $rc",
+    { deadlineMs: 600_000 },
+  );
+  expect(result.exitCode).toBe(0);
+  // The event stream is larger than one exec's output (64 KiB): summarise it in the guest.
+  await call({ action: "write", path: "/tmp/summarize.js", content: SUMMARIZE_JS });
+  const summary = await guest.exec("node /tmp/summarize.js /tmp/pi-run.jsonl");
+  expect(summary.exitCode).toBe(0);
+  const { toolEnd, final } = JSON.parse(summary.output);
+  expect(toolEnd).toMatchObject({ toolName: "sandbox", isError: false });
+  expect(toolEnd.text).toContain("pi-sandbox: named local dev environments");
+  expect(final).toMatchObject({ role: "assistant", provider: "fake", model: "fake-model" });
+  expect(final.text).toMatch(/^FINAL: pi-sandbox: named local dev environments/);
+});
