@@ -45,13 +45,22 @@ export async function refreshHostLoginWithPi(
       },
     );
   }
-  const runtime = await sdk.ModelRuntime.create({
-    authPath,
-    modelsPath: null,
-    allowModelNetwork: false,
-    refreshOnCreate: false,
-  });
-  for (const extra of options.extraProviders ?? []) runtime.registerNativeProvider(extra);
+  let runtime: Awaited<ReturnType<typeof sdk.ModelRuntime.create>>;
+  try {
+    runtime = await sdk.ModelRuntime.create({
+      authPath,
+      modelsPath: null,
+      allowModelNetwork: false,
+      refreshOnCreate: false,
+    });
+    for (const extra of options.extraProviders ?? []) runtime.registerNativeProvider(extra);
+  } catch (error) {
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_TOKEN_UNUSABLE",
+      `Pi could not open the host's login store ${authPath}: ${error instanceof Error ? error.message : String(error)}`,
+      { hint: relogin, details: { provider, authPath }, cause: error },
+    );
+  }
   if (!runtime.getProvider(provider)?.auth.oauth) {
     throw new ReviewSetupError(
       "REVIEW_SETUP_TOKEN_UNUSABLE",
