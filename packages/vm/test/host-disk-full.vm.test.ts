@@ -10,7 +10,7 @@ import fsp from "node:fs/promises";
 import path from "node:path";
 import { DiskStore, isVmError, runInGuest, startVm, type RunningVm } from "../src/index.js";
 import { tempDir } from "./helpers.js";
-import { memoryLogger, qemuProcessesUsing, testImage, vmOptions } from "./vm-support.js";
+import { memoryLogger, qemuProcessesUsing, sh, testImage, vmOptions } from "./vm-support.js";
 
 const MiB = 1024 ** 2;
 const TMPFS_MIB = 192;
@@ -51,12 +51,6 @@ async function boot(name: string): Promise<RunningVm> {
   const vm = await startVm(vmOptions(name, diskDir, stateRoot, { logger: log }));
   running.add(vm);
   return vm;
-}
-
-async function sh(vm: RunningVm, script: string): Promise<string> {
-  const result = await runInGuest(vm, script);
-  if (result.exitCode !== 0) throw new Error(`guest command failed (${result.exitCode}): ${script}\n${result.stderr}`);
-  return result.stdout;
 }
 
 function freeBytes(): number {

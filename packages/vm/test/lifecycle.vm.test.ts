@@ -9,7 +9,7 @@ import { promisify } from "node:util";
 import type { AddressInfo } from "node:net";
 import { DiskStore, isVmError, runInGuest, startVm, type RunningVm } from "../src/index.js";
 import { tempDir } from "./helpers.js";
-import { qemuProcessesUsing, testImage, vmOptions } from "./vm-support.js";
+import { qemuProcessesUsing, sh, testImage, vmOptions } from "./vm-support.js";
 
 const GiB = 1024 ** 3;
 let root: string;
@@ -22,12 +22,6 @@ async function boot(name: string, dir: string, extra: Parameters<typeof vmOption
   const vm = await startVm(vmOptions(name, dir, stateRoot, extra));
   running.add(vm);
   return vm;
-}
-
-async function sh(vm: RunningVm, script: string): Promise<string> {
-  const result = await runInGuest(vm, script);
-  if (result.exitCode !== 0) throw new Error(`guest command failed (${result.exitCode}): ${script}\n${result.stderr}`);
-  return result.stdout;
 }
 
 async function stop(vm: RunningVm) {

@@ -1,6 +1,6 @@
 import fs from "node:fs";
 import path from "node:path";
-import type { StartVmOptions, VmLogger } from "../src/index.js";
+import { runInGuest, type RunningVm, type StartVmOptions, type VmLogger } from "../src/index.js";
 
 /** The guest test image directory set by the jest globalSetup (jest.test-image.cjs). */
 export function testImage(): string {
@@ -59,4 +59,11 @@ export function qemuProcessesUsing(dir: string): number[] {
     }
   }
   return pids;
+}
+
+/** Runs a shell script in the guest and returns its stdout; a non-zero exit throws with stderr. */
+export async function sh(vm: RunningVm, script: string): Promise<string> {
+  const result = await runInGuest(vm, script);
+  if (result.exitCode !== 0) throw new Error(`guest command failed (${result.exitCode}): ${script}\n${result.stderr}`);
+  return result.stdout;
 }
