@@ -40,7 +40,8 @@ describe("with the environment-marker sweep", () => {
         // A detached, double-forked escapee in its own session, and one that ignores SIGTERM.
         `setsid nohup sleep 1000 >/dev/null 2>&1 & echo $! >> ${pids}`,
         `(trap '' TERM; exec setsid sleep 1001) >/dev/null 2>&1 & echo $! >> ${pids}`,
-        `sh -c 'sleep 1002 & echo $! >> ${pids}' &`,
+        // Waits for the middle shell (not its child), so the pid is on file before the sweep.
+        `sh -c 'sleep 1002 & echo $! >> ${pids}' & wait $!`,
       ],
     });
     expect(result).toMatchObject({ ok: true, exitCode: 0, timedOut: false });
