@@ -14,13 +14,17 @@ import { hostDiskFullError, hostSpaceOf, isNoSpaceError } from "./host-disk.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestVm } from "./guest-vm.js";
 import {
   checkResources,
+  chooseAccelerator,
   probeHost,
   qemuMemory,
+  recordKvmFailure,
   resolveAccelerator,
   type AcceleratorChoice,
   type HostFacts,
+  type ResolvedAccelerator,
   type VmResources,
 } from "./host.js";
+import { qemuWords } from "./kvm-probe.js";
 import { isAlive, waitFor } from "./process-util.js";
 import { prepareQemuLauncher, writeQemuPidRecord } from "./qemu-process.js";
 import { QMP_SOCKET_NAME, QmpMonitor, type IoErrorPause } from "./qmp.js";
@@ -79,6 +83,10 @@ export interface StartVmOptions {
   debug?: boolean;
   /** The disk store to open the disk with (default: a new one). */
   diskStore?: DiskStore;
+  /** Live progress for the user (the KVM check, a fall-back to TCG). */
+  onProgress?: (message: string) => void;
+  /** How long a KVM boot may take before it is retried on TCG, in ms (default 45000). */
+  kvmReadyTimeoutMs?: number;
 }
 
 /** How a stop went. */
@@ -147,32 +155,119 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
   const { signal } = options;
   signal?.throwIfAborted();
   const logger = options.logger;
-  const host = options.host ?? probeHost();
+  let host = options.host ?? probeHost();
   checkResources(options.spec.resources, host);
   const forcedAccel = options.accelerator ?? process.env.PI_SANDBOX_ACCEL;
   const launcher = await prepareQemuLauncher(path.join(options.stateRoot, "bin"), host.arch);
-  const { choice: accelerator } = await resolveAccelerator(launcher.qemuPath, host, forcedAccel);
-  const warnings: string[] = [];
+  // Test seam: a fake QEMU answers the KVM probe, as on a host whose /dev/kvm behaves that way.
+  const probeQemu = process.env.PI_SANDBOX_TEST_KVM_PROBE_QEMU || undefined;
+  if (probeQemu) host = { ...host, kvmAccessible: true };
+  const gondolin = await loadGondolin(options.stateRoot);
+  const store = options.diskStore ?? new DiskStore({ stateRoot: options.stateRoot });
+  const openRun = async (): Promise<DiskRun> => {
+    try {
+      const run = await store.openRun(options.diskDir, signal ? { signal } : {});
+      if (run.reapedPid !== undefined) {
+        logger?.warn(`[vm ${options.name}] killed a QEMU (pid ${run.reapedPid}) left behind by a previous owner`);
+      }
+      return run;
+    } catch (error) {
+      if (isNoSpaceError(error) && !signal?.aborted) {
+        throw hostDiskFullError({ dir: options.diskDir, situation: "start", name: options.name, cause: error });
+      }
+      throw error;
+    }
+  };
+  let run = await openRun();
+  let resolved: ResolvedAccelerator;
+  try {
+    if (host.kvmAccessible && !forcedAccel?.trim()) options.onProgress?.("checking that KVM can run the guest kernel");
+    resolved = await resolveAccelerator({
+      qemuPath: probeQemu ?? launcher.qemuPath,
+      emulatorPath: probeQemu ?? launcher.emulatorPath,
+      host,
+      ...(forcedAccel !== undefined ? { override: forcedAccel } : {}),
+      kernelPath: run.image.kernelPath,
+      cacheDir: options.stateRoot,
+    });
+  } catch (error) {
+    await run.discard().catch(() => undefined);
+    throw error;
+  }
+  const attempt = {
+    options,
+    gondolin,
+    launcher,
+    started,
+    warnings: launcher.diesWithParent
+      ? []
+      : ["setpriv is unavailable: QEMU may outlive a killed owner until the next start reaps it"],
+  };
+  const accelerator = resolved.choice;
+  if (accelerator.accel !== "kvm" || forcedAccel?.trim()) return bootAttempt(attempt, run, accelerator);
+  // Belt and braces: the kernel probe passed, but a KVM boot that still shows no sign of life
+  // within a bound (or that QEMU stops with a KVM error) is retried once on TCG, and the verdict
+  // is updated so the next boots of this host boot go to TCG directly.
+  const kvmBoundMs = Math.min(options.kvmReadyTimeoutMs ?? KVM_READY_TIMEOUT_MS, startTimeoutOf(options));
+  try {
+    return await bootAttempt(attempt, run, accelerator, kvmBoundMs);
+  } catch (error) {
+    if (signal?.aborted || !isVmError(error) || !KVM_RETRYABLE.has(error.code)) throw error;
+    const problem =
+      error.code === "VM_START_TIMEOUT"
+        ? `the guest showed no sign of life within ${Math.round(kvmBoundMs / 1000)} s`
+        : kvmBootProblem(String(error.details?.reason ?? error.message));
+    if (resolved.kvmKey) await recordKvmFailure(options.stateRoot, resolved.kvmKey, problem).catch(() => undefined);
+    const fallback = chooseAccelerator({ ...host, kvmProblem: problem });
+    const notice = `KVM could not run the guest (${problem}); booting on TCG`;
+    logger?.warn(`[vm ${options.name}] ${notice}`);
+    options.onProgress?.(notice);
+    run = await openRun();
+    const { warning: _shown, ...quiet } = fallback;
+    return bootAttempt({ ...attempt, warnings: [...attempt.warnings, notice] }, run, quiet);
+  }
+}
+
+/** QEMU's own words from a failed start ("… (qemu: <stderr>)" in Gondolin's errors), else its first line. */
+function kvmBootProblem(reason: string): string {
+  const said = /\(qemu: ([\s\S]*)\)\s*$/.exec(reason);
+  const words = said ? qemuWords(said[1]!) : "";
+  return words ? `QEMU stopped: ${words}` : (reason.split("\n")[0] ?? reason).slice(0, 300);
+}
+
+/** A KVM boot bound: KVM guests are ready in a few seconds; far beyond that, KVM is the problem. */
+const KVM_READY_TIMEOUT_MS = 45_000;
+/** Start failures that a KVM boot retries on TCG (not a missing image, a busy disk or a full host disk). */
+const KVM_RETRYABLE: ReadonlySet<string> = new Set(["VM_START_TIMEOUT", "VM_START_FAILED", "VM_KVM_FAILED"]);
+
+function startTimeoutOf(options: StartVmOptions): number {
+  return options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
+}
+
+interface BootAttempt {
+  options: StartVmOptions;
+  gondolin: Awaited<ReturnType<typeof loadGondolin>>;
+  launcher: { qemuPath: string };
+  started: number;
+  warnings: string[];
+}
+
+/**
+ * One boot of an opened disk run on one accelerator. Closes everything and discards the run when
+ * it fails. `readyTimeoutMs` bounds the wait for the guest (default: the start timeout).
+ */
+async function bootAttempt(
+  attempt: BootAttempt,
+  run: DiskRun,
+  accelerator: AcceleratorChoice,
+  readyTimeoutMs = startTimeoutOf(attempt.options),
+): Promise<RunningVm> {
+  const { options, gondolin, launcher } = attempt;
+  const { signal, logger } = options;
+  const warnings = [...attempt.warnings];
   if (accelerator.warning) {
     warnings.push(accelerator.warning);
     logger?.warn(`[vm ${options.name}] ${accelerator.warning}`);
-  }
-  if (!launcher.diesWithParent) {
-    warnings.push("setpriv is unavailable: QEMU may outlive a killed owner until the next start reaps it");
-  }
-  const gondolin = await loadGondolin(options.stateRoot);
-  const store = options.diskStore ?? new DiskStore({ stateRoot: options.stateRoot });
-  let run: DiskRun;
-  try {
-    run = await store.openRun(options.diskDir, signal ? { signal } : {});
-  } catch (error) {
-    if (isNoSpaceError(error) && !signal?.aborted) {
-      throw hostDiskFullError({ dir: options.diskDir, situation: "start", name: options.name, cause: error });
-    }
-    throw error;
-  }
-  if (run.reapedPid !== undefined) {
-    logger?.warn(`[vm ${options.name}] killed a QEMU (pid ${run.reapedPid}) left behind by a previous owner`);
   }
   let vm: VM | undefined;
   let guest: GondolinGuest | undefined;
@@ -191,12 +286,20 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
   try {
     runtimeDir = await makeRuntimeDir(options.stateRoot);
     // QEMU (through our wrapper) listens on this socket from early in its start; a guest paused
-    // on a full host disk is reported here, during the boot as much as later.
+    // on a full host disk is reported here, during the boot as much as later, and so is a KVM
+    // internal error (QEMU stops the guest with run state internal-error).
     monitor = new QmpMonitor(path.join(runtimeDir, QMP_SOCKET_NAME), {
       onIoErrorPause: (pause) => {
         if (fault.raise(pausedGuestError(pause, options.name, options.diskDir))) {
           logger?.warn(`[vm ${options.name}] ${fault.current!.message}`);
         }
+      },
+      onInternalError: () => {
+        fault.raise(
+          new VmError("VM_KVM_FAILED", `QEMU stopped the guest of ${options.name} on a KVM internal error`, {
+            details: { reason: "KVM internal error", accelerator: accelerator.accel },
+          }),
+        );
       },
     });
     const policy = gondolin.createHttpHooks({
@@ -233,7 +336,7 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
       cpus: options.spec.resources.cpus,
       httpHooks: policy.httpHooks,
       env: policy.env,
-      startTimeoutMs: options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS,
+      startTimeoutMs: readyTimeoutMs,
       sessionLabel: `pi-sandbox ${options.name}`,
       ...(options.debug && logger?.debug
         ? {
@@ -267,7 +370,7 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
       await growFilesystem(guest, signal);
       grown = true;
     }
-    const bootMs = performance.now() - started;
+    const bootMs = performance.now() - attempt.started;
     logger?.info(`[vm ${options.name}] ready in ${Math.round(bootMs)} ms (${accelerator.accel})`);
     return new BootedVm(options.name, guest, monitor, run, runtimeDir, accelerator, warnings, bootMs, grown);
   } catch (error) {

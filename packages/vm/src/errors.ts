@@ -24,6 +24,8 @@ export type VmErrorCode =
   | "VM_START_TIMEOUT"
   /** QEMU or the guest failed while booting. */
   | "VM_START_FAILED"
+  /** QEMU stopped the guest on a KVM internal error (a boot retries on TCG; seen only when that fails too). */
+  | "VM_KVM_FAILED"
   /**
    * The host file system under a disk is full (`details.mountPoint`, `details.freeBytes`): QEMU
    * paused the guest on a write, or a stop/start/disk operation ran out of space. Free space there.

@@ -1,8 +1,19 @@
-import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { VmError } from "./errors.js";
+import {
+  KvmVerdictCache,
+  fileIdentity,
+  hostBootId,
+  probeKvmKernel,
+  type KvmVerdict,
+  type KvmVerdictKey,
+} from "./kvm-probe.js";
+
+// Doctor finds an image's kernel to prove KVM with; image.ts loads Gondolin only when asked to.
+export { loadImageDir, type GuestImage } from "./image.js";
+export { probeKvmKernel, type KvmVerdict } from "./kvm-probe.js";
 
 /** QEMU accelerator names this package chooses between. */
 export type Accelerator = "kvm" | "hvf" | "tcg";
@@ -19,8 +30,10 @@ export interface HostFacts {
   memoryBytes: number;
   /** Whether `/dev/kvm` exists and is readable and writable by this process. */
   kvmAccessible: boolean;
-  /** Why KVM cannot be used although `/dev/kvm` is accessible (set by {@link probeKvm}). */
+  /** Why KVM cannot be used although `/dev/kvm` is accessible (set by {@link resolveAccelerator}). */
   kvmProblem?: string;
+  /** Whether a guest kernel has booted on this host's KVM (set by {@link resolveAccelerator}). */
+  kvmProven?: boolean;
 }
 
 /** The accelerator and the QEMU machine/CPU model that go with it. */
@@ -31,6 +44,8 @@ export interface AcceleratorChoice {
   machineType: string;
   /** QEMU CPU model (`host` with hardware acceleration, else `max`). */
   cpu: string;
+  /** Why this accelerator, in a sentence for `doctor` and `inspect`. */
+  reason: string;
   /** Set when the choice is slow or unusual (software emulation); shown once to the user. */
   warning?: string;
 }
@@ -117,15 +132,30 @@ export function chooseAccelerator(host: HostFacts, override?: string): Accelerat
   const arm = host.arch === "arm64";
   const machineType = arm ? "virt" : host.platform === "linux" && accel === "kvm" ? "microvm" : "q35";
   const cpu = accel === "tcg" ? "max" : "host";
-  const choice: AcceleratorChoice = { accel, machineType, cpu };
-  if (accel === "tcg") {
-    choice.warning =
-      forced === "tcg"
-        ? "running on QEMU software emulation (TCG) because PI_SANDBOX_ACCEL=tcg; boots and commands are several times slower"
-        : host.kvmProblem !== undefined
-          ? `/dev/kvm exists but QEMU cannot use it (${host.kvmProblem}): running on QEMU software emulation (TCG), which is several times slower`
-          : "no hardware virtualisation (/dev/kvm is missing or not accessible): running on QEMU software emulation (TCG), which is several times slower";
+  const slow = "running on QEMU software emulation (TCG), which is several times slower";
+  let reason: string;
+  let warning: string | undefined;
+  if (accel === "kvm") {
+    reason =
+      forced === "kvm"
+        ? "forced by PI_SANDBOX_ACCEL=kvm"
+        : host.kvmProven
+          ? "a guest kernel booted on /dev/kvm"
+          : "/dev/kvm is accessible (not yet proven by a guest kernel)";
+  } else if (accel === "hvf") {
+    reason = forced === "hvf" ? "forced by PI_SANDBOX_ACCEL=hvf" : "macOS Hypervisor.framework";
+  } else if (forced === "tcg") {
+    reason = "forced by PI_SANDBOX_ACCEL=tcg";
+    warning = `${slow}, because PI_SANDBOX_ACCEL=tcg`;
+  } else if (host.kvmProblem !== undefined) {
+    reason = `/dev/kvm is present but could not run a Linux kernel (${host.kvmProblem})`;
+    warning = `${reason}: ${slow}`;
+  } else {
+    reason = "no hardware virtualisation (/dev/kvm is missing or not accessible to this user)";
+    warning = `${reason}: ${slow}`;
   }
+  const choice: AcceleratorChoice = { accel, machineType, cpu, reason };
+  if (warning) choice.warning = warning;
   return choice;
 }
 
@@ -194,67 +224,88 @@ export function findExecutable(name: string, envPath = process.env.PATH ?? ""): 
   return undefined;
 }
 
-/**
- * The accelerator a boot would really get: like {@link chooseAccelerator}, but an accessible
- * `/dev/kvm` counts only after {@link probeKvm} ran a paused vCPU on it with `qemuPath`. Returns
- * the choice and the host facts with `kvmProblem` filled in when KVM failed the probe.
- */
-export async function resolveAccelerator(
-  qemuPath: string,
-  host: HostFacts,
-  override?: string,
-): Promise<{ choice: AcceleratorChoice; host: HostFacts }> {
-  if (host.kvmAccessible && host.kvmProblem === undefined && (override ?? "").trim() === "") {
-    const problem = await probeKvm(qemuPath, chooseAccelerator(host).machineType);
-    if (problem !== undefined) host = { ...host, kvmProblem: problem };
-  }
-  return { choice: chooseAccelerator(host, override), host };
+/** Options of {@link resolveAccelerator}. */
+export interface ResolveAcceleratorOptions {
+  /** The QEMU binary that probes run (the launcher's wrapper is fine). */
+  qemuPath: string;
+  /** The real emulator binary, for the cache key (default `qemuPath`). */
+  emulatorPath?: string;
+  /** Host facts (default: probed now). */
+  host?: HostFacts;
+  /** `PI_SANDBOX_ACCEL`: forces an accelerator, no probe. */
+  override?: string;
+  /** The guest kernel to prove KVM with; without it only a cached verdict of this host boot counts. */
+  kernelPath?: string;
+  /** Directory of the verdict cache (a state root); without it every call probes. */
+  cacheDir?: string;
+  /** Banner deadline of the probe in ms (default 8000). */
+  probeTimeoutMs?: number;
 }
 
-const kvmProbes = new Map<string, Promise<string | undefined>>();
+/** What {@link resolveAccelerator} found. */
+export interface ResolvedAccelerator {
+  /** The accelerator a boot gets, with its reason. */
+  choice: AcceleratorChoice;
+  /** The host facts with `kvmProblem`/`kvmProven` filled in. */
+  host: HostFacts;
+  /** The verdict cache key, when a KVM verdict was looked up (for {@link recordKvmFailure}). */
+  kvmKey?: KvmVerdictKey;
+  /** The KVM verdict used, when there was one. */
+  kvmVerdict?: KvmVerdict;
+}
 
 /**
- * Checks that QEMU can really run a vCPU on KVM with the CPU model we would use (`-cpu host`):
- * some nested or sandboxed hosts expose a `/dev/kvm` on which QEMU aborts at vCPU reset ("failed
- * to set MSR"). Starts the emulator paused with QMP on stdio and asks `query-status`: QMP answers
- * commands only from the main loop, after the vCPUs were reset, so an answer proves KVM works
- * (no timing guess), while an exit names the problem. Resolves to the problem (QEMU's error
- * line) or `undefined`. Cached per emulator and machine type for the process.
+ * The accelerator a boot really gets: like {@link chooseAccelerator}, but an accessible
+ * `/dev/kvm` counts only after the guest kernel printed its banner on it (see `kvm-probe.ts`).
+ * The verdict is cached per host boot, QEMU binary and kernel, so only the first boot after a
+ * host reboot pays for the probe (about 1 s where KVM works, the probe deadline where it does
+ * not), and concurrent callers wait for one probe.
  */
-export function probeKvm(qemuPath: string, machineType: string, timeoutMs = 15_000): Promise<string | undefined> {
-  const key = `${qemuPath}\0${machineType}`;
-  let probe = kvmProbes.get(key);
-  if (!probe) {
-    probe = new Promise((resolve) => {
-      const args = ["-accel", "kvm", "-machine", machineType, "-cpu", "host", "-m", "64", "-nodefaults"];
-      args.push("-display", "none", "-serial", "none", "-S", "-qmp", "stdio");
-      const child = spawn(qemuPath, args, { stdio: ["pipe", "pipe", "pipe"] });
-      let stdout = "";
-      let stderr = "";
-      let settled = false;
-      const finish = (problem: string | undefined) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        child.kill("SIGKILL");
-        resolve(problem);
-      };
-      const timer = setTimeout(() => finish(`QEMU did not answer within ${timeoutMs} ms`), timeoutMs);
-      child.stdin.on("error", () => undefined);
-      child.stdin.write('{"execute":"qmp_capabilities"}\n{"execute":"query-status"}\n');
-      child.stdout.on("data", (chunk: Buffer) => {
-        stdout += chunk.toString();
-        if (/"return":\s*\{[^}]*"status"/.test(stdout)) finish(undefined);
-      });
-      child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
-      child.once("error", (error) => finish(error.message));
-      child.once("exit", (code, signal) => {
-        const lines = stderr.split("\n");
-        const line = lines.find((l) => /error|assert|fail/i.test(l)) ?? lines[0] ?? "";
-        finish(line.replace(/^qemu-system-\w+: /, "").trim() || `QEMU exited (${signal ?? code})`);
-      });
-    });
-    kvmProbes.set(key, probe);
+export async function resolveAccelerator(options: ResolveAcceleratorOptions): Promise<ResolvedAccelerator> {
+  let host = options.host ?? probeHost();
+  const override = options.override?.trim() ? options.override : undefined;
+  if (!host.kvmAccessible || host.platform !== "linux" || override !== undefined || host.kvmProblem !== undefined) {
+    return { choice: chooseAccelerator(host, override), host };
   }
-  return probe;
+  const machine = chooseAccelerator(host);
+  const cache = options.cacheDir ? new KvmVerdictCache(options.cacheDir) : undefined;
+  const bootId = hostBootId();
+  const qemu = fileIdentity(options.emulatorPath ?? options.qemuPath);
+  let key: KvmVerdictKey | undefined;
+  let verdict: KvmVerdict | undefined;
+  if (options.kernelPath) {
+    const kernelPath = options.kernelPath;
+    key = { bootId, qemu, kernel: fileIdentity(kernelPath), machine: `${machine.machineType}/${machine.cpu}` };
+    const timeoutMs = options.probeTimeoutMs;
+    const probe = () =>
+      probeKvmKernel({
+        qemuPath: options.qemuPath,
+        kernelPath,
+        machineType: machine.machineType,
+        cpu: machine.cpu,
+        ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+      });
+    verdict = cache ? await cache.getOrProbe(key, probe, (timeoutMs ?? 8_000) + 30_000) : await probe();
+  } else if (cache) {
+    verdict = await cache.anyFor(bootId, qemu);
+  }
+  if (verdict?.usable === false) host = { ...host, kvmProblem: verdict.problem ?? "unknown problem" };
+  else if (verdict?.usable) host = { ...host, kvmProven: true };
+  const resolved: ResolvedAccelerator = { choice: chooseAccelerator(host), host };
+  if (key) resolved.kvmKey = key;
+  if (verdict) resolved.kvmVerdict = verdict;
+  return resolved;
+}
+
+/**
+ * Records that a KVM boot failed although the kernel probe passed (the guest hung later, or QEMU
+ * reported a KVM internal error): later boots of this host boot go straight to TCG.
+ */
+export async function recordKvmFailure(cacheDir: string, key: KvmVerdictKey, problem: string): Promise<void> {
+  await new KvmVerdictCache(cacheDir).set(key, {
+    usable: false,
+    problem,
+    at: new Date().toISOString(),
+    source: "boot",
+  });
 }

@@ -41,6 +41,7 @@ export {
   probeHost,
   chooseAccelerator,
   resolveAccelerator,
+  recordKvmFailure,
   checkResources,
   checkDiskSize,
   MAX_DISK_GIB,
@@ -48,8 +49,17 @@ export {
   type Accelerator,
   type AcceleratorChoice,
   type HostFacts,
+  type ResolveAcceleratorOptions,
+  type ResolvedAccelerator,
   type VmResources,
 } from "./host.js";
+export {
+  probeKvmKernel,
+  KvmVerdictCache,
+  type KvmKernelProbeOptions,
+  type KvmVerdict,
+  type KvmVerdictKey,
+} from "./kvm-probe.js";
 
 // QEMU process hygiene
 export {

@@ -19,6 +19,8 @@ export interface IoErrorPause {
 export interface QmpMonitorOptions {
   /** Called (possibly more than once) when QEMU has paused the guest because a disk request failed. */
   onIoErrorPause: (pause: IoErrorPause) => void;
+  /** Called when QEMU stopped the guest on a KVM internal error (run state `internal-error`). */
+  onInternalError?: () => void;
   /** Give up connecting after this long (default 300000: QEMU creates the socket early in its start). */
   connectTimeoutMs?: number;
   /** Deadline of one QMP command (default 5000). */
@@ -128,7 +130,9 @@ export class QmpMonitor {
       // The greeting arrives first; capabilities must be accepted before any other command.
       await this.command("qmp_capabilities");
       // A pause that happened before we connected raised its event to nobody: ask.
-      if ((await this.status()) === "io-error") this.reportPause(this.lastError);
+      const status = await this.status();
+      if (status === "io-error") this.reportPause(this.lastError);
+      if (status === "internal-error") this.options.onInternalError?.();
       return true;
     } catch {
       return false;
@@ -163,6 +167,14 @@ export class QmpMonitor {
         };
         this.lastError = pause;
         if (data.action === "stop") this.reportPause(pause);
+      } else if (message.event === "STOP" && this.options.onInternalError) {
+        // QEMU stops the VM on a KVM internal error with no event of its own: ask why it stopped.
+        this.status().then(
+          (status) => {
+            if (status === "internal-error" && !this.closed) this.options.onInternalError?.();
+          },
+          () => undefined,
+        );
       }
       return;
     }

@@ -21,7 +21,8 @@ function formatView(view: EntryView): string {
     `created:     ${view.createdAt}${view.template ? ` from template ${view.template}` : ""}`,
     `resources:   ${view.resources.cpus} cpu, ${view.resources.memoryGiB} GiB memory, ${view.diskGiB} GiB disk`,
   ];
-  if (view.accelerator) lines.push(`accelerator: ${view.accelerator}`);
+  if (view.accelerator)
+    lines.push(`accelerator: ${view.accelerator}${view.acceleratorReason ? ` (${view.acceleratorReason})` : ""}`);
   for (const p of view.previews) lines.push(`preview:     ${p.url}  ${p.title}${p.folder ? ` [${p.folder}]` : ""}`);
   if (view.resumePid) lines.push(`resume:      still running, handle ${view.resumePid}`);
   for (const e of view.errors) lines.push(`error:       ${e.code}: ${e.message}${e.hint ? ` (${e.hint})` : ""}`);

@@ -5,7 +5,7 @@ import { arch, platform } from "node:os";
 import { delimiter, join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { loadConfig } from "@pi-sandbox/config";
-import { chooseAccelerator, probeHost, resolveAccelerator } from "@pi-sandbox/vm/host";
+import { chooseAccelerator, loadImageDir, probeHost, resolveAccelerator } from "@pi-sandbox/vm/host";
 import { isControllerError } from "../errors.js";
 import type { StateLayout } from "../state/layout.js";
 import { findDaemonNode } from "./node.js";
@@ -80,36 +80,56 @@ async function pathInExt4(image: string, path: string): Promise<boolean> {
 }
 
 /**
- * The accelerator a boot would really get. An accessible /dev/kvm counts only once QEMU ran a
- * paused vCPU on it (some hosts expose a /dev/kvm QEMU aborts on); without QEMU, only the device.
+ * The accelerator a boot would really get, and why. An accessible /dev/kvm counts only once a
+ * guest kernel printed its banner on it: with a config's image, doctor runs that probe (or reuses
+ * the verdict a boot cached for this host boot); without one, only a cached verdict counts.
  */
-async function acceleratorCheck(qemu: string | undefined, env: NodeJS.ProcessEnv): Promise<DoctorCheck> {
+async function acceleratorCheck(
+  qemu: string | undefined,
+  env: NodeJS.ProcessEnv,
+  layout: StateLayout,
+  kernelPath: string | undefined,
+): Promise<DoctorCheck> {
   if (platform() === "darwin") return { name: "accelerator", status: "ok", detail: "hvf" };
   const override = env.PI_SANDBOX_ACCEL;
   let resolved: Awaited<ReturnType<typeof resolveAccelerator>>;
   try {
     const host = probeHost();
     resolved = qemu
-      ? await resolveAccelerator(qemu, host, override)
+      ? await resolveAccelerator({
+          qemuPath: qemu,
+          host,
+          ...(override !== undefined ? { override } : {}),
+          ...(kernelPath ? { kernelPath } : {}),
+          cacheDir: layout.runtimeDir(),
+        })
       : { choice: chooseAccelerator(host, override), host };
   } catch (error) {
     return { name: "accelerator", status: "fail", detail: (error as Error).message, fix: "Unset PI_SANDBOX_ACCEL." };
   }
   const { choice, host } = resolved;
-  if (choice.accel !== "tcg") return { name: "accelerator", status: "ok", detail: choice.accel };
-  if (override?.trim()) return { name: "accelerator", status: "ok", detail: "tcg (forced by PI_SANDBOX_ACCEL)" };
+  const detail = `${choice.accel}: ${choice.reason}`;
+  if (choice.accel === "kvm" && !host.kvmProven && !override?.trim()) {
+    return {
+      name: "accelerator",
+      status: "ok",
+      detail,
+      fix: "Run doctor with -c <sandbox.yaml> to prove KVM with that image's kernel now; the first boot does it otherwise.",
+    };
+  }
+  if (choice.accel !== "tcg" || override?.trim()) return { name: "accelerator", status: "ok", detail };
   if (host.kvmProblem !== undefined) {
     return {
       name: "accelerator",
       status: "warn",
-      detail: `/dev/kvm is present but QEMU cannot run a guest on it (${host.kvmProblem}), so VMs run on software emulation (TCG), several times slower`,
-      fix: "Check the host's virtualisation (nested virtualisation settings, KVM module options); nothing to do if TCG's speed is enough.",
+      detail: `${detail}; VMs run on software emulation (TCG), several times slower`,
+      fix: "Check the host's virtualisation (nested virtualisation needs vmx/svm passed through to this machine); nothing to do if TCG's speed is enough.",
     };
   }
   return {
     name: "accelerator",
     status: "warn",
-    detail: "no usable /dev/kvm: VMs run on QEMU's software emulation (TCG), several times slower",
+    detail: `${detail}; VMs run on QEMU's software emulation (TCG), several times slower`,
     fix: "Enable virtualisation and add your user to the kvm group for hardware speed.",
   };
 }
@@ -154,7 +174,8 @@ export async function runDoctor(
           fix: "Install it (Debian/Ubuntu: apt-get install qemu-utils).",
         },
   );
-  checks.push(await acceleratorCheck(qemu ? await findOnPath(qemuBinary, options.env) : undefined, options.env));
+  const qemuPath = qemu ? await findOnPath(qemuBinary, options.env) : undefined;
+  const acceleratorAt = checks.length;
   try {
     await layout.ensurePrivate();
     checks.push({ name: "state-dir", status: "ok", detail: `${layout.root} is private` });
@@ -166,6 +187,7 @@ export async function runDoctor(
       fix: isControllerError(error) ? error.hint : undefined,
     });
   }
+  let kernelPath: string | undefined;
   if (options.config) {
     const configPath = resolve(options.cwd, options.config);
     try {
@@ -179,6 +201,7 @@ export async function runDoctor(
           fix: "Set image: to a Gondolin assets directory.",
         });
       } else {
+        kernelPath = (await loadImageDir(config.image).catch(() => undefined))?.kernelPath;
         const rootfs = join(config.image, "rootfs.ext4");
         try {
           await access(rootfs, constants.R_OK);
@@ -218,5 +241,6 @@ export async function runDoctor(
       });
     }
   }
+  checks.splice(acceleratorAt, 0, await acceleratorCheck(qemuPath, options.env, layout, kernelPath));
   return { ok: checks.every((c) => c.status !== "fail"), checks };
 }

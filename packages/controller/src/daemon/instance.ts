@@ -1,5 +1,5 @@
-import { rm } from "node:fs/promises";
-import { posix } from "node:path";
+import { copyFile, mkdir, readFile, rm } from "node:fs/promises";
+import { dirname, posix } from "node:path";
 import PQueue from "p-queue";
 import { hasPreview, parseConfig, readConfigText, type SandboxConfig, type ServiceConfig } from "@pi-sandbox/config";
 import {
@@ -214,11 +214,20 @@ export class InstanceController {
   // ---- lifecycle ------------------------------------------------------------------------
 
   async #create(args: Record<string, unknown>, ctx: CallContext): Promise<EntryView> {
-    if (await readRecord(this.#layout, "instances", this.#name)) {
-      throw new ControllerError("CONTROLLER_ALREADY_EXISTS", `an instance named ${this.#name} already exists`, {
-        hint: `Start it with {"action":"start","name":"${this.#name}"}, or destroy it first.`,
-        details: { name: this.#name },
-      });
+    const existing = await readRecord(this.#layout, "instances", this.#name);
+    if (existing) {
+      throw new ControllerError(
+        "CONTROLLER_ALREADY_EXISTS",
+        existing.pendingCreate
+          ? `an instance named ${this.#name} already exists; its create was interrupted before its first boot finished`
+          : `an instance named ${this.#name} already exists`,
+        {
+          hint: existing.pendingCreate
+            ? `Finish it with {"action":"start","name":"${this.#name}"} (start runs the rest of the create, setup included), or destroy it first.`
+            : `Start it with {"action":"start","name":"${this.#name}"}, or destroy it first.`,
+          details: { name: this.#name },
+        },
+      );
     }
     const diskDir = this.#layout.diskDir("instances", this.#name);
     await rm(diskDir, { recursive: true, force: true });
@@ -249,14 +258,48 @@ export class InstanceController {
       ctx.progress({ stage: "disk", message: `creating a copy-on-write disk from template ${template}` });
       await this.#disks.createFromTemplate(this.#layout.diskDir("templates", template), diskDir);
     }
-    await writeRecord(this.#layout, { ...record, config });
+    // Until the first boot has written the guest config and run setup, the record says so: a
+    // daemon that dies before then leaves an instance whose next start finishes the create.
+    await writeRecord(this.#layout, {
+      ...record,
+      config,
+      pendingCreate: configText !== undefined ? { configText } : {},
+    });
     try {
-      await this.#boot(config, ctx, { firstBoot: configText !== undefined ? { configText } : undefined });
+      await this.#boot(config, ctx, { pendingCreate: configText !== undefined ? { configText } : {} });
     } catch (error) {
+      // A create that failed before its first boot finished leaves nothing behind, so running it
+      // again just works; the controller log is kept outside the removed entry.
+      if ((await readRecord(this.#layout, "instances", this.#name))?.pendingCreate)
+        throw await this.#rollBackCreate(error);
       await this.#failStart(error);
       throw error;
     }
     return this.#view();
+  }
+
+  /** Removes a half-made instance; returns the error to report, with the kept log's place and tail. */
+  async #rollBackCreate(error: unknown): Promise<ControllerError> {
+    const e = toControllerError(error);
+    this.#log.warn(`create failed, removing ${this.#name}: ${e.code}: ${e.message}`);
+    await this.#teardown({ checkpoint: false }).catch(() => undefined);
+    await this.#disks.destroy(this.#layout.diskDir("instances", this.#name)).catch(() => undefined);
+    const logFile = this.#layout.failedCreateLogFile(this.#name);
+    let logTail = "";
+    try {
+      await mkdir(dirname(logFile), { recursive: true, mode: 0o700 });
+      await copyFile(this.#layout.logFile("instances", this.#name), logFile);
+      logTail = (await readFile(logFile, "utf8")).split("\n").slice(-21).join("\n").trim();
+    } catch (copyError) {
+      this.#log.warn(`keeping the log of the failed create: ${String(copyError)}`);
+    }
+    await rm(this.#layout.entryDir("instances", this.#name), { recursive: true, force: true }).catch(() => undefined);
+    this.#finish();
+    return new ControllerError(e.code, e.message, {
+      hint: `${e.hint ? `${e.hint} ` : ""}Nothing of ${this.#name} was kept: fix the cause and run create again. The controller log is at ${logFile}.`,
+      details: { ...e.details, logFile, logTail },
+      cause: error,
+    });
   }
 
   async #prepare(args: Record<string, unknown>, ctx: CallContext): Promise<EntryView> {
@@ -323,8 +366,11 @@ export class InstanceController {
       });
     }
     this.#errors = [];
+    if (record.pendingCreate) {
+      ctx.progress({ stage: "boot", message: `finishing the interrupted create of ${this.#name}` });
+    }
     try {
-      await this.#boot(record.config, ctx, {});
+      await this.#boot(record.config, ctx, record.pendingCreate ? { pendingCreate: record.pendingCreate } : {});
     } catch (error) {
       await this.#failStart(error);
       throw error;
@@ -340,12 +386,17 @@ export class InstanceController {
     this.#finish();
   }
 
-  async #boot(config: SandboxConfig, ctx: CallContext, options: { firstBoot?: { configText: string } }): Promise<void> {
+  async #boot(
+    config: SandboxConfig,
+    ctx: CallContext,
+    options: { pendingCreate?: NonNullable<EntryRecord["pendingCreate"]> },
+  ): Promise<void> {
     await this.#setState("starting");
     const vm = await this.#bootVm(this.#layout.diskDir("instances", this.#name), config, ctx);
     const supervisor = await this.#startSupervisor(vm, config, ctx);
-    if (options.firstBoot) {
-      await this.#installGuestConfig(supervisor, config, options.firstBoot.configText);
+    const configText = options.pendingCreate?.configText;
+    if (configText !== undefined) {
+      await this.#installGuestConfig(supervisor, config, configText);
       const setup = await this.#runSetup(supervisor, config, ctx);
       await this.#setState("starting", {
         setup: { exitCode: setup.exitCode, timedOut: setup.timedOut, at: new Date().toISOString() },
@@ -356,6 +407,13 @@ export class InstanceController {
           `setup failed with exit ${setup.exitCode}${setup.timedOut ? " (deadline passed)" : ""}; the instance starts anyway`,
           `Full output in the guest at ${setup.logPath}; fix and rerun the commands with exec.`,
         );
+      }
+    }
+    if (options.pendingCreate) {
+      const record = await readRecord(this.#layout, "instances", this.#name);
+      if (record) {
+        const { pendingCreate: _done, ...created } = record;
+        await writeRecord(this.#layout, created);
       }
     }
     ctx.progress({ stage: "resume", message: "running resume hooks" });
@@ -393,6 +451,7 @@ export class InstanceController {
       stateRoot: this.#layout.runtimeDir(),
       logger: this.#log.child("[vm]"),
       diskStore: this.#disks,
+      onProgress: (message) => ctx.progress({ stage: "boot", message }),
     });
     this.#vm = vm;
     for (const warning of vm.warnings) ctx.progress({ stage: "boot", message: warning });
@@ -400,7 +459,10 @@ export class InstanceController {
       stage: "boot",
       message: `guest ready in ${(vm.bootMs / 1000).toFixed(1)} s (${vm.accelerator.accel})`,
     });
-    await this.#setState("starting", { accelerator: vm.accelerator.accel });
+    await this.#setState("starting", {
+      accelerator: vm.accelerator.accel,
+      acceleratorReason: vm.accelerator.reason,
+    });
     return vm;
   }
 

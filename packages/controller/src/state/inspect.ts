@@ -30,6 +30,8 @@ export interface EntryView {
   diskGiB: number;
   /** Accelerator of the current or last run. */
   accelerator?: string;
+  /** Why that accelerator was used (e.g. why not KVM). */
+  acceleratorReason?: string;
   /** Preview links while running. */
   previews: PreviewLinkInfo[];
   /** Recorded problems. */
@@ -90,6 +92,7 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
   };
   if (record.template) view.template = record.template;
   if (status?.accelerator) view.accelerator = status.accelerator;
+  if (status?.acceleratorReason) view.acceleratorReason = status.acceleratorReason;
   if (status?.setup) view.setup = status.setup;
   if (status?.resumePid && state === "running") view.resumePid = status.resumePid;
   if (liveness.live && liveness.pid) view.daemonPid = liveness.pid;

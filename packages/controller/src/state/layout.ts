@@ -113,6 +113,12 @@ export class StateLayout {
     return join(this.entryDir(kind, name), "controller.log");
   }
 
+  /** Where the controller log of a failed create is kept after the half-made instance is removed. */
+  failedCreateLogFile(name: string): string {
+    assertName(name);
+    return join(this.root, "logs", `${name}.create-failed.log`);
+  }
+
   /** Directory owned by the vm package's disk store. */
   diskDir(kind: EntryKind, name: string): string {
     return join(this.entryDir(kind, name), "disk");

@@ -21,6 +21,12 @@ export interface EntryRecord {
   template?: string;
   /** The config captured at creation (hardware, network, setup, resume). */
   config: SandboxConfig;
+  /**
+   * Present until the first boot of a new instance finished (guest config written, setup run).
+   * A create whose daemon died before then is finished by the next `start`; `configText` is the
+   * host sandbox.yaml text to write into the guest (absent for a template's copy).
+   */
+  pendingCreate?: { configText?: string };
 }
 
 /** One error kept for inspect. */
@@ -61,6 +67,8 @@ export interface EntryStatus {
   qemuPid?: number;
   /** Accelerator in use: kvm, hvf or tcg. */
   accelerator?: string;
+  /** Why that accelerator (e.g. why not KVM). */
+  acceleratorReason?: string;
   /** Preview links while running. */
   previews?: PreviewLinkInfo[];
   /** Startup, setup, resume or readiness problems. */
