@@ -87,6 +87,12 @@ export interface StartVmOptions {
   onProgress?: (message: string) => void;
   /** How long a KVM boot may take before it is retried on TCG, in ms (default 45000). */
   kvmReadyTimeoutMs?: number;
+  /**
+   * Test seam: a QEMU that answers the KVM probe instead of the real one, with `/dev/kvm` taken as
+   * accessible, to play a host shape (a nested PVM, an abort at reset). The boot itself runs the
+   * real QEMU. Default: `PI_SANDBOX_TEST_KVM_PROBE_QEMU`, so tests can set it for a daemon.
+   */
+  kvmProbeQemuPath?: string;
 }
 
 /** How a stop went. */
@@ -159,8 +165,7 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
   checkResources(options.spec.resources, host);
   const forcedAccel = options.accelerator ?? process.env.PI_SANDBOX_ACCEL;
   const launcher = await prepareQemuLauncher(path.join(options.stateRoot, "bin"), host.arch);
-  // Test seam: a fake QEMU answers the KVM probe, as on a host whose /dev/kvm behaves that way.
-  const probeQemu = process.env.PI_SANDBOX_TEST_KVM_PROBE_QEMU || undefined;
+  const probeQemu = options.kvmProbeQemuPath ?? (process.env.PI_SANDBOX_TEST_KVM_PROBE_QEMU || undefined);
   if (probeQemu) host = { ...host, kvmAccessible: true };
   const gondolin = await loadGondolin(options.stateRoot);
   const store = options.diskStore ?? new DiskStore({ stateRoot: options.stateRoot });
