@@ -21,8 +21,11 @@ export interface PreviewGatewayOptions {
   upstreamKeepAlive?: boolean;
   /** Most simultaneous guest connections per preview; more requests queue. Default 256. */
   maxUpstreamConnections?: number;
-  /** Refuse WebSocket upgrades sent by pages from non-loopback origins. Default true. */
-  checkWebSocketOrigin?: boolean;
+  /**
+   * Refuse WebSocket upgrades, and requests other than GET/HEAD/OPTIONS, sent by pages that are
+   * not previews of this gateway (one gateway = one instance). Default true.
+   */
+  checkOrigin?: boolean;
   /** Upper bound of closing one preview, in ms. Default 5000. */
   closeTimeoutMs?: number;
 }
@@ -48,7 +51,7 @@ export class PreviewGateway implements AsyncDisposable {
     connectTimeoutMs: number;
     keepAlive: boolean;
     maxConnections: number;
-    checkWebSocketOrigin: boolean;
+    checkOrigin: boolean;
     closeTimeoutMs: number;
   };
   readonly #open = new Map<string, OpenPreview>();
@@ -65,7 +68,7 @@ export class PreviewGateway implements AsyncDisposable {
       connectTimeoutMs: options.connectTimeoutMs ?? 10_000,
       keepAlive: options.upstreamKeepAlive ?? true,
       maxConnections: options.maxUpstreamConnections ?? 256,
-      checkWebSocketOrigin: options.checkWebSocketOrigin ?? true,
+      checkOrigin: options.checkOrigin ?? true,
       closeTimeoutMs: options.closeTimeoutMs ?? 5_000,
     };
   }
@@ -200,7 +203,9 @@ export class PreviewGateway implements AsyncDisposable {
         keepAlive: this.#settings.keepAlive,
         maxConnections: this.#settings.maxConnections,
       },
-      checkWebSocketOrigin: this.#settings.checkWebSocketOrigin,
+      checkOrigin: this.#settings.checkOrigin,
+      // Only previews open right now: a closed preview's port may be bound by anything else.
+      isInstancePort: (port: number) => [...this.#open.values()].some(({ listener }) => listener.hostPort === port),
       closeTimeoutMs: this.#settings.closeTimeoutMs,
       logger: this.#log(spec.key),
     };

@@ -14,7 +14,7 @@ export type { GuestConnector, TcpConnectable } from "./connector.js";
 export { JsonFilePortLeaseStore, MemoryPortLeaseStore } from "./lease-store.js";
 export type { PortLeaseStore } from "./lease-store.js";
 
-// Host guard
+// Host and origin guards
 export { isAllowedHost, isLoopbackOrigin } from "./host-guard.js";
 
 // Logging

@@ -3,7 +3,7 @@ import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { GuestConnector } from "./connector.js";
 import { IngressError } from "./errors.js";
-import { isAllowedHost, isLoopbackOrigin } from "./host-guard.js";
+import { crossOriginRefusal, isAllowedHost } from "./host-guard.js";
 import { forwardHttp, type ForwardContext } from "./http-forward.js";
 import type { IngressLogger } from "./logger.js";
 import { sendAnswer, sendRawAnswer, type GatewayAnswer } from "./pages.js";
@@ -20,8 +20,10 @@ export interface PreviewListenerOptions {
   connector: GuestConnector;
   /** Guest-side timeouts and pooling. */
   upstream: UpstreamOptions;
-  /** Refuse WebSocket upgrades whose `Origin` is a non-loopback page. */
-  checkWebSocketOrigin: boolean;
+  /** Refuse WebSocket upgrades and state-changing requests from pages outside this instance. */
+  checkOrigin: boolean;
+  /** Whether a host port belongs to an open preview of the same instance (this one's is always accepted). */
+  isInstancePort: (port: number) => boolean;
   /** Upper bound for `close()`. */
   closeTimeoutMs: number;
   /** Log sink (lines already prefixed by the caller or not). */
@@ -177,7 +179,7 @@ export class PreviewListener {
   }
 
   #onRequest(req: IncomingMessage, res: ServerResponse): void {
-    const refusal = this.#guard(req);
+    const refusal = this.#guard(req) ?? this.#originGuard(req, false);
     if (refusal) {
       this.#options.logger.warn(`refused ${req.method} ${req.url}: ${refusal.message}`);
       sendAnswer(res, refusal);
@@ -190,7 +192,7 @@ export class PreviewListener {
   }
 
   #onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    const refusal = this.#guard(req) ?? this.#originGuard(req);
+    const refusal = this.#guard(req) ?? this.#originGuard(req, true);
     if (refusal) {
       this.#options.logger.warn(`refused upgrade ${req.url}: ${refusal.message}`);
       sendRawAnswer(socket, refusal);
@@ -227,12 +229,22 @@ export class PreviewListener {
     return undefined;
   }
 
-  #originGuard(req: IncomingMessage): GatewayAnswer | undefined {
-    const origin = req.headers.origin;
-    if (!this.#options.checkWebSocketOrigin || origin === undefined || isLoopbackOrigin(origin)) return undefined;
+  #originGuard(req: IncomingMessage, upgrade: boolean): GatewayAnswer | undefined {
+    if (!this.#options.checkOrigin) return undefined;
+    const fetchSite = req.headers["sec-fetch-site"];
+    const refusal = crossOriginRefusal(
+      {
+        method: req.method ?? "GET",
+        origin: req.headers.origin,
+        fetchSite: Array.isArray(fetchSite) ? fetchSite.join(",") : fetchSite,
+        upgrade,
+      },
+      (port) => port === this.hostPort || this.#options.isInstancePort(port),
+    );
+    if (refusal === undefined) return undefined;
     return {
       status: 403,
-      message: `Refused: WebSocket from page origin ${JSON.stringify(origin)}. Preview WebSockets accept only pages served from loopback origins (protection against cross-site WebSocket hijacking).`,
+      message: `Refused: ${refusal}. This preview accepts WebSockets and state-changing requests only from its own pages and those of the other previews of the same instance (protection against cross-site request forgery and WebSocket hijacking).`,
     };
   }
 }
