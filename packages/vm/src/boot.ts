@@ -11,7 +11,7 @@ import { GondolinGuest } from "./gondolin-guest.js";
 import { gondolinCertDir, loadGondolin } from "./gondolin-loader.js";
 import { GuestFault } from "./guest-fault.js";
 import { hostDiskFullError, hostSpaceOf, isNoSpaceError } from "./host-disk.js";
-import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestVm } from "./guest-vm.js";
+import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions, GuestVm } from "./guest-vm.js";
 import {
   checkResources,
   chooseAccelerator,
@@ -447,15 +447,34 @@ async function growFilesystem(guest: GondolinGuest, signal: AbortSignal | undefi
   }
 }
 
-/** A per-VM directory for unix sockets, short enough for the 107-byte socket path limit. */
+/**
+ * A per-VM directory for unix sockets, short enough for the 107-byte socket path limit. It is
+ * always a new directory, and checked to be ours and private: whoever can write to it can put a
+ * socket in QEMU's or Gondolin's place.
+ */
 async function makeRuntimeDir(stateRoot: string): Promise<string> {
   const id = randomBytes(4).toString("hex");
   const preferred = path.join(stateRoot, "run", id);
+  let dir: string;
   if (path.join(preferred, "ing.sock").length <= MAX_SOCKET_PATH) {
-    await fsp.mkdir(preferred, { recursive: true, mode: 0o700 });
-    return preferred;
+    await fsp.mkdir(path.dirname(preferred), { recursive: true, mode: 0o700 });
+    // Not recursive: an existing directory (or a link in its place) fails with EEXIST, never reused.
+    await fsp.mkdir(preferred, { mode: 0o700 });
+    dir = preferred;
+  } else {
+    // Under the shared temp dir: mkdtemp creates a fresh 0700 directory with a random name.
+    dir = await fsp.mkdtemp(path.join(os.tmpdir(), "pisb-"));
   }
-  return fsp.mkdtemp(path.join(os.tmpdir(), "pisb-"));
+  const info = await fsp.lstat(dir);
+  const uid = typeof process.getuid === "function" ? process.getuid() : info.uid;
+  if (!info.isDirectory() || info.uid !== uid || (info.mode & 0o077) !== 0) {
+    throw new VmError(
+      "VM_START_FAILED",
+      `the VM's socket directory ${dir} is not a private directory of this user (mode ${(info.mode & 0o777).toString(8)}, uid ${info.uid}); set TMPDIR to a directory only you can write to`,
+      { details: { dir, uid: info.uid, mode: (info.mode & 0o777).toString(8) } },
+    );
+  }
+  return dir;
 }
 
 /** Turns Gondolin/QEMU start failures into typed errors; the raw text goes to details and cause. */
@@ -558,7 +577,7 @@ class BootedVm implements RunningVm {
     return this.guest.connectTcp(port, options);
   }
 
-  enableSsh(options?: { user?: string; signal?: AbortSignal }): Promise<GuestSshAccess> {
+  enableSsh(options?: GuestSshOptions): Promise<GuestSshAccess> {
     return this.guest.enableSsh(options);
   }
 

@@ -41,15 +41,30 @@ export interface GuestRunResult extends GuestExitStatus {
   stderr: string;
 }
 
+/** Options of `GuestVm.enableSsh`. */
+export interface GuestSshOptions {
+  /** Guest user; default `root`. */
+  user?: string;
+  /** Rejects with `signal.reason`; nothing is left listening. */
+  signal?: AbortSignal;
+  /** The forwarder and its key files go after this long with no session open. Default 600000 (10 min). */
+  idleTimeoutMs?: number;
+}
+
 /** A temporary SSH endpoint into the guest. */
 export interface GuestSshAccess {
-  /** Ready-to-run `ssh …` command for a terminal on the host. */
+  /**
+   * Ready-to-run `ssh …` command for a terminal on the host. It names a known_hosts file that
+   * pins the guest's host key (`StrictHostKeyChecking=yes`) and a key that only this access has.
+   */
   readonly command: string;
   /** Host port of the forwarder on 127.0.0.1. */
   readonly port: number;
   /** Guest user the key is authorised for. */
   readonly user: string;
-  /** Stops the forwarder and cuts its sessions. */
+  /** Idle time (no session open) after which the forwarder closes itself, in ms. */
+  readonly idleTimeoutMs: number;
+  /** Stops the forwarder, cuts its sessions and removes the key files. */
   close(): Promise<void>;
 }
 
@@ -71,8 +86,11 @@ export interface GuestVm {
   writeFile(path: string, data: string | Buffer, options?: { signal?: AbortSignal }): Promise<void>;
   /** Opens a raw TCP stream to `127.0.0.1:port` inside the guest (no guest network stack involved). */
   connectTcp(port: number, options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<Duplex>;
-  /** Starts sshd in the guest and a host forwarder; returns the command a user runs. */
-  enableSsh(options?: { user?: string; signal?: AbortSignal }): Promise<GuestSshAccess>;
+  /**
+   * Starts sshd in the guest and a host forwarder; returns the command a user runs. While that
+   * user's forwarder is open, the same access is returned (its idle countdown restarts).
+   */
+  enableSsh(options?: GuestSshOptions): Promise<GuestSshAccess>;
   /** PID of the host QEMU process, when one runs. */
   readonly hostPid: number | undefined;
   /** Whether `close()` has begun or the VM exited by itself. */

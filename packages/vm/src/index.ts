@@ -17,6 +17,7 @@ export type {
   GuestExitStatus,
   GuestRunResult,
   GuestSshAccess,
+  GuestSshOptions,
 } from "./guest-vm.js";
 export { runInGuest } from "./exec-util.js";
 

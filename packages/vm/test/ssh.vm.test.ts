@@ -1,0 +1,126 @@
+// SSH into a real guest: the printed command checks the guest's host key strictly against the
+// known_hosts file it names, and the forwarder (with its key files) goes after its idle timeout
+// with no session open, or when the VM closes. One boot, ~30 s under TCG.
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import { connect } from "node:net";
+import path from "node:path";
+import { DiskStore, startVm, type GuestSshAccess, type RunningVm } from "../src/index.js";
+import { tempDir } from "./helpers.js";
+import { testImage, vmOptions } from "./vm-support.js";
+
+let root: string;
+let cleanup: () => Promise<void>;
+let vm: RunningVm | undefined;
+
+beforeAll(async () => {
+  ({ dir: root, cleanup } = await tempDir("pisb-vmssh-"));
+  const stateRoot = path.join(root, "state");
+  const diskDir = path.join(root, "disk");
+  await new DiskStore({ stateRoot }).createDisk(diskDir, { image: testImage(), diskGiB: 2 });
+  vm = await startVm(vmOptions("ssh", diskDir, stateRoot));
+});
+
+afterAll(async () => {
+  await vm?.close();
+  await cleanup();
+});
+
+/** Runs the printed command with `remote` appended, non-interactively; resolves with its status and output. */
+function runSsh(command: string, remote: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const [program, ...args] = command.split(" ");
+  const child = spawn(program!, ["-o", "BatchMode=yes", "-o", "ConnectTimeout=60", ...args, remote], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
+  return new Promise((resolve) =>
+    child.once("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    }),
+  );
+}
+
+function option(command: string, name: string): string {
+  const match = new RegExp(`-o ${name}=(\\S+)`).exec(command);
+  if (!match) throw new Error(`${name} missing from ${command}`);
+  return match[1]!;
+}
+
+function refused(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, "127.0.0.1");
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once("error", (error: NodeJS.ErrnoException) => resolve(error.code === "ECONNREFUSED"));
+  });
+}
+
+async function until(check: () => Promise<boolean> | boolean, ms: number, state = () => ""): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`condition not met within ${ms} ms ${state()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+test("the printed command pins the guest's host key and runs with strict checking", async () => {
+  const access = await vm!.enableSsh({ idleTimeoutMs: 120_000 });
+  const knownHosts = option(access.command, "UserKnownHostsFile");
+  expect(access.command).toMatch(/^ssh -p \d+ .* root@127\.0\.0\.1$/);
+  expect(option(access.command, "StrictHostKeyChecking")).toBe("yes");
+  const pinned = fs.readFileSync(knownHosts, "utf8");
+  expect(pinned).toMatch(new RegExp(`^\\[127\\.0\\.0\\.1\\]:${access.port} ssh-ed25519 [A-Za-z0-9+/]+=*$`, "m"));
+
+  const ok = await runSsh(access.command, "true");
+  expect({ code: ok.code, stderr: ok.stderr }).toEqual({ code: 0, stderr: "" });
+  // The same access is handed out again while it is open.
+  expect(await vm!.enableSsh()).toBe(access);
+
+  // A different key pinned for this port: ssh refuses to talk (the check is really strict).
+  const other = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHrm0vLr6lDcgq9l6R1x3bE8bqX4dOMwzvS5bmDRJ8Hl";
+  fs.writeFileSync(knownHosts, `[127.0.0.1]:${access.port} ${other}\n`);
+  const mismatch = await runSsh(access.command, "true");
+  expect(mismatch.code).not.toBe(0);
+  expect(mismatch.stderr).toMatch(/HOST IDENTIFICATION HAS CHANGED|Host key verification failed/);
+  fs.writeFileSync(knownHosts, pinned);
+
+  await access.close();
+  expect(await refused(access.port)).toBe(true);
+  expect(fs.existsSync(path.dirname(knownHosts))).toBe(false);
+});
+
+test("the forwarder and its key files go after the idle timeout, not during a session", async () => {
+  const idleTimeoutMs = 5_000;
+  const access: GuestSshAccess = await vm!.enableSsh({ idleTimeoutMs });
+  const keyDir = path.dirname(option(access.command, "UserKnownHostsFile"));
+  // A session that outlasts the timeout keeps the forwarder up.
+  const long = await runSsh(access.command, `sleep ${(idleTimeoutMs * 2) / 1000}; echo done`);
+  expect({ code: long.code, stdout: long.stdout }).toEqual({ code: 0, stdout: "done\n" });
+  const ended = Date.now();
+  // Watch the key files, not the port: a probe connection would itself count as a session.
+  const forwarder = access as GuestSshAccess & { sessionCount: number; closed: boolean };
+  await until(
+    () => !fs.existsSync(keyDir),
+    idleTimeoutMs + 20_000,
+    () => JSON.stringify({ sessions: forwarder.sessionCount, closed: forwarder.closed }),
+  );
+  expect(await refused(access.port)).toBe(true);
+  expect(Date.now() - ended).toBeGreaterThanOrEqual(idleTimeoutMs - 500);
+
+  // Asking again after that opens a fresh forwarder with a fresh key.
+  const again = await vm!.enableSsh({ idleTimeoutMs });
+  expect(again).not.toBe(access);
+  expect((await runSsh(again.command, "true")).code).toBe(0);
+
+  // Closing the VM closes the forwarder too.
+  await vm!.close();
+  vm = undefined;
+  expect(await refused(again.port)).toBe(true);
+});
