@@ -1,5 +1,8 @@
+import { lstat } from "node:fs/promises";
 import { connect, type Socket } from "node:net";
+import { dirname } from "node:path";
 import { ControllerError, type ControllerErrorJson } from "../errors.js";
+import { assertPrivateDir } from "../state/layout.js";
 import { readJsonLines, writeJsonLine, type DaemonMessage, type ProgressEvent } from "../wire.js";
 
 /** Options of one call to a daemon. */
@@ -22,7 +25,43 @@ function lost(socketPath: string, cause?: unknown): ControllerError {
   );
 }
 
-/** Sends one action to the daemon at `socketPath` and resolves with its result. */
+function notRunning(action: Record<string, unknown>, cause: unknown): ControllerError {
+  return new ControllerError("CONTROLLER_NOT_RUNNING", "the instance is not running", {
+    hint: `Start it with {"action":"start","name":"${String(action.name)}"}.`,
+    details: { name: action.name },
+    cause,
+  });
+}
+
+/**
+ * Checks who listens on `socketPath` before anything is sent to it. Node has no API for the
+ * peer's credentials (SO_PEERCRED), so the socket file stands in for them: bind() creates it
+ * owned by the listener's uid, and in a directory only we can write to (owned by us, no
+ * group/other bits, not a symlink) nobody else can put a socket or rename one into place. A
+ * socket file and directory that are ours therefore mean a listener running as us (or root).
+ */
+export async function assertOwnListener(socketPath: string): Promise<void> {
+  if (typeof process.getuid !== "function") return;
+  await assertPrivateDir(dirname(socketPath));
+  const uid = process.getuid();
+  const info = await lstat(socketPath);
+  if (!info.isSocket() || info.uid !== uid) {
+    const what = info.isSocket() ? `belongs to uid ${info.uid}, not to you (uid ${uid})` : "is not a socket";
+    throw new ControllerError(
+      "CONTROLLER_STATE_INSECURE",
+      `the controller socket ${socketPath} ${what}; nothing was sent to it`,
+      {
+        hint: `Another local user may be posing as the controller: have ${socketPath} removed, or set PI_SANDBOX_HOME (and TMPDIR) to shorter directories you own.`,
+        details: { socketPath, uid: info.uid },
+      },
+    );
+  }
+}
+
+/**
+ * Sends one action to the daemon at `socketPath` and resolves with its result. The listener is
+ * checked first ({@link assertOwnListener}); a socket that is not ours gets nothing.
+ */
 export function callDaemon(
   socketPath: string,
   action: Record<string, unknown>,
@@ -42,26 +81,29 @@ export function callDaemon(
     };
     const onAbort = () => finish(() => reject(signal?.reason));
     signal?.addEventListener("abort", onAbort, { once: true });
-    socket.once("connect", () => writeJsonLine(socket, { id: 1, type: "call", action }));
-    readJsonLines<DaemonMessage>(socket, (message) => {
-      if (message.id !== 1) return;
-      if (message.type === "progress") onProgress?.(message.event);
-      else if (message.type === "result") finish(() => resolve(message.result));
-      else if (message.type === "error")
-        finish(() => reject(ControllerError.fromJSON(message.error as ControllerErrorJson)));
+    socket.once("connect", () => {
+      assertOwnListener(socketPath).then(
+        () => {
+          if (settled) return;
+          // Read only from a listener that passed the check: an impostor's early "result" is
+          // never taken for an answer. (Our daemon speaks only after the call.)
+          readJsonLines<DaemonMessage>(socket, (message) => {
+            if (message.id !== 1) return;
+            if (message.type === "progress") onProgress?.(message.event);
+            else if (message.type === "result") finish(() => resolve(message.result));
+            else if (message.type === "error")
+              finish(() => reject(ControllerError.fromJSON(message.error as ControllerErrorJson)));
+          });
+          writeJsonLine(socket, { id: 1, type: "call", action });
+        },
+        // A socket removed since the connect is a daemon that is exiting: retried like no daemon.
+        (error: NodeJS.ErrnoException) =>
+          finish(() => reject(error.code === "ENOENT" ? notRunning(action, error) : error)),
+      );
     });
     socket.once("error", (error: NodeJS.ErrnoException) => {
-      if (error.code === "ENOENT" || error.code === "ECONNREFUSED") {
-        finish(() =>
-          reject(
-            new ControllerError("CONTROLLER_NOT_RUNNING", "the instance is not running", {
-              hint: `Start it with {"action":"start","name":"${String(action.name)}"}.`,
-              details: { name: action.name },
-              cause: error,
-            }),
-          ),
-        );
-      } else finish(() => reject(lost(socketPath, error)));
+      if (error.code === "ENOENT" || error.code === "ECONNREFUSED") finish(() => reject(notRunning(action, error)));
+      else finish(() => reject(lost(socketPath, error)));
     });
     socket.once("close", () => finish(() => reject(lost(socketPath))));
   });

@@ -1,10 +1,11 @@
+import { chmodSync } from "node:fs";
 import { open, readFile, rm, unlink } from "node:fs/promises";
 import { createServer, type Server, type Socket } from "node:net";
 import { mkdir } from "node:fs/promises";
 import { dirname } from "node:path";
 import { validateAction } from "../actions/validate.js";
-import { ControllerError } from "../errors.js";
-import type { EntryKind, StateLayout } from "../state/layout.js";
+import { ControllerError, isControllerError } from "../errors.js";
+import { ensurePrivateDir, type EntryKind, type StateLayout } from "../state/layout.js";
 import { daemonLive, pidAlive } from "../state/liveness.js";
 import { readJsonLines, writeJsonLine, type ClientMessage } from "../wire.js";
 import { InstanceController, toControllerError } from "./instance.js";
@@ -52,12 +53,19 @@ export async function runDaemon(layout: StateLayout, kind: EntryKind, name: stri
     layout.logFile(kind, name),
     `[${kind === "templates" ? "template" : "instance"} ${name}]`,
   );
+  const socketPath = layout.socketPath(kind, name);
+  // Before the pid file, so a refusal leaves nothing behind. A long state path puts the socket
+  // under the shared temp dir, where another user may have made the directory first.
+  try {
+    await ensurePrivateDir(dirname(socketPath));
+  } catch (error) {
+    if (isControllerError(error)) log.warn(`${error.code}: ${error.message}. ${error.hint ?? ""}`.trim());
+    throw error;
+  }
   if (!(await takePidFile(layout, kind, name))) {
     log.info("another controller owns this entry; exiting");
     return 0;
   }
-  const socketPath = layout.socketPath(kind, name);
-  await mkdir(dirname(socketPath), { recursive: true, mode: 0o700 });
   await rm(socketPath, { force: true });
   const controller = new InstanceController(layout, kind, name, log);
   const sockets = new Set<Socket>();
@@ -104,7 +112,23 @@ export async function runDaemon(layout: StateLayout, kind: EntryKind, name: stri
 
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(socketPath, () => resolve());
+    // bind() runs inside listen() synchronously, so this umask makes the socket 0600 from its
+    // creation; the chmod covers a platform where it does not. Both happen before the first
+    // connection is handled (connections are dispatched only after this callback).
+    const umask = process.umask(0o177);
+    try {
+      server.listen(socketPath, () => {
+        try {
+          chmodSync(socketPath, 0o600);
+          resolve();
+        } catch (error) {
+          server.close();
+          reject(error as Error);
+        }
+      });
+    } finally {
+      process.umask(umask);
+    }
   });
   log.info(`controller ${process.pid} listening on ${socketPath}`);
 

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { mkdir, stat } from "node:fs/promises";
+import { lstat, mkdir, stat } from "node:fs/promises";
 import { homedir, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { isValidInstanceName } from "@pi-sandbox/config";
@@ -39,14 +39,17 @@ export function assertName(name: unknown, what = "name"): asserts name is string
 export class StateLayout {
   /** Absolute state root. */
   readonly root: string;
+  readonly #tmpDir: string | undefined;
 
-  constructor(root: string) {
+  /** `options.tmpDir` is where long socket paths move; default `os.tmpdir()` at call time. */
+  constructor(root: string, options: { tmpDir?: string } = {}) {
     this.root = resolve(root);
+    this.#tmpDir = options.tmpDir === undefined ? undefined : resolve(options.tmpDir);
   }
 
-  /** The layout for the root resolved from the environment. */
+  /** The layout for the root (and `$TMPDIR`) resolved from the environment. */
   static fromEnv(env: NodeJS.ProcessEnv = process.env): StateLayout {
-    return new StateLayout(resolveStateRoot(env));
+    return new StateLayout(resolveStateRoot(env), env.TMPDIR ? { tmpDir: env.TMPDIR } : {});
   }
 
   /** Creates the root (mode 0700) if missing and refuses a group- or world-accessible one. */
@@ -132,13 +135,15 @@ export class StateLayout {
   /**
    * The daemon's Unix socket. Inside the entry directory when the path fits the platform limit,
    * else in a short per-user directory under the temp dir, named by a hash of the long path.
+   * The daemon creates its directory with {@link ensurePrivateDir}; clients check it with
+   * {@link assertPrivateDir}, because another local user can create `/tmp/pi-sandbox-<uid>` first.
    */
   socketPath(kind: EntryKind, name: string): string {
     const preferred = join(this.entryDir(kind, name), "daemon.sock");
     if (Buffer.byteLength(preferred) <= SOCKET_PATH_MAX) return preferred;
     const digest = createHash("sha256").update(preferred).digest("hex").slice(0, 24);
     const uid = typeof process.getuid === "function" ? process.getuid() : 0;
-    const short = join(tmpdir(), `pi-sandbox-${uid}`, `${digest}.sock`);
+    const short = join(this.#tmpDir ?? tmpdir(), `pi-sandbox-${uid}`, `${digest}.sock`);
     if (Buffer.byteLength(short) > SOCKET_PATH_MAX) {
       throw new ControllerError(
         "CONTROLLER_SOCKET_PATH_TOO_LONG",
@@ -151,4 +156,52 @@ export class StateLayout {
     }
     return short;
   }
+}
+
+/**
+ * Throws CONTROLLER_STATE_INSECURE unless `dir` is a real directory (not a symlink) owned by this
+ * user with no group or other permissions. Used for every directory that holds a daemon socket:
+ * whoever owns that directory can put their own listener where our clients connect.
+ */
+export async function assertPrivateDir(dir: string): Promise<void> {
+  if (typeof process.getuid !== "function") return; // no uids to compare (Windows)
+  const uid = process.getuid();
+  const info = await lstat(dir);
+  const insecure = (problem: string, hint: string, details: Record<string, unknown> = {}) =>
+    new ControllerError("CONTROLLER_STATE_INSECURE", `socket directory ${dir} ${problem}`, {
+      hint,
+      details: { dir, ...details },
+    });
+  const elsewhere = "or set PI_SANDBOX_HOME (and TMPDIR) to shorter directories you own";
+  if (info.isSymbolicLink()) {
+    throw insecure("is a symbolic link; it must be a private directory", `Remove the link (rm ${dir}), ${elsewhere}.`);
+  }
+  if (!info.isDirectory()) {
+    throw insecure("is not a directory", `Remove it (rm ${dir}), ${elsewhere}.`);
+  }
+  if (info.uid !== uid) {
+    throw insecure(
+      `belongs to uid ${info.uid}, not to you (uid ${uid}); another local user could receive your actions through it`,
+      `Have it removed (by root or its owner), ${elsewhere}.`,
+      { uid: info.uid },
+    );
+  }
+  if ((info.mode & 0o077) !== 0) {
+    const mode = (info.mode & 0o777).toString(8);
+    throw insecure(`has mode ${mode}; it must be private (0700)`, `Run: chmod 700 ${dir}`, { mode });
+  }
+}
+
+/**
+ * Creates `dir` with mode 0700 unless it exists, then checks it with {@link assertPrivateDir}.
+ * `mkdir` without `recursive` never follows a symlink in the last component (it reports EEXIST),
+ * and the check uses `lstat`, so a link planted by someone else is refused, not followed.
+ */
+export async function ensurePrivateDir(dir: string): Promise<void> {
+  try {
+    await mkdir(dir, { mode: 0o700 });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+  }
+  await assertPrivateDir(dir);
 }
