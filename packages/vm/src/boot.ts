@@ -6,6 +6,7 @@ import type { Duplex } from "node:stream";
 import type { VM, VMOptions } from "@earendil-works/gondolin";
 import { VmError, isVmError, messageOf } from "./errors.js";
 import { DiskStore, type CheckpointResult, type DiskRun } from "./disk-store.js";
+import { egressPolicy } from "./egress-policy.js";
 import { runInGuest } from "./exec-util.js";
 import { GondolinGuest } from "./gondolin-guest.js";
 import { gondolinCertDir, loadGondolin } from "./gondolin-loader.js";
@@ -26,7 +27,7 @@ import {
 } from "./host.js";
 import { qemuWords } from "./kvm-probe.js";
 import { isAlive, waitFor } from "./process-util.js";
-import { prepareQemuLauncher, writeQemuPidRecord } from "./qemu-process.js";
+import { prepareQemuLauncher, writeQemuPidRecord, type QemuLauncher } from "./qemu-process.js";
 import { QMP_SOCKET_NAME, QmpMonitor, type IoErrorPause } from "./qmp.js";
 
 /** What booting needs from a sandbox config (`SandboxConfig` of `@pi-sandbox/config` fits). */
@@ -156,8 +157,10 @@ const RESUME_MIN_FREE_BYTES = 16 * 1024 * 1024;
  * the network policy, and grows the guest filesystem on its first boot. A VM that fails to start
  * is always closed and its run discarded.
  */
-export async function startVm(options: StartVmOptions): Promise<RunningVm> {
+export async function startVm(input: StartVmOptions): Promise<RunningVm> {
   const started = performance.now();
+  // Absolute, because QEMU runs in the VM's run directory (see prepareQemuLauncher).
+  const options = { ...input, diskDir: path.resolve(input.diskDir), stateRoot: path.resolve(input.stateRoot) };
   const { signal } = options;
   signal?.throwIfAborted();
   const logger = options.logger;
@@ -199,15 +202,8 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
     await run.discard().catch(() => undefined);
     throw error;
   }
-  const attempt = {
-    options,
-    gondolin,
-    launcher,
-    started,
-    warnings: launcher.diesWithParent
-      ? []
-      : ["setpriv is unavailable: QEMU may outlive a killed owner until the next start reaps it"],
-  };
+  const attempt = { options, gondolin, launcher, started, warnings: launcherWarnings(launcher) };
+  for (const warning of attempt.warnings) logger?.warn(`[vm ${options.name}] ${warning}`);
   const accelerator = resolved.choice;
   if (accelerator.accel !== "kvm" || forcedAccel?.trim()) return bootAttempt(attempt, run, accelerator);
   // Belt and braces: the kernel probe passed, but a KVM boot that still shows no sign of life
@@ -231,6 +227,20 @@ export async function startVm(options: StartVmOptions): Promise<RunningVm> {
     const { warning: _shown, ...quiet } = fallback;
     return bootAttempt({ ...attempt, warnings: [...attempt.warnings, notice] }, run, quiet);
   }
+}
+
+/** What the user should know about how QEMU is confined on this host. */
+function launcherWarnings(launcher: QemuLauncher): string[] {
+  const warnings: string[] = [];
+  if (!launcher.diesWithParent) {
+    warnings.push("setpriv is unavailable: QEMU may outlive a killed owner until the next start reaps it");
+  }
+  if (!launcher.seccomp) {
+    warnings.push(
+      `QEMU runs without its seccomp sandbox (${launcher.seccompProblem ?? "unsupported here"}): a guest that escaped into QEMU could start programs with your rights`,
+    );
+  }
+  return warnings;
 }
 
 /** QEMU's own words from a failed start ("… (qemu: <stderr>)" in Gondolin's errors), else its first line. */
@@ -307,9 +317,9 @@ async function bootAttempt(
         );
       },
     });
-    const policy = gondolin.createHttpHooks({
-      allowedHosts: [...options.spec.network.allowedHosts],
-      ...(options.allowedInternalHosts ? { allowedInternalHosts: [...options.allowedInternalHosts] } : {}),
+    const policy = egressPolicy(gondolin, {
+      allowedHosts: options.spec.network.allowedHosts,
+      ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
     });
     const image = run.image;
     const vmOptions: VMOptions = {
@@ -341,6 +351,7 @@ async function bootAttempt(
       cpus: options.spec.resources.cpus,
       httpHooks: policy.httpHooks,
       env: policy.env,
+      dns: policy.dns,
       startTimeoutMs: readyTimeoutMs,
       sessionLabel: `pi-sandbox ${options.name}`,
       ...(options.debug && logger?.debug

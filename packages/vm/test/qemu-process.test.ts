@@ -133,6 +133,96 @@ test("QmpMonitor reports a guest paused on a disk error, also one that paused be
   }
 });
 
+/** Feeds QMP commands to `qemu` on stdin (then quit) and resolves with how it exited. */
+function runQmp(
+  qemu: string,
+  commands: object[],
+): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }> {
+  const args = ["-machine", "none", "-nodefaults", "-display", "none", "-S", "-qmp", "stdio"];
+  const child = spawn(qemu, args, { stdio: ["pipe", "ignore", "pipe"] });
+  let stderr = "";
+  child.stderr.on("data", (d: Buffer) => (stderr += String(d)));
+  child.stdin.on("error", () => undefined);
+  for (const command of [{ execute: "qmp_capabilities" }, ...commands])
+    child.stdin.write(JSON.stringify(command) + "\n");
+  // The quit comes later, so that a command that works has the time to do its work first.
+  const quit = setTimeout(() => child.stdin.end(JSON.stringify({ execute: "quit" }) + "\n"), 2_000);
+  const killer = setTimeout(() => child.kill("SIGKILL"), 20_000);
+  return new Promise((resolve) =>
+    child.once("close", (code, signal) => {
+      clearTimeout(quit);
+      clearTimeout(killer);
+      resolve({ code, signal, stderr });
+    }),
+  );
+}
+
+test("the wrapper runs QEMU under its seccomp sandbox: asked to start a program, QEMU dies instead", async () => {
+  const launcher = await prepareQemuLauncher(path.join(dir, "bin"));
+  expect(launcher).toMatchObject({ seccomp: true });
+  const script = fs.readFileSync(launcher.qemuPath, "utf8");
+  expect(script).toContain("-sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
+  expect(script).toContain("--no-new-privs");
+  // QMP's `migrate` to `exec:` runs a shell command from QEMU: what an escaped guest would do.
+  const migrate = (marker: string) => ({ execute: "migrate", arguments: { uri: `exec:touch ${marker}` } });
+  // Without the wrapper the command runs (so the test can fail)...
+  const unconfined = path.join(dir, "unconfined");
+  await expect(runQmp(launcher.emulatorPath, [migrate(unconfined)])).resolves.toMatchObject({ code: 0 });
+  expect(fs.existsSync(unconfined)).toBe(true);
+  // ...through it, the kernel kills QEMU at the fork (SIGSYS) and nothing runs.
+  const confined = path.join(dir, "confined");
+  await expect(runQmp(launcher.qemuPath, [migrate(confined)])).resolves.toMatchObject({ signal: "SIGSYS" });
+  expect(fs.existsSync(confined)).toBe(false);
+}, 60_000);
+
+test("the wrapped QEMU: seccomp filter, no_new_privs, no core dumps, umask 077, the run dir as cwd", async () => {
+  const launcher = await prepareQemuLauncher(path.join(dir, "bin"));
+  const runtime = path.join(dir, "run");
+  await fsp.mkdir(runtime);
+  const chardev = `socket,id=virtiocon0,path=${runtime}/ctl.sock,server=on,wait=off`;
+  const qemu = spawn(launcher.qemuPath, [...idleQemuArgs(`${dir}/facts`), "-chardev", chardev], { stdio: "ignore" });
+  await new Promise((resolve) => qemu.once("spawn", resolve));
+  started.push(qemu.pid!);
+  // The wrapper execs QEMU in place: wait until the pid is QEMU's, with its QMP socket up.
+  expect(await eventually(() => fs.existsSync(path.join(runtime, "qmp.sock")), 10_000)).toBe(true);
+  const status = fs.readFileSync(`/proc/${qemu.pid}/status`, "utf8");
+  expect(status).toMatch(/^Seccomp:\t2$/m);
+  expect(status).toMatch(/^NoNewPrivs:\t1$/m);
+  expect(status).toMatch(/^Umask:\t0077$/m);
+  expect(fs.readFileSync(`/proc/${qemu.pid}/limits`, "utf8")).toMatch(/^Max core file size\s+0\s+0\s/m);
+  expect(fs.readlinkSync(`/proc/${qemu.pid}/cwd`)).toBe(runtime);
+  expect(fs.statSync(path.join(runtime, "qmp.sock")).mode & 0o077).toBe(0);
+});
+
+test("a QEMU without seccomp support still gets a working wrapper, without -sandbox, and says why", async () => {
+  // A stand-in on PATH that refuses -sandbox the way a QEMU built without seccomp does.
+  const fakeBin = path.join(dir, "fake-bin");
+  await fsp.mkdir(fakeBin);
+  const real = execFileSync("sh", ["-c", "command -v qemu-system-x86_64"], { encoding: "utf8" }).trim();
+  await fsp.writeFile(
+    path.join(fakeBin, "qemu-system-x86_64"),
+    [
+      "#!/bin/sh",
+      'for arg in "$@"; do',
+      `  if [ "$arg" = -sandbox ]; then echo "qemu-system-x86_64: -sandbox: There is no option group 'sandbox'" >&2; exit 1; fi`,
+      "done",
+      `exec '${real}' "$@"`,
+      "",
+    ].join("\n"),
+    { mode: 0o755 },
+  );
+  const previous = process.env.PATH;
+  process.env.PATH = `${fakeBin}${path.delimiter}${previous}`;
+  try {
+    const launcher = await prepareQemuLauncher(path.join(dir, "bin"));
+    expect(launcher).toMatchObject({ seccomp: false, seccompProblem: "-sandbox: There is no option group 'sandbox'" });
+    expect(fs.readFileSync(launcher.qemuPath, "utf8")).not.toContain("-sandbox on");
+    expect(execFileSync(launcher.qemuPath, ["--version"], { encoding: "utf8" })).toMatch(/QEMU emulator version/);
+  } finally {
+    process.env.PATH = previous;
+  }
+});
+
 test("SIGKILL of the owning process takes QEMU down with it", async () => {
   const launcher = await prepareQemuLauncher(path.join(dir, "bin"));
   const script = `
