@@ -7,6 +7,8 @@ missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # The guest test image installs Zig from PyPI with "python3 -m pip" (into its cache, not globally).
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then missing+=(python3-pip); fi
+# scripts/install-python-tools.sh puts the agent's checkers (ruff, mypy, pytest) in a venv.
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then missing+=(python3-venv); fi
 [ "${#missing[@]}" -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "install these with your package manager: ${missing[*]}" >&2

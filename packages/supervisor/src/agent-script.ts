@@ -1,13 +1,66 @@
-import { readFile } from "node:fs/promises";
+import { execFile } from "node:child_process";
+import { access, readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
+import { SupervisorError } from "./errors.js";
 
-/** Absolute host path of the guest agent shipped with this package (`agent/sandbox_agent.py`). */
-export function agentScriptPath(): string {
-  // src/ and dist/ both sit one level below the package root, next to agent/.
-  return fileURLToPath(new URL("../agent/sandbox_agent.py", import.meta.url));
+// src/ and dist/ both sit one level below the package root.
+const PACKAGE_ROOT = new URL("../", import.meta.url);
+/** Builds the zipapp from agent/pi_sandbox_agent/; present in a checkout, not in the published package. */
+const BUILDER = fileURLToPath(new URL("agent/build.py", PACKAGE_ROOT));
+const BUILD_TIMEOUT_MS = 60_000;
+
+let building: Promise<void> | undefined;
+
+/** Absolute host path of the guest agent zipapp (`dist/agent/sandbox_agent.pyz`). */
+export function agentArchivePath(): string {
+  return fileURLToPath(new URL("dist/agent/sandbox_agent.pyz", PACKAGE_ROOT));
 }
 
-/** The agent's source, read from {@link agentScriptPath}. */
-export async function readAgentScript(): Promise<Buffer> {
-  return readFile(agentScriptPath());
+/**
+ * The agent zipapp, built first when this is a checkout whose agent sources changed since the
+ * last build (so tests never run a stale agent, even before `npm run build`). The published
+ * package ships the archive and no sources, and is read as is.
+ */
+export async function readAgentArchive(): Promise<Buffer> {
+  if (await exists(BUILDER)) {
+    building ??= runBuilder().finally(() => {
+      building = undefined;
+    });
+    await building;
+  }
+  try {
+    return await readFile(agentArchivePath());
+  } catch (error) {
+    throw new SupervisorError(
+      "AGENT_START_FAILED",
+      `the guest agent archive ${agentArchivePath()} is missing; run "npm run build" in @pi-sandbox/supervisor`,
+      { cause: error },
+    );
+  }
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await access(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Runs agent/build.py, which rebuilds only when the sources changed (and is safe to run concurrently). */
+function runBuilder(): Promise<void> {
+  return new Promise((resolve, reject) => {
+    execFile("python3", [BUILDER], { timeout: BUILD_TIMEOUT_MS }, (error, _stdout, stderr) => {
+      // No python3 on this host: use the archive already built, if there is one.
+      if (!error || (error as NodeJS.ErrnoException).code === "ENOENT") return resolve();
+      reject(
+        new SupervisorError(
+          "AGENT_START_FAILED",
+          `could not build the guest agent with python3 ${BUILDER}: ${stderr.trim() || error.message}`,
+          { cause: error },
+        ),
+      );
+    });
+  });
 }

@@ -1,18 +1,34 @@
 import { once } from "node:events";
 import type { GuestExecution, GuestExitStatus } from "@pi-sandbox/vm";
+import { isValidServiceName } from "@pi-sandbox/config";
+import { AgentStderr } from "./agent-stderr.js";
 import { SupervisorError, codeFromAgent, messageOf } from "./errors.js";
 import type { SupervisorLogger } from "./logger.js";
+import { AGENT_EVENTS, MAX_AGENT_LINE_BYTES } from "./protocol.js";
+import {
+  BadReply,
+  boolean,
+  integer,
+  message as messageText,
+  oneOf,
+  optionalInteger,
+  optionalText,
+  record,
+  safeDetails,
+  text,
+} from "./reply-checks.js";
 
 /** An asynchronous message from the agent (service start/exit/ready, protocol problems). */
 export interface AgentEvent {
   /** Event name: `hello`, `service`, `protocol-error`, `fatal`. */
   event: string;
-  /** Event payload. */
+  /** Event payload, checked and with its text cut to size. */
   data: Record<string, unknown>;
 }
 
 interface Pending {
   op: string;
+  parse(result: unknown): unknown;
   resolve(value: unknown): void;
   reject(error: unknown): void;
   cleanup(): void;
@@ -28,18 +44,39 @@ export interface RequestOptions {
   onAbort?: () => void;
 }
 
+/** How long an agent that broke the protocol gets to stop its services on its own before its exec is killed. */
+const PROTOCOL_ERROR_GRACE_MS = 10_000;
+/** Longest `protocol-error` message logged. */
+const PROTOCOL_NOTE_CHARS = 200;
+
+/** Builds the AGENT_PROTOCOL error the channel closes with. */
+export function protocolError(problem: string, details: Record<string, unknown> = {}): SupervisorError {
+  return new SupervisorError(
+    "AGENT_PROTOCOL",
+    `the guest agent broke the protocol (${problem}); the channel is closed and its services are being stopped — ` +
+      "start a new supervisor client or restart the instance",
+    { details: { problem, ...details } },
+  );
+}
+
 /**
  * Line-delimited JSON over one long-lived guest exec: many requests in flight, answers matched
- * by id, events delivered to listeners in arrival order.
+ * by id and checked by the caller's parser, events delivered to listeners in arrival order.
+ * Nothing the guest writes is trusted: lines are bounded, and a reply that breaks the protocol
+ * closes the channel with AGENT_PROTOCOL (see `fail`).
  */
 export class AgentChannel {
   private readonly pending = new Map<number, Pending>();
   private readonly listeners = new Set<(event: AgentEvent) => void>();
+  private readonly closeListeners = new Set<(reason: SupervisorError) => void>();
   private nextId = 1;
   private buffered: Buffer[] = [];
+  private bufferedBytes = 0;
+  private discarding = false;
+  private helloSeen = false;
   private closedError: SupervisorError | undefined;
   private exit: GuestExitStatus | undefined;
-  private stderrTail = "";
+  private readonly stderrSink: AgentStderr;
   /** Settles once the guest process has exited and every pending request has been rejected. */
   readonly finished: Promise<void>;
 
@@ -47,9 +84,12 @@ export class AgentChannel {
     private readonly execution: GuestExecution,
     private readonly logger: SupervisorLogger,
     private readonly label: string,
+    /** Ends the agent's exec for good (the client aborts it). */
+    private readonly kill: (reason: SupervisorError) => void = () => undefined,
   ) {
+    this.stderrSink = new AgentStderr((line) => this.logger.warn(`${this.label} agent: ${line}`));
     execution.stdout.on("data", (chunk: Buffer) => this.onData(chunk));
-    execution.stderr.on("data", (chunk: Buffer) => this.onStderr(chunk));
+    execution.stderr.on("data", (chunk: Buffer) => this.stderrSink.push(chunk));
     execution.stdin?.on("error", (error: unknown) =>
       this.logger.warn(`${this.label} agent stdin: ${messageOf(error)}`),
     );
@@ -67,9 +107,14 @@ export class AgentChannel {
     return this.closedError !== undefined;
   }
 
-  /** Last lines the agent wrote to stderr (tracebacks, diagnostics). */
+  /** Why the channel closed (AGENT_PROTOCOL, AGENT_CLOSED), or undefined while it is open. */
+  get closedReason(): SupervisorError | undefined {
+    return this.closedError;
+  }
+
+  /** The last 4 KiB the agent wrote to stderr (tracebacks, diagnostics). */
   get stderr(): string {
-    return this.stderrTail;
+    return this.stderrSink.text;
   }
 
   /** Subscribes to agent events; returns the unsubscribe function. */
@@ -78,8 +123,28 @@ export class AgentChannel {
     return () => this.listeners.delete(listener);
   }
 
-  /** Sends one request and resolves with the agent's `result`, or rejects with a SupervisorError. */
-  request<T>(op: string, args: Record<string, unknown>, options: RequestOptions = {}): Promise<T> {
+  /** Calls `listener` once when the channel closes, with the reason; returns the unsubscribe function. */
+  onClosed(listener: (reason: SupervisorError) => void): () => void {
+    if (this.closedError) {
+      const reason = this.closedError;
+      queueMicrotask(() => listener(reason));
+      return () => undefined;
+    }
+    this.closeListeners.add(listener);
+    return () => this.closeListeners.delete(listener);
+  }
+
+  /**
+   * Sends one request; resolves with the agent's `result` as `parse` returns it, or rejects with
+   * a SupervisorError. `parse` throws BadReply when the result is not what was asked for: the
+   * channel then closes with AGENT_PROTOCOL.
+   */
+  request<T>(
+    op: string,
+    args: Record<string, unknown>,
+    parse: (result: unknown) => T,
+    options: RequestOptions = {},
+  ): Promise<T> {
     const { signal } = options;
     if (signal?.aborted) return Promise.reject(signal.reason);
     if (this.closedError) return Promise.reject(this.closedError);
@@ -98,6 +163,7 @@ export class AgentChannel {
       };
       const entry: Pending = {
         op,
+        parse,
         resolve: (value) => resolve(value as T),
         reject,
         cleanup: () => {
@@ -132,17 +198,32 @@ export class AgentChannel {
     });
   }
 
+  /**
+   * Closes the channel because the agent broke the protocol: every pending and later request
+   * rejects with `error`, nothing more from the agent is read, and the agent's stdin is ended so it
+   * stops its services and exits; its exec is killed if it is still there after a grace period.
+   */
+  fail(error: SupervisorError): void {
+    if (this.closedError) return;
+    this.discarding = true;
+    this.buffered = [];
+    this.bufferedBytes = 0;
+    this.logger.warn(`${this.label} ${error.message}`);
+    this.shut(error);
+    this.endStdin();
+    const timer = setTimeout(() => {
+      if (!this.exit) this.kill(error);
+    }, PROTOCOL_ERROR_GRACE_MS);
+    timer.unref?.();
+    void this.finished.then(() => clearTimeout(timer));
+  }
+
   /** Asks the agent to stop its services and commands and exit; ends stdin. Never throws. */
   async shutdown(deadlineMs: number): Promise<void> {
     if (!this.closedError) {
-      const bye = this.request("shutdown", {}, { timeoutMs: deadlineMs }).catch(() => undefined);
-      await bye;
+      await this.request("shutdown", {}, () => undefined, { timeoutMs: deadlineMs }).catch(() => undefined);
     }
-    try {
-      this.execution.stdin?.end();
-    } catch {
-      // already gone
-    }
+    this.endStdin();
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<void>((resolve) => {
       timer = setTimeout(resolve, deadlineMs);
@@ -154,6 +235,19 @@ export class AgentChannel {
     );
   }
 
+  /** Exit status of the agent process, once it exited. */
+  get exitStatus(): GuestExitStatus | undefined {
+    return this.exit;
+  }
+
+  private endStdin(): void {
+    try {
+      this.execution.stdin?.end();
+    } catch {
+      // already gone
+    }
+  }
+
   private async write(message: unknown): Promise<void> {
     const stdin = this.execution.stdin;
     if (!stdin || stdin.destroyed || stdin.writableEnded) throw new Error("agent stdin is closed");
@@ -161,66 +255,108 @@ export class AgentChannel {
   }
 
   private onData(chunk: Buffer): void {
+    // After a protocol error the rest of the stream is read (so the guest is not blocked) and dropped.
+    if (this.discarding) return;
     let start = 0;
-    for (let i = chunk.indexOf(10); i !== -1; i = chunk.indexOf(10, start)) {
-      this.buffered.push(chunk.subarray(start, i));
+    for (let nl = chunk.indexOf(10); nl !== -1; nl = chunk.indexOf(10, start)) {
+      if (this.bufferedBytes + (nl - start) > MAX_AGENT_LINE_BYTES) return this.overflow();
+      this.buffered.push(chunk.subarray(start, nl));
       const line = Buffer.concat(this.buffered).toString("utf8");
       this.buffered = [];
-      start = i + 1;
+      this.bufferedBytes = 0;
+      start = nl + 1;
       this.onLine(line);
+      if (this.discarding) return;
     }
-    if (start < chunk.length) this.buffered.push(chunk.subarray(start));
+    if (start < chunk.length) {
+      if (this.bufferedBytes + (chunk.length - start) > MAX_AGENT_LINE_BYTES) return this.overflow();
+      this.buffered.push(chunk.subarray(start));
+      this.bufferedBytes += chunk.length - start;
+    }
+  }
+
+  private overflow(): void {
+    this.fail(
+      protocolError(`a line longer than ${MAX_AGENT_LINE_BYTES} bytes`, { maxLineBytes: MAX_AGENT_LINE_BYTES }),
+    );
   }
 
   private onLine(line: string): void {
     if (line.trim() === "") return;
     let message: Record<string, unknown>;
     try {
-      message = JSON.parse(line) as Record<string, unknown>;
+      message = record(JSON.parse(line), "line");
     } catch {
-      this.logger.warn(`${this.label} agent wrote a non-protocol line: ${line.slice(0, 200)}`);
+      this.fail(protocolError("a line that is not a JSON object", { line: line.slice(0, 200) }));
       return;
     }
-    if (typeof message.event === "string") {
-      const event: AgentEvent = { event: message.event, data: (message.data ?? {}) as Record<string, unknown> };
-      for (const listener of this.listeners) {
-        try {
-          listener(event);
-        } catch (error) {
-          this.logger.warn(`${this.label} event listener failed: ${messageOf(error)}`);
-        }
-      }
-      return;
+    try {
+      if (message.event !== undefined) this.onEventMessage(message);
+      else this.onReply(message);
+    } catch (error) {
+      if (!(error instanceof BadReply)) throw error;
+      this.fail(protocolError(error.message));
     }
-    const id = message.id;
-    const entry = typeof id === "number" ? this.pending.get(id) : undefined;
+  }
+
+  private onReply(message: Record<string, unknown>): void {
+    const id = integer(message.id, "reply id", 1, this.nextId - 1);
+    const ok = boolean(message.ok, "reply ok");
+    const entry = this.pending.get(id);
     if (!entry) return; // aborted or timed out earlier: the answer is no longer wanted
-    this.pending.delete(id as number);
-    entry.cleanup();
-    if (message.ok === true) {
-      entry.resolve(message.result ?? {});
+    if (ok) {
+      let value: unknown;
+      try {
+        value = entry.parse(message.result);
+      } catch (error) {
+        if (!(error instanceof BadReply)) throw error;
+        throw new BadReply(`the ${entry.op} reply:`, error.message);
+      }
+      this.pending.delete(id);
+      entry.cleanup();
+      entry.resolve(value);
       return;
     }
-    const error = (message.error ?? {}) as { code?: unknown; message?: unknown; details?: unknown };
+    const error = record(message.error, `${entry.op} error`);
+    const agentCode = text(error.code, `${entry.op} error code`, 64);
+    const text_ = messageText(error.message, `${entry.op} error message`);
+    this.pending.delete(id);
+    entry.cleanup();
     entry.reject(
-      new SupervisorError(
-        codeFromAgent(error.code),
-        typeof error.message === "string" ? error.message : `the guest agent failed ${entry.op}`,
-        {
-          details: {
-            ...((error.details as Record<string, unknown> | undefined) ?? {}),
-            op: entry.op,
-            agentCode: error.code,
-          },
-        },
-      ),
+      new SupervisorError(codeFromAgent(agentCode), text_ || `the guest agent failed ${entry.op}`, {
+        details: { ...safeDetails(error.details), op: entry.op, agentCode },
+      }),
     );
   }
 
-  private onStderr(chunk: Buffer): void {
-    const text = chunk.toString("utf8");
-    this.stderrTail = (this.stderrTail + text).slice(-4096);
-    for (const line of text.split("\n")) if (line.trim()) this.logger.warn(`${this.label} agent: ${line}`);
+  private onEventMessage(message: Record<string, unknown>): void {
+    const name = text(message.event, "event name", 64);
+    if (!AGENT_EVENTS.has(name)) throw new BadReply("event", `${JSON.stringify(name)} is not one of this protocol`);
+    const data = record(message.data, `${name} event data`);
+    let checked: Record<string, unknown>;
+    if (name === "hello") {
+      if (this.helloSeen) throw new BadReply("hello event", "came twice");
+      this.helloSeen = true;
+      checked = data; // the start-up code checks it (version first)
+    } else if (name === "service") {
+      checked = serviceEvent(data);
+    } else if (name === "fatal") {
+      checked = {
+        code: optionalText(data.code, "fatal code", 64),
+        message: messageText(data.message, "fatal message"),
+      };
+    } else {
+      const note = messageText(data.message, "protocol-error message", PROTOCOL_NOTE_CHARS);
+      this.logger.warn(`${this.label} the agent reported a protocol problem: ${note}`);
+      checked = { message: note };
+    }
+    for (const listener of this.listeners) {
+      try {
+        listener({ event: name, data: checked });
+      } catch (error) {
+        this.logger.warn(`${this.label} event listener failed: ${messageOf(error)}`);
+      }
+    }
   }
 
   private closedErrorFor(status: GuestExitStatus | undefined, error?: unknown): SupervisorError {
@@ -232,21 +368,47 @@ export class AgentChannel {
     return new SupervisorError(
       "AGENT_CLOSED",
       `the guest agent ${how}; services and commands it supervised are gone — restart the instance`,
-      { cause: error, details: { exitCode: status?.exitCode, signal: status?.signal, stderr: this.stderrTail } },
+      { cause: error, details: { exitCode: status?.exitCode, signal: status?.signal, stderr: this.stderr } },
     );
   }
 
   private shut(error: SupervisorError): void {
-    if (!this.closedError) this.closedError = error;
+    const first = !this.closedError;
+    if (first) this.closedError = error;
     for (const [id, entry] of this.pending) {
       this.pending.delete(id);
       entry.cleanup();
       entry.reject(this.closedError);
     }
+    if (!first) return;
+    const reason = this.closedError!;
+    for (const listener of this.closeListeners) {
+      try {
+        listener(reason);
+      } catch (listenerError) {
+        this.logger.warn(`${this.label} close listener failed: ${messageOf(listenerError)}`);
+      }
+    }
+    this.closeListeners.clear();
   }
+}
 
-  /** Exit status of the agent process, once it exited. */
-  get exitStatus(): GuestExitStatus | undefined {
-    return this.exit;
-  }
+/** A service event with its fields checked. */
+function serviceEvent(data: Record<string, unknown>): Record<string, unknown> {
+  const service = text(data.service, "service event name", 64);
+  if (!isValidServiceName(service)) throw new BadReply("service event name", "is not a service name");
+  const type = oneOf(data.type, "service event type", ["start", "exit", "ready", "not-ready"] as const);
+  const checked: Record<string, unknown> = { service, type };
+  const pid = optionalInteger(data.pid, "service event pid", 1);
+  const port = optionalInteger(data.port, "service event port", 1, 65535);
+  const exitCode = optionalInteger(data.exitCode, "service event exitCode", 0, 255);
+  const signal = optionalText(data.signal, "service event signal", 32);
+  const at = optionalText(data.at, "service event at", 64);
+  if (pid !== undefined) checked.pid = pid;
+  if (port !== undefined) checked.port = port;
+  if (exitCode !== undefined) checked.exitCode = exitCode;
+  if (signal !== undefined) checked.signal = signal;
+  if (at !== undefined) checked.at = at;
+  if (data.error !== undefined && data.error !== null) checked.error = messageText(data.error, "service event error");
+  return checked;
 }

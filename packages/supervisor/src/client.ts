@@ -1,5 +1,5 @@
 import { LIMITS, isConfigError, isValidServiceName, parseConfig, type SandboxConfig } from "@pi-sandbox/config";
-import { installAgent, waitForHello } from "./launch.js";
+import { exchangeHello, installAgent } from "./launch.js";
 import type {
   CallOptions,
   ExecOptions,
@@ -9,10 +9,25 @@ import type {
   StartSupervisorOptions,
   WaitOptions,
 } from "./options.js";
-import { mergeStatuses, readinessBudget, type RawStatus } from "./service-status.js";
+import { mergeStatuses, readinessBudget } from "./service-status.js";
 import { AgentChannel, type AgentEvent } from "./channel.js";
 import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
-import { MAX_READ_BYTES, MAX_WRITE_BYTES, readThroughAgent, writeThroughAgent } from "./file-transfer.js";
+import { readThroughAgent, writeThroughAgent } from "./file-transfer.js";
+import { MAX_READ_BYTES, MAX_WRITE_BYTES } from "./protocol.js";
+import {
+  parseEnsure,
+  parseExec,
+  parseHello,
+  parseKill,
+  parseLogs,
+  parseRestart,
+  parseSetupExtras,
+  parseStart,
+  parseStatuses,
+  parseStop,
+} from "./replies.js";
+import { record } from "./reply-checks.js";
+import { checkAbsolute, checkWait, cutUtf8, isSetupHandle, toExecResult } from "./call-args.js";
 import { silentLogger, type SupervisorLogger } from "./logger.js";
 import { buildServiceSpecs, guestServices, type AgentServiceSpec } from "./service-specs.js";
 import type {
@@ -22,7 +37,6 @@ import type {
   ExecResult,
   LogTail,
   ResumeResult,
-  RunStep,
   ServiceFailure,
   ServiceStatus,
   ServicesResult,
@@ -34,51 +48,12 @@ import type {
 /** Guest directory the agent keeps its state in (on the root disk, not a tmpfs). */
 export const DEFAULT_AGENT_STATE_DIR = "/var/lib/pi-sandbox-agent";
 /** Guest path the agent script is installed to at every boot. */
-export const DEFAULT_AGENT_PATH = "/usr/local/lib/pi-sandbox/sandbox_agent.py";
+export const DEFAULT_AGENT_PATH = "/usr/local/lib/pi-sandbox/sandbox_agent.pyz";
 /** Name of the editable guest copy of the config, inside the workspace. */
 export const GUEST_CONFIG_NAME = ".sandbox.yaml";
 
 const REPLY_MARGIN_MS = 60_000;
 const SERVICE_STOP_BUDGET_MS = 10_000;
-
-type RawExec = ExecResult & { steps?: RunStep[]; [key: string]: unknown };
-
-function toExecResult(raw: RawExec): ExecResult {
-  return {
-    handle: raw.handle,
-    running: raw.running,
-    ...(raw.exitCode === undefined ? {} : { exitCode: raw.exitCode }),
-    ...(raw.signal === undefined ? {} : { signal: raw.signal }),
-    output: raw.output ?? "",
-    truncatedBytes: raw.truncatedBytes ?? 0,
-    ...(raw.durationMs === undefined ? {} : { durationMs: raw.durationMs }),
-  };
-}
-
-function checkWait(value: number | undefined, key: string, max: number = LIMITS.execWaitMaxMs): number {
-  const wait = value ?? LIMITS.execWaitDefaultMs;
-  if (!Number.isInteger(wait) || wait < 0 || wait > max) {
-    throw new SupervisorError("INVALID_ARGUMENT", `${key} must be an integer from 0 to ${max} ms, got ${value}`, {
-      details: { key, value },
-    });
-  }
-  return wait;
-}
-
-function checkAbsolute(path: string): void {
-  if (typeof path !== "string" || !path.startsWith("/")) {
-    throw new SupervisorError("INVALID_ARGUMENT", `guest paths must be absolute, got ${JSON.stringify(path)}`, {
-      details: { key: "path", value: path },
-    });
-  }
-}
-
-function cutUtf8(data: Buffer, maxBytes: number): Buffer {
-  let end = Math.min(maxBytes, data.length);
-  // Step back over continuation bytes so the cut never splits a character.
-  while (end > 0 && end < data.length && (data[end]! & 0xc0) === 0x80) end--;
-  return data.subarray(0, end);
-}
 
 /**
  * Host side of the guest agent: one long-lived exec channel per boot, carrying commands, file
@@ -86,6 +61,8 @@ function cutUtf8(data: Buffer, maxBytes: number): Buffer {
  */
 export class SupervisorClient implements AsyncDisposable {
   private closing: Promise<void> | undefined;
+  /** Every service name sent to this agent; its service listings may name no other. */
+  private readonly serviceNames = new Set<string>();
 
   private constructor(
     private readonly channel: AgentChannel,
@@ -131,9 +108,9 @@ export class SupervisorClient implements AsyncDisposable {
     );
     // Rejections surface through the channel; keep this one from going unhandled after an abort.
     execution.result.catch(() => undefined);
-    const channel = new AgentChannel(execution, logger, label);
+    const channel = new AgentChannel(execution, logger, label, (reason) => stopChannel.abort(reason));
     try {
-      const hello = await waitForHello(channel, options.startTimeoutMs ?? 60_000, signal);
+      const hello = await exchangeHello(channel, options.startTimeoutMs ?? 60_000, signal);
       logger.info(`${label} agent ${hello.version} up (python ${hello.python}, cleanup by ${hello.cleanup})`);
       return new SupervisorClient(channel, stopChannel, hello, workspace, logger);
     } catch (error) {
@@ -148,6 +125,19 @@ export class SupervisorClient implements AsyncDisposable {
     return this.channel.closed;
   }
 
+  /**
+   * Why the channel closed, once it has: AGENT_PROTOCOL when the agent broke the protocol (the
+   * guest is broken or hostile), AGENT_CLOSED when it exited or the client was closed.
+   */
+  get closedReason(): SupervisorError | undefined {
+    return this.channel.closedReason;
+  }
+
+  /** Calls `listener` once when the channel closes, with {@link closedReason}; returns the unsubscribe function. */
+  onClosed(listener: (reason: SupervisorError) => void): () => void {
+    return this.channel.onClosed(listener);
+  }
+
   /** Subscribes to agent events (service start/exit/ready/not-ready); returns the unsubscribe function. */
   onEvent(listener: (event: AgentEvent) => void): () => void {
     return this.channel.onEvent(listener);
@@ -155,7 +145,7 @@ export class SupervisorClient implements AsyncDisposable {
 
   /** Round trip to the agent; resolves with its hello facts. */
   async ping(options: CallOptions = {}): Promise<AgentHello> {
-    return this.channel.request<AgentHello>("ping", {}, { signal: options.signal, timeoutMs: REPLY_MARGIN_MS });
+    return this.channel.request("ping", {}, parseHello, { signal: options.signal, timeoutMs: REPLY_MARGIN_MS });
   }
 
   // -- commands
@@ -171,7 +161,7 @@ export class SupervisorClient implements AsyncDisposable {
       });
     }
     const timeoutMs = checkWait(options.timeoutMs, "timeoutMs");
-    const raw = await this.channel.request<RawExec>(
+    const raw = await this.channel.request(
       "exec",
       {
         command,
@@ -179,6 +169,7 @@ export class SupervisorClient implements AsyncDisposable {
         ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
         ...(options.env === undefined ? {} : { env: options.env }),
       },
+      (result) => parseExec(result),
       { signal: options.signal, timeoutMs: timeoutMs + REPLY_MARGIN_MS },
     );
     return toExecResult(raw);
@@ -187,9 +178,10 @@ export class SupervisorClient implements AsyncDisposable {
   /** Waits up to `timeoutMs` for a command and returns only output not returned before. */
   async execStatus(handle: string, options: WaitOptions = {}): Promise<ExecResult> {
     const timeoutMs = checkWait(options.timeoutMs, "timeoutMs");
-    const raw = await this.channel.request<RawExec>(
+    const raw = await this.channel.request(
       "exec-status",
       { handle, timeoutMs },
+      (result) => parseExec(result, { expectHandle: handle, keep: isSetupHandle(result) ? "tail" : "head-tail" }),
       { signal: options.signal, timeoutMs: timeoutMs + REPLY_MARGIN_MS },
     );
     return toExecResult(raw);
@@ -197,11 +189,10 @@ export class SupervisorClient implements AsyncDisposable {
 
   /** Terminates the command's whole process group (SIGTERM, then SIGKILL after 2 s). */
   async execKill(handle: string, options: CallOptions = {}): Promise<ExecKillResult> {
-    const raw = await this.channel.request<RawExec & { killed: boolean }>(
-      "exec-kill",
-      { handle },
-      { signal: options.signal, timeoutMs: REPLY_MARGIN_MS },
-    );
+    const raw = await this.channel.request("exec-kill", { handle }, (result) => parseKill(result, handle), {
+      signal: options.signal,
+      timeoutMs: REPLY_MARGIN_MS,
+    });
     return {
       handle: raw.handle,
       killed: raw.killed,
@@ -324,12 +315,13 @@ export class SupervisorClient implements AsyncDisposable {
   async ensureServices(options: ServiceOpOptions = {}): Promise<ServicesResult> {
     const config = await this.readGuestConfig(options);
     const { specs, failures } = buildServiceSpecs(guestServices(config), options.previewOrigins ?? {});
-    const raw = await this.channel.request<{
-      started: string[];
-      kept: string[];
-      failures: ServiceFailure[];
-      services: RawStatus[];
-    }>("service-ensure", { services: specs }, { signal: options.signal, timeoutMs: readinessBudget(specs) });
+    const asked = this.sending(specs.map((spec) => spec.name));
+    const raw = await this.channel.request(
+      "service-ensure",
+      { services: specs },
+      (result) => parseEnsure(result, asked, this.serviceNames),
+      { signal: options.signal, timeoutMs: readinessBudget(specs) },
+    );
     return {
       services: mergeStatuses(raw.services, config),
       started: raw.started,
@@ -370,9 +362,11 @@ export class SupervisorClient implements AsyncDisposable {
         );
       }
     }
-    const raw = await this.channel.request<{ restarted: string[]; failures: ServiceFailure[]; services: RawStatus[] }>(
+    const asked = this.sending(items.map((item) => item.name));
+    const raw = await this.channel.request(
       "service-restart",
       { services: items },
+      (result) => parseRestart(result, asked, this.serviceNames),
       { signal: options.signal, timeoutMs: readinessBudget(items) + items.length * SERVICE_STOP_BUDGET_MS },
     );
     return {
@@ -393,9 +387,11 @@ export class SupervisorClient implements AsyncDisposable {
       for (const name of names)
         if (!declared.includes(name) && !known.includes(name)) throw this.notFound(name, declared);
     }
-    const raw = await this.channel.request<{ stopped: string[]; services: RawStatus[] }>(
+    const asked = names ? new Set(names) : this.serviceNames;
+    const raw = await this.channel.request(
       "service-stop",
       names ? { names } : {},
+      (result) => parseStop(result, asked, this.serviceNames),
       { signal: options.signal, timeoutMs: SERVICE_STOP_BUDGET_MS + REPLY_MARGIN_MS },
     );
     return { services: mergeStatuses(raw.services, config), started: [], kept: [], stopped: raw.stopped, failures: [] };
@@ -445,9 +441,11 @@ export class SupervisorClient implements AsyncDisposable {
       ...(spec.publicUrl === undefined ? {} : { publicUrl: spec.publicUrl }),
       adhoc: true,
     };
-    const raw = await this.channel.request<{ service: RawStatus; failures: ServiceFailure[] }>(
+    this.sending([spec.name]);
+    const raw = await this.channel.request(
       "service-start",
       { service: agentSpec },
+      (result) => parseStart(result, spec.name, this.serviceNames),
       { signal: options.signal, timeoutMs: LIMITS.adhocReadinessMs + SERVICE_STOP_BUDGET_MS + REPLY_MARGIN_MS },
     );
     const status = raw.service as ServiceStatus;
@@ -468,11 +466,10 @@ export class SupervisorClient implements AsyncDisposable {
         details: { key: "lines", value: lines },
       });
     }
-    return this.channel.request<LogTail>(
-      "logs",
-      { service, lines },
-      { signal: options.signal, timeoutMs: REPLY_MARGIN_MS },
-    );
+    return this.channel.request("logs", { service, lines }, (result) => parseLogs(result, service, lines), {
+      signal: options.signal,
+      timeoutMs: REPLY_MARGIN_MS,
+    });
   }
 
   // -- setup and resume
@@ -485,13 +482,15 @@ export class SupervisorClient implements AsyncDisposable {
   async runSetup(options: SetupOptions = {}): Promise<SetupResult> {
     const deadlineMs = checkWait(options.deadlineMs ?? LIMITS.setupDeadlineMs, "deadlineMs", LIMITS.setupDeadlineMs);
     const commands = options.commands ?? (await this.tryGuestConfig(options.signal))?.setup ?? [];
-    const raw = await this.channel.request<RawExec & Omit<SetupResult, keyof ExecResult>>(
+    const raw = await this.channel.request(
       "run-setup",
       { commands, deadlineMs },
+      (result) => ({ ...parseExec(result, { keep: "tail", commands }), ...parseSetupExtras(result) }),
       {
         signal: options.signal,
         timeoutMs: deadlineMs + 2 * REPLY_MARGIN_MS,
-        onAbort: () => void this.channel.request("run-cancel", { kind: "setup" }).catch(() => undefined),
+        onAbort: () =>
+          void this.channel.request("run-cancel", { kind: "setup" }, () => undefined).catch(() => undefined),
       },
     );
     return {
@@ -500,9 +499,9 @@ export class SupervisorClient implements AsyncDisposable {
       exitCode: raw.exitCode ?? -1,
       ...(raw.signal === undefined ? {} : { signal: raw.signal }),
       timedOut: raw.timedOut,
-      steps: raw.steps,
-      output: raw.output ?? "",
-      truncatedBytes: raw.truncatedBytes ?? 0,
+      steps: raw.steps ?? [],
+      output: raw.output,
+      truncatedBytes: raw.truncatedBytes,
       cleanup: raw.cleanup,
       logPath: raw.logPath,
       durationMs: raw.durationMs ?? 0,
@@ -517,9 +516,10 @@ export class SupervisorClient implements AsyncDisposable {
   async runResume(options: ResumeOptions = {}): Promise<ResumeResult> {
     const waitMs = checkWait(options.waitMs ?? LIMITS.resumeWaitMs, "waitMs");
     const commands = options.commands ?? (await this.tryGuestConfig(options.signal))?.resume ?? [];
-    const raw = await this.channel.request<RawExec>(
+    const raw = await this.channel.request(
       "run-resume",
       { commands, waitMs },
+      (result) => parseExec(result, { commands }),
       { signal: options.signal, timeoutMs: waitMs + REPLY_MARGIN_MS },
     );
     return { ...toExecResult(raw), steps: raw.steps ?? [] };
@@ -544,10 +544,20 @@ export class SupervisorClient implements AsyncDisposable {
   }
 
   private async agentStatus(names: readonly string[] | undefined, signal: AbortSignal | undefined) {
-    return this.channel.request<{ services: RawStatus[] }>("service-status", names ? { names } : {}, {
-      signal,
-      timeoutMs: REPLY_MARGIN_MS,
-    });
+    return this.channel.request(
+      "service-status",
+      names ? { names } : {},
+      (result) => ({
+        services: parseStatuses(record(result, "result").services, "result.services", this.serviceNames),
+      }),
+      { signal, timeoutMs: REPLY_MARGIN_MS },
+    );
+  }
+
+  /** Records names about to be sent to the agent; returns them as the set a reply may name. */
+  private sending(names: readonly string[]): ReadonlySet<string> {
+    for (const name of names) this.serviceNames.add(name);
+    return new Set(names);
   }
 
   private notFound(name: string, declared: readonly string[]): SupervisorError {

@@ -1,3 +1,5 @@
+import { AGENT_PROTOCOL_CODES } from "./protocol.js";
+
 /** Stable codes of every error this package raises. Callers switch on these. */
 export type SupervisorErrorCode =
   /** The guest has no `python3`; commands and services need it (`details.tool`). */
@@ -6,7 +8,10 @@ export type SupervisorErrorCode =
   | "AGENT_START_FAILED"
   /** The agent channel closed (agent exited, VM closed, or `close()` was called). */
   | "AGENT_CLOSED"
-  /** The agent sent something that is not the protocol, or answered with a different version. */
+  /**
+   * The agent broke the protocol (a line too long, not JSON, a reply that is not what was asked
+   * for) or speaks another version. After a break the channel is closed with this error.
+   */
   | "AGENT_PROTOCOL"
   /** The agent did not answer a request in time (the guest may be overloaded or hung). */
   | "AGENT_UNRESPONSIVE"
@@ -120,10 +125,10 @@ const KNOWN_CODES = new Set<string>([
   "RUN_IN_PROGRESS",
 ] satisfies SupervisorErrorCode[]);
 
-/** Maps an agent error code to ours; an unknown code (a newer agent) becomes AGENT_PROTOCOL. */
+/** Maps an agent error code to ours: a protocol disagreement becomes AGENT_PROTOCOL, an unknown code AGENT_INTERNAL. */
 export function codeFromAgent(code: unknown): SupervisorErrorCode {
   if (typeof code === "string" && KNOWN_CODES.has(code)) return code as SupervisorErrorCode;
-  if (code === "UNKNOWN_OP") return "AGENT_PROTOCOL";
+  if (typeof code === "string" && AGENT_PROTOCOL_CODES.has(code)) return "AGENT_PROTOCOL";
   return "AGENT_INTERNAL";
 }
 

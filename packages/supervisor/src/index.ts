@@ -33,8 +33,9 @@ export type {
   AdHocServiceSpec,
 } from "./types.js";
 
-// The guest agent file
-export { agentScriptPath, readAgentScript } from "./agent-script.js";
+// The guest agent zipapp and the wire protocol
+export { agentArchivePath, readAgentArchive } from "./agent-script.js";
+export { PROTOCOL_VERSION, MAX_AGENT_LINE_BYTES } from "./protocol.js";
 
 // Logging
 export { silentLogger, type SupervisorLogger } from "./logger.js";

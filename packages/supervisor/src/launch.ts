@@ -1,17 +1,17 @@
 import type { GuestVm } from "@pi-sandbox/vm";
-import { readAgentScript } from "./agent-script.js";
+import { readAgentArchive } from "./agent-script.js";
 import type { AgentChannel } from "./channel.js";
-import { SupervisorError } from "./errors.js";
+import { SupervisorError, isSupervisorError } from "./errors.js";
+import { PROTOCOL_VERSION, helloArgs } from "./protocol.js";
+import { BadReply } from "./reply-checks.js";
+import { parseHello, parseHelloAck } from "./replies.js";
 import type { AgentHello } from "./types.js";
 
-/** Wire protocol version this client speaks. */
-export const PROTOCOL_VERSION = 1;
-
-/** Checks for python3 and writes the agent script into the guest, in one exec fed on stdin. */
+/** Checks for python3 and writes the agent zipapp into the guest, in one exec fed on stdin. */
 export async function installAgent(vm: GuestVm, agentPath: string, python: string, signal: AbortSignal | undefined) {
-  const source = await readAgentScript();
+  const archive = await readAgentArchive();
   const dir = agentPath.replace(/\/[^/]*$/, "") || "/";
-  // One exec: check python, then write the script atomically. File ops are avoided on purpose:
+  // One exec: check python, then write the archive atomically. File ops are avoided on purpose:
   // Gondolin serialises them behind execs, and this keeps install and launch on one path.
   const script = [
     'command -v "$0" >/dev/null 2>&1 || { echo "python3 ($0) not found in the guest" >&2; exit 127; }',
@@ -19,10 +19,15 @@ export async function installAgent(vm: GuestVm, agentPath: string, python: strin
     'cat > "$2.tmp"',
     'mv -f "$2.tmp" "$2"',
   ].join(" && ");
-  const execution = vm.exec(["/bin/sh", "-c", script, python, dir, agentPath], { stdin: source, signal });
+  const execution = vm.exec(["/bin/sh", "-c", script, python, dir, agentPath], { stdin: archive, signal });
   const stderr: Buffer[] = [];
+  let stderrBytes = 0;
   execution.stdout.resume();
-  execution.stderr.on("data", (chunk: Buffer) => stderr.push(chunk));
+  execution.stderr.on("data", (chunk: Buffer) => {
+    // Only the start matters; a guest that writes without end must not fill the host's memory.
+    if (stderrBytes < 4096) stderr.push(chunk.subarray(0, 4096 - stderrBytes));
+    stderrBytes += chunk.length;
+  });
   const status = await execution.result;
   const text = Buffer.concat(stderr).toString("utf8").trim();
   if (status.exitCode === 127) {
@@ -41,8 +46,40 @@ export async function installAgent(vm: GuestVm, agentPath: string, python: strin
   }
 }
 
-/** Resolves with the agent's hello event; rejects on a fatal event, exit, timeout or abort. */
-export async function waitForHello(channel: AgentChannel, timeoutMs: number, signal: AbortSignal | undefined) {
+/**
+ * The start-up exchange: waits for the agent's hello event, checks its protocol version, then
+ * sends the host's hello with the limits the agent is to apply and waits for its acceptance.
+ * Rejects on a fatal event, a protocol break, exit, timeout or abort.
+ */
+export async function exchangeHello(channel: AgentChannel, timeoutMs: number, signal: AbortSignal | undefined) {
+  const deadline = Date.now() + timeoutMs;
+  const hello = await waitForHello(channel, timeoutMs, signal);
+  try {
+    await channel.request("hello", helloArgs(), parseHelloAck(PROTOCOL_VERSION), {
+      signal,
+      timeoutMs: Math.max(1, deadline - Date.now()),
+    });
+  } catch (error) {
+    if (isSupervisorError(error, "AGENT_UNRESPONSIVE")) {
+      throw new SupervisorError("AGENT_START_FAILED", `the guest agent did not start within ${timeoutMs} ms`, {
+        cause: error,
+        details: { timeoutMs, stderr: channel.stderr },
+      });
+    }
+    if (isSupervisorError(error) && error.details.agentCode !== undefined) {
+      throw new SupervisorError(
+        "AGENT_PROTOCOL",
+        `the guest agent refused this client's hello (${error.message}); reinstall matching packages`,
+        { cause: error, details: { agentCode: error.details.agentCode } },
+      );
+    }
+    throw error;
+  }
+  return hello;
+}
+
+/** Resolves with the agent's hello event; rejects on a fatal event, a protocol break, exit, timeout or abort. */
+function waitForHello(channel: AgentChannel, timeoutMs: number, signal: AbortSignal | undefined) {
   return new Promise<AgentHello>((resolve, reject) => {
     const cleanups: (() => void)[] = [];
     const done = (): void => cleanups.forEach((fn) => fn());
@@ -63,16 +100,23 @@ export async function waitForHello(channel: AgentChannel, timeoutMs: number, sig
       channel.onEvent((event) => {
         if (event.event === "hello") {
           done();
-          const hello = event.data as unknown as AgentHello;
-          if (hello.protocol !== PROTOCOL_VERSION) {
+          const protocol = event.data.protocol;
+          if (protocol !== PROTOCOL_VERSION) {
             reject(
               new SupervisorError(
                 "AGENT_PROTOCOL",
-                `the guest agent speaks protocol ${hello.protocol}, this client ${PROTOCOL_VERSION}; reinstall matching packages`,
-                { details: { hello } },
+                `the guest agent speaks protocol ${String(protocol)}, this client ${PROTOCOL_VERSION}; reinstall matching packages`,
+                { details: { protocol } },
               ),
             );
-          } else resolve(hello);
+            return;
+          }
+          try {
+            resolve(parseHello(event.data));
+          } catch (error) {
+            if (!(error instanceof BadReply)) throw error;
+            reject(new SupervisorError("AGENT_PROTOCOL", `the guest agent's hello is malformed: ${error.message}`));
+          }
         } else if (event.event === "fatal") {
           done();
           reject(
@@ -93,14 +137,18 @@ export async function waitForHello(channel: AgentChannel, timeoutMs: number, sig
     };
     signal?.addEventListener("abort", onAbort, { once: true });
     cleanups.push(() => signal?.removeEventListener("abort", onAbort));
-    void channel.finished.then(() => {
-      done();
-      reject(
-        new SupervisorError("AGENT_START_FAILED", `the guest agent exited before it started; ${tail(channel)}`, {
-          details: { exitCode: channel.exitStatus?.exitCode, stderr: channel.stderr },
-        }),
-      );
-    });
+    cleanups.push(
+      channel.onClosed((reason) => {
+        done();
+        reject(
+          isSupervisorError(reason, "AGENT_PROTOCOL")
+            ? reason
+            : new SupervisorError("AGENT_START_FAILED", `the guest agent exited before it started; ${tail(channel)}`, {
+                details: { exitCode: channel.exitStatus?.exitCode, stderr: channel.stderr },
+              }),
+        );
+      }),
+    );
   });
 }
 

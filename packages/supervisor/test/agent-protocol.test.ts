@@ -5,7 +5,8 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promis
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { agentScriptPath } from "../src/index.js";
+import { agentArchivePath, readAgentArchive } from "../src/index.js";
+import { helloArgs } from "../src/protocol.js";
 import { processAlive, waitFor } from "./support/local.js";
 
 type Message = {
@@ -50,12 +51,15 @@ class RawAgent {
 
 let dir: string;
 let agent: RawAgent;
+const HELLO_ID = 1_000_000;
 
+/** Starts the agent and says hello as the client does (with the host's limits). */
 async function launch(): Promise<RawAgent> {
+  await readAgentArchive(); // builds it when the sources changed
   const child = spawn(
     "python3",
     [
-      agentScriptPath(),
+      agentArchivePath(),
       "--state-dir",
       join(dir, "state"),
       "--workspace",
@@ -69,6 +73,7 @@ async function launch(): Promise<RawAgent> {
   );
   const raw = new RawAgent(child);
   await waitFor(() => raw.messages.some((m) => m.event === "hello"), 10_000, "hello");
+  expect((await raw.request(HELLO_ID, "hello", helloArgs())).ok).toBe(true);
   return raw;
 }
 

@@ -23,7 +23,7 @@ function options(extra: Partial<StartSupervisorOptions> = {}): StartSupervisorOp
     vm,
     workspace: dir,
     stateDir: join(dir, "state"),
-    agentPath: join(dir, "agent", "sandbox_agent.py"),
+    agentPath: join(dir, "agent", "sandbox_agent.pyz"),
     agentArgs: ["--shell", "/bin/sh"],
     ...extra,
   };

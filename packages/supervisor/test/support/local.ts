@@ -37,7 +37,7 @@ export async function startLocal(
       vm,
       workspace,
       stateDir,
-      agentPath: join(root, "agent", "sandbox_agent.py"),
+      agentPath: join(root, "agent", "sandbox_agent.pyz"),
       agentArgs: ["--shell", "/bin/sh", ...(options.agentArgs ?? [])],
       ...(options.logger ? { logger: options.logger } : {}),
     });

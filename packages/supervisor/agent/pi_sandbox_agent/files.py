@@ -1,0 +1,292 @@
+"""File transfers: chunked, sha256-checked reads and atomic writes.
+
+They go through the agent, never through Gondolin's own file channel, which waits behind every
+exec in flight (and the agent's channel is an exec that never ends). Chunk size and size limits
+are the host's (`Limits`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import secrets
+import threading
+from typing import Any, BinaryIO, Union
+
+from .fsutil import fsync_dir, os_error
+from .procs import mono
+from .protocol import AgentError, JsonDict, Limits, check_abs_path, check_int, check_str, need_int
+
+TRANSFER_IDLE_S = 120.0
+
+
+class ReadTransfer:
+    """A read too large for one reply: the data, held until read or idle for too long."""
+
+    kind = "read"
+
+    def __init__(self, data: bytes):
+        self.token = secrets.token_hex(8)
+        self.data = data
+        self.touched = mono()
+        self.lock = threading.Lock()
+
+
+class WriteTransfer:
+    """A write in progress: a temp file next to the target, renamed over it on commit."""
+
+    kind = "write"
+
+    def __init__(self, path: str, target: str, size: int, sha256: str, mode: int | None):
+        self.token = secrets.token_hex(8)
+        self.path = path
+        self.target = target
+        self.size = size
+        self.sha256 = sha256.lower()
+        self.mode = mode
+        self.written = 0
+        self.hasher = hashlib.sha256()
+        parent = os.path.dirname(target) or "/"
+        self.tmp = os.path.join(parent, ".%s.pi-sandbox-%s.part" % (os.path.basename(target), self.token))
+        self.file: BinaryIO | None = None
+        self.touched = mono()
+        self.lock = threading.Lock()
+
+    def discard(self) -> None:
+        try:
+            if self.file is not None:
+                self.file.close()
+        except OSError:
+            pass
+        try:
+            os.unlink(self.tmp)
+        except OSError:
+            pass
+
+
+Transfer = Union[ReadTransfer, WriteTransfer]
+
+
+class Transfers:
+    """Open transfers by token; one idle for TRANSFER_IDLE_S is dropped (a write's temp file too)."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._items: dict[str, Transfer] = {}
+
+    def _put(self, t: Transfer) -> None:
+        with self._lock:
+            self._reap_locked()
+            self._items[t.token] = t
+
+    def _reap_locked(self) -> None:
+        now = mono()
+        for token, t in list(self._items.items()):
+            if now - t.touched > TRANSFER_IDLE_S:
+                del self._items[token]
+                if isinstance(t, WriteTransfer):
+                    t.discard()
+
+    def _take(self, token: Any, kind: str) -> Transfer:
+        with self._lock:
+            t = self._items.get(token) if isinstance(token, str) else None
+        if t is None or t.kind != kind:
+            raise AgentError(
+                "TRANSFER_NOT_FOUND", "no open %s transfer %r (it may have been idle too long)" % (kind, token)
+            )
+        t.touched = mono()
+        return t
+
+    def _take_read(self, token: Any) -> ReadTransfer:
+        t = self._take(token, "read")
+        assert isinstance(t, ReadTransfer)
+        return t
+
+    def _take_write(self, token: Any) -> WriteTransfer:
+        t = self._take(token, "write")
+        assert isinstance(t, WriteTransfer)
+        return t
+
+    def _drop(self, token: Any) -> None:
+        with self._lock:
+            if isinstance(token, str):
+                self._items.pop(token, None)
+
+    # -- reads
+
+    def read_open(self, args: JsonDict) -> JsonDict:
+        path = check_abs_path(args)
+        max_bytes = need_int(args, "maxBytes", self.limits.output_max_bytes, 0, self.limits.read_max_bytes)
+        exact = bool(args.get("exact"))
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if exact and size > max_bytes:
+                    raise AgentError(
+                        "FILE_TOO_LARGE",
+                        "%s is %d bytes, more than the %d allowed" % (path, size, max_bytes),
+                        {"path": path, "size": size, "maxBytes": max_bytes},
+                    )
+                data = f.read(max_bytes)
+                more = f.read(1) != b""
+        except OSError as err:
+            raise os_error(err, path, "read") from None
+        if exact and more:
+            raise AgentError(
+                "FILE_TOO_LARGE", "%s grew past %d bytes while being read" % (path, max_bytes), {"path": path}
+            )
+        size = max(size, len(data) + (1 if more else 0))
+        digest = hashlib.sha256(data).hexdigest()
+        result: JsonDict = {"size": size, "length": len(data), "sha256": digest, "truncated": more or size > len(data)}
+        chunk = self.limits.transfer_chunk_bytes
+        if len(data) <= chunk:
+            result["data"] = base64.b64encode(data).decode("ascii")
+            return result
+        t = ReadTransfer(data)
+        self._put(t)
+        result["token"] = t.token
+        result["chunkBytes"] = chunk
+        return result
+
+    def read_chunk(self, args: JsonDict) -> JsonDict:
+        t = self._take_read(args.get("token"))
+        offset = need_int(args, "offset", 0, 0, len(t.data))
+        piece = t.data[offset : offset + self.limits.transfer_chunk_bytes]
+        return {
+            "data": base64.b64encode(piece).decode("ascii"),
+            "offset": offset,
+            "eof": offset + len(piece) >= len(t.data),
+        }
+
+    def read_close(self, args: JsonDict) -> JsonDict:
+        self._drop(args.get("token"))
+        return {}
+
+    # -- writes
+
+    def write_open(self, args: JsonDict) -> JsonDict:
+        path = check_abs_path(args)
+        size = check_int(args, "size", None, 0, self.limits.write_max_bytes)
+        if size is None:
+            raise AgentError("INVALID_ARGUMENT", "size is required")
+        digest = check_str(args, "sha256")
+        mode = check_int(args, "mode", None, 0, 0o7777)
+        target = os.path.realpath(path) if os.path.islink(path) else path
+        parent = os.path.dirname(target) or "/"
+        if not os.path.isdir(parent):
+            if args.get("createParents"):
+                try:
+                    os.makedirs(parent, exist_ok=True)
+                except OSError as err:
+                    raise os_error(err, parent, "create directory") from None
+            else:
+                raise AgentError(
+                    "FILE_PARENT_MISSING",
+                    "cannot write %s: directory %s does not exist; create it first" % (path, parent),
+                    {"path": path, "parent": parent},
+                )
+        if os.path.isdir(target):
+            raise AgentError("FILE_IS_DIRECTORY", "cannot write %s: it is a directory" % path, {"path": path})
+        t = WriteTransfer(path, target, size, digest, mode)
+        try:
+            t.file = open(t.tmp, "wb")
+        except OSError as err:
+            raise os_error(err, path, "write") from None
+        inline = args.get("data")
+        if inline is not None:
+            try:
+                self._append(t, inline, 0)
+                return self._commit(t)
+            except BaseException:
+                t.discard()
+                raise
+        self._put(t)
+        return {"token": t.token, "chunkBytes": self.limits.transfer_chunk_bytes}
+
+    def _append(self, t: WriteTransfer, data_b64: Any, offset: Any) -> None:
+        if offset != t.written:
+            raise AgentError(
+                "INVALID_ARGUMENT", "chunk offset %s does not follow %d bytes written" % (offset, t.written)
+            )
+        if not isinstance(data_b64, str):
+            raise AgentError("INVALID_ARGUMENT", "data must be base64 text")
+        try:
+            data = base64.b64decode(data_b64.encode("ascii"), validate=True)
+        except (ValueError, UnicodeEncodeError):
+            raise AgentError("INVALID_ARGUMENT", "data is not valid base64") from None
+        if t.written + len(data) > t.size:
+            raise AgentError("INVALID_ARGUMENT", "more data than the declared %d bytes" % t.size)
+        assert t.file is not None
+        try:
+            t.file.write(data)
+        except OSError as err:
+            raise os_error(err, t.path, "write") from None
+        t.hasher.update(data)
+        t.written += len(data)
+
+    def write_chunk(self, args: JsonDict) -> JsonDict:
+        t = self._take_write(args.get("token"))
+        with t.lock:
+            try:
+                self._append(t, args.get("data"), args.get("offset"))
+            except AgentError:
+                self._drop(t.token)
+                t.discard()
+                raise
+            return {"written": t.written}
+
+    def write_commit(self, args: JsonDict) -> JsonDict:
+        t = self._take_write(args.get("token"))
+        self._drop(t.token)
+        with t.lock:
+            try:
+                return self._commit(t)
+            except BaseException:
+                t.discard()
+                raise
+
+    def write_abort(self, args: JsonDict) -> JsonDict:
+        token = args.get("token")
+        with self._lock:
+            t = self._items.pop(token, None) if isinstance(token, str) else None
+        if isinstance(t, WriteTransfer):
+            t.discard()
+        return {}
+
+    def _commit(self, t: WriteTransfer) -> JsonDict:
+        if t.written != t.size:
+            raise AgentError(
+                "FILE_CHECKSUM_MISMATCH",
+                "received %d of %d bytes for %s" % (t.written, t.size, t.path),
+                {"path": t.path},
+            )
+        actual = t.hasher.hexdigest()
+        if actual != t.sha256:
+            raise AgentError(
+                "FILE_CHECKSUM_MISMATCH",
+                "sha256 of the received data for %s does not match; nothing was written" % t.path,
+                {"path": t.path, "expected": t.sha256, "actual": actual},
+            )
+        assert t.file is not None
+        try:
+            t.file.flush()
+            os.fsync(t.file.fileno())
+            t.file.close()
+            try:
+                old: os.stat_result | None = os.stat(t.target)
+            except FileNotFoundError:
+                old = None
+            mode = t.mode if t.mode is not None else (old.st_mode & 0o7777 if old else 0o644)
+            os.chmod(t.tmp, mode)
+            if old is not None:
+                try:
+                    os.chown(t.tmp, old.st_uid, old.st_gid)
+                except OSError:
+                    pass
+            os.replace(t.tmp, t.target)
+            fsync_dir(os.path.dirname(t.target) or "/")
+        except OSError as err:
+            raise os_error(err, t.path, "write") from None
+        return {"path": t.path, "size": t.size, "sha256": actual}

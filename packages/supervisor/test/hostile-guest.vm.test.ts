@@ -1,0 +1,80 @@
+// Guest root attacks the host through the agent's own pipes: ~700 MiB of one endless line into
+// the agent's stderr, then into its reply pipe. The host's memory must stay bounded, the client
+// must fail with AGENT_PROTOCOL (not crash, not hang), and a new client on the same VM must work.
+import { SupervisorClient, type SupervisorError } from "../src/index.js";
+import { bootTestVm, runInGuest, type TestVm } from "@pi-sandbox/vm/testing";
+
+const FLOOD_BYTES = 734_003_200; // 700 MiB
+const RSS_LIMIT = 400 * 1024 * 1024;
+const AGENT = { workspace: "/workspace", agentArgs: ["--warm-shell", "off"] };
+
+let testVm: TestVm | undefined;
+let peakRss = 0;
+let sampler: NodeJS.Timeout | undefined;
+
+beforeAll(async () => {
+  testVm = await bootTestVm("sup-hostile");
+  sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage().rss)), 50);
+});
+
+afterAll(async () => {
+  clearInterval(sampler);
+  await testVm?.close();
+});
+
+/** Floods one of the agent's fds from a separate root exec; resolves when the writer is done. */
+function flood(pid: number, fd: number) {
+  return runInGuest(testVm!.vm, [
+    "/bin/sh",
+    "-c",
+    `head -c ${FLOOD_BYTES} /dev/zero | tr '\\0' x > /proc/${pid}/fd/${fd}; echo "exit $?"`,
+  ]);
+}
+
+/** The agent's reply pipe: the one write-only pipe it holds other than stderr (warm shell off, no services). */
+async function replyFd(pid: number): Promise<number> {
+  const script = [
+    'err=$(readlink /proc/$0/fd/2); for f in /proc/$0/fd/*; do n=${f##*/}; t=$(readlink "$f") || continue',
+    'case "$t" in pipe:*) ;; *) continue ;; esac; [ "$t" = "$err" ] && continue',
+    'flags=$(sed -n "s/^flags:[[:space:]]*//p" /proc/$0/fdinfo/$n); [ $(( 0$flags & 3 )) -eq 1 ] && echo $n; done',
+  ].join("\n");
+  const found = await runInGuest(testVm!.vm, ["/bin/sh", "-c", script, String(pid)]);
+  const fds = found.stdout.split("\n").filter(Boolean).map(Number);
+  expect(fds).toHaveLength(1);
+  return fds[0]!;
+}
+
+test("700 MiB on the agent's stderr and reply pipe: bounded host memory, AGENT_PROTOCOL, a new client works", async () => {
+  const client = await SupervisorClient.start({ vm: testVm!.vm, ...AGENT });
+  const pid = client.hello.pid;
+  const fd = await replyFd(pid);
+
+  // stderr: kept to its tail, logged within a budget; the channel stays usable.
+  peakRss = process.memoryUsage().rss;
+  const noisy = await flood(pid, 2);
+  expect(noisy.stdout).toContain("exit 0");
+  expect((await client.exec("echo still-here")).output).toBe("still-here\n");
+  expect(peakRss).toBeLessThan(RSS_LIMIT);
+
+  // The reply pipe: the first line passes the host's bound, the channel closes with AGENT_PROTOCOL.
+  const closed = new Promise<SupervisorError>((resolve) => client.onClosed(resolve));
+  const pending = client.exec("sleep 600", { timeoutMs: 60_000 }).catch((e: unknown) => e);
+  const writer = flood(pid, fd);
+  const reason = await closed;
+  expect(reason.code).toBe("AGENT_PROTOCOL");
+  expect(await pending).toBe(reason);
+  await expect(client.ping()).rejects.toBe(reason);
+  await writer; // the rest is read and dropped (or the writer is cut off when the agent goes)
+  expect(peakRss).toBeLessThan(RSS_LIMIT);
+  await client.close();
+  expect(client.closedReason).toBe(reason);
+
+  const again = await SupervisorClient.start({ vm: testVm!.vm, ...AGENT });
+  try {
+    expect(again.hello.pid).not.toBe(pid);
+    expect((await again.exec("echo fresh")).output).toBe("fresh\n");
+  } finally {
+    await again.close();
+  }
+  expect(peakRss).toBeLessThan(RSS_LIMIT);
+}, 900_000);
