@@ -1,5 +1,10 @@
-import { LIMITS, isConfigError, isValidServiceName, parseConfig, type SandboxConfig } from "@pi-sandbox/config";
+import { LIMITS, isConfigError, parseConfig, type SandboxConfig } from "@pi-sandbox/config";
+import { checkAbsolute, checkWait, cutUtf8, isSetupHandle, toExecResult } from "./call-args.js";
+import { AgentChannel, type AgentEvent } from "./channel.js";
+import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
+import { readThroughAgent, writeThroughAgent } from "./file-transfer.js";
 import { exchangeHello, installAgent } from "./launch.js";
+import { silentLogger, type SupervisorLogger } from "./logger.js";
 import type {
   CallOptions,
   ExecOptions,
@@ -9,27 +14,9 @@ import type {
   StartSupervisorOptions,
   WaitOptions,
 } from "./options.js";
-import { mergeStatuses, readinessBudget } from "./service-status.js";
-import { AgentChannel, type AgentEvent } from "./channel.js";
-import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
-import { readThroughAgent, writeThroughAgent } from "./file-transfer.js";
 import { MAX_READ_BYTES, MAX_WRITE_BYTES } from "./protocol.js";
-import {
-  parseEnsure,
-  parseExec,
-  parseHello,
-  parseKill,
-  parseLogs,
-  parseRestart,
-  parseSetupExtras,
-  parseStart,
-  parseStatuses,
-  parseStop,
-} from "./replies.js";
-import { record } from "./reply-checks.js";
-import { checkAbsolute, checkWait, cutUtf8, isSetupHandle, toExecResult } from "./call-args.js";
-import { silentLogger, type SupervisorLogger } from "./logger.js";
-import { buildServiceSpecs, guestServices, type AgentServiceSpec } from "./service-specs.js";
+import { parseExec, parseHello, parseKill, parseSetupExtras } from "./replies.js";
+import { ServiceControl } from "./service-control.js";
 import type {
   AdHocServiceSpec,
   AgentHello,
@@ -37,7 +24,6 @@ import type {
   ExecResult,
   LogTail,
   ResumeResult,
-  ServiceFailure,
   ServiceStatus,
   ServicesResult,
   SetupResult,
@@ -47,13 +33,12 @@ import type {
 
 /** Guest directory the agent keeps its state in (on the root disk, not a tmpfs). */
 export const DEFAULT_AGENT_STATE_DIR = "/var/lib/pi-sandbox-agent";
-/** Guest path the agent script is installed to at every boot. */
+/** Guest path the agent zipapp is installed to at every boot. */
 export const DEFAULT_AGENT_PATH = "/usr/local/lib/pi-sandbox/sandbox_agent.pyz";
 /** Name of the editable guest copy of the config, inside the workspace. */
 export const GUEST_CONFIG_NAME = ".sandbox.yaml";
 
 const REPLY_MARGIN_MS = 60_000;
-const SERVICE_STOP_BUDGET_MS = 10_000;
 
 /**
  * Host side of the guest agent: one long-lived exec channel per boot, carrying commands, file
@@ -61,8 +46,7 @@ const SERVICE_STOP_BUDGET_MS = 10_000;
  */
 export class SupervisorClient implements AsyncDisposable {
   private closing: Promise<void> | undefined;
-  /** Every service name sent to this agent; its service listings may name no other. */
-  private readonly serviceNames = new Set<string>();
+  private readonly services: ServiceControl;
 
   private constructor(
     private readonly channel: AgentChannel,
@@ -72,11 +56,17 @@ export class SupervisorClient implements AsyncDisposable {
     /** Absolute guest workspace. */
     readonly workspace: string,
     private readonly logger: SupervisorLogger,
-  ) {}
+  ) {
+    this.services = new ServiceControl(channel, {
+      configPath: this.configPath,
+      read: (options) => this.readGuestConfig(options),
+      tryRead: (signal) => this.tryGuestConfig(signal),
+    });
+  }
 
   /**
-   * Installs the agent into the guest (one exec with the script on stdin), starts it over a
-   * long-lived exec and waits for its hello. Call once per boot.
+   * Installs the agent into the guest (one exec with the zipapp on stdin), starts it over a
+   * long-lived exec and exchanges hellos (the host's carries the limits). Call once per boot.
    */
   static async start(options: StartSupervisorOptions): Promise<SupervisorClient> {
     const { vm, signal } = options;
@@ -305,108 +295,33 @@ export class SupervisorClient implements AsyncDisposable {
     }
   }
 
-  // -- services
+  // -- services (service-control.ts)
 
   /**
    * Re-reads the guest YAML and starts every service that is not running, explicitly stopped
    * ones included, in start order; never replaces a live process. Waits for readiness; services
    * that fail it are listed in `failures` and keep running.
    */
-  async ensureServices(options: ServiceOpOptions = {}): Promise<ServicesResult> {
-    const config = await this.readGuestConfig(options);
-    const { specs, failures } = buildServiceSpecs(guestServices(config), options.previewOrigins ?? {});
-    const asked = this.sending(specs.map((spec) => spec.name));
-    const raw = await this.channel.request(
-      "service-ensure",
-      { services: specs },
-      (result) => parseEnsure(result, asked, this.serviceNames),
-      { signal: options.signal, timeoutMs: readinessBudget(specs) },
-    );
-    return {
-      services: mergeStatuses(raw.services, config),
-      started: raw.started,
-      kept: raw.kept,
-      stopped: [],
-      failures: [...failures, ...raw.failures],
-    };
+  ensureServices(options: ServiceOpOptions = {}): Promise<ServicesResult> {
+    return this.services.ensureServices(options);
   }
 
   /**
    * Stops and starts services again with command, cwd, env and health re-read from the guest
    * YAML, keeping each one's port. Without names: every declared service and every ad-hoc one.
    */
-  async restartServices(names?: readonly string[], options: ServiceOpOptions = {}): Promise<ServicesResult> {
-    let config: SandboxConfig | undefined;
-    try {
-      config = await this.readGuestConfig(options);
-    } catch (error) {
-      if (!isSupervisorError(error, "CONFIG_NOT_FOUND")) throw error;
-    }
-    const declared = config ? guestServices(config) : [];
-    const known = (await this.agentStatus(undefined, options.signal)).services;
-    const targets = names ?? [...declared.map((s) => s.name), ...known.filter((s) => s.adhoc).map((s) => s.name)];
-    const items: (AgentServiceSpec | { name: string })[] = [];
-    const failures: ServiceFailure[] = [];
-    for (const name of targets) {
-      const service = declared.find((s) => s.name === name);
-      if (service) {
-        const built = buildServiceSpecs([service], options.previewOrigins ?? {});
-        items.push(...built.specs);
-        failures.push(...built.failures);
-      } else if (known.some((s) => s.name === name)) {
-        items.push({ name });
-      } else {
-        throw this.notFound(
-          name,
-          declared.map((s) => s.name),
-        );
-      }
-    }
-    const asked = this.sending(items.map((item) => item.name));
-    const raw = await this.channel.request(
-      "service-restart",
-      { services: items },
-      (result) => parseRestart(result, asked, this.serviceNames),
-      { signal: options.signal, timeoutMs: readinessBudget(items) + items.length * SERVICE_STOP_BUDGET_MS },
-    );
-    return {
-      services: mergeStatuses(raw.services, config),
-      started: raw.restarted,
-      kept: [],
-      stopped: [],
-      failures: [...failures, ...raw.failures],
-    };
+  restartServices(names?: readonly string[], options: ServiceOpOptions = {}): Promise<ServicesResult> {
+    return this.services.restartServices(names, options);
   }
 
   /** Stops services (all without names); they stay stopped until ensure, restart or a reopen. */
-  async stopServices(names?: readonly string[], options: CallOptions = {}): Promise<ServicesResult> {
-    const config = await this.tryGuestConfig(options.signal);
-    if (names) {
-      const declared = config ? guestServices(config).map((s) => s.name) : [];
-      const known = (await this.agentStatus(undefined, options.signal)).services.map((s) => s.name);
-      for (const name of names)
-        if (!declared.includes(name) && !known.includes(name)) throw this.notFound(name, declared);
-    }
-    const asked = names ? new Set(names) : this.serviceNames;
-    const raw = await this.channel.request(
-      "service-stop",
-      names ? { names } : {},
-      (result) => parseStop(result, asked, this.serviceNames),
-      { signal: options.signal, timeoutMs: SERVICE_STOP_BUDGET_MS + REPLY_MARGIN_MS },
-    );
-    return { services: mergeStatuses(raw.services, config), started: [], kept: [], stopped: raw.stopped, failures: [] };
+  stopServices(names?: readonly string[], options: CallOptions = {}): Promise<ServicesResult> {
+    return this.services.stopServices(names, options);
   }
 
   /** State, pid, port, restarts, last exit and readiness of each service (all without names). */
-  async serviceStatus(names?: readonly string[], options: CallOptions = {}): Promise<ServiceStatus[]> {
-    const config = await this.tryGuestConfig(options.signal);
-    const all = mergeStatuses((await this.agentStatus(undefined, options.signal)).services, config);
-    if (!names) return all;
-    return names.map((name) => {
-      const found = all.find((s) => s.name === name);
-      if (!found) throw this.notFound(name, config ? guestServices(config).map((s) => s.name) : []);
-      return found;
-    });
+  serviceStatus(names?: readonly string[], options: CallOptions = {}): Promise<ServiceStatus[]> {
+    return this.services.serviceStatus(names, options);
   }
 
   /**
@@ -414,62 +329,13 @@ export class SupervisorClient implements AsyncDisposable {
    * readiness. Rejects a name the guest YAML declares. An ad-hoc service of the same name is
    * replaced. Throws SERVICE_NOT_READY (the service keeps running) when it does not get ready.
    */
-  async startService(spec: AdHocServiceSpec, options: CallOptions = {}): Promise<ServiceStatus> {
-    if (!isValidServiceName(spec.name)) {
-      throw new SupervisorError(
-        "INVALID_ARGUMENT",
-        `service name ${JSON.stringify(spec.name)} is not valid: use 1-32 of a-z, 0-9 and -, starting with a letter or digit`,
-        { details: { key: "name", value: spec.name } },
-      );
-    }
-    const config = await this.tryGuestConfig(options.signal);
-    if (config && Object.hasOwn(config.services, spec.name)) {
-      throw new SupervisorError(
-        "SERVICE_DECLARED",
-        `service ${spec.name} is declared in ${this.configPath}; use services restart for it, or pick another name`,
-        { details: { service: spec.name } },
-      );
-    }
-    const agentSpec: AgentServiceSpec = {
-      name: spec.name,
-      command: spec.command,
-      ...(spec.cwd === undefined ? {} : { cwd: spec.cwd }),
-      ...(spec.port === undefined ? {} : { port: spec.port }),
-      env: spec.env ?? {},
-      health: spec.health ?? { kind: "tcp" },
-      timeoutMs: LIMITS.adhocReadinessMs,
-      ...(spec.publicUrl === undefined ? {} : { publicUrl: spec.publicUrl }),
-      adhoc: true,
-    };
-    this.sending([spec.name]);
-    const raw = await this.channel.request(
-      "service-start",
-      { service: agentSpec },
-      (result) => parseStart(result, spec.name, this.serviceNames),
-      { signal: options.signal, timeoutMs: LIMITS.adhocReadinessMs + SERVICE_STOP_BUDGET_MS + REPLY_MARGIN_MS },
-    );
-    const status = raw.service as ServiceStatus;
-    const failure = raw.failures[0];
-    if (failure) {
-      throw new SupervisorError(failure.code, failure.message, {
-        details: { service: spec.name, logPath: failure.logPath, status },
-      });
-    }
-    return status;
+  startService(spec: AdHocServiceSpec, options: CallOptions = {}): Promise<ServiceStatus> {
+    return this.services.startService(spec, options);
   }
 
   /** The last `lines` (default 100, at most 500) lines of a service log. */
-  async logs(service: string, options: CallOptions & { lines?: number } = {}): Promise<LogTail> {
-    const lines = options.lines ?? LIMITS.logLinesDefault;
-    if (!Number.isInteger(lines) || lines < 1 || lines > LIMITS.logLinesMax) {
-      throw new SupervisorError("INVALID_ARGUMENT", `lines must be an integer from 1 to ${LIMITS.logLinesMax}`, {
-        details: { key: "lines", value: lines },
-      });
-    }
-    return this.channel.request("logs", { service, lines }, (result) => parseLogs(result, service, lines), {
-      signal: options.signal,
-      timeoutMs: REPLY_MARGIN_MS,
-    });
+  logs(service: string, options: CallOptions & { lines?: number } = {}): Promise<LogTail> {
+    return this.services.logs(service, options);
   }
 
   // -- setup and resume
@@ -541,31 +407,5 @@ export class SupervisorClient implements AsyncDisposable {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
-  }
-
-  private async agentStatus(names: readonly string[] | undefined, signal: AbortSignal | undefined) {
-    return this.channel.request(
-      "service-status",
-      names ? { names } : {},
-      (result) => ({
-        services: parseStatuses(record(result, "result").services, "result.services", this.serviceNames),
-      }),
-      { signal, timeoutMs: REPLY_MARGIN_MS },
-    );
-  }
-
-  /** Records names about to be sent to the agent; returns them as the set a reply may name. */
-  private sending(names: readonly string[]): ReadonlySet<string> {
-    for (const name of names) this.serviceNames.add(name);
-    return new Set(names);
-  }
-
-  private notFound(name: string, declared: readonly string[]): SupervisorError {
-    const list = declared.length ? `declared: ${declared.join(", ")}` : "none are declared";
-    return new SupervisorError(
-      "SERVICE_NOT_FOUND",
-      `no service named ${name} is declared in ${this.configPath} or running (${list}); check the name`,
-      { details: { service: name, declared } },
-    );
   }
 }
