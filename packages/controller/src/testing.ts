@@ -7,6 +7,15 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { callAction, type CallActionOptions } from "./client/index.js";
 
+export {
+  createLocalRuntime,
+  type LocalRuntime,
+  type LocalRuntimeHooks,
+  type LocalRuntimeVm,
+} from "./testing-runtime.js";
+export { InstanceController } from "./daemon/instance.js";
+export { createFileLogger } from "./daemon/log.js";
+
 /** Loose JSON result of an action, as tests read it. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
 export type LooseResult = Record<string, any>;

@@ -39,7 +39,7 @@ test("a /dev/kvm that cannot run the guest kernel (nested PVM) gives a TCG insta
   const fake = join(sandbox.dir, "qemu-pvm");
   await writeFile(fake, "#!/bin/sh\nprintf 'Probing EDD (edd=off to disable)... ok\\r\\n'\nexec sleep 60\n");
   await chmod(fake, 0o755);
-  const env = { ...sandbox.env, PI_SANDBOX_TEST_KVM_PROBE_QEMU: fake };
+  const env: NodeJS.ProcessEnv = { ...sandbox.env, PI_SANDBOX_TEST_KVM_PROBE_QEMU: fake };
   delete env.PI_SANDBOX_ACCEL;
   const progress: string[] = [];
   const created = await sandbox.call(

@@ -70,3 +70,15 @@ test("subcommands map to actions", async () => {
     user: "alice",
   });
 });
+
+test("call answers bad JSON with a coded JSON error; an option a command does not take is a usage error", () => {
+  const bad = cli("call", "not json");
+  expect(bad.status).toBe(1);
+  expect(JSON.parse(bad.stderr)).toEqual({
+    error: expect.objectContaining({ code: "CONTROLLER_BAD_INPUT", hint: expect.any(String) }),
+  });
+  const extra = cli("start", "demo", "-c", "x.yaml");
+  expect(extra.status).toBe(2);
+  expect(extra.stderr).toMatch(/Unknown option '-c'/);
+  expect(cli("ls").stdout).toBe("no instances\n");
+});

@@ -3,7 +3,7 @@
 
 import { DEFAULT_MAX_BYTES, formatSize, truncateHead, truncateTail } from "@earendil-works/pi-coding-agent";
 import type { AgentToolResult } from "@earendil-works/pi-coding-agent";
-import { isControllerError, type PreviewLinkInfo, type ProgressEvent } from "@pi-sandbox/controller/client";
+import { findAction, isControllerError, type PreviewLinkInfo, type ProgressEvent } from "@pi-sandbox/controller/client";
 import { isSandboxExtensionError } from "./errors.js";
 import type { ActionPeek } from "./input.js";
 
@@ -48,23 +48,11 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 }
 
 function summarize(action: string, result: Record<string, unknown>): string | undefined {
-  if (action === "list") {
-    for (const key of ["instances", "templates"]) {
-      const entries = result[key];
-      if (Array.isArray(entries)) return `${entries.length} ${entries.length === 1 ? key.slice(0, -1) : key}`;
-    }
+  try {
+    return findAction(action)?.brief?.(result as never);
+  } catch {
+    return undefined; // a result of an unexpected shape has no summary
   }
-  if (typeof result.running === "boolean") {
-    if (result.running) return `still running, pid ${String(result.pid)}`;
-    if (typeof result.exitCode === "number") return `exit ${result.exitCode}`;
-  }
-  if (action === "shell" && typeof result.command === "string") return result.command;
-  if (action === "doctor" && Array.isArray(result.checks)) {
-    const failed = (result.checks as Record<string, unknown>[]).filter((c) => c.status === "fail").length;
-    return failed === 0 ? "all checks passed" : `${failed} check${failed === 1 ? "" : "s"} failed`;
-  }
-  if (typeof result.path === "string" && (action === "read" || action === "write")) return result.path;
-  return undefined;
 }
 
 /** Result fields carrying guest text, the end of each that matters most, and how to see the rest. */

@@ -2,7 +2,7 @@
 // -> agent dir -> (live: credentials -> live check). Guest work goes through GuestSession only.
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
-import { callAction, isControllerError } from "@pi-sandbox/controller/client";
+import { callAction, isControllerError, type CallActionOptions } from "@pi-sandbox/controller/client";
 import type { ReviewSetupArgs } from "./args.js";
 import { base64Chunks, DEFAULT_CHUNK_CHARS, partName } from "./chunks.js";
 import { resolveHostCredential, type GuestCredential } from "./credentials.js";
@@ -49,7 +49,7 @@ export interface ReviewSetupOptions extends Omit<ReviewSetupArgs, "piCommand"> {
   /** Guest access; default the controller client for `name`. */
   guest?: GuestSession;
   /** Controller call for inspect/create; default `callAction` (a seam for tests). */
-  callAction?: typeof callAction;
+  callAction?: (input: unknown, options?: CallActionOptions) => Promise<unknown>;
   /** What the install and build steps cover (see scope.ts); default `full`. */
   scope?: InstallScope;
   /** Frozen-lockfile install command, run in the candidate; overrides the scope's. */

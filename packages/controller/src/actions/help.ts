@@ -1,5 +1,5 @@
-import { LIMITS, PROFILES } from "@pi-sandbox/config";
-import { ACTIONS } from "./table.js";
+import { CONFIG_DEFAULTS, DEFAULT_PROFILE, LIMITS, PROFILES } from "@pi-sandbox/config";
+import { ACTIONS } from "./registry.js";
 import { actionUsage } from "./validate.js";
 
 /** Help for models and humans, generated from the action table and the config package's tables. */
@@ -16,13 +16,19 @@ export function renderHelp(options: { includeUserOnly?: boolean } = {}): string 
   }
   lines.push("");
   lines.push("sandbox.yaml keys (unknown keys are errors):");
-  lines.push("  version: 1 | profile: " + Object.keys(PROFILES).join("|") + " (default small)");
-  lines.push("  resources: {cpus, memoryGiB} overrides the profile | diskGiB: integer >= 2, default 60");
-  lines.push("  workspace: absolute guest path, default /workspace | image: Gondolin assets dir, relative to the YAML");
+  lines.push("  version: 1 | profile: " + Object.keys(PROFILES).join("|") + ` (default ${DEFAULT_PROFILE})`);
+  lines.push(
+    `  resources: {cpus, memoryGiB} overrides the profile | diskGiB: integer >= 2, default ${CONFIG_DEFAULTS.diskGiB}`,
+  );
+  lines.push(
+    `  workspace: absolute guest path, default ${CONFIG_DEFAULTS.workspace} | image: Gondolin assets dir, relative to the YAML`,
+  );
   lines.push("  setup: [commands] at create/prepare | resume: [commands] at every start");
   lines.push("  network.allowedHosts: [host | *.domain]; empty blocks all outbound HTTP(S)");
   lines.push('  services.<name>: command (required), cwd, port, env, health ("/path" | "process"; default TCP),');
-  lines.push("    timeoutMs (default 30000), preview (true | {url,title,description}), previews, platforms");
+  lines.push(
+    `    timeoutMs (default ${CONFIG_DEFAULTS.timeoutMs}), preview (true | {url,title,description}), previews, platforms`,
+  );
   lines.push("  env may use ${services.NAME.publicURL}; PORT and PUBLIC_URL are supplied, never set.");
   lines.push("");
   lines.push(

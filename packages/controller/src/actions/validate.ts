@@ -1,7 +1,8 @@
 import * as v from "valibot";
 import { ControllerError } from "../errors.js";
 import { assertName } from "../state/layout.js";
-import { ACTIONS, findAction, type ActionSpec } from "./table.js";
+import type { ActionSpec } from "./define.js";
+import { ACTIONS, findAction } from "./registry.js";
 
 /** A validated action: its spec and the checked arguments. */
 export interface ValidatedAction {
@@ -73,11 +74,16 @@ export function validateAction(input: unknown): ValidatedAction {
   const args = result.output as ValidatedAction["args"];
   if (args.name !== undefined) assertName(args.name);
   if (args.template !== undefined) assertName(args.template, "template");
-  if (spec.name === "create" && (args.config === undefined) === (args.template === undefined)) {
-    throw new ControllerError("CONTROLLER_BAD_INPUT", "create needs exactly one of config or template", {
-      hint: `create takes ${usage(spec)}`,
-      details: { action: "create" },
-    });
+  try {
+    spec.refine?.(args as never);
+  } catch (error) {
+    if (error instanceof ControllerError && error.hint === undefined) {
+      throw new ControllerError(error.code, error.message, {
+        hint: `${spec.name} takes ${usage(spec)}`,
+        details: error.details,
+      });
+    }
+    throw error;
   }
   return { spec, args };
 }

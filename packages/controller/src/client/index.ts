@@ -2,23 +2,34 @@
 // spawns) the per-instance daemon for the rest. No Gondolin, no QEMU: importable from Node 22.
 
 import { resolve } from "node:path";
+import type { ActionInput, ActionName, ActionResult } from "../actions/registry.js";
 import { validateAction } from "../actions/validate.js";
 import { ControllerError, isControllerError } from "../errors.js";
 import { StateLayout, type EntryKind } from "../state/layout.js";
 import type { ProgressEvent } from "../wire.js";
 import { callDaemon } from "./connection.js";
-import { runLocalAction } from "./local.js";
 import { ensureDaemon } from "./spawn.js";
 
 // Errors
 export { ControllerError, isControllerError } from "../errors.js";
 export type { ControllerErrorCode, ControllerErrorJson } from "../errors.js";
 // Actions and help
-export { ACTIONS, findAction } from "../actions/table.js";
-export type { ActionSpec, ArgumentDoc, ActionRoute } from "../actions/table.js";
+export { ACTIONS, findAction, findCliAction } from "../actions/registry.js";
+export type { ActionName, ActionInput, ActionResult } from "../actions/registry.js";
+export type {
+  ActionSpec,
+  ArgumentDoc,
+  ActionRoute,
+  CliMapping,
+  DaemonContext,
+  LocalContext,
+} from "../actions/define.js";
 export { validateAction } from "../actions/validate.js";
 export type { ValidatedAction } from "../actions/validate.js";
 export { renderHelp } from "../actions/help.js";
+export type { ExecView } from "../actions/exec.js";
+export type { ControllerLogTail } from "../actions/logs.js";
+export type { ServicesView } from "../daemon/context.js";
 // State views
 export { StateLayout, resolveStateRoot } from "../state/layout.js";
 export type { EntryKind } from "../state/layout.js";
@@ -47,9 +58,14 @@ function entryKindOf(args: Record<string, unknown>): EntryKind {
 }
 
 /**
- * Runs one action (a JSON string or an object) and resolves with its JSON-safe result. Throws
- * `ControllerError` with a code, message and hint.
+ * Runs one action (a JSON string or an object) and resolves with its JSON-safe result, typed by
+ * the action when the input names it. Throws `ControllerError` with a code, message and hint.
  */
+export async function callAction<N extends ActionName>(
+  input: ActionInput<N> & { action: N },
+  options?: CallActionOptions,
+): Promise<ActionResult<N>>;
+export async function callAction(input: unknown, options?: CallActionOptions): Promise<unknown>;
 export async function callAction(input: unknown, options: CallActionOptions = {}): Promise<unknown> {
   const env = options.env ?? process.env;
   const cwd = options.cwd ?? process.cwd();
@@ -61,9 +77,10 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
   }
   if (typeof args.config === "string") args.config = resolve(cwd, args.config);
   const layout = StateLayout.fromEnv(env);
-  if (spec.route === "local" && !(spec.name === "logs" && args.service !== undefined)) {
-    return runLocalAction(layout, args, { cwd, env });
-  }
+  const local = { layout, cwd, env };
+  if (spec.route === "local") return spec.run(args as never, local);
+  const answered = spec.runLocally?.(args as never, local);
+  if (answered) return answered;
   await layout.ensurePrivate();
   const kind = entryKindOf(args);
   const name = args.name as string;

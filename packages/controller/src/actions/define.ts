@@ -1,0 +1,150 @@
+// What one action is: its schema, documentation, routing, handler, CLI mapping and formatters,
+// all in one module under actions/ (see ARCHITECTURE.md, "Adding an action"). This file holds the
+// shapes; actions/registry.ts lists the modules. Handlers reach the daemon and the state files only
+// through the context interfaces below, so the client can import every module without loading
+// the VM machinery.
+
+import type * as v from "valibot";
+import type { EntryView } from "../state/inspect.js";
+import type { EntryKind, StateLayout } from "../state/layout.js";
+import type { ProgressEvent } from "../wire.js";
+import type { GuestActions, LifecycleActions } from "../daemon/context.js";
+
+/** One argument of an action, as documented in help. */
+export interface ArgumentDoc {
+  /** Argument name as it appears in the JSON action. */
+  name: string;
+  /** Short type, e.g. `string`, `integer`, `"ensure"|"status"`. */
+  type: string;
+  /** Whether the action fails without it. */
+  required: boolean;
+  /** What it means, with defaults and limits. */
+  text: string;
+}
+
+/** How an action is executed. */
+export type ActionRoute =
+  /** Answered from state files in the calling process, no daemon. */
+  | "local"
+  /** Needs the instance's daemon, which is spawned if not running. */
+  | "spawn"
+  /** Needs a running daemon; fails with CONTROLLER_NOT_RUNNING otherwise. */
+  | "daemon";
+
+/** What a local handler may use. */
+export interface LocalContext {
+  /** The state layout of the resolved state root. */
+  layout: StateLayout;
+  /** The caller's working directory (relative config paths were already resolved against it). */
+  cwd: string;
+  /** The caller's environment. */
+  env: NodeJS.ProcessEnv;
+}
+
+/** What a daemon handler may use: the instance's lifecycle and, while it runs, its guest. */
+export interface DaemonContext {
+  /** Entry name. */
+  name: string;
+  /** Entry namespace. */
+  kind: EntryKind;
+  /** Streams progress to the caller (who may have gone; events are then dropped). */
+  progress: (event: ProgressEvent) => void;
+  /** Create, prepare, start, stop, destroy: queued, one at a time. */
+  lifecycle: LifecycleActions;
+  /** Guest actions; each throws CONTROLLER_NOT_RUNNING when no VM runs. */
+  guest: GuestActions;
+}
+
+/** Parsed command-line input of one subcommand. */
+export interface CliInput {
+  /** Positionals after the subcommand name. */
+  positionals: string[];
+  /** Values of the options the subcommand declared. */
+  values: Record<string, string | boolean | undefined>;
+  /** Reads standard input to the end (for `write`). */
+  stdin: () => Promise<string>;
+}
+
+/** How a subcommand of `pi-sandbox` maps onto the action. */
+export interface CliMapping {
+  /** One line of usage, e.g. `inspect <name> [--template]`. */
+  usage: string;
+  /** Other subcommand names (`ssh` for `shell`). */
+  aliases?: readonly string[];
+  /** `node:util` parseArgs options the subcommand takes (`--json` and `--help` are always taken). */
+  options?: Record<string, { type: "string" | "boolean"; short?: string }>;
+  /** The action object for the parsed input; throw `UsageError` for missing positionals. */
+  toAction(input: CliInput): Record<string, unknown> | Promise<Record<string, unknown>>;
+}
+
+/** Static facts every action module has. */
+interface ActionBase<Name extends string, Schema extends v.GenericSchema, Result> {
+  /** Action name used in `{"action": …}`. */
+  name: Name;
+  /** One line shown in help. */
+  summary: string;
+  /** Arguments in the order help lists them. */
+  args: readonly ArgumentDoc[];
+  /** Long-running: streams progress events. */
+  long?: boolean;
+  /** Refused to models; reachable from the CLI and `/sandbox` only. */
+  userOnly?: boolean;
+  /** Valibot schema of the whole action object. */
+  schema: Schema;
+  /** Checks across arguments the schema cannot express; throws CONTROLLER_BAD_INPUT. */
+  refine?(args: v.InferOutput<Schema>): void;
+  /** The subcommand of `pi-sandbox`, if any. */
+  cli?: CliMapping;
+  /** Human-readable CLI output of a result (default: indented JSON). */
+  formatText?(result: Result): string;
+  /** One line for Pi's renderer, e.g. `exit 0`. */
+  brief?(result: Result): string | undefined;
+}
+
+/** An action answered in the calling process. */
+export interface LocalAction<Name extends string, Schema extends v.GenericSchema, Result> extends ActionBase<
+  Name,
+  Schema,
+  Result
+> {
+  route: "local";
+  /** The handler. */
+  run(args: v.InferOutput<Schema>, ctx: LocalContext): Promise<Result>;
+}
+
+/** An action answered by the instance's daemon. */
+export interface DaemonAction<Name extends string, Schema extends v.GenericSchema, Result> extends ActionBase<
+  Name,
+  Schema,
+  Result
+> {
+  route: "spawn" | "daemon";
+  /** The handler. */
+  run(args: v.InferOutput<Schema>, ctx: DaemonContext): Promise<Result>;
+  /** Answers without the daemon when it returns a promise (e.g. the controller log); else the daemon runs. */
+  runLocally?(args: v.InferOutput<Schema>, ctx: LocalContext): Promise<Result> | undefined;
+}
+
+/** Any action module. */
+export type ActionSpec<
+  Name extends string = string,
+  Schema extends v.GenericSchema = v.GenericSchema,
+  Result = unknown,
+> = LocalAction<Name, Schema, Result> | DaemonAction<Name, Schema, Result>;
+
+/** Identity helper that keeps each module's literal name, schema and result types. */
+export function defineAction<const Name extends string, Schema extends v.GenericSchema, Result>(
+  spec: LocalAction<Name, Schema, Result>,
+): LocalAction<Name, Schema, Result>;
+export function defineAction<const Name extends string, Schema extends v.GenericSchema, Result>(
+  spec: DaemonAction<Name, Schema, Result>,
+): DaemonAction<Name, Schema, Result>;
+export function defineAction(spec: ActionSpec): ActionSpec {
+  return spec;
+}
+
+/** A CLI mistake: exit 2 with usage. */
+export class UsageError extends Error {}
+
+/** The entry view returned by lifecycle actions and inspect. */
+export type { EntryView };

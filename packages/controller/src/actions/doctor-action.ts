@@ -1,0 +1,35 @@
+import * as v from "valibot";
+import { runDoctor } from "../client/doctor.js";
+import { defineAction } from "./define.js";
+import { actionSchema, arg, text } from "./parts.js";
+
+/** `doctor`: host and image checks, each with its fix. */
+export const doctor = defineAction({
+  name: "doctor",
+  summary: "check Node, QEMU, qemu-img, accelerator, state-dir permissions and (with config) the image",
+  args: [arg("config", "string", false, "sandbox.yaml whose image to check")],
+  route: "local",
+  schema: actionSchema("doctor", { config: v.optional(text) }),
+  cli: {
+    usage: "doctor [-c sandbox.yaml]             check the host (and an image)",
+    options: { config: { type: "string", short: "c" } },
+    toAction: (input) => ({ action: "doctor", config: input.values.config }),
+  },
+  run: (args, ctx) =>
+    runDoctor(ctx.layout, {
+      ...(args.config !== undefined ? { config: args.config } : {}),
+      cwd: ctx.cwd,
+      env: ctx.env,
+    }),
+  formatText: (result) =>
+    result.checks
+      .map(
+        (c) =>
+          `${c.status.padEnd(4)}  ${c.name}: ${c.detail}${c.fix && c.status !== "ok" ? `\n      fix: ${c.fix}` : ""}`,
+      )
+      .join("\n") + "\n",
+  brief(result) {
+    const failed = result.checks.filter((c) => c.status === "fail").length;
+    return failed === 0 ? "all checks passed" : `${failed} check${failed === 1 ? "" : "s"} failed`;
+  },
+});

@@ -1,0 +1,18 @@
+import { defineAction } from "./define.js";
+import { renderHelp } from "./help.js";
+import { actionSchema } from "./parts.js";
+
+/** `help`: actions, arguments, YAML keys, profiles and limits. */
+export const helpAction = defineAction({
+  name: "help",
+  summary: "this text: actions, arguments, YAML keys, profiles and limits",
+  args: [],
+  route: "local",
+  schema: actionSchema("help", {}),
+  cli: {
+    usage: "help                                 actions, YAML keys, limits",
+    toAction: () => ({ action: "help" }),
+  },
+  run: async () => ({ help: renderHelp() }),
+  formatText: (result) => `${result.help}\n`,
+});

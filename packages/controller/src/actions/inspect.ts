@@ -1,0 +1,24 @@
+import * as v from "valibot";
+import { inspectEntry, type EntryView } from "../state/inspect.js";
+import { defineAction } from "./define.js";
+import { actionSchema, kind, kindArg, kindOption, name, nameArg, positional } from "./parts.js";
+import { formatView } from "./text.js";
+
+/** `inspect`: one entry's state, resources, accelerator, previews, errors and a recovery hint. */
+export const inspect = defineAction({
+  name: "inspect",
+  summary: "state, resources, disk, accelerator, previews, errors and a recovery hint",
+  args: [nameArg, kindArg],
+  route: "local",
+  schema: actionSchema("inspect", { name, kind: v.optional(kind) }),
+  cli: {
+    usage: "inspect <name> [--template]          details, previews, errors, recovery hint",
+    options: { template: { type: "boolean" }, templates: { type: "boolean" } },
+    toAction: (input) => ({ action: "inspect", name: positional(input, 0, "a name", "inspect"), ...kindOption(input) }),
+  },
+  async run(args, ctx): Promise<EntryView> {
+    await ctx.layout.ensurePrivate();
+    return inspectEntry(ctx.layout, args.kind ?? "instances", args.name);
+  },
+  formatText: formatView,
+});

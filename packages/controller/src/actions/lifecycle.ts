@@ -1,0 +1,121 @@
+// The lifecycle actions: prepare, create, start, stop, destroy. Their work happens in the
+// instance's daemon (daemon/lifecycle.ts), one at a time.
+
+import * as v from "valibot";
+import { ControllerError } from "../errors.js";
+import { defineAction } from "./define.js";
+import { actionSchema, arg, kind, kindArg, kindOption, name, nameArg, positional, text } from "./parts.js";
+import { formatView } from "./text.js";
+
+/** `prepare`: a template from a sandbox.yaml. */
+export const prepare = defineAction({
+  name: "prepare",
+  summary: "boot a fresh disk from a sandbox.yaml, run setup, save it as a template (no services)",
+  args: [
+    arg("name", "string", true, "template name"),
+    arg("config", "string", true, "path to sandbox.yaml on the host"),
+  ],
+  route: "spawn",
+  long: true,
+  schema: actionSchema("prepare", { name, config: text }),
+  cli: {
+    usage: "prepare <template> -c sandbox.yaml   run setup and save a template",
+    options: { config: { type: "string", short: "c" } },
+    toAction: (input) => ({
+      action: "prepare",
+      name: positional(input, 0, "a template name", "prepare"),
+      config: input.values.config,
+    }),
+  },
+  run: (args, ctx) => ctx.lifecycle.prepare({ config: args.config }),
+  formatText: formatView,
+});
+
+/** `create`: an instance from a sandbox.yaml or a template, started. */
+export const create = defineAction({
+  name: "create",
+  summary: "create an instance from a sandbox.yaml (runs setup) or a template (does not), then start it",
+  args: [
+    nameArg,
+    arg("config", "string", false, "path to sandbox.yaml on the host (exactly one of config, template)"),
+    arg("template", "string", false, "template name made by prepare"),
+  ],
+  route: "spawn",
+  long: true,
+  schema: actionSchema("create", { name, config: v.optional(text), template: v.optional(name) }),
+  refine(args) {
+    if ((args.config === undefined) === (args.template === undefined)) {
+      throw new ControllerError("CONTROLLER_BAD_INPUT", "create needs exactly one of config or template", {
+        details: { action: "create" },
+      });
+    }
+  },
+  cli: {
+    usage: "create <name> (-c sandbox.yaml | -t template)",
+    options: { config: { type: "string", short: "c" }, from: { type: "string", short: "t" } },
+    toAction: (input) => ({
+      action: "create",
+      name: positional(input, 0, "a name", "create"),
+      config: input.values.config,
+      template: input.values.from,
+    }),
+  },
+  run: (args, ctx) => ctx.lifecycle.create({ config: args.config, template: args.template }),
+  formatText: formatView,
+});
+
+/** `start`: reopen the last checkpoint. */
+export const start = defineAction({
+  name: "start",
+  summary: "reconnect to a running instance, or reopen its last checkpoint, run resume hooks and services",
+  args: [nameArg],
+  route: "spawn",
+  long: true,
+  schema: actionSchema("start", { name }),
+  cli: {
+    usage: "start <name> | stop <name>",
+    toAction: (input) => ({ action: "start", name: positional(input, 0, "a name", "start") }),
+  },
+  run: (_args, ctx) => ctx.lifecycle.start(),
+  formatText: formatView,
+});
+
+/** `stop`: cut clients, stop services, checkpoint. */
+export const stop = defineAction({
+  name: "stop",
+  summary: "cut preview and terminal clients, stop services, checkpoint the disk",
+  args: [nameArg],
+  route: "daemon",
+  long: true,
+  schema: actionSchema("stop", { name }),
+  cli: { usage: "", toAction: (input) => ({ action: "stop", name: positional(input, 0, "a name", "stop") }) },
+  run: (_args, ctx) => ctx.lifecycle.stop(),
+  formatText: formatView,
+});
+
+/** `destroy`: remove an entry for good. */
+export const destroy = defineAction({
+  name: "destroy",
+  summary: "irreversibly remove an instance (or template), its disk and logs",
+  args: [nameArg, arg("confirm", "string", true, "must equal name"), kindArg],
+  route: "spawn",
+  long: true,
+  schema: actionSchema("destroy", { name, confirm: v.string(), kind: v.optional(kind) }),
+  cli: {
+    usage: "destroy <name> --confirm <name> [--template]",
+    aliases: ["rm"],
+    options: {
+      confirm: { type: "string" },
+      template: { type: "boolean" },
+      templates: { type: "boolean" },
+    },
+    toAction: (input) => ({
+      action: "destroy",
+      name: positional(input, 0, "a name", "destroy"),
+      confirm: typeof input.values.confirm === "string" ? input.values.confirm : "",
+      ...kindOption(input),
+    }),
+  },
+  run: (args, ctx) => ctx.lifecycle.destroy(args.confirm),
+  formatText: (result) => `destroyed ${result.kind === "templates" ? "template" : "instance"} ${result.destroyed}\n`,
+});

@@ -1,0 +1,68 @@
+// Schema and documentation pieces shared by the action modules.
+
+import * as v from "valibot";
+import { LIMITS } from "@pi-sandbox/config";
+import { UsageError, type ArgumentDoc, type CliInput } from "./define.js";
+
+/** Instance/template names are checked after the schema, so a bad one gets CONTROLLER_INVALID_NAME. */
+export const name = v.string();
+/** A non-empty string. */
+export const text = v.pipe(v.string(), v.minLength(1));
+/** A wait in ms within the exec limits. */
+export const waitMs = v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(LIMITS.execWaitMaxMs));
+/** A TCP port. */
+export const port = v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(65535));
+/** A namespace. */
+export const kind = v.picklist(["instances", "templates"]);
+/** A preview link. */
+export const link = v.strictObject({ url: v.string(), title: v.string(), description: v.optional(v.string()) });
+/** A folder of preview links. */
+export const folder = v.strictObject({ folder: v.string(), links: v.array(link) });
+
+/** The strict object schema of one action: `{action: "<name>", ...entries}`. */
+export function actionSchema<const A extends string, E extends v.ObjectEntries>(
+  actionName: A,
+  entries: E,
+): v.StrictObjectSchema<{ action: v.LiteralSchema<A, undefined> } & E, undefined> {
+  return v.strictObject({ action: v.literal(actionName), ...entries });
+}
+
+/** One documented argument. */
+export const arg = (argName: string, type: string, required: boolean, doc: string): ArgumentDoc => ({
+  name: argName,
+  type,
+  required,
+  text: doc,
+});
+
+/** The `name` argument of instance actions. */
+export const nameArg = arg("name", "string", true, "instance name: a lowercase letter, then up to 39 of a-z, 0-9, '-'");
+/** The `kind` argument. */
+export const kindArg = arg("kind", '"instances"|"templates"', false, "default instances");
+/** The `timeoutMs` argument of exec waits. */
+export const timeoutArg = arg(
+  "timeoutMs",
+  "integer",
+  false,
+  `how long to wait, 0-${LIMITS.execWaitMaxMs} ms, default ${LIMITS.execWaitDefaultMs}; only the wait ends, the command keeps running`,
+);
+
+/** The `i`-th positional of a subcommand, or a usage error naming `what`. */
+export function positional(input: CliInput, i: number, what: string, command: string): string {
+  const value = input.positionals[i];
+  if (value === undefined) throw new UsageError(`${command} needs ${what}`);
+  return value;
+}
+
+/** An integer option value, or a usage error. */
+export function intOption(value: string | boolean | undefined, what: string): number | undefined {
+  if (value === undefined || typeof value === "boolean") return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n)) throw new UsageError(`${what} must be an integer; got ${value}`);
+  return n;
+}
+
+/** `{kind: "templates"}` when `--template`/`--templates` was given. */
+export function kindOption(input: CliInput): { kind?: "templates" } {
+  return input.values.template || input.values.templates ? { kind: "templates" } : {};
+}

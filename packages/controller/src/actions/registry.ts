@@ -1,0 +1,68 @@
+// Every action, in the order help lists them: one registration line per action module.
+
+import type * as v from "valibot";
+import type { ActionSpec, DaemonAction, LocalAction } from "./define.js";
+import { doctor } from "./doctor-action.js";
+import { exec, execKill, execStatus } from "./exec.js";
+import { read, write } from "./files.js";
+import { helpAction } from "./help-action.js";
+import { inspect } from "./inspect.js";
+import { create, destroy, prepare, start, stop } from "./lifecycle.js";
+import { list } from "./list.js";
+import { logs } from "./logs.js";
+import { preview, serviceStart, services } from "./services.js";
+import { shell } from "./shell.js";
+
+/** Every action module. The single source of validation, routing, handlers, CLI mapping and help. */
+export const ACTIONS = [
+  helpAction,
+  list,
+  inspect,
+  prepare,
+  create,
+  start,
+  stop,
+  destroy,
+  exec,
+  execStatus,
+  execKill,
+  read,
+  write,
+  logs,
+  services,
+  serviceStart,
+  preview,
+  doctor,
+  shell,
+] as const;
+
+type AnyAction = (typeof ACTIONS)[number];
+
+/** Names of every action. */
+export type ActionName = AnyAction["name"];
+
+/** The action module of one name. */
+export type ActionOf<N extends ActionName> = Extract<AnyAction, { name: N }>;
+
+/** What an action resolves with. */
+export type ActionResult<N extends ActionName> =
+  ActionOf<N> extends LocalAction<N, v.GenericSchema, infer R>
+    ? R
+    : ActionOf<N> extends DaemonAction<N, v.GenericSchema, infer R>
+      ? R
+      : never;
+
+/** The JSON input of an action (what its schema accepts). */
+export type ActionInput<N extends ActionName> = v.InferInput<ActionOf<N>["schema"]>;
+
+/** Looks up an action by name. */
+export function findAction(actionName: string): ActionSpec | undefined {
+  return (ACTIONS as readonly ActionSpec[]).find((spec) => spec.name === actionName);
+}
+
+/** Looks up an action by CLI subcommand (its name or an alias). */
+export function findCliAction(command: string): ActionSpec | undefined {
+  return (ACTIONS as readonly ActionSpec[]).find(
+    (spec) => spec.cli && (spec.name === command || spec.cli.aliases?.includes(command)),
+  );
+}

@@ -1,0 +1,139 @@
+// services, service-start and preview: supervised services and localhost previews.
+
+import * as v from "valibot";
+import { LIMITS } from "@pi-sandbox/config";
+import type { ServicesResult } from "@pi-sandbox/supervisor";
+import type { ServicesView } from "../daemon/context.js";
+import { defineAction } from "./define.js";
+import { actionSchema, arg, folder, intOption, link, name, nameArg, port, positional, text } from "./parts.js";
+
+const OPS = ["ensure", "status", "restart", "stop"] as const;
+
+/** `services`: ensure, status, restart or stop declared services. */
+export const services = defineAction({
+  name: "services",
+  summary: "ensure (start missing), status, restart or stop services from the guest .sandbox.yaml",
+  args: [
+    nameArg,
+    arg("op", '"ensure"|"status"|"restart"|"stop"', true, "what to do"),
+    arg("service", "string", false, "one service; omitted = all"),
+  ],
+  route: "daemon",
+  schema: actionSchema("services", { name, op: v.picklist(OPS), service: v.optional(text) }),
+  cli: {
+    usage: "services <name> <ensure|status|restart|stop> [service]",
+    toAction: (input) => ({
+      action: "services",
+      name: positional(input, 0, "a name", "services"),
+      op: positional(input, 1, "an op", "services"),
+      service: input.positionals[2],
+    }),
+  },
+  run(args, ctx): Promise<ServicesView | ServicesResult | Awaited<ReturnType<typeof ctx.guest.serviceStatus>>> {
+    const names = args.service ? [args.service] : undefined;
+    switch (args.op) {
+      case "status":
+        return ctx.guest.serviceStatus(names);
+      case "stop":
+        return ctx.guest.stopServices(names);
+      case "restart":
+        return ctx.guest.restartServices(names);
+      default:
+        return ctx.guest.ensureServices(names);
+    }
+  },
+});
+
+/** `service-start`: an ad-hoc supervised service. */
+export const serviceStart = defineAction({
+  name: "service-start",
+  summary: `start an ad-hoc supervised service (not in the guest YAML); waits up to ${LIMITS.adhocReadinessMs / 1000} s for readiness`,
+  args: [
+    nameArg,
+    arg("service", "string", true, "service name, not one declared in the guest YAML"),
+    arg("command", "string", true, "foreground login-shell command; $PORT is set"),
+    arg("cwd", "string", false, "workspace-relative"),
+    arg("port", "integer", false, "guest port; omitted = allocated and kept"),
+    arg("env", "object", false, "NAME -> string; not PORT or PUBLIC_URL"),
+    arg("health", "string", false, '"/path" for HTTP, "process", omitted = TCP'),
+    arg("preview", "boolean", false, "give it a localhost preview"),
+    arg("previews", "array", false, "extra links {url,title,description?} or {folder,links}"),
+    arg("title", "string", false, "preview title"),
+    arg("description", "string", false, "preview description"),
+  ],
+  route: "daemon",
+  schema: actionSchema("service-start", {
+    name,
+    service: text,
+    command: text,
+    cwd: v.optional(v.string()),
+    port: v.optional(port),
+    env: v.optional(v.record(v.string(), v.string())),
+    health: v.optional(v.string()),
+    preview: v.optional(v.boolean()),
+    previews: v.optional(v.array(v.union([link, folder]))),
+    title: v.optional(v.string()),
+    description: v.optional(v.string()),
+  }),
+  run(args, ctx) {
+    const links: { url: string; title: string; description?: string; folder?: string }[] = [];
+    if (args.preview === true) {
+      links.push({
+        url: "/",
+        title: args.title ?? args.service,
+        ...(args.description ? { description: args.description } : {}),
+      });
+    }
+    for (const entry of args.previews ?? []) {
+      if ("folder" in entry) for (const l of entry.links) links.push({ ...l, folder: entry.folder });
+      else links.push(entry);
+    }
+    const health = args.health;
+    return ctx.guest.startService(
+      {
+        name: args.service,
+        command: args.command,
+        ...(args.cwd !== undefined ? { cwd: args.cwd } : {}),
+        ...(args.port !== undefined ? { port: args.port } : {}),
+        ...(args.env !== undefined ? { env: args.env } : {}),
+        health:
+          health === undefined
+            ? { kind: "tcp" }
+            : health === "process"
+              ? { kind: "process" }
+              : { kind: "http", path: health },
+      },
+      links.length > 0 ? { links } : undefined,
+    );
+  },
+});
+
+/** `preview`: a localhost URL for an already-listening guest server. */
+export const preview = defineAction({
+  name: "preview",
+  summary: "link an already-listening guest HTTP server to a localhost URL (not supervised)",
+  args: [
+    nameArg,
+    arg("port", "integer", true, "guest port"),
+    arg("title", "string", false, "link title"),
+    arg("description", "string", false, "link description"),
+  ],
+  route: "daemon",
+  schema: actionSchema("preview", { name, port, title: v.optional(v.string()), description: v.optional(v.string()) }),
+  cli: {
+    usage: "preview <name> <guest-port> [--title t]",
+    options: { title: { type: "string" } },
+    toAction: (input) => ({
+      action: "preview",
+      name: positional(input, 0, "a name", "preview"),
+      port: intOption(positional(input, 1, "a guest port", "preview"), "port"),
+      title: input.values.title,
+    }),
+  },
+  run: (args, ctx) =>
+    ctx.guest.openPreview({
+      port: args.port,
+      ...(args.title !== undefined ? { title: args.title } : {}),
+      ...(args.description !== undefined ? { description: args.description } : {}),
+    }),
+});

@@ -1,0 +1,51 @@
+// What action handlers may ask of an instance's daemon. Interfaces only: the action modules import
+// these as types, so the client loads no VM machinery.
+
+import type { AdHocServiceSpec, ServiceStatus, ServicesResult, SupervisorClient } from "@pi-sandbox/supervisor";
+import type { EntryView } from "../state/inspect.js";
+import type { EntryKind } from "../state/layout.js";
+import type { PreviewLinkInfo } from "../state/records.js";
+
+/** Lifecycle operations; each runs alone in the instance's queue. */
+export interface LifecycleActions {
+  /** Creates the instance from a host sandbox.yaml (absolute path) or a template, then starts it. */
+  create(source: { config?: string; template?: string }): Promise<EntryView>;
+  /** Boots a fresh disk from a sandbox.yaml, runs setup, saves it as a template. */
+  prepare(source: { config: string }): Promise<EntryView>;
+  /** Reopens the last checkpoint (or does nothing when running). */
+  start(): Promise<EntryView>;
+  /** Cuts clients, stops services, checkpoints the disk. */
+  stop(): Promise<EntryView>;
+  /** Removes the entry for good; `confirm` must equal the name. */
+  destroy(confirm: string): Promise<{ destroyed: string; kind: EntryKind }>;
+}
+
+/** A services result with the instance's preview links. */
+export type ServicesView = ServicesResult & { previews: PreviewLinkInfo[] };
+
+/** Operations on the running guest; each throws CONTROLLER_NOT_RUNNING when no VM runs. */
+export interface GuestActions {
+  /** The guest agent's client. */
+  supervisor(): SupervisorClient;
+  /** Starts what is missing (one service, or all) from the guest .sandbox.yaml, with previews. */
+  ensureServices(names?: readonly string[]): Promise<ServicesView>;
+  /** Restarts services, re-reading their command, cwd, env and health. */
+  restartServices(names?: readonly string[]): Promise<ServicesView>;
+  /** Stops services. */
+  stopServices(names?: readonly string[]): Promise<ServicesResult>;
+  /** Status of services, with the preview links. */
+  serviceStatus(names?: readonly string[]): Promise<{ services: ServiceStatus[]; previews: PreviewLinkInfo[] }>;
+  /** Starts an ad-hoc supervised service, with a preview when asked. */
+  startService(
+    spec: Omit<AdHocServiceSpec, "publicUrl">,
+    preview:
+      | {
+          links: { url: string; title: string; description?: string; folder?: string }[];
+        }
+      | undefined,
+  ): Promise<{ service: ServiceStatus; previews: PreviewLinkInfo[] }>;
+  /** Links an already-listening guest port to a localhost preview. */
+  openPreview(spec: { port: number; title?: string; description?: string }): Promise<{ previews: PreviewLinkInfo[] }>;
+  /** A temporary ssh command into the guest. */
+  shell(user: string): Promise<{ command: string; user: string; port: number }>;
+}

@@ -1,0 +1,41 @@
+// The first-boot steps of a new disk: the host YAML read once, its text written into the guest as
+// the editable `.sandbox.yaml`, and the setup commands run with progress.
+
+import { posix } from "node:path";
+import { parseConfig, readConfigText, type SandboxConfig } from "@pi-sandbox/config";
+import type { SetupResult, SupervisorClient } from "@pi-sandbox/supervisor";
+import type { ProgressEvent } from "../wire.js";
+
+/** Reads a host sandbox.yaml once: the validated config, and its text for the guest's own copy (comments kept). */
+export async function readConfigFile(path: string): Promise<{ config: SandboxConfig; text: string }> {
+  const { text, sourcePath } = await readConfigText(path);
+  return { config: parseConfig(text, { sourcePath }), text };
+}
+
+/** Quotes a value for a POSIX shell command line. */
+export function shellQuote(value: string): string {
+  return `'${value.replace(/'/g, `'\\''`)}'`;
+}
+
+/** Writes the host YAML's text (comments kept) as the guest's editable `.sandbox.yaml`. */
+export async function installGuestConfig(supervisor: SupervisorClient, text: string): Promise<void> {
+  await supervisor.exec(`mkdir -p ${shellQuote(supervisor.workspace)}`, { cwd: "/", timeoutMs: 30_000 });
+  await supervisor.writeFile(posix.join(supervisor.workspace, ".sandbox.yaml"), text);
+}
+
+/** Runs the config's setup commands in the guest, reporting start and end. */
+export async function runSetup(
+  supervisor: SupervisorClient,
+  config: SandboxConfig,
+  progress: (event: ProgressEvent) => void,
+): Promise<SetupResult> {
+  progress({ stage: "setup", message: `running setup (${config.setup.length} command(s), 20 min deadline)` });
+  const setup = await supervisor.runSetup({ commands: config.setup });
+  progress({
+    stage: "setup",
+    message: setup.ok
+      ? `setup done in ${(setup.durationMs / 1000).toFixed(1)} s`
+      : `setup failed (exit ${setup.exitCode})`,
+  });
+  return setup;
+}

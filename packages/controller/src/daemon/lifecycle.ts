@@ -1,0 +1,379 @@
+// Create, prepare, start, stop and destroy of one entry, and the boot they share. Each runs alone
+// in the entry's queue (instance.ts); guest operations do not wait behind them.
+
+import { copyFile, mkdir, readFile, rm } from "node:fs/promises";
+import { dirname } from "node:path";
+import type { SandboxConfig } from "@pi-sandbox/config";
+import type { SupervisorClient } from "@pi-sandbox/supervisor";
+import { isVmError } from "@pi-sandbox/vm";
+import { ControllerError } from "../errors.js";
+import type { EntryView } from "../state/inspect.js";
+import type { EntryKind } from "../state/layout.js";
+import { readRecord, readStatus, writeRecord, type EntryRecord } from "../state/records.js";
+import type { ProgressEvent } from "../wire.js";
+import type { LifecycleActions } from "./context.js";
+import { installGuestConfig, readConfigFile, runSetup } from "./guest-setup.js";
+import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
+import type { GuestOperations } from "./services.js";
+import { toControllerError, type InstanceState } from "./state.js";
+
+type Progress = (event: ProgressEvent) => void;
+
+/** The lifecycle of one entry. */
+export class Lifecycle {
+  constructor(
+    private readonly state: InstanceState,
+    private readonly runtime: InstanceRuntime,
+    private readonly guest: GuestOperations,
+  ) {}
+
+  /** The lifecycle operations for one call, reporting to `progress`; `queue` serialises them. */
+  actions(progress: Progress, queue: <T>(work: () => Promise<T>) => Promise<T>): LifecycleActions {
+    return {
+      create: (source) => queue(() => this.create(source, progress)),
+      prepare: (source) => queue(() => this.prepare(source, progress)),
+      start: () => queue(() => this.start(progress)),
+      stop: () => queue(() => this.stop(progress)),
+      destroy: (confirm) => queue(() => this.destroy(confirm, progress)),
+    };
+  }
+
+  private get name(): string {
+    return this.state.name;
+  }
+
+  async create(source: { config?: string; template?: string }, progress: Progress): Promise<EntryView> {
+    const { layout } = this.state;
+    const existing = await readRecord(layout, "instances", this.name);
+    if (existing) {
+      throw new ControllerError(
+        "CONTROLLER_ALREADY_EXISTS",
+        existing.pendingCreate
+          ? `an instance named ${this.name} already exists; its create was interrupted before its first boot finished`
+          : `an instance named ${this.name} already exists`,
+        {
+          hint: existing.pendingCreate
+            ? `Finish it with {"action":"start","name":"${this.name}"} (start runs the rest of the create, setup included), or destroy it first.`
+            : `Start it with {"action":"start","name":"${this.name}"}, or destroy it first.`,
+          details: { name: this.name },
+        },
+      );
+    }
+    const diskDir = layout.diskDir("instances", this.name);
+    await rm(diskDir, { recursive: true, force: true });
+    let config: SandboxConfig;
+    let configText: string | undefined;
+    const record: Omit<EntryRecord, "config"> = {
+      kind: "instances",
+      name: this.name,
+      createdAt: new Date().toISOString(),
+    };
+    if (source.config !== undefined) {
+      ({ config, text: configText } = await readConfigFile(source.config));
+      record.configPath = source.config;
+      progress({ stage: "disk", message: `creating a ${config.diskGiB} GiB disk` });
+      await this.runtime.disks.createDisk(diskDir, {
+        ...(config.image ? { image: config.image } : {}),
+        diskGiB: config.diskGiB,
+      });
+    } else {
+      const template = source.template!;
+      const templateRecord = await readRecord(layout, "templates", template);
+      const templateStatus = await readStatus(layout, "templates", template);
+      if (!templateRecord || templateStatus?.state !== "prepared") {
+        throw new ControllerError("CONTROLLER_NOT_FOUND", `no prepared template named ${template}`, {
+          hint: 'List templates with {"action":"list","kind":"templates"}; make one with prepare.',
+          details: { template },
+        });
+      }
+      config = templateRecord.config;
+      record.template = template;
+      progress({ stage: "disk", message: `creating a copy-on-write disk from template ${template}` });
+      await this.runtime.disks.createFromTemplate(layout.diskDir("templates", template), diskDir);
+    }
+    // Until the first boot has written the guest config and run setup, the record says so: a
+    // daemon that dies before then leaves an instance whose next start finishes the create.
+    const pendingCreate = configText !== undefined ? { configText } : {};
+    await writeRecord(layout, { ...record, config, pendingCreate });
+    try {
+      await this.boot(config, progress, { pendingCreate });
+    } catch (error) {
+      // A create that failed before its first boot finished leaves nothing behind, so running it
+      // again just works; the controller log is kept outside the removed entry.
+      if ((await readRecord(layout, "instances", this.name))?.pendingCreate) throw await this.rollBackCreate(error);
+      await this.failStart(error);
+      throw error;
+    }
+    return this.state.view();
+  }
+
+  /** Removes a half-made instance; returns the error to report, with the kept log's place and tail. */
+  private async rollBackCreate(error: unknown): Promise<ControllerError> {
+    const { layout, log } = this.state;
+    const e = toControllerError(error);
+    log.warn(`create failed, removing ${this.name}: ${e.code}: ${e.message}`);
+    await this.teardown({ checkpoint: false }).catch(() => undefined);
+    await this.runtime.disks.destroy(layout.diskDir("instances", this.name)).catch(() => undefined);
+    const logFile = layout.failedCreateLogFile(this.name);
+    let logTail = "";
+    try {
+      await mkdir(dirname(logFile), { recursive: true, mode: 0o700 });
+      await copyFile(layout.logFile("instances", this.name), logFile);
+      logTail = (await readFile(logFile, "utf8")).split("\n").slice(-21).join("\n").trim();
+    } catch (copyError) {
+      log.warn(`keeping the log of the failed create: ${String(copyError)}`);
+    }
+    await rm(layout.entryDir("instances", this.name), { recursive: true, force: true }).catch(() => undefined);
+    this.state.finish();
+    return new ControllerError(e.code, e.message, {
+      hint: `${e.hint ? `${e.hint} ` : ""}Nothing of ${this.name} was kept: fix the cause and run create again. The controller log is at ${logFile}.`,
+      details: { ...e.details, logFile, logTail },
+      cause: error,
+    });
+  }
+
+  async prepare(source: { config: string }, progress: Progress): Promise<EntryView> {
+    const { layout } = this.state;
+    if (await readRecord(layout, "templates", this.name)) {
+      throw new ControllerError("CONTROLLER_ALREADY_EXISTS", `a template named ${this.name} already exists`, {
+        hint: `Destroy it first with {"action":"destroy","name":"${this.name}","confirm":"${this.name}","kind":"templates"}.`,
+        details: { name: this.name },
+      });
+    }
+    const { config, text: configText } = await readConfigFile(source.config);
+    const templateDir = layout.diskDir("templates", this.name);
+    const workDir = templateDir + ".work";
+    await rm(workDir, { recursive: true, force: true });
+    await rm(templateDir, { recursive: true, force: true });
+    progress({ stage: "disk", message: `creating a ${config.diskGiB} GiB disk` });
+    await this.runtime.disks.createDisk(workDir, {
+      ...(config.image ? { image: config.image } : {}),
+      diskGiB: config.diskGiB,
+    });
+    try {
+      await this.state.setState("starting");
+      const vm = await this.bootVm(workDir, config, progress);
+      const supervisor = await this.startAgent(vm, config, progress);
+      await installGuestConfig(supervisor, configText);
+      const setup = await runSetup(supervisor, config, progress);
+      if (!setup.ok) {
+        throw new ControllerError(
+          "CONTROLLER_SETUP_FAILED",
+          `setup failed (exit ${setup.exitCode}${setup.timedOut ? ", deadline passed" : ""}); no template was published`,
+          {
+            hint: "Fix the setup commands and run prepare again; the output is in details.output.",
+            details: { exitCode: setup.exitCode, timedOut: setup.timedOut, output: setup.output.slice(-4000) },
+          },
+        );
+      }
+      progress({ stage: "checkpoint", message: "saving the prepared disk" });
+      await this.teardown({ checkpoint: true });
+      await this.runtime.disks.createTemplate(workDir, templateDir);
+      await this.runtime.disks.destroy(workDir);
+      await writeRecord(layout, {
+        kind: "templates",
+        name: this.name,
+        createdAt: new Date().toISOString(),
+        configPath: source.config,
+        config,
+      });
+      await this.state.setState("prepared", { setup: { exitCode: setup.exitCode, at: new Date().toISOString() } });
+      progress({ stage: "done", message: `template ${this.name} is ready` });
+      return await this.state.view();
+    } catch (error) {
+      await this.teardown({ checkpoint: false }).catch(() => undefined);
+      await this.runtime.disks.destroy(workDir).catch(() => undefined);
+      await rm(layout.entryDir("templates", this.name), { recursive: true, force: true }).catch(() => undefined);
+      throw error;
+    } finally {
+      this.state.finish();
+    }
+  }
+
+  async start(progress: Progress): Promise<EntryView> {
+    if (this.state.vm) return this.state.view();
+    const record = await readRecord(this.state.layout, "instances", this.name);
+    if (!record) {
+      throw new ControllerError("CONTROLLER_NOT_FOUND", `no instance named ${this.name}`, {
+        hint: 'Create it with {"action":"create","name":"…","config":"sandbox.yaml"}.',
+        details: { name: this.name },
+      });
+    }
+    this.state.errors = [];
+    if (record.pendingCreate) {
+      progress({ stage: "boot", message: `finishing the interrupted create of ${this.name}` });
+    }
+    try {
+      await this.boot(record.config, progress, record.pendingCreate ? { pendingCreate: record.pendingCreate } : {});
+    } catch (error) {
+      await this.failStart(error);
+      throw error;
+    }
+    return this.state.view();
+  }
+
+  private async failStart(error: unknown): Promise<void> {
+    const e = toControllerError(error);
+    this.state.recordError(e.code, e.message, e.hint);
+    await this.teardown({ checkpoint: false }).catch(() => undefined);
+    await this.state.setState("failed").catch(() => undefined);
+    this.state.finish();
+  }
+
+  /** Boots the instance disk, starts the agent, finishes a pending create, runs resume and services. */
+  private async boot(
+    config: SandboxConfig,
+    progress: Progress,
+    options: { pendingCreate?: NonNullable<EntryRecord["pendingCreate"]> },
+  ): Promise<void> {
+    const { state } = this;
+    await state.setState("starting");
+    const vm = await this.bootVm(state.layout.diskDir("instances", this.name), config, progress);
+    const supervisor = await this.startAgent(vm, config, progress);
+    const configText = options.pendingCreate?.configText;
+    if (configText !== undefined) {
+      await installGuestConfig(supervisor, configText);
+      const setup = await runSetup(supervisor, config, progress);
+      await state.setState("starting", {
+        setup: { exitCode: setup.exitCode, timedOut: setup.timedOut, at: new Date().toISOString() },
+      });
+      if (!setup.ok) {
+        state.recordError(
+          "CONTROLLER_SETUP_FAILED",
+          `setup failed with exit ${setup.exitCode}${setup.timedOut ? " (deadline passed)" : ""}; the instance starts anyway`,
+          `Full output in the guest at ${setup.logPath}; fix and rerun the commands with exec.`,
+        );
+      }
+    }
+    if (options.pendingCreate) {
+      const record = await readRecord(state.layout, "instances", this.name);
+      if (record) {
+        const { pendingCreate: _done, ...created } = record;
+        await writeRecord(state.layout, created);
+      }
+    }
+    progress({ stage: "resume", message: "running resume hooks" });
+    const resume = await supervisor.runResume({ commands: config.resume });
+    const resumePid = resume.running ? resume.handle : undefined;
+    if (resumePid) progress({ stage: "resume", message: `resume continues in the background (handle ${resumePid})` });
+    else if (resume.exitCode !== 0) {
+      state.recordError(
+        "CONTROLLER_RESUME_FAILED",
+        `resume hooks failed with exit ${resume.exitCode}`,
+        resume.output.slice(-500),
+      );
+    }
+    progress({ stage: "services", message: "starting services" });
+    await this.guest.ensureWithProgress(progress);
+    await state.setState("running", resumePid ? { resumePid } : {});
+    progress({ stage: "done", message: `${this.name} is running` });
+  }
+
+  private async bootVm(diskDir: string, config: SandboxConfig, progress: Progress): Promise<RuntimeVm> {
+    const { state } = this;
+    progress({ stage: "boot", message: `booting (${config.resources.cpus} cpu, ${config.resources.memoryGiB} GiB)` });
+    const vm = await this.runtime.bootVm({
+      name: this.name,
+      diskDir,
+      config,
+      logger: state.log.child("[vm]"),
+      onProgress: (message) => progress({ stage: "boot", message }),
+    });
+    state.vm = vm;
+    state.gateway =
+      state.kind === "instances"
+        ? this.runtime.openGateway(vm, {
+            portsFile: state.layout.portsFile(this.name),
+            logger: state.log.child("[preview]"),
+          })
+        : undefined;
+    for (const warning of vm.warnings) progress({ stage: "boot", message: warning });
+    progress({ stage: "boot", message: `guest ready in ${(vm.bootMs / 1000).toFixed(1)} s (${vm.accelerator.accel})` });
+    await state.setState("starting", { accelerator: vm.accelerator.accel, acceleratorReason: vm.accelerator.reason });
+    return vm;
+  }
+
+  private async startAgent(vm: RuntimeVm, config: SandboxConfig, progress: Progress): Promise<SupervisorClient> {
+    progress({ stage: "agent", message: "starting the guest agent" });
+    this.state.supervisor = await this.runtime.startAgent(vm, {
+      workspace: config.workspace,
+      logger: this.state.log.child("[agent]"),
+    });
+    return this.state.supervisor;
+  }
+
+  async stop(progress: Progress): Promise<EntryView> {
+    const { state } = this;
+    if (!state.vm) {
+      state.finish();
+      return state.view();
+    }
+    try {
+      // Best effort: on a full host disk the status cannot be written, and the stop must go on.
+      await state.setState("stopping").catch((e: unknown) => state.log.warn(`writing status: ${String(e)}`));
+      progress({ stage: "stop", message: "closing previews and stopping services" });
+      const result = await this.teardown({ checkpoint: true });
+      progress({
+        stage: "checkpoint",
+        message: `checkpoint written in ${((result?.totalMs ?? 0) / 1000).toFixed(1)} s`,
+      });
+      await state.setState("stopped", { previews: [] });
+    } catch (error) {
+      const e = toControllerError(error);
+      state.recordError(e.code, e.message, e.hint ?? "The previous checkpoint is kept; start reopens it.");
+      await state.setState("failed").catch(() => undefined);
+      throw e;
+    } finally {
+      state.finish();
+    }
+    return state.view();
+  }
+
+  /** Cuts previews and the agent, then checkpoints (or discards) the VM run. */
+  async teardown(options: { checkpoint: boolean }): Promise<{ totalMs: number } | undefined> {
+    const { state } = this;
+    const { gateway, supervisor, vm } = state;
+    state.gateway = undefined;
+    state.supervisor = undefined;
+    state.vm = undefined;
+    await gateway?.closeAll().catch((e: unknown) => state.log.warn(`closing previews: ${String(e)}`));
+    if (supervisor) {
+      await supervisor.stopServices().catch((e: unknown) => state.log.warn(`stopping services: ${String(e)}`));
+      await supervisor.close().catch(() => undefined);
+    }
+    if (!vm) return undefined;
+    if (options.checkpoint) return vm.stop();
+    await vm.close();
+    return undefined;
+  }
+
+  async destroy(confirm: string, progress: Progress): Promise<{ destroyed: string; kind: EntryKind }> {
+    const { state } = this;
+    if (confirm !== this.name) {
+      throw new ControllerError(
+        "CONTROLLER_CONFIRM_MISMATCH",
+        `destroy needs confirm equal to the name "${this.name}"`,
+        {
+          hint: `Send {"action":"destroy","name":"${this.name}","confirm":"${this.name}"}; this removes the disk for good.`,
+          details: { name: this.name, confirm },
+        },
+      );
+    }
+    if (!(await readRecord(state.layout, state.kind, this.name))) {
+      state.finish();
+      throw new ControllerError(
+        "CONTROLLER_NOT_FOUND",
+        `no ${state.kind === "templates" ? "template" : "instance"} named ${this.name}`,
+        { details: { name: this.name } },
+      );
+    }
+    progress({ stage: "destroy", message: `destroying ${this.name}` });
+    await this.teardown({ checkpoint: false });
+    await this.runtime.disks.destroy(state.layout.diskDir(state.kind, this.name)).catch((error: unknown) => {
+      if (!(isVmError(error) && error.code === "VM_DISK_NOT_FOUND")) throw error;
+    });
+    await rm(state.layout.entryDir(state.kind, this.name), { recursive: true, force: true });
+    state.finish();
+    return { destroyed: this.name, kind: state.kind };
+  }
+}

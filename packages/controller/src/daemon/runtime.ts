@@ -1,0 +1,77 @@
+// The one port through which an instance's daemon reaches the machinery below it: VM boot, the
+// guest agent, the preview gateway and the disk store. The daemon takes it as a parameter (as
+// Lima's host agent takes its driver), so every lifecycle transition runs in fast tests over
+// host processes (`createLocalRuntime` in ../testing.ts) as well as on real VMs.
+
+import type { SandboxConfig } from "@pi-sandbox/config";
+import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector } from "@pi-sandbox/ingress";
+import { SupervisorClient } from "@pi-sandbox/supervisor";
+import { DiskStore, startVm, type GuestVm, type VmError } from "@pi-sandbox/vm";
+import type { DaemonLogger } from "./log.js";
+
+/** A booted guest as the daemon uses it. `RunningVm` of `@pi-sandbox/vm` is one. */
+export interface RuntimeVm extends GuestVm {
+  /** Accelerator in use and why. */
+  readonly accelerator: { readonly accel: string; readonly reason: string };
+  /** Notes for the user from the boot (software emulation, a fall-back to TCG). */
+  readonly warnings: readonly string[];
+  /** Milliseconds from the start of the boot to the guest being ready. */
+  readonly bootMs: number;
+  /** Why the guest cannot answer while its VM still runs (e.g. a full host disk), else undefined. */
+  readonly fault: VmError | undefined;
+  /** Saves the disk (a checkpoint) and ends the VM. */
+  stop(): Promise<{ totalMs: number }>;
+  /** Ends the VM without saving anything since the boot. */
+  close(): Promise<void>;
+}
+
+/** The disk operations the daemon needs (`DiskStore` of `@pi-sandbox/vm` provides them). */
+export interface RuntimeDisks {
+  /** A new disk in `dir` from an image. */
+  createDisk(dir: string, options: { image?: string; diskGiB: number }): Promise<unknown>;
+  /** A new disk in `dir` from the template disk in `templateDir` (copy-on-write). */
+  createFromTemplate(templateDir: string, dir: string): Promise<unknown>;
+  /** Publishes the stopped disk in `dir` as a template disk in `templateDir`. */
+  createTemplate(dir: string, templateDir: string): Promise<unknown>;
+  /** Removes a disk (VM_DISK_NOT_FOUND when there is none). */
+  destroy(dir: string): Promise<unknown>;
+}
+
+/** What the daemon asks of the layers below. */
+export interface InstanceRuntime {
+  /** The disk store of the state root. */
+  readonly disks: RuntimeDisks;
+  /** Boots the disk in `diskDir` with the config's resources and network policy. */
+  bootVm(options: {
+    name: string;
+    diskDir: string;
+    config: SandboxConfig;
+    logger: DaemonLogger;
+    onProgress: (message: string) => void;
+  }): Promise<RuntimeVm>;
+  /** Installs and starts the guest agent in `vm`, for the config's workspace. */
+  startAgent(vm: RuntimeVm, options: { workspace: string; logger: DaemonLogger }): Promise<SupervisorClient>;
+  /** The preview gateway of one run of `vm`; host ports are leased in `portsFile`. */
+  openGateway(vm: RuntimeVm, options: { portsFile: string; logger: DaemonLogger }): PreviewGateway;
+}
+
+/** The real runtime: Gondolin VMs, the Python agent in the guest, localhost previews. */
+export function createVmRuntime(options: { stateRoot: string }): InstanceRuntime {
+  const disks = new DiskStore({ stateRoot: options.stateRoot });
+  return {
+    disks,
+    bootVm: ({ name, diskDir, config, logger, onProgress }) =>
+      startVm({
+        name,
+        diskDir,
+        spec: { resources: config.resources, network: config.network },
+        stateRoot: options.stateRoot,
+        logger,
+        diskStore: disks,
+        onProgress,
+      }),
+    startAgent: (vm, { workspace, logger }) => SupervisorClient.start({ vm, workspace, logger }),
+    openGateway: (vm, { portsFile, logger }) =>
+      new PreviewGateway({ connector: guestVmConnector(vm), leases: new JsonFilePortLeaseStore(portsFile), logger }),
+  };
+}

@@ -1,0 +1,167 @@
+// Operations on a running guest: services with their previews, ad-hoc previews, the terminal.
+
+import { hasPreview, type SandboxConfig, type ServiceConfig } from "@pi-sandbox/config";
+import { adHocPreview, type PreviewInfo, type PreviewLink, type PreviewSpec } from "@pi-sandbox/ingress";
+import { isSupervisorError, type ServicesResult } from "@pi-sandbox/supervisor";
+import type { PreviewLinkInfo } from "../state/records.js";
+import type { ProgressEvent } from "../wire.js";
+import type { GuestActions, ServicesView } from "./context.js";
+import { toControllerError, type InstanceState } from "./state.js";
+
+type Progress = (event: ProgressEvent) => void;
+
+function linksOf(service: ServiceConfig): PreviewLink[] {
+  const links: PreviewLink[] = [];
+  if (service.preview) links.push({ ...service.preview });
+  for (const entry of service.previews) {
+    if (entry.kind === "link") {
+      const { kind: _kind, ...link } = entry;
+      links.push(link);
+    } else for (const link of entry.links) links.push({ ...link, folder: entry.folder });
+  }
+  return links;
+}
+
+function previewInfoToLinks(info: PreviewInfo): PreviewLinkInfo[] {
+  return info.links.map((l) => {
+    const out: PreviewLinkInfo = { service: info.key, url: l.url, title: l.title };
+    if (l.description !== undefined) out.description = l.description;
+    if (l.folder !== undefined) out.folder = l.folder;
+    return out;
+  });
+}
+
+/** The guest operations of one instance. */
+export class GuestOperations implements GuestActions {
+  constructor(private readonly state: InstanceState) {}
+
+  supervisor() {
+    return this.state.running().supervisor;
+  }
+
+  ensureServices(names?: readonly string[]): Promise<ServicesView> {
+    return this.withPreviews(this.ensure(() => undefined, names, false));
+  }
+
+  restartServices(names?: readonly string[]): Promise<ServicesView> {
+    return this.withPreviews(this.ensure(() => undefined, names, true));
+  }
+
+  stopServices(names?: readonly string[]): Promise<ServicesResult> {
+    return this.state.running().supervisor.stopServices(names);
+  }
+
+  async serviceStatus(names?: readonly string[]) {
+    const services = await this.state.running().supervisor.serviceStatus(names);
+    return { services, previews: this.state.status.previews ?? [] };
+  }
+
+  /** Services at boot: failures go to progress as well as to inspect's errors. */
+  async ensureWithProgress(progress: Progress): Promise<void> {
+    await this.ensure(progress, undefined, false);
+  }
+
+  /** Opens previews for every previewed service, then ensures (or restarts) services with their origins. */
+  private async ensure(
+    progress: Progress,
+    names: readonly string[] | undefined,
+    restart: boolean,
+  ): Promise<ServicesResult> {
+    const { supervisor, gateway } = this.state.running();
+    let config: SandboxConfig | undefined;
+    try {
+      config = await supervisor.readGuestConfig();
+    } catch (error) {
+      if (!isSupervisorError(error, "CONFIG_NOT_FOUND")) {
+        const e = toControllerError(error);
+        this.state.recordError(
+          e.code,
+          `guest .sandbox.yaml: ${e.message}`,
+          "Fix the guest file with write, then run services ensure.",
+        );
+        throw error;
+      }
+    }
+    const origins: Record<string, string> = {};
+    const wanted = new Map<string, PreviewSpec>();
+    for (const name of config?.serviceOrder ?? []) {
+      const service = config!.services[name]!;
+      if (!hasPreview(service)) continue;
+      const current = gateway.get(name);
+      // The guest port is known once the agent allocates it; until then the preview points at a
+      // placeholder port and is updated right after the services start.
+      const spec: PreviewSpec = {
+        key: name,
+        guestPort: service.port ?? current?.guestPort ?? 1,
+        links: linksOf(service),
+      };
+      try {
+        const info = await gateway.open(spec);
+        origins[name] = info.origin;
+        wanted.set(name, spec);
+      } catch (error) {
+        const e = toControllerError(error);
+        this.state.recordError(e.code, e.message, e.hint);
+        progress({ stage: "preview", message: `${name}: ${e.message}` });
+      }
+    }
+    const result = restart
+      ? await supervisor.restartServices(names, { previewOrigins: origins })
+      : await supervisor.ensureServices({ previewOrigins: origins });
+    for (const status of result.services) {
+      const spec = wanted.get(status.name);
+      if (spec && status.port && status.port !== spec.guestPort)
+        await gateway.open({ ...spec, guestPort: status.port });
+    }
+    for (const failure of result.failures) {
+      this.state.recordError(
+        failure.code,
+        failure.message,
+        failure.logPath
+          ? `See {"action":"logs","name":"${this.state.name}","service":"${failure.service}"}.`
+          : undefined,
+      );
+      progress({ stage: "services", message: failure.message });
+    }
+    await this.savePreviews();
+    return result;
+  }
+
+  async startService(
+    spec: Parameters<GuestActions["startService"]>[0],
+    preview: Parameters<GuestActions["startService"]>[1],
+  ) {
+    const { supervisor, gateway } = this.state.running();
+    let origin: string | undefined;
+    if (preview) {
+      const info = await gateway.open({ key: spec.name, guestPort: spec.port ?? 1, links: preview.links });
+      origin = info.origin;
+    }
+    const status = await supervisor.startService({ ...spec, ...(origin ? { publicUrl: origin } : {}) });
+    if (preview && status.port) await gateway.open({ key: spec.name, guestPort: status.port, links: preview.links });
+    await this.savePreviews();
+    return { service: status, previews: (this.state.status.previews ?? []).filter((p) => p.service === spec.name) };
+  }
+
+  async openPreview(spec: { port: number; title?: string; description?: string }) {
+    const info = await this.state.running().gateway.open(adHocPreview(spec));
+    await this.savePreviews();
+    return { previews: previewInfoToLinks(info) };
+  }
+
+  async shell(user: string) {
+    const access = await this.state.running().vm.enableSsh({ user });
+    return { command: access.command, user: access.user, port: access.port };
+  }
+
+  private async withPreviews<T extends object>(work: Promise<T>): Promise<T & { previews: PreviewLinkInfo[] }> {
+    const result = await work;
+    return { ...result, previews: this.state.status.previews ?? [] };
+  }
+
+  private async savePreviews(): Promise<void> {
+    const gateway = this.state.gateway;
+    if (gateway)
+      await this.state.setState(this.state.status.state, { previews: gateway.list().flatMap(previewInfoToLinks) });
+  }
+}

@@ -1,0 +1,112 @@
+// The state one instance's daemon holds, shared by its lifecycle and guest operations: what runs
+// (VM, agent, previews), the status it last wrote, and the errors kept for inspect.
+
+import type { PreviewGateway } from "@pi-sandbox/ingress";
+import type { SupervisorClient } from "@pi-sandbox/supervisor";
+import { ControllerError, isControllerError } from "../errors.js";
+import { inspectEntry, type EntryView } from "../state/inspect.js";
+import type { EntryKind, StateLayout } from "../state/layout.js";
+import { writeStatus, type EntryState, type EntryStatus, type RecordedError } from "../state/records.js";
+import type { DaemonLogger } from "./log.js";
+import type { RuntimeVm } from "./runtime.js";
+
+/** The parts of a running instance. */
+export interface RunningParts {
+  vm: RuntimeVm;
+  supervisor: SupervisorClient;
+  gateway: PreviewGateway;
+}
+
+/** Converts lower-layer errors into the controller's wire form, keeping code and hint. */
+export function toControllerError(error: unknown): ControllerError {
+  if (isControllerError(error)) return error;
+  const e = error as { code?: unknown; message?: unknown; hint?: unknown; details?: unknown };
+  if (e && typeof e.code === "string" && typeof e.message === "string") {
+    return new ControllerError(e.code, e.message, {
+      hint: typeof e.hint === "string" ? e.hint : undefined,
+      details: typeof e.details === "object" && e.details ? (e.details as Record<string, unknown>) : undefined,
+      cause: error,
+    });
+  }
+  return new ControllerError("CONTROLLER_INTERNAL", String((error as Error)?.message ?? error), { cause: error });
+}
+
+/** One entry's daemon-side state. */
+export class InstanceState {
+  vm: RuntimeVm | undefined;
+  supervisor: SupervisorClient | undefined;
+  gateway: PreviewGateway | undefined;
+  status: EntryStatus = { state: "stopped", updatedAt: new Date().toISOString() };
+  errors: RecordedError[] = [];
+  /** True once the daemon has decided to exit: new calls go to a fresh daemon. */
+  exiting = false;
+  /** Resolves when the daemon should exit (after stop, destroy, prepare or a failed start). */
+  readonly finished: Promise<void>;
+  #finish!: () => void;
+
+  constructor(
+    readonly layout: StateLayout,
+    readonly kind: EntryKind,
+    readonly name: string,
+    readonly log: DaemonLogger,
+  ) {
+    this.finished = new Promise((resolve) => {
+      this.#finish = () => {
+        this.exiting = true;
+        resolve();
+      };
+    });
+  }
+
+  /** Marks the daemon as done. */
+  finish(): void {
+    this.#finish();
+  }
+
+  /** Records a transition in status.json (atomically), with the errors and the QEMU pid. */
+  async setState(state: EntryState, patch: Partial<EntryStatus> = {}): Promise<void> {
+    this.status = {
+      ...this.status,
+      ...patch,
+      state,
+      updatedAt: new Date().toISOString(),
+      daemonPid: process.pid,
+      errors: this.errors,
+    };
+    if (this.vm?.hostPid) this.status.qemuPid = this.vm.hostPid;
+    else delete this.status.qemuPid;
+    await writeStatus(this.layout, this.kind, this.name, this.status);
+  }
+
+  /** Keeps an error for inspect (written with the next status) and logs it. */
+  recordError(code: string, message: string, hint?: string): void {
+    const entry: RecordedError = { code, message, at: new Date().toISOString() };
+    if (hint) entry.hint = hint;
+    this.errors.push(entry);
+    this.log.warn(`${code}: ${message}`);
+  }
+
+  /** The entry as inspect shows it. */
+  view(): Promise<EntryView> {
+    return inspectEntry(this.layout, this.kind, this.name);
+  }
+
+  /** The refusal of work that reaches a daemon after it decided to exit. */
+  exitingError(): ControllerError {
+    return new ControllerError("CONTROLLER_DAEMON_EXITING", `the controller of ${this.name} is exiting`, {
+      hint: "Retry: a fresh controller takes over.",
+    });
+  }
+
+  /** The running parts, or CONTROLLER_NOT_RUNNING. */
+  running(): RunningParts {
+    const { vm, supervisor, gateway } = this;
+    if (!vm || !supervisor || !gateway) {
+      throw new ControllerError("CONTROLLER_NOT_RUNNING", `${this.name} is not running`, {
+        hint: `Start it with {"action":"start","name":"${this.name}"}.`,
+        details: { name: this.name, state: this.status.state },
+      });
+    }
+    return { vm, supervisor, gateway };
+  }
+}

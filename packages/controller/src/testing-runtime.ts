@@ -1,0 +1,133 @@
+// A runtime for fast tests of the daemon's logic: the "VM" is host processes in a directory
+// (`createLocalGuestVm`), the agent is the real Python agent running on the host, previews are
+// real localhost listeners, and a "disk" is a directory. No QEMU.
+
+import { cp, mkdir, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector } from "@pi-sandbox/ingress";
+import { DEFAULT_AGENT_PATH, DEFAULT_AGENT_STATE_DIR, SupervisorClient } from "@pi-sandbox/supervisor";
+import { VmError } from "@pi-sandbox/vm";
+import { createLocalGuestVm, type LocalGuestVm } from "@pi-sandbox/vm/testing";
+import type { InstanceRuntime, RuntimeVm } from "./daemon/runtime.js";
+
+/** A booted local "VM" of the local runtime. */
+export type LocalRuntimeVm = RuntimeVm & { readonly local: LocalGuestVm };
+
+/** Hooks of the local runtime, for failures and races. */
+export interface LocalRuntimeHooks {
+  /** Called before each boot; a thrown error fails it. */
+  beforeBoot?: (name: string, diskDir: string) => void | Promise<void>;
+  /** Called before each agent start; a thrown error fails it. */
+  beforeAgent?: (name: string) => void | Promise<void>;
+}
+
+/** The local runtime with its counters. */
+export interface LocalRuntime extends InstanceRuntime {
+  /** Boots begun. */
+  boots: number;
+  /** VMs booted and not yet stopped or closed. */
+  readonly live: Set<LocalRuntimeVm>;
+  /** Hooks; change them between calls. */
+  hooks: LocalRuntimeHooks;
+}
+
+/** The local runtime. `hooks` may be changed later through the returned object. */
+export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime {
+  const live = new Set<LocalRuntimeVm>();
+  const runtime: LocalRuntime = {
+    boots: 0,
+    live,
+    hooks,
+    disks: {
+      async createDisk(dir) {
+        if (await exists(dir)) throw new VmError("VM_DISK_EXISTS", `a disk exists in ${dir}`, { details: { dir } });
+        await mkdir(join(dir, "root"), { recursive: true });
+        await writeFile(join(dir, "disk.json"), JSON.stringify({ kind: "local" }));
+      },
+      async createFromTemplate(templateDir, dir) {
+        await cp(templateDir, dir, { recursive: true });
+      },
+      async createTemplate(dir, templateDir) {
+        await cp(dir, templateDir, { recursive: true });
+      },
+      async destroy(dir) {
+        if (!(await exists(dir))) throw new VmError("VM_DISK_NOT_FOUND", `no disk in ${dir}`, { details: { dir } });
+        await rm(dir, { recursive: true, force: true });
+      },
+    },
+    async bootVm({ name, diskDir }) {
+      runtime.boots++;
+      const started = performance.now();
+      await runtime.hooks.beforeBoot?.(name, diskDir);
+      if (!(await exists(join(diskDir, "disk.json")))) {
+        throw new VmError("VM_DISK_NOT_FOUND", `no disk in ${diskDir}`, { details: { dir: diskDir } });
+      }
+      const local = await createLocalGuestVm({ root: join(diskDir, "root"), name });
+      const bootMs = performance.now() - started;
+      const vm: LocalRuntimeVm = {
+        name,
+        local,
+        accelerator: { accel: "local", reason: "host processes (tests)" },
+        warnings: [],
+        bootMs,
+        fault: undefined,
+        get hostPid() {
+          return local.hostPid;
+        },
+        get closed() {
+          return local.closed;
+        },
+        exec: (command, options) => local.exec(command, options),
+        readFile: (file, options) => local.readFile(file, options),
+        writeFile: (file, data, options) => local.writeFile(file, data, options),
+        connectTcp: (port, options) => local.connectTcp(port, options),
+        enableSsh: (options) => local.enableSsh(options),
+        async stop() {
+          const t = performance.now();
+          live.delete(vm);
+          await local.close();
+          return { totalMs: performance.now() - t };
+        },
+        async close() {
+          live.delete(vm);
+          await local.close();
+        },
+      };
+      live.add(vm);
+      return vm;
+    },
+    async startAgent(vm, { workspace, logger }) {
+      await runtime.hooks.beforeAgent?.(String((vm as LocalRuntimeVm).local.name));
+      const local = (vm as LocalRuntimeVm).local;
+      const hostWorkspace = local.hostPath(workspace);
+      await mkdir(hostWorkspace, { recursive: true });
+      return SupervisorClient.start({
+        vm: local,
+        workspace: hostWorkspace,
+        stateDir: local.hostPath(DEFAULT_AGENT_STATE_DIR),
+        agentPath: local.hostPath(DEFAULT_AGENT_PATH),
+        agentArgs: ["--shell", "/bin/sh", "--cgroup-root", "none"],
+        logger,
+      });
+    },
+    openGateway: (vm, { portsFile, logger }) =>
+      new PreviewGateway({
+        connector: guestVmConnector((vm as LocalRuntimeVm).local),
+        leases: new JsonFilePortLeaseStore(portsFile),
+        logger,
+      }),
+  };
+  return runtime;
+}
+
+async function exists(path: string): Promise<boolean> {
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
+}
+
+/** Names in a directory, or [] when it is missing. */
+export async function listDir(dir: string): Promise<string[]> {
+  return readdir(dir).catch(() => []);
+}

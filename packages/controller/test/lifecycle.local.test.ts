@@ -1,0 +1,266 @@
+// Every lifecycle transition and race of the daemon, without QEMU: the daemon's InstanceController
+// runs in-process over the local runtime (host processes, the real Python agent, real previews).
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ControllerError, StateLayout } from "../src/client/index.js";
+import { parseConfig } from "@pi-sandbox/config";
+import { inspectEntry } from "../src/state/inspect.js";
+import { readRecord, writeRecord } from "../src/state/records.js";
+import {
+  InstanceController,
+  createFileLogger,
+  createLocalRuntime,
+  fetchText,
+  sleep,
+  type LocalRuntime,
+} from "../src/testing.js";
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
+type Loose = Record<string, any>;
+
+const YAML = (extra = "") => `version: 1
+profile: tiny
+diskGiB: 4
+setup:
+  - printf 'Hello from setup\\n' > index.html
+services:
+  web:
+    command: python3 -m http.server $PORT --bind 127.0.0.1
+    health: /
+    preview: true
+${extra}`;
+
+let dir: string;
+let layout: StateLayout;
+let runtime: LocalRuntime;
+const controllers = new Set<InstanceController>();
+const servers = new Map<string, Server>();
+const daemons = new Map<string, InstanceController>();
+
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), "pisb-ctl-"));
+  layout = new StateLayout(join(dir, "state"));
+  await layout.ensurePrivate();
+  runtime = createLocalRuntime();
+  await writeFile(join(dir, "sandbox.yaml"), YAML());
+});
+
+afterEach(async () => {
+  for (const vm of [...runtime.live]) await vm.close();
+  controllers.clear();
+  daemons.clear();
+  for (const server of servers.values()) server.close();
+  servers.clear();
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** The entry's daemon: a fresh one once the last finished, as the client spawns them. */
+async function daemon(name: string, kind: "instances" | "templates" = "instances"): Promise<InstanceController> {
+  const key = `${kind}/${name}`;
+  const current = daemons.get(key);
+  if (current && !current.exiting) return current;
+  await mkdir(layout.entryDir(kind, name), { recursive: true, mode: 0o700 });
+  // Liveness as inspect judges it: a pid file naming a live process and a socket that answers.
+  await writeFile(layout.pidFile(kind, name), `${process.pid}\n`);
+  servers.get(key)?.close();
+  await rm(layout.socketPath(kind, name), { force: true });
+  const server = createServer((socket) => socket.end());
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(layout.socketPath(kind, name), resolve);
+  });
+  servers.set(key, server);
+  const log = createFileLogger(layout.logFile(kind, name), `[${name}]`);
+  const controller = new InstanceController(layout, kind, name, log, runtime);
+  daemons.set(key, controller);
+  controllers.add(controller);
+  return controller;
+}
+
+async function call(action: Loose, progress: string[] = []): Promise<Loose> {
+  const kind = action.action === "prepare" ? "templates" : (action.kind ?? "instances");
+  const controller = await daemon(action.name as string, kind);
+  return (await controller.call(action as Loose & { action: string }, {
+    progress: (e) => progress.push(`[${e.stage}] ${e.message}`),
+  })) as Loose;
+}
+
+const create = (name: string, extra: Loose = {}) =>
+  call({ action: "create", name, config: join(dir, "sandbox.yaml"), ...extra });
+
+test("create runs setup and services and opens the preview; stop and start keep files and URL without setup", async () => {
+  const progress: string[] = [];
+  const created = await create("demo");
+  expect(created).toMatchObject({
+    state: "running",
+    accelerator: "local",
+    acceleratorReason: "host processes (tests)",
+  });
+  expect(created.setup).toMatchObject({ exitCode: 0 });
+  const url = created.previews[0].url as string;
+  expect(await fetchText(url)).toBe("200 Hello from setup\n");
+  expect((await readRecord(layout, "instances", "demo"))?.pendingCreate).toBeUndefined();
+
+  const exec = await call({ action: "exec", name: "demo", cmd: "echo hi > note.txt; cat note.txt" });
+  expect(exec).toMatchObject({ running: false, exitCode: 0, output: "hi\n" });
+  expect(typeof exec.pid).toBe("string");
+
+  expect(await call({ action: "stop", name: "demo" }, progress)).toMatchObject({ state: "stopped", previews: [] });
+  await expect(fetch(url)).rejects.toThrow();
+  const started = await call({ action: "start", name: "demo" }, progress);
+  expect(started.state).toBe("running");
+  expect(started.previews[0].url).toBe(url);
+  expect(progress.some((p) => p.startsWith("[setup]"))).toBe(false);
+  expect((await call({ action: "exec", name: "demo", cmd: "cat note.txt" })).output).toBe("hi\n");
+  await call({ action: "stop", name: "demo" });
+});
+
+test("a create that fails at boot leaves nothing, keeps the log, and runs again", async () => {
+  runtime.hooks.beforeBoot = () => {
+    throw new ControllerError("VM_START_FAILED", "the VM failed to boot: simulated");
+  };
+  const error = (await create("oops").catch((e: unknown) => e)) as ControllerError;
+  expect(error.code).toBe("VM_START_FAILED");
+  expect(error.hint).toMatch(/Nothing of oops was kept/);
+  expect(error.details.logFile).toBe(layout.failedCreateLogFile("oops"));
+  expect(await readFile(layout.failedCreateLogFile("oops"), "utf8")).toContain("create failed, removing oops");
+  await expect(stat(layout.entryDir("instances", "oops"))).rejects.toMatchObject({ code: "ENOENT" });
+  runtime.hooks = {};
+  expect((await create("oops")).state).toBe("running");
+  await call({ action: "stop", name: "oops" });
+});
+
+test("a create whose daemon died before setup is finished by start; create again is refused with that hint", async () => {
+  // What a SIGKILLed create leaves: a disk, and the record with its pending part.
+  await mkdir(layout.entryDir("instances", "half"), { recursive: true });
+  await runtime.disks.createDisk(layout.diskDir("instances", "half"), { diskGiB: 4 });
+  await writeRecord(layout, {
+    kind: "instances",
+    name: "half",
+    createdAt: new Date().toISOString(),
+    config: parseConfig(YAML(), { sourcePath: join(dir, "sandbox.yaml") }),
+    pendingCreate: { configText: YAML() },
+  });
+  await expect(create("half")).rejects.toMatchObject({
+    code: "CONTROLLER_ALREADY_EXISTS",
+    hint: expect.stringMatching(/start runs the rest of the create, setup included/),
+  });
+  const progress: string[] = [];
+  const started = await call({ action: "start", name: "half" }, progress);
+  expect(progress).toContain("[boot] finishing the interrupted create of half");
+  expect(started).toMatchObject({ state: "running", setup: { exitCode: 0 } });
+  expect(await fetchText(started.previews[0].url)).toBe("200 Hello from setup\n");
+  expect((await readRecord(layout, "instances", "half"))?.pendingCreate).toBeUndefined();
+  await call({ action: "stop", name: "half" });
+});
+
+test("a failing setup is reported and the instance starts anyway; prepare with it publishes no template", async () => {
+  await writeFile(join(dir, "bad.yaml"), YAML().replace("printf 'Hello from setup\\n' > index.html", "exit 3"));
+  const created = await call({ action: "create", name: "badsetup", config: join(dir, "bad.yaml") });
+  expect(created.state).toBe("running");
+  expect(created.setup).toMatchObject({ exitCode: 3 });
+  expect(created.errors).toEqual([expect.objectContaining({ code: "CONTROLLER_SETUP_FAILED" })]);
+  await call({ action: "stop", name: "badsetup" });
+  await expect(call({ action: "prepare", name: "tpl", config: join(dir, "bad.yaml") })).rejects.toMatchObject({
+    code: "CONTROLLER_SETUP_FAILED",
+  });
+  await expect(stat(layout.entryDir("templates", "tpl"))).rejects.toMatchObject({ code: "ENOENT" });
+});
+
+test("prepare then create from the template: the template's files, no setup, an independent instance", async () => {
+  const prepared = await call({ action: "prepare", name: "base", config: join(dir, "sandbox.yaml") });
+  expect(prepared.state).toBe("prepared");
+  const progress: string[] = [];
+  const created = await call({ action: "create", name: "fromtpl", template: "base" }, progress);
+  expect(progress.some((p) => p.startsWith("[setup]"))).toBe(false);
+  expect(await fetchText(created.previews[0].url)).toBe("200 Hello from setup\n");
+  await call({ action: "destroy", name: "base", confirm: "base", kind: "templates" });
+  expect((await call({ action: "exec", name: "fromtpl", cmd: "cat index.html" })).output).toBe("Hello from setup\n");
+  await call({ action: "stop", name: "fromtpl" });
+});
+
+test("an agent that fails on start leaves the instance failed with the error; the next start works", async () => {
+  await create("flaky");
+  await call({ action: "stop", name: "flaky" });
+  runtime.hooks.beforeAgent = () => {
+    throw new ControllerError("AGENT_START_FAILED", "simulated agent failure");
+  };
+  await expect(call({ action: "start", name: "flaky" })).rejects.toMatchObject({ code: "AGENT_START_FAILED" });
+  expect(runtime.live.size).toBe(0);
+  const failed = await inspectEntry(layout, "instances", "flaky");
+  expect(failed.state).toBe("failed");
+  expect(failed.errors).toEqual([expect.objectContaining({ code: "AGENT_START_FAILED" })]);
+  runtime.hooks = {};
+  expect((await call({ action: "start", name: "flaky" })).state).toBe("running");
+  await call({ action: "stop", name: "flaky" });
+});
+
+test("concurrent callers: two starts boot once; guest actions before the boot and during a stop are typed", async () => {
+  await create("race");
+  await call({ action: "stop", name: "race" });
+  const boots = runtime.boots;
+  await expect(call({ action: "exec", name: "race", cmd: "true" })).rejects.toMatchObject({
+    code: "CONTROLLER_NOT_RUNNING",
+  });
+  const [a, b] = await Promise.all([call({ action: "start", name: "race" }), call({ action: "start", name: "race" })]);
+  expect(a.state).toBe("running");
+  expect(b.state).toBe("running");
+  expect(runtime.boots).toBe(boots + 1);
+  const slow = call({ action: "exec", name: "race", cmd: "sleep 20", timeoutMs: 30_000 }).catch((e: unknown) => e);
+  await sleep(300);
+  const stopped = await call({ action: "stop", name: "race" });
+  expect(stopped.state).toBe("stopped");
+  // The stop ends the command: the wait sees either its end by signal or the channel going away.
+  const ended = (await slow) as Loose;
+  if (ended instanceof ControllerError) {
+    expect(ended).toMatchObject({ code: "CONTROLLER_NOT_RUNNING", message: "race stopped while exec was in flight" });
+  } else expect(ended).toMatchObject({ running: false, signal: expect.any(String) });
+  // Work sent to a daemon that decided to exit is refused, so the client spawns a fresh one.
+  const exited = [...controllers].find((c) => c.exiting)!;
+  await expect(exited.call({ action: "start", name: "race" }, { progress: () => undefined })).rejects.toMatchObject({
+    code: "CONTROLLER_DAEMON_EXITING",
+  });
+});
+
+test("a VM that exits by itself reads failed with the reason, and start reopens it", async () => {
+  await create("crashy");
+  const controller = await daemon("crashy");
+  const [vm] = [...runtime.live];
+  await vm!.local.close();
+  controller.checkVm();
+  await controller.finished;
+  const view = await inspectEntry(layout, "instances", "crashy");
+  expect(view.state).toBe("failed");
+  expect(view.errors).toEqual([expect.objectContaining({ code: "CONTROLLER_VM_EXITED" })]);
+  expect((await call({ action: "start", name: "crashy" })).state).toBe("running");
+  await call({ action: "stop", name: "crashy" });
+});
+
+test("destroy needs the name as confirm, then removes everything", async () => {
+  await create("gone");
+  await expect(call({ action: "destroy", name: "gone", confirm: "nope" })).rejects.toMatchObject({
+    code: "CONTROLLER_CONFIRM_MISMATCH",
+  });
+  expect(await call({ action: "destroy", name: "gone", confirm: "gone" })).toEqual({
+    destroyed: "gone",
+    kind: "instances",
+  });
+  expect(runtime.live.size).toBe(0);
+  await expect(stat(layout.entryDir("instances", "gone"))).rejects.toMatchObject({ code: "ENOENT" });
+});
+
+test("SIGTERM (shutdown) during a boot lets the boot finish, then checkpoints", async () => {
+  let release!: () => void;
+  runtime.hooks.beforeBoot = () => new Promise<void>((resolve) => (release = resolve));
+  const controller = await daemon("term");
+  const creating = create("term");
+  await sleep(200);
+  const shutdown = controller.shutdown();
+  release();
+  expect((await creating).state).toBe("running");
+  await shutdown;
+  expect((await inspectEntry(layout, "instances", "term")).state).toBe("stopped");
+  expect(runtime.live.size).toBe(0);
+});
