@@ -48,6 +48,8 @@ export interface RequestOptions {
 const PROTOCOL_ERROR_GRACE_MS = 10_000;
 /** Longest `protocol-error` message logged. */
 const PROTOCOL_NOTE_CHARS = 200;
+/** `protocol-error` events logged per channel (the host never sends what causes them; a flood is the guest's). */
+const PROTOCOL_NOTES_LOGGED = 20;
 
 /** Builds the AGENT_PROTOCOL error the channel closes with. */
 export function protocolError(problem: string, details: Record<string, unknown> = {}): SupervisorError {
@@ -74,6 +76,7 @@ export class AgentChannel {
   private bufferedBytes = 0;
   private discarding = false;
   private helloSeen = false;
+  private protocolNotes = 0;
   private closedError: SupervisorError | undefined;
   private exit: GuestExitStatus | undefined;
   private readonly stderrSink: AgentStderr;
@@ -319,11 +322,11 @@ export class AgentChannel {
     }
     const error = record(message.error, `${entry.op} error`);
     const agentCode = text(error.code, `${entry.op} error code`, 64);
-    const text_ = messageText(error.message, `${entry.op} error message`);
+    const errorMessage = messageText(error.message, `${entry.op} error message`);
     this.pending.delete(id);
     entry.cleanup();
     entry.reject(
-      new SupervisorError(codeFromAgent(agentCode), text_ || `the guest agent failed ${entry.op}`, {
+      new SupervisorError(codeFromAgent(agentCode), errorMessage || `the guest agent failed ${entry.op}`, {
         details: { ...safeDetails(error.details), op: entry.op, agentCode },
       }),
     );
@@ -347,7 +350,10 @@ export class AgentChannel {
       };
     } else {
       const note = messageText(data.message, "protocol-error message", PROTOCOL_NOTE_CHARS);
-      this.logger.warn(`${this.label} the agent reported a protocol problem: ${note}`);
+      this.protocolNotes++;
+      if (this.protocolNotes <= PROTOCOL_NOTES_LOGGED) {
+        this.logger.warn(`${this.label} the agent reported a protocol problem: ${note}`);
+      }
       checked = { message: note };
     }
     for (const listener of this.listeners) {

@@ -222,6 +222,16 @@ test("logs with more lines than asked are cut to the lines asked for", async () 
   await client.close();
 });
 
+test("a flood of protocol-error events is logged only at first", async () => {
+  const agent = new ScriptedAgent();
+  const { channel } = channelOver(agent);
+  for (let i = 0; i < 10_000; i++) agent.send({ event: "protocol-error", data: { message: "x".repeat(10_000) } });
+  await new Promise((r) => setImmediate(r));
+  expect(warnings.length).toBeLessThanOrEqual(20);
+  expect(warnings.every((w) => w.length < 400)).toBe(true);
+  expect(channel.closed).toBe(false);
+});
+
 test("endless stderr is kept to its last 4 KiB and logged within a budget", async () => {
   const agent = new ScriptedAgent();
   const { channel } = channelOver(agent);
