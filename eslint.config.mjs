@@ -39,7 +39,7 @@ export default tseslint.config(
   },
   { files: ["packages/vm/**", "e2e/**"], rules: { "no-restricted-imports": bannedImports(true, false) } },
   { files: ["packages/pi-extension/**"], rules: { "no-restricted-imports": bannedImports(false, true) } },
-  // review-setup refreshes the host's Pi login through Pi's SDK (SPEC §11), in this one file only.
+  // review-setup refreshes the host's Pi login through Pi's SDK, in this one file only.
   { files: ["packages/review-setup/src/pi-login.ts"], rules: { "no-restricted-imports": bannedImports(false, true) } },
   { files: ["**/*.cjs"], languageOptions: { sourceType: "commonjs", globals: { module: "writable", require: "readonly" } }, rules: { "@typescript-eslint/no-require-imports": "off" } },
 );

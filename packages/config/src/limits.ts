@@ -1,5 +1,5 @@
 /**
- * Every numeric limit of SPEC §12, in one frozen table that the other packages import instead of
+ * Every numeric limit, in one frozen table that the other packages import instead of
  * repeating the numbers.
  */
 export const LIMITS = Object.freeze({

@@ -9,7 +9,7 @@ export interface Resources {
   memoryGiB: number;
 }
 
-/** The resource presets of SPEC §4; `small` is the default. */
+/** The resource presets; `small` is the default. */
 export const PROFILES: Readonly<Record<ProfileName, Readonly<Resources>>> = Object.freeze({
   tiny: Object.freeze({ cpus: 1, memoryGiB: 2 }),
   small: Object.freeze({ cpus: 2, memoryGiB: 4 }),

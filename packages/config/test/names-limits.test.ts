@@ -47,7 +47,7 @@ describe("service names", () => {
 });
 
 describe("LIMITS", () => {
-  test("holds SPEC §12's numbers", () => {
+  test("holds the documented limits", () => {
     expect(LIMITS).toEqual({
       yamlMaxBytes: 1048576,
       yamlMaxAliasCount: 100,

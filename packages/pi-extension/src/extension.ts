@@ -1,6 +1,6 @@
 // The extension factory. Loading registers a tool and a command and nothing else: no daemon,
 // socket, timer or VM starts here, and session_shutdown is deliberately not handled, because
-// environments outlive Pi (SPEC §10).
+// environments outlive Pi.
 
 import type { ExtensionAPI, ExtensionFactory } from "@earendil-works/pi-coding-agent";
 import { createSandboxCommand } from "./command.js";

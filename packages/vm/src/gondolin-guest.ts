@@ -6,6 +6,7 @@ import { VmError, messageOf } from "./errors.js";
 import { failedExecution, runInGuest, signalName } from "./exec-util.js";
 import { GuestTcpStream } from "./guest-tcp-stream.js";
 import { GuestFault } from "./guest-fault.js";
+import { ingressQueuedBytes, ingressServerOf, onQemuExit } from "./gondolin-private.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions, GuestVm } from "./guest-vm.js";
 import { LOOPBACK_QUICKACK_ARGV } from "./loopback-quickack.js";
 import { DEFAULT_SSH_IDLE_TIMEOUT_MS, parseHostKeys, SshForwarder } from "./ssh-forwarder.js";
@@ -28,31 +29,6 @@ const KILL_BY_TOKEN_SCRIPT = [
   `done`,
   `exit 0`,
 ].join("\n");
-
-/** The private Gondolin server methods `connectTcp` relies on (checked at call time). */
-interface IngressCapableServer {
-  openIngressStream(target: { host: string; port: number; timeoutMs?: number }): Promise<Duplex>;
-  /** The virtio queue under every ingress stream (optional: only paces writes). */
-  ingressBridge?: { pendingBytes?: number; socket?: { writableLength?: number } | null };
-}
-
-function ingressServerOf(vm: VM): IngressCapableServer {
-  const server = (vm as unknown as { server?: unknown }).server as Partial<IngressCapableServer> | null | undefined;
-  if (!server || typeof server.openIngressStream !== "function") {
-    throw new VmError(
-      "VM_GONDOLIN_INCOMPATIBLE",
-      "this Gondolin version no longer exposes the ingress stream connector that connectTcp uses; install the Gondolin version @pi-sandbox/vm was built for (0.12.x)",
-      { details: { missing: "VM.server.openIngressStream" } },
-    );
-  }
-  return server as IngressCapableServer;
-}
-
-/** Bytes Gondolin holds for the guest on the ingress channel, all streams together. */
-function ingressQueuedBytes(server: IngressCapableServer): number {
-  const bridge = server.ingressBridge;
-  return (bridge?.pendingBytes ?? 0) + (bridge?.socket?.writableLength ?? 0);
-}
 
 /** Maps a Gondolin file-operation error. */
 function mapFileError(error: unknown, path: string, action: string, signal?: AbortSignal): unknown {
@@ -87,8 +63,7 @@ export class GondolinGuest implements GuestVm {
     /** Raised when the guest can no longer answer (paused on a full host disk): fails operations at once. */
     readonly fault: GuestFault = new GuestFault(),
   ) {
-    const server = (vm as unknown as { server?: { on?: (event: string, listener: () => void) => void } }).server;
-    server?.on?.("exit", () => {
+    onQemuExit(vm, () => {
       this.exited = true;
     });
   }

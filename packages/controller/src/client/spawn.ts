@@ -14,11 +14,14 @@ const DAEMON_NODE_FLAGS = ["--max-semi-space-size=1"];
 /** How long a fresh daemon may take to open its socket. */
 const HANDSHAKE_TIMEOUT_MS = 30_000;
 
-/** The compiled daemon entry; sources under src/ run the built copy in dist/. */
+/**
+ * The compiled daemon entry, `dist/daemon/main.js`. The client itself may run from its sources
+ * (tests, `@pi-sandbox/source`); the daemon always runs the built copy, because it is a separate
+ * Node process without a TypeScript loader.
+ */
 export function daemonEntry(): string {
-  const here = fileURLToPath(import.meta.url);
-  const fromDist = here.replace(/\/src\/client\/spawn\.(ts|js)$/, "/dist/daemon/main.js");
-  return fromDist !== here ? fromDist : fileURLToPath(new URL("../daemon/main.js", import.meta.url));
+  const fromSources = import.meta.url.endsWith(".ts");
+  return fileURLToPath(new URL(fromSources ? "../../dist/daemon/main.js" : "../daemon/main.js", import.meta.url));
 }
 
 async function tail(path: string, lines: number): Promise<string> {

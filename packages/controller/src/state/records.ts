@@ -3,7 +3,7 @@ import { isValidInstanceName, type SandboxConfig } from "@pi-sandbox/config";
 import { readJson, writeJsonAtomic } from "./atomic.js";
 import type { EntryKind, StateLayout } from "./layout.js";
 
-/** Lifecycle states SPEC §5 names. */
+/** Lifecycle states of an entry. */
 export type EntryState =
   "starting" | "running" | "stopping" | "stopped" | "prepared" | "failed" | "interrupted" | "unavailable";
 

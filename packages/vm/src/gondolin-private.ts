@@ -1,0 +1,51 @@
+// Every use of Gondolin 0.12 internals, in one place. Gondolin's public API has no way to open a
+// raw TCP stream to a guest port (its IngressGateway answers HTTP only, with a 2 s header
+// timeout), none to see how much its shared ingress queue holds, and no event for QEMU exiting
+// by itself. These reach into `VM.server` (a SandboxServer). `test/gondolin-contract.test.ts`
+// checks each against the installed Gondolin, so an upgrade that moves them fails loudly there.
+
+import type { Duplex } from "node:stream";
+import type { VM } from "@earendil-works/gondolin";
+import { VmError } from "./errors.js";
+
+/** The private SandboxServer methods and fields used here. */
+export interface IngressCapableServer {
+  /** Opens a stream to `host:port` inside the guest over the ingress virtio channel. */
+  openIngressStream(target: { host: string; port: number; timeoutMs?: number }): Promise<Duplex>;
+  /** The virtio queue under every ingress stream (optional: only paces writes). */
+  ingressBridge?: { pendingBytes?: number; socket?: { writableLength?: number } | null };
+  /** EventEmitter: `exit` when QEMU ends. */
+  on?(event: string, listener: () => void): unknown;
+}
+
+function serverOf(vm: VM): Partial<IngressCapableServer> | undefined {
+  const server = (vm as unknown as { server?: unknown }).server;
+  return server && typeof server === "object" ? (server as Partial<IngressCapableServer>) : undefined;
+}
+
+/** The VM's server with its ingress connector, or VM_GONDOLIN_INCOMPATIBLE. */
+export function ingressServerOf(vm: VM): IngressCapableServer {
+  const server = serverOf(vm);
+  if (!server || typeof server.openIngressStream !== "function") {
+    throw new VmError(
+      "VM_GONDOLIN_INCOMPATIBLE",
+      "this Gondolin version no longer exposes the ingress stream connector that connectTcp uses; install the Gondolin version @pi-sandbox/vm was built for (0.12.x)",
+      { details: { missing: "VM.server.openIngressStream" } },
+    );
+  }
+  return server as IngressCapableServer;
+}
+
+/** Bytes Gondolin holds for the guest on the ingress channel, all streams together. */
+export function ingressQueuedBytes(server: IngressCapableServer): number {
+  const bridge = server.ingressBridge;
+  return (bridge?.pendingBytes ?? 0) + (bridge?.socket?.writableLength ?? 0);
+}
+
+/** Calls `listener` when the VM's QEMU exits (by itself or closed); false when Gondolin offers no such event. */
+export function onQemuExit(vm: VM, listener: () => void): boolean {
+  const server = serverOf(vm);
+  if (typeof server?.on !== "function") return false;
+  server.on("exit", listener);
+  return true;
+}
