@@ -31,6 +31,10 @@ export const LIMITS = Object.freeze({
   logLinesDefault: 100,
   /** Most log lines returned. */
   logLinesMax: 500,
+  /** Most services one sandbox.yaml may declare (each may open a host listener). */
+  servicesMax: 64,
+  /** Most localhost previews (host listeners) one instance holds, declared and ad-hoc together. */
+  previewsMax: 64,
 } as const);
 
 /** The shape of {@link LIMITS}. */

@@ -118,6 +118,37 @@ function firstBadAlias(doc: Document): Node | undefined {
   return found;
 }
 
+/** Most duplicate-key issues reported at once: a file written by a guest may hold thousands. */
+const MAX_DUPLICATE_ISSUES = 20;
+
+/** Keys that appear more than once in the same mapping, in one pass over the document. */
+function duplicateKeys(doc: Document, counter: LineCounter): ConfigIssue[] {
+  const issues: ConfigIssue[] = [];
+  visit(doc, {
+    Map(_key, map) {
+      if (issues.length >= MAX_DUPLICATE_ISSUES) return visit.BREAK;
+      const seen = new Set<unknown>();
+      for (const pair of map.items) {
+        const key = isScalar(pair.key) ? pair.key.value : pair.key;
+        if (!seen.has(key)) {
+          seen.add(key);
+          continue;
+        }
+        const offset = (pair.key as Node | null)?.range?.[0];
+        const where = offset === undefined ? undefined : counter.linePos(offset);
+        if (issues.length >= MAX_DUPLICATE_ISSUES) break;
+        issues.push({
+          path: "",
+          message: `the key \`${String(key)}\` appears more than once in the same mapping; keep only one`,
+          ...(where ? { line: where.line, column: where.col } : {}),
+        });
+      }
+      return undefined;
+    },
+  });
+  return issues;
+}
+
 function byPosition(a: ConfigIssue, b: ConfigIssue): number {
   return (a.line ?? Infinity) - (b.line ?? Infinity) || (a.column ?? Infinity) - (b.column ?? Infinity);
 }
@@ -133,17 +164,39 @@ export function parseConfig(text: string, options: ParseConfigOptions = {}): San
   if (size > LIMITS.yamlMaxBytes) throw tooLarge(sourcePath, size);
 
   const counter = new LineCounter();
-  const doc = parseDocument(text, { lineCounter: counter, prettyErrors: true, uniqueKeys: true, logLevel: "error" });
-  if (doc.errors.length > 0) {
-    const issues = doc.errors.map((error): ConfigIssue => {
-      const start = error.linePos?.[0];
-      return {
-        path: "",
-        message: syntaxMessage(text, error),
-        ...(start ? { line: start.line, column: start.col } : {}),
-      };
-    });
-    fail("CONFIG_YAML_SYNTAX", issues.sort(byPosition), sourcePath);
+  // Duplicate keys are found below in one pass: the yaml library's own check compares every key
+  // with every other, which takes seconds on a mapping of thousands of keys (a hostile file).
+  const doc = parseDocument(text, { lineCounter: counter, prettyErrors: true, uniqueKeys: false, logLevel: "error" });
+  const syntax = doc.errors.map((error): ConfigIssue => {
+    const start = error.linePos?.[0];
+    return {
+      path: "",
+      message: syntaxMessage(text, error),
+      ...(start ? { line: start.line, column: start.col } : {}),
+    };
+  });
+  syntax.push(...duplicateKeys(doc, counter));
+  if (syntax.length > 0) fail("CONFIG_YAML_SYNTAX", syntax.sort(byPosition), sourcePath);
+
+  // A file written by a hostile guest may declare thousands of services: refuse it by counting
+  // before anything walks them (validation, references), so the refusal costs milliseconds.
+  const services = isMap(doc.contents) ? doc.contents.get("services", true) : undefined;
+  if (isMap(services) && services.items.length > LIMITS.servicesMax) {
+    const key = isMap(doc.contents)
+      ? doc.contents.items.find((p) => isScalar(p.key) && p.key.value === "services")
+      : undefined;
+    const where = (key?.key as Node | undefined)?.range ? counter.linePos((key!.key as Node).range![0]) : undefined;
+    fail(
+      "CONFIG_INVALID",
+      [
+        {
+          path: "services",
+          message: `declares ${services.items.length} services; at most ${LIMITS.servicesMax} are allowed per sandbox.yaml`,
+          ...(where ? { line: where.line, column: where.col } : {}),
+        },
+      ],
+      sourcePath,
+    );
   }
 
   let raw: unknown;

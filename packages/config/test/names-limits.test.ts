@@ -1,4 +1,5 @@
 import {
+  parseConfig,
   assertValidInstanceName,
   ConfigError,
   isValidInstanceName,
@@ -63,6 +64,8 @@ describe("LIMITS", () => {
       serviceRestartDelayMs: 1000,
       logLinesDefault: 100,
       logLinesMax: 500,
+      servicesMax: 64,
+      previewsMax: 64,
     });
   });
 
@@ -70,5 +73,53 @@ describe("LIMITS", () => {
     expect(Object.isFrozen(LIMITS)).toBe(true);
     expect(Object.isFrozen(PROFILES)).toBe(true);
     expect(Object.isFrozen(PROFILES.small)).toBe(true);
+  });
+});
+
+describe("a hostile sandbox.yaml", () => {
+  const services = (n: number) =>
+    "version: 1\nservices:\n" +
+    Array.from(
+      { length: n },
+      (_, i) => `  s${i}:\n    command: python3 -m http.server $PORT\n    preview: true\n`,
+    ).join("");
+
+  test(`more than ${LIMITS.servicesMax} services are refused, by name of the key, before anything walks them`, () => {
+    expect(() => parseConfig(services(LIMITS.servicesMax))).not.toThrow();
+    const error = (() => {
+      try {
+        parseConfig(services(LIMITS.servicesMax + 1));
+      } catch (e) {
+        return e as ConfigError;
+      }
+    })();
+    expect(error?.code).toBe("CONFIG_INVALID");
+    expect(error?.issues).toEqual([
+      {
+        path: "services",
+        message: `declares 65 services; at most ${LIMITS.servicesMax} are allowed per sandbox.yaml`,
+        line: 2,
+        column: 1,
+      },
+    ]);
+  });
+
+  test("a 1 MiB file of thousands of services is refused for its count; thousands of duplicate keys give a bounded list", () => {
+    const big = services(15_000).slice(0, LIMITS.yamlMaxBytes - 16);
+    expect(() => parseConfig(big)).toThrow(/declares \d+ services; at most 64/);
+    const dupes = "version: 1\nenv:\n" + "  A: x\n".repeat(5_000);
+    const error = (() => {
+      try {
+        parseConfig(dupes);
+      } catch (e) {
+        return e as ConfigError;
+      }
+    })();
+    expect(error?.code).toBe("CONFIG_YAML_SYNTAX");
+    expect(error?.issues.length).toBe(20);
+    expect(error?.issues[0]).toMatchObject({
+      message: "the key `A` appears more than once in the same mapping; keep only one",
+      line: 4,
+    });
   });
 });

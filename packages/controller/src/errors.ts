@@ -18,6 +18,7 @@ export type ControllerErrorCode =
   | "CONTROLLER_SETUP_FAILED"
   | "CONTROLLER_VM_EXITED"
   | "CONTROLLER_SOCKET_PATH_TOO_LONG"
+  | "CONTROLLER_PREVIEW_LIMIT"
   | "CONTROLLER_INTERNAL"
   | (string & {});
 

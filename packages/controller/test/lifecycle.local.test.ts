@@ -264,3 +264,36 @@ test("SIGTERM (shutdown) during a boot lets the boot finish, then checkpoints", 
   expect((await inspectEntry(layout, "instances", "term")).state).toBe("stopped");
   expect(runtime.live.size).toBe(0);
 });
+
+test("a guest .sandbox.yaml with 3,000 previewed services is refused at once; no listener opens; the daemon answers", async () => {
+  const created = await create("hostile");
+  const [vm] = [...runtime.live];
+  const many =
+    "version: 1\nservices:\n" +
+    Array.from({ length: 3000 }, (_, i) => `  s${i}:\n    command: sleep 1000\n    preview: true\n`).join("");
+  await writeFile(vm!.local.hostPath("/workspace/.sandbox.yaml"), many);
+  const started = performance.now();
+  await expect(call({ action: "services", name: "hostile", op: "ensure" })).rejects.toMatchObject({
+    code: "CONFIG_INVALID",
+    message: expect.stringMatching(/declares 3000 services; at most 64/),
+  });
+  const refusedMs = performance.now() - started;
+  expect(refusedMs).toBeLessThan(10_000);
+  const view = await inspectEntry(layout, "instances", "hostile");
+  expect(view.previews).toEqual(created.previews);
+  expect((await call({ action: "exec", name: "hostile", cmd: "echo still here" })).output).toBe("still here\n");
+  await call({ action: "stop", name: "hostile" });
+});
+
+test(`ad-hoc previews stop at ${64} per instance with a typed error`, async () => {
+  await create("manyprev");
+  const opened: Loose[] = [];
+  for (let port = 40_000; opened.length < 63; port++)
+    opened.push(await call({ action: "preview", name: "manyprev", port }));
+  await expect(call({ action: "preview", name: "manyprev", port: 41_000 })).rejects.toMatchObject({
+    code: "CONTROLLER_PREVIEW_LIMIT",
+  });
+  // An existing preview can still be updated.
+  expect((await call({ action: "preview", name: "manyprev", port: 40_000, title: "again" })).previews).toHaveLength(1);
+  await call({ action: "stop", name: "manyprev" });
+});

@@ -1,7 +1,14 @@
 // Operations on a running guest: services with their previews, ad-hoc previews, the terminal.
 
-import { hasPreview, type SandboxConfig, type ServiceConfig } from "@pi-sandbox/config";
-import { adHocPreview, type PreviewInfo, type PreviewLink, type PreviewSpec } from "@pi-sandbox/ingress";
+import { LIMITS, hasPreview, type SandboxConfig, type ServiceConfig } from "@pi-sandbox/config";
+import {
+  adHocPreview,
+  type PreviewGateway,
+  type PreviewInfo,
+  type PreviewLink,
+  type PreviewSpec,
+} from "@pi-sandbox/ingress";
+import { ControllerError } from "../errors.js";
 import { isSupervisorError, type ServicesResult } from "@pi-sandbox/supervisor";
 import type { PreviewLinkInfo } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
@@ -20,6 +27,24 @@ function linksOf(service: ServiceConfig): PreviewLink[] {
     } else for (const link of entry.links) links.push({ ...link, folder: entry.folder });
   }
   return links;
+}
+
+/**
+ * Opens (or updates) a preview, refusing a new one past LIMITS.previewsMax: each preview is a
+ * host listener, and the services that ask for them come from a guest file.
+ */
+async function openLimited(gateway: PreviewGateway, spec: PreviewSpec): Promise<PreviewInfo> {
+  if (!gateway.get(spec.key) && gateway.list().length >= LIMITS.previewsMax) {
+    throw new ControllerError(
+      "CONTROLLER_PREVIEW_LIMIT",
+      `${spec.key} gets no preview: this instance already has ${LIMITS.previewsMax} previews, the most one instance may hold`,
+      {
+        hint: "Remove preview: from services that do not need one (in the guest .sandbox.yaml), then run services ensure.",
+        details: { key: spec.key, limit: LIMITS.previewsMax },
+      },
+    );
+  }
+  return gateway.open(spec);
 }
 
 function previewInfoToLinks(info: PreviewInfo): PreviewLinkInfo[] {
@@ -96,7 +121,7 @@ export class GuestOperations implements GuestActions {
         links: linksOf(service),
       };
       try {
-        const info = await gateway.open(spec);
+        const info = await openLimited(gateway, spec);
         origins[name] = info.origin;
         wanted.set(name, spec);
       } catch (error) {
@@ -111,7 +136,7 @@ export class GuestOperations implements GuestActions {
     for (const status of result.services) {
       const spec = wanted.get(status.name);
       if (spec && status.port && status.port !== spec.guestPort)
-        await gateway.open({ ...spec, guestPort: status.port });
+        await openLimited(gateway, { ...spec, guestPort: status.port });
     }
     for (const failure of result.failures) {
       this.state.recordError(
@@ -134,17 +159,18 @@ export class GuestOperations implements GuestActions {
     const { supervisor, gateway } = this.state.running();
     let origin: string | undefined;
     if (preview) {
-      const info = await gateway.open({ key: spec.name, guestPort: spec.port ?? 1, links: preview.links });
+      const info = await openLimited(gateway, { key: spec.name, guestPort: spec.port ?? 1, links: preview.links });
       origin = info.origin;
     }
     const status = await supervisor.startService({ ...spec, ...(origin ? { publicUrl: origin } : {}) });
-    if (preview && status.port) await gateway.open({ key: spec.name, guestPort: status.port, links: preview.links });
+    if (preview && status.port)
+      await openLimited(gateway, { key: spec.name, guestPort: status.port, links: preview.links });
     await this.savePreviews();
     return { service: status, previews: (this.state.status.previews ?? []).filter((p) => p.service === spec.name) };
   }
 
   async openPreview(spec: { port: number; title?: string; description?: string }) {
-    const info = await this.state.running().gateway.open(adHocPreview(spec));
+    const info = await openLimited(this.state.running().gateway, adHocPreview(spec));
     await this.savePreviews();
     return { previews: previewInfoToLinks(info) };
   }
