@@ -38,6 +38,7 @@ let runtime: LocalRuntime;
 const controllers = new Set<InstanceController>();
 const servers = new Map<string, Server>();
 const daemons = new Map<string, InstanceController>();
+const silent = new Set<string>();
 
 beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), "pisb-ctl-"));
@@ -66,7 +67,18 @@ async function daemon(name: string, kind: "instances" | "templates" = "instances
   await writeFile(layout.pidFile(kind, name), `${process.pid}\n`);
   servers.get(key)?.close();
   await rm(layout.socketPath(kind, name), { force: true });
-  const server = createServer((socket) => socket.end());
+  // Answers pings like a daemon does, unless the test made it stop answering (like SIGSTOP).
+  const server = createServer((socket) => {
+    socket.on("data", (chunk) => {
+      if (silent.has(key)) return;
+      for (const line of chunk.toString().split("\n").filter(Boolean)) {
+        const message = JSON.parse(line) as { id: number; type: string };
+        if (message.type === "ping")
+          socket.write(`${JSON.stringify({ id: message.id, type: "pong", pid: process.pid, state: "running" })}\n`);
+      }
+    });
+    socket.on("error", () => undefined);
+  });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(layout.socketPath(kind, name), resolve);
@@ -113,6 +125,7 @@ test("create runs setup and services and opens the preview; stop and start keep 
   expect(started.state).toBe("running");
   expect(started.previews[0].url).toBe(url);
   expect(progress.some((p) => p.startsWith("[setup]"))).toBe(false);
+  expect(started.setup).toEqual(created.setup); // the create's setup outcome outlives its daemon
   expect((await call({ action: "exec", name: "demo", cmd: "cat note.txt" })).output).toBe("hi\n");
   await call({ action: "stop", name: "demo" });
 });
@@ -296,4 +309,44 @@ test(`ad-hoc previews stop at ${64} per instance with a typed error`, async () =
   // An existing preview can still be updated.
   expect((await call({ action: "preview", name: "manyprev", port: 40_000, title: "again" })).previews).toHaveLength(1);
   await call({ action: "stop", name: "manyprev" });
+});
+
+test("restart keeps a preview's links; ensure takes up the new preview configuration", async () => {
+  const created = await create("links");
+  expect(created.previews).toEqual([expect.objectContaining({ service: "web", title: "web" })]);
+  const [vm] = [...runtime.live];
+  const yaml = vm!.local.hostPath("/workspace/.sandbox.yaml");
+  await writeFile(yaml, YAML().replace("preview: true", "preview: { url: /, title: Renamed }"));
+  const restarted = await call({ action: "services", name: "links", op: "restart", service: "web" });
+  expect(restarted.previews).toEqual([expect.objectContaining({ service: "web", title: "web" })]);
+  const ensured = await call({ action: "services", name: "links", op: "ensure" });
+  expect(ensured.previews).toEqual([
+    expect.objectContaining({ service: "web", title: "Renamed", url: created.previews[0].url }),
+  ]);
+  await call({ action: "stop", name: "links" });
+});
+
+test("a daemon that is alive but does not answer reads unavailable with its pid; answering again reads running", async () => {
+  await create("paused");
+  silent.add("instances/paused");
+  const view = await inspectEntry(layout, "instances", "paused");
+  expect(view.state).toBe("unavailable");
+  expect(view.hint).toMatch(new RegExp(`alive but does not answer.*kill ${process.pid}`));
+  silent.delete("instances/paused");
+  expect((await inspectEntry(layout, "instances", "paused")).state).toBe("running");
+  await call({ action: "stop", name: "paused" });
+});
+
+test("an instance whose image is gone keeps its state and says so in errors", async () => {
+  const image = join(dir, "image");
+  await mkdir(image);
+  await writeFile(join(dir, "img.yaml"), `${YAML()}image: ./image\n`);
+  await call({ action: "create", name: "noimg", config: join(dir, "img.yaml") });
+  await call({ action: "stop", name: "noimg" });
+  await rm(image, { recursive: true });
+  const view = await inspectEntry(layout, "instances", "noimg");
+  expect(view.state).toBe("stopped");
+  expect(view.errors).toEqual([
+    expect.objectContaining({ code: "CONTROLLER_IMAGE_MISSING", hint: expect.any(String) }),
+  ]);
 });

@@ -200,6 +200,9 @@ export class Lifecycle {
       });
     }
     this.state.errors = [];
+    // Each daemon starts with a fresh status; the last setup's outcome stays until the next setup.
+    const previous = await readStatus(this.state.layout, "instances", this.name);
+    if (previous?.setup) this.state.status.setup = previous.setup;
     if (record.pendingCreate) {
       progress({ stage: "boot", message: `finishing the interrupted create of ${this.name}` });
     }

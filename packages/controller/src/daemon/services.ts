@@ -58,6 +58,9 @@ function previewInfoToLinks(info: PreviewInfo): PreviewLinkInfo[] {
 
 /** The guest operations of one instance. */
 export class GuestOperations implements GuestActions {
+  /** The links each declared service's preview was opened with in this run. */
+  private readonly declaredLinks = new Map<string, PreviewLink[]>();
+
   constructor(private readonly state: InstanceState) {}
 
   supervisor() {
@@ -113,12 +116,15 @@ export class GuestOperations implements GuestActions {
       const service = config!.services[name]!;
       if (!hasPreview(service)) continue;
       const current = gateway.get(name);
+      // A restart keeps the links a preview already has; ensure takes up new preview configuration.
+      const links = (restart && this.declaredLinks.get(name)) || linksOf(service);
+      this.declaredLinks.set(name, links);
       // The guest port is known once the agent allocates it; until then the preview points at a
       // placeholder port and is updated right after the services start.
       const spec: PreviewSpec = {
         key: name,
         guestPort: service.port ?? current?.guestPort ?? 1,
-        links: linksOf(service),
+        links,
       };
       try {
         const info = await openLimited(gateway, spec);

@@ -1,6 +1,6 @@
 import { access } from "node:fs/promises";
 import { ControllerError } from "../errors.js";
-import { daemonLive } from "./liveness.js";
+import { daemonAnswers, daemonLive } from "./liveness.js";
 import type { EntryKind, StateLayout } from "./layout.js";
 import {
   listEntryNames,
@@ -68,15 +68,23 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
   const liveness = await daemonLive(layout.pidFile(kind, name), layout.socketPath(kind, name));
   let state: EntryState = status?.state ?? (kind === "templates" ? "failed" : "stopped");
   let hint: string | undefined;
+  const errors = [...(status?.errors ?? [])];
   if (ACTIVE.has(state) && !liveness.live) {
     state = "interrupted";
     hint = `The controller of ${name} is gone (crash or kill). Run {"action":"start","name":"${name}"} to reopen its last completed checkpoint.`;
+  } else if (ACTIVE.has(state) && !(await daemonAnswers(layout.socketPath(kind, name)))) {
+    state = "unavailable";
+    hint = `The controller of ${name} (pid ${liveness.pid}) is alive but does not answer: it may be stopped (SIGSTOP) or overloaded. Wait and inspect again, or end it (kill ${liveness.pid}) and run {"action":"start","name":"${name}"}.`;
   } else if (!ACTIVE.has(state) && record.config.image) {
     try {
       await access(record.config.image);
     } catch {
-      state = "unavailable";
-      hint = `Its image assets at ${record.config.image} are gone; restore them at that path to reopen it.`;
+      errors.push({
+        code: "CONTROLLER_IMAGE_MISSING",
+        message: `the image assets at ${record.config.image} are gone; ${name} cannot boot without them`,
+        hint: "Restore them at that path to reopen it.",
+        at: new Date().toISOString(),
+      });
     }
   }
   if (!hint && state === "failed") hint = `See {"action":"logs","name":"${name}"} for the controller log.`;
@@ -88,7 +96,7 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
     resources: record.config.resources,
     diskGiB: record.config.diskGiB,
     previews: state === "running" ? (status?.previews ?? []) : [],
-    errors: status?.errors ?? [],
+    errors,
   };
   if (record.template) view.template = record.template;
   if (status?.accelerator) view.accelerator = status.accelerator;

@@ -1,5 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { connect } from "node:net";
+import { readJsonLines, writeJsonLine, type DaemonMessage } from "../wire.js";
 
 /** True when a process with this pid exists (and we may signal it). */
 export function pidAlive(pid: number): boolean {
@@ -45,4 +46,28 @@ export async function daemonLive(pidFile: string, socketPath: string): Promise<{
   const pid = await readPidFile(pidFile);
   if (pid === undefined || !pidAlive(pid)) return { live: false, pid };
   return { live: await socketAccepts(socketPath), pid };
+}
+
+/**
+ * True when the daemon on `socketPath` answers a ping within `timeoutMs`. The kernel accepts
+ * connections on a listening socket even while its process is stopped (SIGSTOP) or wedged, so
+ * only an answer shows the daemon itself is working.
+ */
+export function daemonAnswers(socketPath: string, timeoutMs = 2000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(socketPath);
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => done(false), timeoutMs);
+    socket.once("error", () => done(false));
+    socket.once("connect", () => {
+      readJsonLines<DaemonMessage>(socket, (message) => {
+        if (message.id === 1 && message.type === "pong") done(true);
+      });
+      writeJsonLine(socket, { id: 1, type: "ping" });
+    });
+  });
 }
