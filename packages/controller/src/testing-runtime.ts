@@ -2,7 +2,7 @@
 // (`createLocalGuestVm`), the agent is the real Python agent running on the host, previews are
 // real localhost listeners, and a "disk" is a directory. No QEMU.
 
-import { cp, mkdir, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { cp, mkdir, readdir, readlink, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector } from "@pi-sandbox/ingress";
 import { DEFAULT_AGENT_PATH, DEFAULT_AGENT_STATE_DIR, SupervisorClient } from "@pi-sandbox/supervisor";
@@ -85,12 +85,12 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         async stop() {
           const t = performance.now();
           live.delete(vm);
-          await local.close();
+          await powerOff(local);
           return { totalMs: performance.now() - t };
         },
         async close() {
           live.delete(vm);
-          await local.close();
+          await powerOff(local);
         },
       };
       live.add(vm);
@@ -118,6 +118,26 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
       }),
   };
   return runtime;
+}
+
+/**
+ * Ends the local "VM" like a power-off: its commands, and every host process still working
+ * inside its directory (services an agent started in their own sessions, left behind by an
+ * agent that died).
+ */
+async function powerOff(local: LocalGuestVm): Promise<void> {
+  await local.close();
+  for (const entry of await listDir("/proc")) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    const cwd = await readlink(`/proc/${entry}/cwd`).catch(() => "");
+    if (cwd === local.root || cwd.startsWith(`${local.root}/`)) {
+      try {
+        process.kill(Number(entry), "SIGKILL");
+      } catch {
+        // gone already
+      }
+    }
+  }
 }
 
 async function exists(path: string): Promise<boolean> {

@@ -350,3 +350,26 @@ test("an instance whose image is gone keeps its state and says so in errors", as
     expect.objectContaining({ code: "CONTROLLER_IMAGE_MISSING", hint: expect.any(String) }),
   ]);
 });
+
+test("an agent that goes away under a running VM: the instance checkpoints, reads failed with the reason, and start works", async () => {
+  await create("orphan");
+  await call({ action: "exec", name: "orphan", cmd: "echo kept > kept.txt" });
+  const controller = await daemon("orphan");
+  // The same path as an agent the host cut off for breaking the protocol (AGENT_PROTOCOL, which
+  // supervisor's hostile-guest tests provoke): the channel closes with a reason under a live VM.
+  await call({ action: "exec", name: "orphan", cmd: "pkill -KILL -f '[s]andbox_agent.pyz' &" }).catch(() => undefined);
+  for (let i = 0; i < 100 && !controller.exiting; i++) {
+    controller.checkVm();
+    await sleep(100);
+  }
+  await controller.finished;
+  const view = await inspectEntry(layout, "instances", "orphan");
+  expect(view.state).toBe("failed");
+  expect(view.errors).toEqual([
+    expect.objectContaining({ code: "AGENT_CLOSED", message: expect.stringMatching(/guest agent of orphan is gone/) }),
+  ]);
+  expect(runtime.live.size).toBe(0);
+  expect((await call({ action: "start", name: "orphan" })).state).toBe("running");
+  expect((await call({ action: "exec", name: "orphan", cmd: "cat kept.txt" })).output).toBe("kept\n");
+  await call({ action: "stop", name: "orphan" });
+});

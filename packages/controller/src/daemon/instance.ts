@@ -138,6 +138,11 @@ export class InstanceController {
       state.recordError(fault.code, fault.message);
       void state.setState(state.status.state).catch(() => undefined);
     }
+    const lost = state.supervisor?.closedReason;
+    if (vm && !vm.closed && lost && !this.busy && !state.exiting) {
+      void this.#enqueue(() => this.#agentLost(lost)).catch(() => undefined);
+      return;
+    }
     if (!vm || !vm.closed || this.busy || state.exiting) return;
     void this.#enqueue(async () => {
       if (state.vm !== vm) return;
@@ -150,6 +155,28 @@ export class InstanceController {
       await state.setState("failed", { previews: [] }).catch(() => undefined);
       state.finish();
     }).catch(() => undefined);
+  }
+
+  /**
+   * The agent's channel closed under a running VM: the agent exited, or the host cut it for
+   * breaking the protocol (a hostile or broken guest). Its services are gone; the disk is
+   * checkpointed (the guest's own work is kept), the status reads failed with the reason, and
+   * the daemon exits; start boots a fresh agent.
+   */
+  async #agentLost(reason: { code: string; message: string }): Promise<void> {
+    const state = this.#state;
+    if (!state.supervisor?.closedReason) return;
+    state.recordError(
+      reason.code,
+      `the guest agent of ${state.name} is gone: ${reason.message}`,
+      `Its services stopped. The disk was checkpointed; run {"action":"start","name":"${state.name}"} to start a fresh agent.`,
+    );
+    // A stop that cannot checkpoint still ends the VM and keeps the previous checkpoint.
+    await this.#lifecycle
+      .teardown({ checkpoint: true })
+      .catch((error: unknown) => state.log.warn(`checkpoint after the agent was lost: ${String(error)}`));
+    await state.setState("failed", { previews: [] }).catch(() => undefined);
+    state.finish();
   }
 
   /** SIGTERM: stop cleanly (checkpoint) if a VM runs. */
