@@ -1,5 +1,5 @@
 import { readFile } from "node:fs/promises";
-import { connect } from "node:net";
+import { connect, type Socket } from "node:net";
 import { readJsonLines, writeJsonLine, type DaemonMessage } from "../wire.js";
 
 /** True when a process with this pid exists (and we may signal it). */
@@ -24,10 +24,14 @@ export async function readPidFile(path: string): Promise<number | undefined> {
 }
 
 /**
- * True when something accepts connections on the socket within `timeoutMs`. A pid alone can be
- * reused by an unrelated process after a crash; a listening socket in our state dir cannot.
+ * Connects to `path` and resolves false on an error or after `timeoutMs`; once connected,
+ * `onConnect` gets the socket and a `done` to settle with.
  */
-export function socketAccepts(path: string, timeoutMs = 500): Promise<boolean> {
+function probeSocket(
+  path: string,
+  timeoutMs: number,
+  onConnect: (socket: Socket, done: (ok: boolean) => void) => void,
+): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = connect(path);
     const done = (ok: boolean) => {
@@ -36,9 +40,17 @@ export function socketAccepts(path: string, timeoutMs = 500): Promise<boolean> {
       resolve(ok);
     };
     const timer = setTimeout(() => done(false), timeoutMs);
-    socket.once("connect", () => done(true));
+    socket.once("connect", () => onConnect(socket, done));
     socket.once("error", () => done(false));
   });
+}
+
+/**
+ * True when something accepts connections on the socket within `timeoutMs`. A pid alone can be
+ * reused by an unrelated process after a crash; a listening socket in our state dir cannot.
+ */
+export function socketAccepts(path: string, timeoutMs = 500): Promise<boolean> {
+  return probeSocket(path, timeoutMs, (_socket, done) => done(true));
 }
 
 /** A daemon is live when its pid exists and its socket accepts connections. */
@@ -54,20 +66,10 @@ export async function daemonLive(pidFile: string, socketPath: string): Promise<{
  * only an answer shows the daemon itself is working.
  */
 export function daemonAnswers(socketPath: string, timeoutMs = 2000): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(socketPath);
-    const done = (ok: boolean) => {
-      clearTimeout(timer);
-      socket.destroy();
-      resolve(ok);
-    };
-    const timer = setTimeout(() => done(false), timeoutMs);
-    socket.once("error", () => done(false));
-    socket.once("connect", () => {
-      readJsonLines<DaemonMessage>(socket, (message) => {
-        if (message.id === 1 && message.type === "pong") done(true);
-      });
-      writeJsonLine(socket, { id: 1, type: "ping" });
+  return probeSocket(socketPath, timeoutMs, (socket, done) => {
+    readJsonLines<DaemonMessage>(socket, (message) => {
+      if (message.id === 1 && message.type === "pong") done(true);
     });
+    writeJsonLine(socket, { id: 1, type: "ping" });
   });
 }
