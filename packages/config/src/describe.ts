@@ -1,7 +1,14 @@
-/** A short, human description of a parsed YAML value for "got …" messages. */
+import { escapeControlChars } from "./control-chars.js";
+
+/**
+ * A short, human description of a parsed YAML value for "got …" messages. Strings are quoted with
+ * every control character escaped (JSON.stringify leaves DEL and C1 as they are), so a message
+ * stays one printable line whatever the file holds.
+ */
 export function describeValue(value: unknown): string {
   if (value === null || value === undefined) return "an empty value";
-  if (typeof value === "string") return JSON.stringify(value.length > 60 ? `${value.slice(0, 57)}...` : value);
+  if (typeof value === "string")
+    return escapeControlChars(JSON.stringify(value.length > 60 ? `${value.slice(0, 57)}...` : value));
   if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint") return String(value);
   if (Array.isArray(value)) return "a list";
   if (value instanceof Uint8Array) return "binary data";
@@ -30,7 +37,11 @@ export function dottedPath(segments: readonly (string | number)[]): string {
 
 /** Wraps a path for a message: `services.web.port`. */
 export function quotePath(path: string): string {
-  // Keys may hold any character; control characters are escaped so each issue stays on one line.
-  const printable = path.replace(/[\u0000-\u001f\u007f\u2028\u2029]/g, (char) => JSON.stringify(char).slice(1, -1));
+  // Keys may hold any character; control characters and line separators are escaped so each
+  // issue stays on one printable line.
+  const printable = escapeControlChars(path).replace(
+    /[\u2028\u2029]/g,
+    (char) => `\\u${char.charCodeAt(0).toString(16)}`,
+  );
   return `\`${printable}\``;
 }

@@ -37,6 +37,10 @@ export {
 export { LIMITS } from "./limits.js";
 export type { Limits } from "./limits.js";
 
+// Text from a guest, made safe to print
+export { escapeControlChars, hasControlChars } from "./control-chars.js";
+export type { ControlCharOptions } from "./control-chars.js";
+
 // Service references
 export { resolvePublicUrlReferences, referencedServices, findServicePlaceholders } from "./references.js";
 export type { ServicePlaceholder } from "./references.js";

@@ -2,6 +2,7 @@
 // service, `${services.NAME.publicURL}` references (existence, preview, platform, cycles) and the
 // start order those references imply. They run on the raw parsed value, guarding every shape, so
 // their findings are reported together with structural problems elsewhere in the file.
+import { escapeControlChars } from "./control-chars.js";
 import { dottedPath, isPlainRecord, quotePath } from "./describe.js";
 import { findServicePlaceholders } from "./references.js";
 import type { LocatedIssue } from "./validate.js";
@@ -71,7 +72,7 @@ function folderIssues(services: Record<string, Record<string, unknown>>, out: Lo
       out.push({
         segments,
         at: "value",
-        message: `${quotePath(dottedPath(segments))} repeats the folder name ${JSON.stringify(entry.folder)}; folder names must be unique within a service`,
+        message: `${quotePath(dottedPath(segments))} repeats the folder name ${escapeControlChars(JSON.stringify(entry.folder))}; folder names must be unique within a service`,
       });
     });
   }

@@ -3,6 +3,7 @@
 // whose subject is the offending path ("`services.web.port` must be between 1 and 65535; got 0").
 // Rules that involve more than one field (port uniqueness, references, folders) live in rules.ts.
 import * as v from "valibot";
+import { hasControlChars } from "./control-chars.js";
 import { describeValue } from "./describe.js";
 import { LIMITS } from "./limits.js";
 import { PROFILE_NAMES } from "./profiles.js";
@@ -32,6 +33,18 @@ const noAmpEmail = v.check(
   "uses $AMP_USER_EMAIL, an Amp identity placeholder that does not exist in a local sandbox; write the text out instead",
 );
 
+// Preview labels are printed by the CLI and shown in Pi, and the guest's own .sandbox.yaml may be
+// written by a prompt-injected model: terminal escape sequences are refused at the source (and
+// escaped again wherever text is printed). A description may span lines; nothing else may.
+const noControlChars = v.check(
+  (text: string) => !hasControlChars(text),
+  got("must not contain control characters (such as ESC, BEL or a line break); write plain text"),
+);
+const noControlCharsButLines = v.check(
+  (text: string) => !hasControlChars(text, { multiline: true }),
+  got("must not contain control characters (such as ESC or BEL) other than line breaks and tabs; write plain text"),
+);
+
 const shellCommand = v.pipe(
   v.string(got("must be a shell command (a string)")),
   v.description("A guest login-shell command."),
@@ -39,14 +52,20 @@ const shellCommand = v.pipe(
 
 const previewUrl = v.pipe(
   v.string(got("must be a string")),
+  noControlChars,
   v.regex(PREVIEW_URL_PATTERN, got("must be an app path starting with / (like /docs) or an absolute http(s):// URL")),
   noAmpEmail,
   v.description("An app path such as /docs, or an absolute http:// or https:// URL."),
 );
 
-const previewTitle = v.pipe(v.string(got("must be a string")), v.regex(/\S/, "must not be empty"), noAmpEmail);
+const previewTitle = v.pipe(
+  v.string(got("must be a string")),
+  noControlChars,
+  v.regex(/\S/, "must not be empty"),
+  noAmpEmail,
+);
 
-const previewDescription = v.pipe(v.string(got("must be a string")), noAmpEmail);
+const previewDescription = v.pipe(v.string(got("must be a string")), noControlCharsButLines, noAmpEmail);
 
 /** One preview link: `{url, title, description?}`. */
 export const previewLinkSchema = v.strictObject({
@@ -57,7 +76,7 @@ export const previewLinkSchema = v.strictObject({
 
 /** A one-level group of links: `{folder, links}`. */
 export const previewFolderSchema = v.strictObject({
-  folder: v.pipe(v.string(got("must be a string")), v.regex(/\S/, "must not be empty"), noAmpEmail),
+  folder: v.pipe(v.string(got("must be a string")), noControlChars, v.regex(/\S/, "must not be empty"), noAmpEmail),
   links: v.pipe(
     v.array(previewLinkSchema, got("must be a list of links {url, title, description?}")),
     v.minLength(1, "must list at least one link"),

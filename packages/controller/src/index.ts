@@ -35,3 +35,6 @@ export type {
   ProgressEvent,
   DoctorCheck,
 } from "./client/index.js";
+// Printing guest text
+export { escapeControlChars, hasControlChars } from "./client/index.js";
+export type { ControlCharOptions } from "./client/index.js";

@@ -1,6 +1,7 @@
 // `/sandbox <name> [user]`: a temporary ssh command for the user, never shown to the model.
 
 import type { ExtensionCommandContext, RegisteredCommand } from "@earendil-works/pi-coding-agent";
+import { escapeControlChars } from "@pi-sandbox/controller/client";
 import { SandboxExtensionError } from "./errors.js";
 import { errorJson } from "./format.js";
 import type { SandboxDependencies } from "./tool.js";
@@ -14,10 +15,14 @@ interface ShellAccess {
 
 const USAGE = "Usage: /sandbox <name> [user]; user defaults to root.";
 
-/** Sends text to the user only: a UI notification, or stderr where Pi has no UI (print mode). */
+/**
+ * Sends text to the user only: a UI notification, or stderr where Pi has no UI (print mode).
+ * Control characters are escaped (line breaks and tabs kept): error messages may carry guest text.
+ */
 function tellUser(ctx: ExtensionCommandContext, message: string, level: "info" | "error"): void {
-  if (ctx.hasUI) ctx.ui.notify(message, level);
-  else process.stderr.write(`${message}\n`);
+  const shown = escapeControlChars(message, { multiline: true });
+  if (ctx.hasUI) ctx.ui.notify(shown, level);
+  else process.stderr.write(`${shown}\n`);
 }
 
 /** Builds the `/sandbox` command around injected dependencies. */

@@ -1,9 +1,22 @@
 // Turns controller results, errors, progress and interruptions into Pi tool results: compact
 // text for the model, `details` for the renderer, `structuredContent` for code-mode scripts.
+//
+// Results carry guest text (titles, agent messages, command output) that a prompt-injected model
+// in the guest may have filled with terminal escape sequences, and Pi's TUI and print mode show
+// the model's copy. So the text content never holds a raw control character: JSON keeps them as
+// JSON escapes (`\u001b`, `\u009b`, the same value for the model), plain text escapes them visibly
+// (`\x1b`), keeping line breaks and tabs. `details` is escaped by the renderer; structuredContent
+// is data for scripts and stays exact.
 
 import { DEFAULT_MAX_BYTES, formatSize, truncateHead, truncateTail } from "@earendil-works/pi-coding-agent";
 import type { AgentToolResult } from "@earendil-works/pi-coding-agent";
-import { findAction, isControllerError, type PreviewLinkInfo, type ProgressEvent } from "@pi-sandbox/controller/client";
+import {
+  escapeControlChars,
+  findAction,
+  isControllerError,
+  type PreviewLinkInfo,
+  type ProgressEvent,
+} from "@pi-sandbox/controller/client";
 import { isSandboxExtensionError } from "./errors.js";
 import type { ActionPeek } from "./input.js";
 
@@ -39,9 +52,18 @@ function base(peek: ActionPeek, status: SandboxToolDetails["status"]): SandboxTo
   return details;
 }
 
+/** Content for the model (and Pi's TUI): control characters escaped, line breaks and tabs kept. */
 function text(value: string): SandboxToolResult["content"] {
-  return [{ type: "text", text: value }];
+  return [{ type: "text", text: escapeControlChars(value, { multiline: true }) }];
 }
+
+/** Compact JSON with no raw control character: DEL and C1, which JSON.stringify leaves, as `\u00XX`. */
+function safeJson(value: unknown): string {
+  return escapeControlChars(JSON.stringify(value));
+}
+
+/** One line of text from the guest or the model: line breaks included, every control escaped. */
+const oneLine = (value: string) => escapeControlChars(value);
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
@@ -75,10 +97,10 @@ const bytes = (value: string) => Buffer.byteLength(value, "utf8");
  * Code-mode scripts still receive the whole result as structuredContent.
  */
 function modelBody(record: Record<string, unknown>): string {
-  const whole = JSON.stringify(record);
+  const whole = safeJson(record);
   if (bytes(whole) <= DEFAULT_MAX_BYTES) return whole;
   const field = BULKY_FIELDS.filter((f) => record[f.key] !== undefined)
-    .map((f) => ({ ...f, size: bytes(JSON.stringify(record[f.key])) }))
+    .map((f) => ({ ...f, size: bytes(safeJson(record[f.key])) }))
     .sort((a, b) => b.size - a.size)[0];
   if (!field) return truncateHead(whole, { maxBytes: DEFAULT_MAX_BYTES }).content;
   const value = record[field.key];
@@ -98,7 +120,7 @@ function modelBody(record: Record<string, unknown>): string {
     // Line-based cutting drops a final newline; keep the text's own ending.
     const tail = original.endsWith("\n") && !cut.content.endsWith("\n") ? `${cut.content}\n` : cut.content;
     const kept = Array.isArray(value) ? (cut.content === "" ? [] : cut.content.split("\n")) : tail;
-    const body = JSON.stringify({
+    const body = safeJson({
       ...record,
       [field.key]: kept,
       truncated: `${field.key} cut to its ${field.keep} ${formatSize(cut.outputBytes)} of ${formatSize(cut.totalBytes)} to fit the tool-output limit; to see the rest, ${field.more}`,
@@ -121,7 +143,7 @@ export function successResult(peek: ActionPeek, result: unknown): SandboxToolRes
       ? record.help
       : isRecord(result)
         ? modelBody(record)
-        : JSON.stringify(result);
+        : safeJson(result);
   return { content: text(body), details, structuredContent: record as SandboxToolResult["structuredContent"] };
 }
 
@@ -147,7 +169,7 @@ export function errorResult(peek: ActionPeek, error: unknown): SandboxToolResult
   const json = errorJson(error);
   const details = base(peek, "error");
   details.error = json;
-  const body = `${json.code}: ${json.message}${json.hint ? `\nHint: ${json.hint}` : ""}`;
+  const body = `${oneLine(json.code)}: ${json.message}${json.hint ? `\nHint: ${json.hint}` : ""}`;
   return { content: text(body), details, isError: true };
 }
 
@@ -156,11 +178,14 @@ export function progressResult(peek: ActionPeek, events: readonly ProgressEvent[
   const details = base(peek, "running");
   details.progress = events.slice(-PROGRESS_KEPT);
   const last = events.at(-1);
-  return { content: text(last ? `[${last.stage}] ${last.message}` : `${peek.action} …`), details };
+  return {
+    content: text(last ? `[${oneLine(last.stage)}] ${oneLine(last.message)}` : `${oneLine(peek.action)} …`),
+    details,
+  };
 }
 
 function quote(value: Record<string, unknown>): string {
-  return JSON.stringify(value);
+  return safeJson(value);
 }
 
 /** How to follow work the user stopped waiting for. */
@@ -192,11 +217,11 @@ export function followUpHint(peek: ActionPeek): string {
 export function detachedResult(peek: ActionPeek, events: readonly ProgressEvent[]): SandboxToolResult {
   const details = base(peek, "detached");
   if (events.length > 0) details.progress = events.slice(-PROGRESS_KEPT);
-  const what = peek.name === undefined ? peek.action : `${peek.action} of ${peek.name}`;
+  const what = peek.name === undefined ? oneLine(peek.action) : `${oneLine(peek.action)} of ${oneLine(peek.name)}`;
   const message = `Stopped waiting for ${what} because the user interrupted.`;
   const hint = followUpHint(peek);
   details.error = { code: "PI_SANDBOX_WAIT_ENDED", message, hint };
   const last = events.at(-1);
-  const lastLine = last ? `\nLast progress: [${last.stage}] ${last.message}` : "";
+  const lastLine = last ? `\nLast progress: [${oneLine(last.stage)}] ${oneLine(last.message)}` : "";
   return { content: text(`${message} ${hint}${lastLine}`), details, isError: true };
 }

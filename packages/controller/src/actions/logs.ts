@@ -5,7 +5,7 @@ import type { LogTail } from "@pi-sandbox/supervisor";
 import { inspectEntry } from "../state/inspect.js";
 import { defineAction } from "./define.js";
 import { actionSchema, arg, intOption, name, nameArg, positional, text } from "./parts.js";
-import { line } from "./text.js";
+import { line, oneLine } from "./text.js";
 
 /** The controller log's tail, read from the state directory without a daemon. */
 export interface ControllerLogTail {
@@ -64,5 +64,7 @@ export const logs = defineAction({
   },
   run: (args, ctx): Promise<LogTail | ControllerLogTail> =>
     ctx.guest.supervisor().logs(args.service ?? "", { lines: args.lines }),
-  formatText: (result) => ("text" in result ? line(result.text) : result.lines.join("\n") + "\n"),
+  // A service log is multi-line guest text (the CLI escapes its controls but keeps lines and tabs);
+  // a controller log line is one entry, so anything in it that would break the line is escaped.
+  formatText: (result) => ("text" in result ? line(result.text) : result.lines.map(oneLine).join("\n") + "\n"),
 });

@@ -1,7 +1,7 @@
 // Schema and documentation pieces shared by the action modules.
 
 import * as v from "valibot";
-import { LIMITS } from "@pi-sandbox/config";
+import { LIMITS, hasControlChars } from "@pi-sandbox/config";
 import { UsageError, type ArgumentDoc, type CliInput } from "./define.js";
 
 /** Instance/template names are checked after the schema, so a bad one gets CONTROLLER_INVALID_NAME. */
@@ -14,10 +14,26 @@ export const waitMs = v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(
 export const port = v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(65535));
 /** A namespace. */
 export const kind = v.picklist(["instances", "templates"]);
+/**
+ * A label that is printed (a preview title, folder or URL): no control characters, the same rule
+ * as the guest .sandbox.yaml's, since a model may pass terminal escape sequences.
+ */
+export const label = v.pipe(
+  v.string(),
+  v.check((value: string) => !hasControlChars(value), "must not contain control characters (such as ESC or BEL)"),
+);
+/** Longer text (a preview description): line breaks and tabs, but no other control characters. */
+export const prose = v.pipe(
+  v.string(),
+  v.check(
+    (value: string) => !hasControlChars(value, { multiline: true }),
+    "must not contain control characters (such as ESC or BEL) other than line breaks and tabs",
+  ),
+);
 /** A preview link. */
-export const link = v.strictObject({ url: v.string(), title: v.string(), description: v.optional(v.string()) });
+export const link = v.strictObject({ url: label, title: label, description: v.optional(prose) });
 /** A folder of preview links. */
-export const folder = v.strictObject({ folder: v.string(), links: v.array(link) });
+export const folder = v.strictObject({ folder: label, links: v.array(link) });
 
 /** The strict object schema of one action: `{action: "<name>", ...entries}`. */
 export function actionSchema<const A extends string, E extends v.ObjectEntries>(

@@ -5,7 +5,20 @@ import { LIMITS } from "@pi-sandbox/config";
 import type { ServicesResult } from "@pi-sandbox/supervisor";
 import type { ServicesView } from "../daemon/context.js";
 import { defineAction } from "./define.js";
-import { actionSchema, arg, folder, intOption, link, name, nameArg, port, positional, text } from "./parts.js";
+import {
+  actionSchema,
+  arg,
+  folder,
+  intOption,
+  label,
+  link,
+  name,
+  nameArg,
+  port,
+  positional,
+  prose,
+  text,
+} from "./parts.js";
 
 const OPS = ["ensure", "status", "restart", "stop"] as const;
 
@@ -72,8 +85,8 @@ export const serviceStart = defineAction({
     health: v.optional(v.string()),
     preview: v.optional(v.boolean()),
     previews: v.optional(v.array(v.union([link, folder]))),
-    title: v.optional(v.string()),
-    description: v.optional(v.string()),
+    title: v.optional(label),
+    description: v.optional(prose),
   }),
   run(args, ctx) {
     const links: { url: string; title: string; description?: string; folder?: string }[] = [];
@@ -119,7 +132,7 @@ export const preview = defineAction({
     arg("description", "string", false, "link description"),
   ],
   route: "daemon",
-  schema: actionSchema("preview", { name, port, title: v.optional(v.string()), description: v.optional(v.string()) }),
+  schema: actionSchema("preview", { name, port, title: v.optional(label), description: v.optional(prose) }),
   cli: {
     usage: "preview <name> <guest-port> [--title t]",
     options: { title: { type: "string" } },

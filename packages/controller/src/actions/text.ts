@@ -1,12 +1,29 @@
-// Plain-text rendering shared by the actions' CLI formatters.
+// Plain-text rendering shared by the actions' CLI formatters. Results carry guest text (preview
+// titles, agent error messages) as it came; every field is escaped here with the config's
+// `escapeControlChars`, and the CLI escapes its whole output once more before writing it.
 
+import { escapeControlChars } from "@pi-sandbox/config";
 import type { EntryView } from "../state/inspect.js";
 
-/** Left-aligned columns, two spaces apart. */
+/** One-line text for a terminal: every control character escaped visibly (`\x1b`, `\n`). */
+export function oneLine(value: string): string {
+  return escapeControlChars(value);
+}
+
+/**
+ * Multi-line text under a `key:` label: control characters escaped except line breaks and tabs,
+ * and every further line indented by `indent` so it cannot pass for another `key:` line.
+ */
+export function indented(value: string, indent: string): string {
+  return escapeControlChars(value, { multiline: true }).replace(/\r?\n/g, `\n${indent}`);
+}
+
+/** Left-aligned columns, two spaces apart. Cells are escaped to one line before widths are taken. */
 export function table(rows: string[][]): string {
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length)));
+  const cells = rows.map((r) => r.map(oneLine));
+  const widths = cells[0]!.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? "").length)));
   return (
-    rows
+    cells
       .map((r) =>
         r
           .map((c, i) => c.padEnd(widths[i]!))
@@ -17,20 +34,28 @@ export function table(rows: string[][]): string {
   );
 }
 
+const INDENT = " ".repeat("accelerator: ".length);
+
 /** An entry view as `key: value` lines. */
 export function formatView(view: EntryView): string {
   const lines = [
-    `name:        ${view.name} (${view.kind === "templates" ? "template" : "instance"})`,
-    `state:       ${view.state}`,
-    `created:     ${view.createdAt}${view.template ? ` from template ${view.template}` : ""}`,
+    `name:        ${oneLine(view.name)} (${view.kind === "templates" ? "template" : "instance"})`,
+    `state:       ${oneLine(view.state)}`,
+    `created:     ${oneLine(view.createdAt)}${view.template ? ` from template ${oneLine(view.template)}` : ""}`,
     `resources:   ${view.resources.cpus} cpu, ${view.resources.memoryGiB} GiB memory, ${view.diskGiB} GiB disk`,
   ];
   if (view.accelerator)
-    lines.push(`accelerator: ${view.accelerator}${view.acceleratorReason ? ` (${view.acceleratorReason})` : ""}`);
-  for (const p of view.previews) lines.push(`preview:     ${p.url}  ${p.title}${p.folder ? ` [${p.folder}]` : ""}`);
-  if (view.resumePid) lines.push(`resume:      still running, handle ${view.resumePid}`);
-  for (const e of view.errors) lines.push(`error:       ${e.code}: ${e.message}${e.hint ? ` (${e.hint})` : ""}`);
-  if (view.hint) lines.push(`hint:        ${view.hint}`);
+    lines.push(
+      `accelerator: ${oneLine(view.accelerator)}${view.acceleratorReason ? ` (${oneLine(view.acceleratorReason)})` : ""}`,
+    );
+  for (const p of view.previews)
+    lines.push(`preview:     ${oneLine(p.url)}  ${oneLine(p.title)}${p.folder ? ` [${oneLine(p.folder)}]` : ""}`);
+  if (view.resumePid) lines.push(`resume:      still running, handle ${oneLine(view.resumePid)}`);
+  for (const e of view.errors)
+    lines.push(
+      `error:       ${oneLine(e.code)}: ${indented(e.message, INDENT)}${e.hint ? ` (${indented(e.hint, INDENT)})` : ""}`,
+    );
+  if (view.hint) lines.push(`hint:        ${indented(view.hint, INDENT)}`);
   return lines.join("\n") + "\n";
 }
 

@@ -2,6 +2,7 @@
 // how its subcommand maps onto the action (actions/*.ts, `cli`); this file only parses and prints.
 
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
+import { escapeControlChars } from "@pi-sandbox/config";
 import { UsageError, type ActionSpec } from "../actions/define.js";
 import { ACTIONS, findAction, findCliAction } from "../actions/registry.js";
 import { callAction, isControllerError, renderHelp, type ProgressEvent } from "../client/index.js";
@@ -62,13 +63,25 @@ export function formatResult(action: string, result: unknown): string {
   return JSON.stringify(result, null, 2) + "\n";
 }
 
+/**
+ * Writes CLI output. Results, progress and errors carry guest text (titles, agent messages, command
+ * output), and a terminal obeys the escape sequences in it (OSC 52 sets the clipboard), so every
+ * control character is escaped visibly except line breaks and tabs; colour codes of build tools
+ * show as `\x1b[31m` too. Formatters have already escaped one-line fields, line breaks included.
+ * Escaped JSON is still JSON of the same value: JSON.stringify escapes C0 itself, and DEL and C1
+ * become `\u007f`…`\u009f`.
+ */
+function print(stream: NodeJS.WriteStream, text: string): void {
+  stream.write(escapeControlChars(text, { multiline: true }));
+}
+
 /** Runs the CLI with `argv` (without node and script); resolves with the exit code. */
 export async function runCli(argv: string[]): Promise<number> {
   let parsed: { action: Record<string, unknown>; json: boolean };
   try {
     parsed = await actionFromArgv(argv);
   } catch (error) {
-    process.stderr.write(`${(error as Error).message}\n\n${usage()}\n`);
+    print(process.stderr, `${(error as Error).message}\n\n${usage()}\n`);
     return 2;
   }
   const { json } = parsed;
@@ -76,15 +89,16 @@ export async function runCli(argv: string[]): Promise<number> {
   const input = "json" in parsed.action ? (parsed.action.json as string) : dropUndefined(parsed.action);
   const actionName = typeof input === "string" ? "call" : String(input.action);
   if (actionName === "help" && !json) {
-    process.stdout.write(`${usage()}\n\n${renderHelp({ includeUserOnly: true })}\n`);
+    print(process.stdout, `${usage()}\n\n${renderHelp({ includeUserOnly: true })}\n`);
     return 0;
   }
   const onProgress = (event: ProgressEvent) => {
-    if (!json) process.stderr.write(`[${event.stage}] ${event.message}\n`);
+    // One event is one line, whatever the guest put in it.
+    if (!json) print(process.stderr, `[${escapeControlChars(event.stage)}] ${escapeControlChars(event.message)}\n`);
   };
   try {
     const result = await callAction(input, { onProgress, caller: "user" });
-    process.stdout.write(json ? `${JSON.stringify(result, null, 2)}\n` : formatResult(actionName, result));
+    print(process.stdout, json ? `${JSON.stringify(result, null, 2)}\n` : formatResult(actionName, result));
     // doctor reports problems as data; the exit code still tells scripts whether all is well.
     if (actionName === "doctor" && (result as { ok?: boolean }).ok === false) return 1;
     return 0;
@@ -92,10 +106,11 @@ export async function runCli(argv: string[]): Promise<number> {
     const body = isControllerError(error)
       ? error.toJSON()
       : { code: "CONTROLLER_INTERNAL", message: (error as Error).message ?? String(error) };
-    if (json) process.stderr.write(`${JSON.stringify({ error: body })}\n`);
+    if (json) print(process.stderr, `${JSON.stringify({ error: body })}\n`);
     else
-      process.stderr.write(
-        `error ${body.code}: ${body.message}${"hint" in body && body.hint ? `\nhint: ${body.hint}` : ""}\n`,
+      print(
+        process.stderr,
+        `error ${escapeControlChars(body.code)}: ${body.message}${"hint" in body && body.hint ? `\nhint: ${body.hint}` : ""}\n`,
       );
     return 1;
   }

@@ -37,6 +37,9 @@ export type { EntryView } from "../state/inspect.js";
 export type { EntryState, PreviewLinkInfo, RecordedError } from "../state/records.js";
 export type { ProgressEvent } from "../wire.js";
 export type { DoctorCheck } from "./doctor.js";
+// Printing guest text: results carry it as the guest wrote it; escape before a terminal sees it
+export { escapeControlChars, hasControlChars } from "@pi-sandbox/config";
+export type { ControlCharOptions } from "@pi-sandbox/config";
 
 /** Options of `callAction`. */
 export interface CallActionOptions {

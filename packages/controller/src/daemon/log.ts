@@ -1,4 +1,5 @@
 import { appendFileSync, renameSync, statSync } from "node:fs";
+import { escapeControlChars } from "@pi-sandbox/config";
 
 /** Where the controller log rotates: one previous file is kept as `<file>.1`. */
 export const LOG_ROTATE_BYTES = 2 * 1024 * 1024;
@@ -11,7 +12,12 @@ export interface DaemonLogger {
   child(prefix: string): DaemonLogger;
 }
 
-/** Creates the daemon's rotating file logger. Writes are synchronous so nothing is lost on a crash. */
+/**
+ * Creates the daemon's rotating file logger. Writes are synchronous so nothing is lost on a crash.
+ * Every entry is exactly one line: messages carry guest text (agent errors, service names, config
+ * messages), so line breaks and every other control character in them are escaped (`\n`, `\x1b`);
+ * a guest can neither forge an entry nor leave escape sequences for whoever reads the file.
+ */
 export function createFileLogger(file: string, prefix: string): DaemonLogger {
   let written = 0;
   try {
@@ -20,7 +26,7 @@ export function createFileLogger(file: string, prefix: string): DaemonLogger {
     written = 0;
   }
   const write = (level: string, fullPrefix: string, message: string) => {
-    const line = `${new Date().toISOString()} ${level} ${fullPrefix} ${message}\n`;
+    const line = `${new Date().toISOString()} ${level} ${escapeControlChars(`${fullPrefix} ${message}`)}\n`;
     if (written + line.length > LOG_ROTATE_BYTES) {
       try {
         renameSync(file, `${file}.1`);
