@@ -3,6 +3,7 @@ import { resolve } from "node:path";
 import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type Node } from "yaml";
 import { dottedPath } from "./describe.js";
 import { ConfigError, formatConfigIssue, type ConfigIssue } from "./errors.js";
+import { escapeControlChars } from "./control-chars.js";
 import { LIMITS } from "./limits.js";
 import { normaliseConfig } from "./normalise.js";
 import { crossFieldIssues } from "./rules.js";
@@ -52,17 +53,10 @@ function fail(
   });
 }
 
-function syntaxMessage(text: string, error: { code: string; message: string; pos: [number, number] }): string {
+function syntaxMessage(error: { code: string; message: string }): string {
   const first = (error.message.split("\n")[0] ?? "").replace(/ at line \d+, column \d+:?$/, "");
-  if (error.code === "DUPLICATE_KEY") {
-    const key = /^\s*(?:"([^"\n]*)"|'([^'\n]*)'|([^:\n]*?))\s*:/.exec(text.slice(error.pos[0]));
-    const name = key?.[1] ?? key?.[2] ?? key?.[3];
-    return name
-      ? `the key \`${name}\` appears more than once in the same mapping; keep only one`
-      : "a key appears more than once in the same mapping; keep only one";
-  }
   if (error.code === "MULTIPLE_DOCS") return "the file holds more than one YAML document (a second ---); keep one";
-  return `YAML syntax: ${first}`;
+  return `YAML syntax: ${escapeControlChars(first)}`;
 }
 
 /** Finds the node at `segments`, or the nearest existing ancestor's key when it does not exist. */
@@ -139,7 +133,7 @@ function duplicateKeys(doc: Document, counter: LineCounter): ConfigIssue[] {
         if (issues.length >= MAX_DUPLICATE_ISSUES) break;
         issues.push({
           path: "",
-          message: `the key \`${String(key)}\` appears more than once in the same mapping; keep only one`,
+          message: `the key \`${escapeControlChars(String(key))}\` appears more than once in the same mapping; keep only one`,
           ...(where ? { line: where.line, column: where.col } : {}),
         });
       }
@@ -171,7 +165,7 @@ export function parseConfig(text: string, options: ParseConfigOptions = {}): San
     const start = error.linePos?.[0];
     return {
       path: "",
-      message: syntaxMessage(text, error),
+      message: syntaxMessage(error),
       ...(start ? { line: start.line, column: start.col } : {}),
     };
   });

@@ -91,3 +91,11 @@ describe("help", () => {
     expect(renderHelp({ includeUserOnly: true })).toMatch(/- shell \(user only\)/);
   });
 });
+
+test("service-start refuses PORT and PUBLIC_URL in env, as declared services do", () => {
+  for (const key of ["PORT", "PUBLIC_URL"]) {
+    expect(() =>
+      validateAction({ action: "service-start", name: "demo", service: "x", command: "true", env: { [key]: "1" } }),
+    ).toThrow(expect.objectContaining({ code: "CONTROLLER_BAD_INPUT", message: expect.stringContaining(key) }));
+  }
+});

@@ -1,4 +1,4 @@
-import { isControllerError } from "@pi-sandbox/controller/client";
+import { escapeControlChars, isControllerError } from "@pi-sandbox/controller/client";
 import { parseCommandLine, USAGE } from "./args.js";
 import { isReviewSetupError } from "./errors.js";
 import type { ControllerOptions } from "./guest.js";
@@ -21,7 +21,13 @@ export interface CliIo {
 }
 
 /** `sandbox:setup` entry: runs, prints progress and a summary, returns the exit code. */
-export async function main(argv: readonly string[], io: CliIo): Promise<number> {
+export async function main(argv: readonly string[], raw: CliIo): Promise<number> {
+  // Guest text (progress, error messages, log tails) never reaches the terminal raw.
+  const io: CliIo = {
+    ...raw,
+    stdout: (text) => raw.stdout(escapeControlChars(text, { multiline: true })),
+    stderr: (text) => raw.stderr(escapeControlChars(text, { multiline: true })),
+  };
   let args;
   try {
     args = parseCommandLine(argv);

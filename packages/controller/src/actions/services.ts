@@ -4,6 +4,7 @@ import * as v from "valibot";
 import { LIMITS } from "@pi-sandbox/config";
 import type { ServicesResult } from "@pi-sandbox/supervisor";
 import type { ServicesView } from "../daemon/context.js";
+import { ControllerError } from "../errors.js";
 import { defineAction } from "./define.js";
 import {
   actionSchema,
@@ -88,6 +89,16 @@ export const serviceStart = defineAction({
     title: v.optional(label),
     description: v.optional(prose),
   }),
+  refine(args) {
+    const reserved = Object.keys(args.env ?? {}).filter((key) => key === "PORT" || key === "PUBLIC_URL");
+    if (reserved.length > 0) {
+      throw new ControllerError(
+        "CONTROLLER_BAD_INPUT",
+        `service-start: env may not set ${reserved.join(" or ")}; the supervisor sets PORT to the service's port and PUBLIC_URL to its preview URL`,
+        { details: { action: "service-start", reserved } },
+      );
+    }
+  },
   run(args, ctx) {
     const links: { url: string; title: string; description?: string; folder?: string }[] = [];
     if (args.preview === true) {

@@ -107,6 +107,7 @@ export class GuestOperations implements GuestActions {
           `guest .sandbox.yaml: ${e.message}`,
           "Fix the guest file with write, then run services ensure.",
         );
+        await this.state.setState(this.state.status.state).catch(() => undefined);
         throw error;
       }
     }
