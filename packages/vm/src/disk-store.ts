@@ -1,117 +1,40 @@
-import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
-import { VmError, messageOf } from "./errors.js";
-import { allocatedBytes, fsyncDir, fsyncFile, readJsonIfExists, writeFileAtomic } from "./fs-util.js";
+import { VmError } from "./errors.js";
+import { fsyncDir, fsyncFile } from "./fs-util.js";
 import { checkDiskSize } from "./host.js";
-import { hostDiskFullError, hostSpaceOf, isNoSpaceError } from "./host-disk.js";
 import { acquireDiskLock, acquireDiskLockWaiting, type DiskLock } from "./disk-lock.js";
-import { recordImage, resolveImage, verifyRecordedImage, type GuestImage, type RecordedImage } from "./image.js";
+import { recordImage, resolveImage, verifyRecordedImage, type GuestImage } from "./image.js";
 import { QemuImg } from "./qemu-img.js";
-import { QEMU_PID_FILE, reapStrayQemu, removeQemuPidRecord } from "./qemu-process.js";
+import { reapStrayQemu } from "./qemu-process.js";
+import {
+  POINTER_FILE,
+  GiB,
+  newLayerName,
+  diskBytesOf,
+  rootfsFormat,
+  requireDir,
+  readPointer,
+  requirePointer,
+  writePointer,
+  removeOrphans,
+  linkLayers,
+  type DiskPointer,
+  type DiskInfo,
+  type DiskRun,
+} from "./disk-layout.js";
+import { OpenRun } from "./disk-run.js";
 
-/** The pointer file naming a disk's current layer chain. Replaced atomically; never edited in place. */
-export const POINTER_FILE = "disk.json";
-const LAYER_PATTERN = /^layer-[0-9a-f]{16}\.qcow2$/;
-const GiB = 1024 ** 3;
-const MiB = 1024 ** 2;
-/** Free space a layer merge keeps beyond the data it may write (qcow2 metadata, the pointer). */
-const MERGE_HEADROOM_BYTES = 16 * MiB;
-
-/** Instances boot and change; templates are immutable sources of new instances. */
-export type DiskKind = "instance" | "template";
-
-/** Contents of {@link POINTER_FILE}. */
-export interface DiskPointer {
-  /** Format version. */
-  version: 1;
-  /** Instance or template. */
-  kind: DiskKind;
-  /** Layer file names in this directory, bottom (backed by the image rootfs) to top. */
-  layers: string[];
-  /** Guest-visible disk size in bytes. */
-  sizeBytes: number;
-  /** The image the bottom layer is backed by, with the rootfs identity at creation. */
-  image: RecordedImage;
-  /** Whether the guest filesystem was already grown to `sizeBytes` (else the next boot runs resize2fs). */
-  grown: boolean;
-  /** Completed checkpoints of this disk (0 = never booted). */
-  generation: number;
-  /** ISO time of the last change. */
-  updatedAt: string;
-}
-
-/** What {@link DiskStore.inspect} reports. */
-export interface DiskInfo {
-  /** The disk directory. */
-  dir: string;
-  /** Instance or template. */
-  kind: DiskKind;
-  /** Guest-visible size in bytes. */
-  sizeBytes: number;
-  /** Layer files, bottom to top. */
-  layers: string[];
-  /** Host bytes of all layers (layers shared with templates or other instances count fully). */
-  allocatedBytes: number;
-  /** Host bytes of the layers only this directory references (link count 1). */
-  exclusiveBytes: number;
-  /** The image the disk depends on. */
-  image: RecordedImage;
-  /** Whether the guest filesystem fills the disk already. */
-  grown: boolean;
-  /** Completed checkpoints. */
-  generation: number;
-  /** ISO time of the last change. */
-  updatedAt: string;
-}
-
-/** How a stop's checkpoint went. */
-export interface CheckpointResult {
-  /** The new generation (now current). */
-  generation: number;
-  /** Layers after compaction, bottom to top. */
-  layers: string[];
-  /** Milliseconds to make the new state durable and current (fsync + pointer flip). */
-  commitMs: number;
-  /** Milliseconds spent merging layers afterwards (proportional to data written in the run). */
-  compactMs: number;
-  /** Set when the optional merge failed; the checkpoint itself is complete and current. */
-  compactError?: string;
-}
-
-/** A disk opened for one boot: an exclusive lock plus a fresh top layer the VM writes into. */
-export interface DiskRun {
-  /** The disk directory. */
-  readonly dir: string;
-  /** The pointer that was current when the run began. */
-  readonly pointer: DiskPointer;
-  /** Absolute path of the run's writable qcow2 layer (give it to QEMU). */
-  readonly layerPath: string;
-  /** The image to boot (kernel/initramfs must match the disk's rootfs). */
-  readonly image: RecordedImage;
-  /** Whether a stale owner's QEMU was killed while opening. */
-  readonly reapedPid: number | undefined;
-  /**
-   * Makes the run's layer the current checkpoint (after QEMU has exited and the guest synced),
-   * then merges layers to keep the chain short, and releases the disk.
-   */
-  checkpoint(options: { grown: boolean; signal?: AbortSignal }): Promise<CheckpointResult>;
-  /** Drops everything the run wrote, keeps the previous checkpoint, and releases the disk. */
-  discard(): Promise<void>;
-}
-
-function newLayerName(): string {
-  return `layer-${randomBytes(8).toString("hex")}.qcow2`;
-}
-
-function diskBytesOf(diskGiB: number): number {
-  return Math.ceil((diskGiB * GiB) / MiB) * MiB;
-}
-
-function rootfsFormat(file: string): "raw" | "qcow2" {
-  return /\.qcow2?$/i.test(file) ? "qcow2" : "raw";
-}
+export {
+  POINTER_FILE,
+  directoryAllocatedBytes,
+  type CheckpointResult,
+  type DiskInfo,
+  type DiskKind,
+  type DiskPointer,
+  type DiskRun,
+} from "./disk-layout.js";
 
 /**
  * Owns the disk files inside instance and template directories (the caller owns where those
@@ -389,226 +312,4 @@ export class DiskStore {
       throw error;
     }
   }
-}
-
-class OpenRun implements DiskRun {
-  private finished = false;
-  readonly layerPath: string;
-  readonly image: RecordedImage;
-
-  constructor(
-    private readonly qemuImg: QemuImg,
-    readonly dir: string,
-    readonly pointer: DiskPointer,
-    private readonly layer: string,
-    private readonly lock: DiskLock,
-    readonly reapedPid: number | undefined,
-  ) {
-    this.layerPath = path.join(dir, layer);
-    this.image = pointer.image;
-  }
-
-  async checkpoint(options: { grown: boolean; signal?: AbortSignal }): Promise<CheckpointResult> {
-    this.assertOpen();
-    this.finished = true;
-    try {
-      const started = performance.now();
-      // QEMU has exited; its writes sit in the host page cache. Make them durable before the
-      // pointer names this layer, so even a power loss cannot make the pointer outrun the data.
-      await fsyncFile(this.layerPath);
-      let current: DiskPointer = {
-        ...this.pointer,
-        layers: [...this.pointer.layers, this.layer],
-        grown: options.grown,
-        generation: this.pointer.generation + 1,
-        updatedAt: new Date().toISOString(),
-      };
-      // The commit point: before this rename the old checkpoint is current, after it the new one.
-      await writePointer(this.dir, current);
-      const commitMs = performance.now() - started;
-      const compactStarted = performance.now();
-      let compactError: string | undefined;
-      try {
-        current = await compact(this.qemuImg, this.dir, current, options.signal);
-      } catch (error) {
-        compactError = messageOf(error);
-      }
-      return {
-        generation: current.generation,
-        layers: current.layers,
-        commitMs,
-        compactMs: performance.now() - compactStarted,
-        ...(compactError ? { compactError } : {}),
-      };
-    } catch (error) {
-      if (isNoSpaceError(error)) {
-        // The pointer was not replaced: the run's layer is an orphan; give its space back now.
-        const current = await readPointer(this.dir).catch(() => undefined);
-        if (current && !current.layers.includes(this.layer)) await fsp.rm(this.layerPath, { force: true });
-        throw hostDiskFullError({ dir: this.dir, situation: "stop", cause: error });
-      }
-      throw new VmError(
-        "VM_CHECKPOINT_FAILED",
-        `saving the disk of ${this.dir} failed; the previous checkpoint is still current: ${messageOf(error)}`,
-        { cause: error, details: { dir: this.dir } },
-      );
-    } finally {
-      await removeQemuPidRecord(this.dir).catch(() => undefined);
-      await this.lock.release();
-    }
-  }
-
-  async discard(): Promise<void> {
-    if (this.finished) return;
-    this.finished = true;
-    try {
-      await fsp.rm(this.layerPath, { force: true });
-      await removeQemuPidRecord(this.dir).catch(() => undefined);
-    } finally {
-      await this.lock.release();
-    }
-  }
-
-  private assertOpen(): void {
-    if (this.finished) {
-      throw new VmError("VM_CHECKPOINT_FAILED", `the run of ${this.dir} was already checkpointed or discarded`, {
-        details: { dir: this.dir },
-      });
-    }
-  }
-}
-
-/**
- * Keeps the chain short: if the parent of the top layer is referenced only by this directory
- * (link count 1 — not shared with a template or another instance), merge the top into it, make
- * the parent current, then delete the top. One step only: its cost follows the data written in
- * the run, never the size of older layers (older layers are never merged into each other, e.g. a
- * former template layer that became exclusive when its template was destroyed). Crash-safe: `qemu-img commit`
- * writes into the parent only clusters the top also holds, so "parent + top" reads the same
- * before, during and after the merge; the pointer moves to the parent only once it is durable.
- */
-async function compact(
-  qemuImg: QemuImg,
-  dir: string,
-  pointer: DiskPointer,
-  signal?: AbortSignal,
-): Promise<DiskPointer> {
-  if (pointer.layers.length < 2) return pointer;
-  const top = pointer.layers.at(-1)!;
-  const parent = pointer.layers.at(-2)!;
-  const parentStat = await fsp.stat(path.join(dir, parent));
-  if (parentStat.nlink !== 1) return pointer;
-  // The merge may grow the parent by up to the top's data. Without that much room it would stop
-  // halfway on ENOSPC; the chain is valid as it is, so leave the merge to a later stop.
-  const topBytes = (await fsp.stat(path.join(dir, top))).blocks * 512;
-  const space = hostSpaceOf(dir);
-  if (space && space.freeBytes < topBytes + MERGE_HEADROOM_BYTES) {
-    throw new Error(
-      `not merged: ${Math.ceil(topBytes / MiB)} MiB to merge but ${Math.floor(space.freeBytes / MiB)} MiB free on ${space.mountPoint}; a later stop merges it`,
-    );
-  }
-  await qemuImg.commitIntoBacking(path.join(dir, top), signal);
-  await fsyncFile(path.join(dir, parent));
-  const current = { ...pointer, layers: pointer.layers.slice(0, -1), updatedAt: new Date().toISOString() };
-  await writePointer(dir, current);
-  await fsp.rm(path.join(dir, top), { force: true });
-  await fsyncDir(dir);
-  return current;
-}
-
-async function requireDir(dir: string): Promise<string> {
-  try {
-    const stat = await fsp.stat(dir);
-    if (stat.isDirectory()) return dir;
-  } catch {
-    // fall through
-  }
-  throw new VmError("VM_DISK_NOT_FOUND", `there is no disk in ${dir}`, { details: { dir } });
-}
-
-async function readPointer(dir: string): Promise<DiskPointer | undefined> {
-  let raw: unknown;
-  try {
-    raw = await readJsonIfExists(path.join(dir, POINTER_FILE));
-  } catch (error) {
-    throw new VmError("VM_DISK_CORRUPT", `the disk pointer ${path.join(dir, POINTER_FILE)} is unreadable`, {
-      cause: error,
-      details: { dir },
-    });
-  }
-  if (raw === undefined) return undefined;
-  const pointer = raw as Partial<DiskPointer>;
-  const valid =
-    pointer.version === 1 &&
-    (pointer.kind === "instance" || pointer.kind === "template") &&
-    Array.isArray(pointer.layers) &&
-    pointer.layers.length > 0 &&
-    pointer.layers.every((layer) => typeof layer === "string" && LAYER_PATTERN.test(layer)) &&
-    typeof pointer.sizeBytes === "number" &&
-    typeof pointer.image?.rootfsPath === "string";
-  if (!valid) {
-    throw new VmError("VM_DISK_CORRUPT", `the disk pointer ${path.join(dir, POINTER_FILE)} is malformed`, {
-      details: { dir },
-    });
-  }
-  return pointer as DiskPointer;
-}
-
-async function requirePointer(dir: string): Promise<DiskPointer> {
-  const pointer = await readPointer(dir);
-  if (!pointer) throw new VmError("VM_DISK_NOT_FOUND", `there is no disk in ${dir}`, { details: { dir } });
-  return pointer;
-}
-
-async function writePointer(dir: string, pointer: DiskPointer): Promise<void> {
-  await writeFileAtomic(path.join(dir, POINTER_FILE), JSON.stringify(pointer, null, 2) + "\n");
-}
-
-/** Deletes layer files not in `keep` and temp files of interrupted writes. Caller holds the lock. */
-async function removeOrphans(dir: string, keep: readonly string[]): Promise<string[]> {
-  const removed: string[] = [];
-  for (const entry of await fsp.readdir(dir)) {
-    const orphanLayer = LAYER_PATTERN.test(entry) && !keep.includes(entry);
-    // `.tmp-lock-*` belong to lock attempts in flight (removed by their owners); keep them.
-    const leftover =
-      (entry.startsWith(".tmp-") && !entry.startsWith(".tmp-lock-")) ||
-      entry.startsWith(".stale-lock-") ||
-      entry === QEMU_PID_FILE;
-    if (!orphanLayer && !leftover) continue;
-    await fsp.rm(path.join(dir, entry), { force: true });
-    removed.push(entry);
-  }
-  if (removed.length > 0) await fsyncDir(dir);
-  return removed;
-}
-
-/** Hard-links layer files (falls back to a reflink-or-copy across file systems). */
-async function linkLayers(from: string, to: string, layers: readonly string[], signal?: AbortSignal): Promise<void> {
-  for (const layer of layers) {
-    signal?.throwIfAborted();
-    const source = path.join(from, layer);
-    const target = path.join(to, layer);
-    try {
-      await fsp.link(source, target);
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code;
-      if (code !== "EXDEV" && code !== "EPERM" && code !== "ENOTSUP" && code !== "EMLINK") throw error;
-      // Different file system: a copy-on-write clone where supported, else a full copy.
-      await fsp.copyFile(source, target, fs.constants.COPYFILE_FICLONE);
-      await fsyncFile(target);
-    }
-  }
-  await fsyncDir(to);
-}
-
-/** Total host bytes of the files in a directory, counting each hard-linked inode once per call. */
-export async function directoryAllocatedBytes(dir: string, options: { exclusiveOnly?: boolean } = {}): Promise<number> {
-  let total = 0;
-  for (const entry of await fsp.readdir(dir)) {
-    const stat = await fsp.stat(path.join(dir, entry)).catch(() => undefined);
-    if (!stat?.isFile()) continue;
-    if (options.exclusiveOnly && stat.nlink !== 1) continue;
-    total += await allocatedBytes(path.join(dir, entry));
-  }
-  return total;
 }

@@ -1,0 +1,214 @@
+import { randomBytes } from "node:crypto";
+import fs from "node:fs";
+import fsp from "node:fs/promises";
+import path from "node:path";
+import { VmError } from "./errors.js";
+import { allocatedBytes, fsyncDir, fsyncFile, readJsonIfExists, writeFileAtomic } from "./fs-util.js";
+import { type RecordedImage } from "./image.js";
+import { QEMU_PID_FILE } from "./qemu-process.js";
+
+// Names, types and file operations of a disk directory, shared by the store and its runs.
+
+/** The pointer file naming a disk's current layer chain. Replaced atomically; never edited in place. */
+export const POINTER_FILE = "disk.json";
+export const LAYER_PATTERN = /^layer-[0-9a-f]{16}\.qcow2$/;
+export const GiB = 1024 ** 3;
+export const MiB = 1024 ** 2;
+/** Free space a layer merge keeps beyond the data it may write (qcow2 metadata, the pointer). */
+export const MERGE_HEADROOM_BYTES = 16 * MiB;
+
+/** Instances boot and change; templates are immutable sources of new instances. */
+export type DiskKind = "instance" | "template";
+
+/** Contents of {@link POINTER_FILE}. */
+export interface DiskPointer {
+  /** Format version. */
+  version: 1;
+  /** Instance or template. */
+  kind: DiskKind;
+  /** Layer file names in this directory, bottom (backed by the image rootfs) to top. */
+  layers: string[];
+  /** Guest-visible disk size in bytes. */
+  sizeBytes: number;
+  /** The image the bottom layer is backed by, with the rootfs identity at creation. */
+  image: RecordedImage;
+  /** Whether the guest filesystem was already grown to `sizeBytes` (else the next boot runs resize2fs). */
+  grown: boolean;
+  /** Completed checkpoints of this disk (0 = never booted). */
+  generation: number;
+  /** ISO time of the last change. */
+  updatedAt: string;
+}
+
+/** What {@link DiskStore.inspect} reports. */
+export interface DiskInfo {
+  /** The disk directory. */
+  dir: string;
+  /** Instance or template. */
+  kind: DiskKind;
+  /** Guest-visible size in bytes. */
+  sizeBytes: number;
+  /** Layer files, bottom to top. */
+  layers: string[];
+  /** Host bytes of all layers (layers shared with templates or other instances count fully). */
+  allocatedBytes: number;
+  /** Host bytes of the layers only this directory references (link count 1). */
+  exclusiveBytes: number;
+  /** The image the disk depends on. */
+  image: RecordedImage;
+  /** Whether the guest filesystem fills the disk already. */
+  grown: boolean;
+  /** Completed checkpoints. */
+  generation: number;
+  /** ISO time of the last change. */
+  updatedAt: string;
+}
+
+/** How a stop's checkpoint went. */
+export interface CheckpointResult {
+  /** The new generation (now current). */
+  generation: number;
+  /** Layers after compaction, bottom to top. */
+  layers: string[];
+  /** Milliseconds to make the new state durable and current (fsync + pointer flip). */
+  commitMs: number;
+  /** Milliseconds spent merging layers afterwards (proportional to data written in the run). */
+  compactMs: number;
+  /** Set when the optional merge failed; the checkpoint itself is complete and current. */
+  compactError?: string;
+}
+
+/** A disk opened for one boot: an exclusive lock plus a fresh top layer the VM writes into. */
+export interface DiskRun {
+  /** The disk directory. */
+  readonly dir: string;
+  /** The pointer that was current when the run began. */
+  readonly pointer: DiskPointer;
+  /** Absolute path of the run's writable qcow2 layer (give it to QEMU). */
+  readonly layerPath: string;
+  /** The image to boot (kernel/initramfs must match the disk's rootfs). */
+  readonly image: RecordedImage;
+  /** Whether a stale owner's QEMU was killed while opening. */
+  readonly reapedPid: number | undefined;
+  /**
+   * Makes the run's layer the current checkpoint (after QEMU has exited and the guest synced),
+   * then merges layers to keep the chain short, and releases the disk.
+   */
+  checkpoint(options: { grown: boolean; signal?: AbortSignal }): Promise<CheckpointResult>;
+  /** Drops everything the run wrote, keeps the previous checkpoint, and releases the disk. */
+  discard(): Promise<void>;
+}
+
+export function newLayerName(): string {
+  return `layer-${randomBytes(8).toString("hex")}.qcow2`;
+}
+
+export function diskBytesOf(diskGiB: number): number {
+  return Math.ceil((diskGiB * GiB) / MiB) * MiB;
+}
+
+export function rootfsFormat(file: string): "raw" | "qcow2" {
+  return /\.qcow2?$/i.test(file) ? "qcow2" : "raw";
+}
+
+export async function requireDir(dir: string): Promise<string> {
+  try {
+    const stat = await fsp.stat(dir);
+    if (stat.isDirectory()) return dir;
+  } catch {
+    // fall through
+  }
+  throw new VmError("VM_DISK_NOT_FOUND", `there is no disk in ${dir}`, { details: { dir } });
+}
+
+export async function readPointer(dir: string): Promise<DiskPointer | undefined> {
+  let raw: unknown;
+  try {
+    raw = await readJsonIfExists(path.join(dir, POINTER_FILE));
+  } catch (error) {
+    throw new VmError("VM_DISK_CORRUPT", `the disk pointer ${path.join(dir, POINTER_FILE)} is unreadable`, {
+      cause: error,
+      details: { dir },
+    });
+  }
+  if (raw === undefined) return undefined;
+  const pointer = raw as Partial<DiskPointer>;
+  const valid =
+    pointer.version === 1 &&
+    (pointer.kind === "instance" || pointer.kind === "template") &&
+    Array.isArray(pointer.layers) &&
+    pointer.layers.length > 0 &&
+    pointer.layers.every((layer) => typeof layer === "string" && LAYER_PATTERN.test(layer)) &&
+    typeof pointer.sizeBytes === "number" &&
+    typeof pointer.image?.rootfsPath === "string";
+  if (!valid) {
+    throw new VmError("VM_DISK_CORRUPT", `the disk pointer ${path.join(dir, POINTER_FILE)} is malformed`, {
+      details: { dir },
+    });
+  }
+  return pointer as DiskPointer;
+}
+
+export async function requirePointer(dir: string): Promise<DiskPointer> {
+  const pointer = await readPointer(dir);
+  if (!pointer) throw new VmError("VM_DISK_NOT_FOUND", `there is no disk in ${dir}`, { details: { dir } });
+  return pointer;
+}
+
+export async function writePointer(dir: string, pointer: DiskPointer): Promise<void> {
+  await writeFileAtomic(path.join(dir, POINTER_FILE), JSON.stringify(pointer, null, 2) + "\n");
+}
+
+/** Deletes layer files not in `keep` and temp files of interrupted writes. Caller holds the lock. */
+export async function removeOrphans(dir: string, keep: readonly string[]): Promise<string[]> {
+  const removed: string[] = [];
+  for (const entry of await fsp.readdir(dir)) {
+    const orphanLayer = LAYER_PATTERN.test(entry) && !keep.includes(entry);
+    // `.tmp-lock-*` belong to lock attempts in flight (removed by their owners); keep them.
+    const leftover =
+      (entry.startsWith(".tmp-") && !entry.startsWith(".tmp-lock-")) ||
+      entry.startsWith(".stale-lock-") ||
+      entry === QEMU_PID_FILE;
+    if (!orphanLayer && !leftover) continue;
+    await fsp.rm(path.join(dir, entry), { force: true });
+    removed.push(entry);
+  }
+  if (removed.length > 0) await fsyncDir(dir);
+  return removed;
+}
+
+/** Hard-links layer files (falls back to a reflink-or-copy across file systems). */
+export async function linkLayers(
+  from: string,
+  to: string,
+  layers: readonly string[],
+  signal?: AbortSignal,
+): Promise<void> {
+  for (const layer of layers) {
+    signal?.throwIfAborted();
+    const source = path.join(from, layer);
+    const target = path.join(to, layer);
+    try {
+      await fsp.link(source, target);
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== "EXDEV" && code !== "EPERM" && code !== "ENOTSUP" && code !== "EMLINK") throw error;
+      // Different file system: a copy-on-write clone where supported, else a full copy.
+      await fsp.copyFile(source, target, fs.constants.COPYFILE_FICLONE);
+      await fsyncFile(target);
+    }
+  }
+  await fsyncDir(to);
+}
+
+/** Total host bytes of the files in a directory, counting each hard-linked inode once per call. */
+export async function directoryAllocatedBytes(dir: string, options: { exclusiveOnly?: boolean } = {}): Promise<number> {
+  let total = 0;
+  for (const entry of await fsp.readdir(dir)) {
+    const stat = await fsp.stat(path.join(dir, entry)).catch(() => undefined);
+    if (!stat?.isFile()) continue;
+    if (options.exclusiveOnly && stat.nlink !== 1) continue;
+    total += await allocatedBytes(path.join(dir, entry));
+  }
+  return total;
+}
