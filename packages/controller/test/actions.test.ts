@@ -51,7 +51,7 @@ describe("validateAction", () => {
       expect(e.message).toMatch(/colour/);
       expect(e.message).toMatch(/cmd/);
       expect(e.hint).toMatch(
-        /exec takes \{"action":"exec", name: string, cmd: string, cwd\?: string, timeoutMs\?: integer\}/,
+        /exec takes \{"action":"exec", name: string, cmd: string, cwd\?: string, env\?: object, timeoutMs\?: integer\}/,
       );
     }
   });
@@ -65,6 +65,16 @@ describe("validateAction", () => {
     );
     expect(codeOf(() => validateAction({ action: "logs", name: "d", lines: 501 }))).toBe("CONTROLLER_BAD_INPUT");
     expect(codeOf(() => validateAction({ action: "services", name: "d", op: "explode" }))).toBe("CONTROLLER_BAD_INPUT");
+  });
+
+  test("exec's env takes variable names and string values", () => {
+    expect(validateAction({ action: "exec", name: "d", cmd: "env", env: { A_1: "x y", _B: "" } }).args.env).toEqual({
+      A_1: "x y",
+      _B: "",
+    });
+    for (const env of [{ "1A": "x" }, { "A-B": "x" }, { "A=B": "x" }, { "": "x" }, { A: 1 }, { A: "x\0y" }]) {
+      expect(codeOf(() => validateAction({ action: "exec", name: "d", cmd: "env", env }))).toBe("CONTROLLER_BAD_INPUT");
+    }
   });
 
   test("create needs exactly one of config and template", () => {

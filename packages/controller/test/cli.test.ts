@@ -1,9 +1,17 @@
 import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { actionFromArgv } from "../src/cli/cli.js";
+
+/** The action a command line builds (fails the test for help, version or completion). */
+async function actionOf(argv: string[]): Promise<Record<string, unknown>> {
+  const parsed = await actionFromArgv(argv);
+  if (parsed.kind !== "action") throw new Error(`${argv.join(" ")} parsed as ${parsed.kind}`);
+  return parsed.action;
+}
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
 let dir: string;
@@ -47,24 +55,24 @@ test("human commands print readable text; usage errors exit 2", () => {
 });
 
 test("subcommands map to actions", async () => {
-  expect((await actionFromArgv(["create", "demo", "-c", "sandbox.yaml"])).action).toEqual({
+  expect(await actionOf(["create", "demo", "-c", "sandbox.yaml"])).toEqual({
     action: "create",
     name: "demo",
     config: "sandbox.yaml",
     template: undefined,
   });
-  expect((await actionFromArgv(["exec", "demo", "--timeout", "500", "--", "ls", "-la"])).action).toMatchObject({
+  expect(await actionOf(["exec", "demo", "-d", "--timeout", "500", "--", "ls", "-la"])).toMatchObject({
     action: "exec",
     cmd: "ls -la",
     timeoutMs: 500,
   });
-  expect((await actionFromArgv(["destroy", "web", "--confirm", "web", "--template"])).action).toEqual({
+  expect(await actionOf(["destroy", "web", "--confirm", "web", "--template"])).toEqual({
     action: "destroy",
     name: "web",
     confirm: "web",
     kind: "templates",
   });
-  expect((await actionFromArgv(["ssh", "demo", "alice"])).action).toEqual({
+  expect(await actionOf(["ssh", "demo", "alice"])).toEqual({
     action: "shell",
     name: "demo",
     user: "alice",
@@ -81,4 +89,142 @@ test("call answers bad JSON with a coded JSON error; an option a command does no
   expect(extra.status).toBe(2);
   expect(extra.stderr).toMatch(/Unknown option '-c'/);
   expect(cli("ls").stdout).toBe("no instances\n");
+});
+
+describe("exec", () => {
+  test("several words after -- are one argv, each quoted for the guest shell; one word is a command line", async () => {
+    const printf = await actionFromArgv(["exec", "demo", "--", "printf", "%s\\n", "a b"]);
+    expect(printf).toEqual({
+      kind: "action",
+      action: expect.objectContaining({
+        action: "exec",
+        name: "demo",
+        cmd: "printf '%s\\n' 'a b'",
+        timeoutMs: undefined,
+      }),
+      json: false,
+      run: { kind: "follow", timeoutMs: undefined },
+    });
+    expect(await actionOf(["exec", "demo", "--", "sh", "-c", "echo 'it''s'; exit 7"])).toMatchObject({
+      cmd: "sh -c 'echo '\\''it'\\'''\\''s'\\''; exit 7'",
+    });
+    expect(await actionOf(["exec", "demo", "--", "ls -la | wc -l"])).toMatchObject({ cmd: "ls -la | wc -l" });
+    // In the first place an assignment or a keyword would be shell syntax; docker runs a program of that name.
+    expect(await actionOf(["exec", "demo", "--", "A=1", "env"])).toMatchObject({ cmd: "'A=1' env" });
+    expect(await actionOf(["exec", "demo", "--", "if", "true"])).toMatchObject({ cmd: "'if' true" });
+    expect(await actionOf(["exec", "demo", "--", "echo", "", "~", "$HOME", "*"])).toMatchObject({
+      cmd: "echo '' '~' '$HOME' '*'",
+    });
+  });
+
+  test("options: -w, repeated -e, -d with and without --timeout; --timeout alone bounds the follow", async () => {
+    expect(
+      await actionFromArgv(["exec", "demo", "-w", "src", "-e", "A=1", "--env", "B=x=y", "-e", "C=", "--", "env"]),
+    ).toMatchObject({
+      action: { cwd: "src", env: { A: "1", B: "x=y", C: "" }, cmd: "env" },
+      run: { kind: "follow" },
+    });
+    expect(await actionFromArgv(["exec", "-d", "demo", "--", "sleep", "100"])).toMatchObject({
+      action: { timeoutMs: 0 },
+      run: undefined,
+    });
+    expect(await actionFromArgv(["exec", "demo", "--timeout", "90000", "--", "make"])).toMatchObject({
+      action: { timeoutMs: undefined },
+      run: { kind: "follow", timeoutMs: 90000 },
+    });
+  });
+
+  test("usage errors exit 2 with the command's usage; bad env names are the action's coded error", () => {
+    const noCommand = cli("exec", "demo");
+    expect(noCommand.status).toBe(2);
+    expect(noCommand.stderr).toMatch(/^exec needs a command after --\n\nusage: pi-sandbox exec <name> .*-- <command>/);
+    expect(noCommand.stderr).not.toMatch(/usage: pi-sandbox <command>/);
+    const badEnv = cli("exec", "demo", "-e", "NOVALUE", "--", "true");
+    expect(badEnv.status).toBe(2);
+    expect(badEnv.stderr).toMatch(/--env takes NAME=value; got NOVALUE/);
+    const badName = cli("exec", "demo", "-e", "1X=2", "--json", "--", "true");
+    expect(badName.status).toBe(1);
+    expect(JSON.parse(badName.stderr)).toEqual({
+      error: expect.objectContaining({ code: "CONTROLLER_BAD_INPUT", message: expect.stringMatching(/env\.1X/) }),
+    });
+  });
+});
+
+test("--version prints the controller package's version", () => {
+  const manifest = JSON.parse(readFileSync(fileURLToPath(new URL("../package.json", import.meta.url)), "utf8")) as {
+    version: string;
+  };
+  const out = cli("--version");
+  expect(out.status).toBe(0);
+  expect(out.stdout).toBe(`pi-sandbox ${manifest.version}\n`);
+});
+
+test("each command has its own --help: its usage, notes, options and the action's arguments", () => {
+  const exec = cli("exec", "--help");
+  expect(exec.status).toBe(0);
+  expect(exec.stdout).toMatch(/^usage: pi-sandbox exec <name> \[-w dir\] \[-e K=V\]… \[-d\] -- <command> \[args…\]\n/);
+  expect(exec.stdout).toMatch(/stdout and stderr arrive mixed/);
+  expect(exec.stdout).toMatch(/^ {2}-e, --env <value> \(repeatable\)$/m);
+  expect(exec.stdout).toMatch(/^ {2}env \(optional\): NAME -> string/m);
+  expect(exec.stdout).not.toMatch(/sandbox\.yaml keys/);
+  expect(cli("help", "exec").stdout).toBe(exec.stdout);
+  const ssh = cli("ssh", "-h");
+  expect(ssh.stdout).toMatch(/^usage: pi-sandbox shell <name> \[user\] \[--print\]\nalias: ssh\n/);
+  // Commands that shared a usage line have their own now.
+  expect(cli("stop", "--help").stdout).toMatch(/^usage: pi-sandbox stop <name>\n/);
+  expect(cli("exec-kill", "--help").stdout).toMatch(/^usage: pi-sandbox exec-kill <name> <handle>\n/);
+  expect(cli("write", "--help").stdout).toMatch(/^usage: pi-sandbox write <name> <guest-path>/);
+  expect(cli("help", "frobnicate").status).toBe(2);
+});
+
+describe("completion", () => {
+  test("bash: commands, aliases and each command's options from the action modules", () => {
+    const script = cli("completion", "bash");
+    expect(script.status).toBe(0);
+    const complete = (...words: string[]) => {
+      const run = spawnSync(
+        "bash",
+        [
+          "-c",
+          `${script.stdout}\nCOMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _pi_sandbox; printf '%s\\n' "\${COMPREPLY[@]}"`,
+          "bash",
+          ...words,
+        ],
+        { encoding: "utf8" },
+      );
+      expect(run.stderr).toBe("");
+      return run.stdout.split("\n").filter(Boolean).sort();
+    };
+    expect(complete("pi-sandbox", "ex")).toEqual(["exec", "exec-kill", "exec-status"]);
+    expect(complete("pi-sandbox", "s")).toEqual(["services", "shell", "ssh", "start", "stop"]);
+    expect(complete("pi-sandbox", "--v")).toEqual(["--version"]);
+    expect(complete("pi-sandbox", "exec", "demo", "--")).toEqual([
+      "--cwd",
+      "--detach",
+      "--env",
+      "--help",
+      "--json",
+      "--timeout",
+    ]);
+    expect(complete("pi-sandbox", "ssh", "demo", "--p")).toEqual(["--print"]);
+    expect(complete("pi-sandbox", "completion", "")).toEqual(["bash", "zsh"]);
+    // After -- the words are the guest command's: nothing from pi-sandbox.
+    expect(complete("pi-sandbox", "exec", "demo", "--", "--")).toEqual([]);
+  });
+
+  test("zsh: a #compdef script with the same commands and options; an unknown shell is a usage error", () => {
+    const zsh = cli("completion", "zsh");
+    expect(zsh.status).toBe(0);
+    expect(zsh.stdout).toMatch(/^#compdef pi-sandbox\n/);
+    expect(zsh.stdout).toContain(
+      "'exec:run a command in a guest login shell; returns output, or a handle if still running'",
+    );
+    expect(zsh.stdout).toMatch(
+      /^ {4}exec\) opts=\(--cwd -w --env -e --detach -d --timeout --json --help\); names=1 ;;$/m,
+    );
+    expect(zsh.stdout).toMatch(/^ {4}shell\|ssh\) /m);
+    const fish = cli("completion", "fish");
+    expect(fish.status).toBe(2);
+    expect(fish.stderr).toMatch(/completion knows bash and zsh, not fish/);
+  });
 });

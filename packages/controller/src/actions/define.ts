@@ -59,22 +59,39 @@ export interface DaemonContext {
 export interface CliInput {
   /** Positionals after the subcommand name. */
   positionals: string[];
-  /** Values of the options the subcommand declared. */
-  values: Record<string, string | boolean | undefined>;
+  /** Values of the options the subcommand declared (a list for options declared `multiple`). */
+  values: Record<string, string | boolean | string[] | undefined>;
   /** Reads standard input to the end (for `write`). */
   stdin: () => Promise<string>;
 }
 
+/** How the CLI runs a subcommand's action when one call and its printed result are not enough. */
+export type CliRun =
+  /**
+   * exec: follow the returned handle with exec-status calls until the command ends, streaming its
+   * output, and exit with its exit code; give up (printing the handle) after `timeoutMs` if set.
+   */
+  | { kind: "follow"; timeoutMs?: number }
+  /** shell: run the returned ssh command on the user's terminal (when stdout is one). */
+  | { kind: "session" };
+
 /** How a subcommand of `pi-sandbox` maps onto the action. */
 export interface CliMapping {
-  /** One line of usage, e.g. `inspect <name> [--template]`. */
+  /**
+   * One line of usage, e.g. `inspect <name> [--template]`, optionally followed by two or more
+   * spaces and a few words for the command overview. Empty: the subcommand is not listed.
+   */
   usage: string;
   /** Other subcommand names (`ssh` for `shell`). */
   aliases?: readonly string[];
   /** `node:util` parseArgs options the subcommand takes (`--json` and `--help` are always taken). */
-  options?: Record<string, { type: "string" | "boolean"; short?: string }>;
+  options?: Record<string, { type: "string" | "boolean"; short?: string; multiple?: boolean }>;
   /** The action object for the parsed input; throw `UsageError` for missing positionals. */
   toAction(input: CliInput): Record<string, unknown> | Promise<Record<string, unknown>>;
+  /** How the CLI runs the action beyond one call (exec follows its handle); default one call. */
+  run?(input: CliInput): CliRun | undefined;
+  /** Lines of the subcommand's `--help` after its usage: what the argument docs do not say. */
+  notes?: readonly string[];
 }
 
 /** Static facts every action module has. */

@@ -1,9 +1,11 @@
 // exec, exec-status and exec-kill: commands in the guest, with handles for the ones still running.
 
 import * as v from "valibot";
+import { LIMITS } from "@pi-sandbox/config";
 import type { ExecKillResult, ExecResult } from "@pi-sandbox/supervisor";
-import { defineAction } from "./define.js";
+import { UsageError, defineAction, type CliInput } from "./define.js";
 import { actionSchema, arg, intOption, name, nameArg, positional, text, timeoutArg, waitMs } from "./parts.js";
+import { commandLine } from "./shell-words.js";
 
 /** An exec result as the action API names it: the opaque handle is `pid`. */
 export type ExecView = Omit<ExecResult, "handle"> & { pid: string };
@@ -24,6 +26,30 @@ function briefExec(result: ExecView): string | undefined {
   return typeof result.exitCode === "number" ? `exit ${result.exitCode}` : undefined;
 }
 
+/** An environment variable name, as the config's rule for service env. */
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+const envSchema = v.record(
+  v.pipe(v.string(), v.regex(ENV_NAME, "is not a variable name (letters, digits and _, not starting with a digit)")),
+  v.pipe(
+    v.string(),
+    v.check((value: string) => !value.includes("\0"), "must not contain a NUL character"),
+  ),
+);
+
+/** `--env NAME=value` options as an env object (the action's schema checks the names). */
+function envOption(input: CliInput): Record<string, string> | undefined {
+  const entries = input.values.env;
+  if (!Array.isArray(entries) || entries.length === 0) return undefined;
+  const env: Record<string, string> = {};
+  for (const entry of entries) {
+    const eq = entry.indexOf("=");
+    if (eq <= 0) throw new UsageError(`--env takes NAME=value; got ${entry}`);
+    env[entry.slice(0, eq)] = entry.slice(eq + 1);
+  }
+  return env;
+}
+
 /** `exec`: run a command in a guest login shell. */
 export const exec = defineAction({
   name: "exec",
@@ -32,23 +58,57 @@ export const exec = defineAction({
     nameArg,
     arg("cmd", "string", true, "shell command"),
     arg("cwd", "string", false, "workspace-relative directory, default the workspace"),
+    arg("env", "object", false, "NAME -> string, added to the command's environment"),
     timeoutArg,
   ],
   route: "daemon",
-  schema: actionSchema("exec", { name, cmd: text, cwd: v.optional(v.string()), timeoutMs: v.optional(waitMs) }),
+  schema: actionSchema("exec", {
+    name,
+    cmd: text,
+    cwd: v.optional(v.string()),
+    env: v.optional(envSchema),
+    timeoutMs: v.optional(waitMs),
+  }),
   cli: {
-    usage: "exec <name> [--cwd dir] [--timeout ms] -- <command…>",
-    options: { cwd: { type: "string" }, timeout: { type: "string" } },
-    toAction: (input) => ({
-      action: "exec",
-      name: positional(input, 0, "a name", "exec"),
-      cmd: input.positionals.slice(1).join(" "),
-      cwd: input.values.cwd,
-      timeoutMs: intOption(input.values.timeout, "--timeout"),
-    }),
+    usage: "exec <name> [-w dir] [-e K=V]… [-d] -- <command> [args…]",
+    options: {
+      cwd: { type: "string", short: "w" },
+      env: { type: "string", short: "e", multiple: true },
+      detach: { type: "boolean", short: "d" },
+      timeout: { type: "string" },
+    },
+    toAction: (input) => {
+      const instance = positional(input, 0, "a name", "exec");
+      const argv = input.positionals.slice(1);
+      if (argv.length === 0) throw new UsageError("exec needs a command after --");
+      return {
+        action: "exec",
+        name: instance,
+        cmd: commandLine(argv),
+        cwd: input.values.cwd,
+        env: envOption(input),
+        // Detached, the one call waits --timeout (default not at all); followed, the CLI picks its waits.
+        timeoutMs: input.values.detach ? (intOption(input.values.timeout, "--timeout") ?? 0) : undefined,
+      };
+    },
+    run: (input) =>
+      input.values.detach ? undefined : { kind: "follow", timeoutMs: intOption(input.values.timeout, "--timeout") },
+    notes: [
+      "Waits until the command ends, streaming its output, and exits with its exit code (128+N after",
+      "signal N). Several words after -- are passed as arguments, each quoted for the guest shell; one",
+      "word is a shell command line (exec demo -- 'npm test | tail').",
+      `-d, --detach: print the handle and return at once (or after --timeout ms, at most ${LIMITS.execWaitMaxMs});`,
+      "  follow it with exec-status, end it with exec-kill.",
+      "--timeout ms: without -d, stop following after ms and print the handle; the command keeps running.",
+      "-w, --cwd dir: workspace-relative working directory. -e, --env NAME=value: repeatable.",
+      "--json: one result when following ends, its output that of every call.",
+      "Ctrl-C ends the command (its whole process group) and exits 130; a second Ctrl-C detaches.",
+      "Unlike docker exec, stdout and stderr arrive mixed on stdout (the guest merges them), there is",
+      "no stdin or TTY (use shell for that), and control characters in the output are escaped.",
+    ],
   },
   run: async (args, ctx) =>
-    execView(await ctx.guest.supervisor().exec(args.cmd, { cwd: args.cwd, timeoutMs: args.timeoutMs })),
+    execView(await ctx.guest.supervisor().exec(args.cmd, { cwd: args.cwd, env: args.env, timeoutMs: args.timeoutMs })),
   formatText: formatExec,
   brief: briefExec,
 });
@@ -61,7 +121,7 @@ export const execStatus = defineAction({
   route: "daemon",
   schema: actionSchema("exec-status", { name, pid: text, timeoutMs: v.optional(waitMs) }),
   cli: {
-    usage: "exec-status <name> <handle> [--timeout ms] | exec-kill <name> <handle>",
+    usage: "exec-status <name> <handle> [--timeout ms]",
     options: { timeout: { type: "string" } },
     toAction: (input) => ({
       action: "exec-status",
@@ -83,7 +143,7 @@ export const execKill = defineAction({
   route: "daemon",
   schema: actionSchema("exec-kill", { name, pid: text }),
   cli: {
-    usage: "",
+    usage: "exec-kill <name> <handle>",
     toAction: (input) => ({
       action: "exec-kill",
       name: positional(input, 0, "a name", "exec-kill"),

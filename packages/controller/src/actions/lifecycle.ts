@@ -73,7 +73,7 @@ export const start = defineAction({
   long: true,
   schema: actionSchema("start", { name }),
   cli: {
-    usage: "start <name> | stop <name>",
+    usage: "start <name>",
     toAction: (input) => ({ action: "start", name: positional(input, 0, "a name", "start") }),
   },
   run: (_args, ctx) => ctx.lifecycle.start(),
@@ -88,7 +88,10 @@ export const stop = defineAction({
   route: "daemon",
   long: true,
   schema: actionSchema("stop", { name }),
-  cli: { usage: "", toAction: (input) => ({ action: "stop", name: positional(input, 0, "a name", "stop") }) },
+  cli: {
+    usage: "stop <name>",
+    toAction: (input) => ({ action: "stop", name: positional(input, 0, "a name", "stop") }),
+  },
   run: (_args, ctx) => ctx.lifecycle.stop(),
   formatText: formatView,
 });

@@ -71,8 +71,8 @@ export function positional(input: CliInput, i: number, what: string, command: st
 }
 
 /** An integer option value, or a usage error. */
-export function intOption(value: string | boolean | undefined, what: string): number | undefined {
-  if (value === undefined || typeof value === "boolean") return undefined;
+export function intOption(value: string | boolean | string[] | undefined, what: string): number | undefined {
+  if (typeof value !== "string") return undefined;
   const n = Number(value);
   if (!Number.isInteger(n)) throw new UsageError(`${what} must be an integer; got ${value}`);
   return n;

@@ -11,13 +11,20 @@ export const shell = defineAction({
   userOnly: true,
   schema: actionSchema("shell", { name, user: v.optional(v.pipe(v.string(), v.regex(/^[a-z_][a-z0-9_-]{0,31}$/))) }),
   cli: {
-    usage: "shell <name> [user]                  print a temporary ssh command (alias: ssh)",
+    usage: "shell <name> [user] [--print]        a terminal in the guest over ssh (alias: ssh)",
     aliases: ["ssh"],
+    options: { print: { type: "boolean" } },
     toAction: (input) => ({
       action: "shell",
       name: positional(input, 0, "a name", "shell"),
       user: input.positionals[1],
     }),
+    run: (input) => (input.values.print ? undefined : { kind: "session" }),
+    notes: [
+      "On a terminal, runs ssh into the guest and exits with its exit code. With --print, --json or",
+      "when stdout is not a terminal, prints the ssh command instead. Its key and forwarder are",
+      "temporary: they close after some idle time with no session open.",
+    ],
   },
   run: (args, ctx) => ctx.guest.shell(args.user ?? "root"),
   formatText: (result) => `${result.command}\n`,

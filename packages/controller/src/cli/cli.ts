@@ -1,21 +1,16 @@
 // `pi-sandbox`: the same actions as the Pi tool, for people and scripts. Each action module says
 // how its subcommand maps onto the action (actions/*.ts, `cli`); this file only parses and prints.
+// exec follows its command (cli/exec-follow.ts) and shell opens a session (cli/shell-session.ts).
 
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import { escapeControlChars } from "@pi-sandbox/config";
-import { UsageError, type ActionSpec } from "../actions/define.js";
-import { ACTIONS, findAction, findCliAction } from "../actions/registry.js";
+import { UsageError, type ActionSpec, type CliInput, type CliMapping, type CliRun } from "../actions/define.js";
+import { findAction, findCliAction } from "../actions/registry.js";
 import { callAction, isControllerError, renderHelp, type ProgressEvent } from "../client/index.js";
-
-function usage(): string {
-  const lines = ["usage: pi-sandbox <command> [arguments] [--json]", ""];
-  lines.push("  call '<action JSON>'                 run any action; prints its JSON result");
-  for (const spec of ACTIONS as readonly ActionSpec[]) if (spec.cli?.usage) lines.push(`  ${spec.cli.usage}`);
-  lines.push("");
-  lines.push('Errors exit 1 and print "error CODE: message" and a hint on stderr');
-  lines.push('({"error":{code,message,hint}} with --json, and always for call).');
-  return lines.join("\n");
-}
+import { COMPLETION_SHELLS, completionScript } from "./completion.js";
+import { followExec } from "./exec-follow.js";
+import { commandHelp, overview, synopsis, version } from "./help-text.js";
+import { runSshSession } from "./shell-session.js";
 
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
@@ -25,27 +20,61 @@ async function readStdin(): Promise<string> {
 
 const COMMON: ParseArgsOptionsConfig = { json: { type: "boolean" }, help: { type: "boolean", short: "h" } };
 
-/** Builds the action object for a subcommand. */
-export async function actionFromArgv(argv: string[]): Promise<{ action: Record<string, unknown>; json: boolean }> {
+/** What a command line asks for. */
+export type ParsedCommand =
+  /** Call an action (`{json: text}` for `call`) and print its result, or run it as `run` says. */
+  | { kind: "action"; action: Record<string, unknown>; json: boolean; run?: CliRun }
+  /** The overview and the action help, or one command's help. */
+  | { kind: "help"; json: boolean; spec?: ActionSpec & { cli: CliMapping } }
+  | { kind: "version" }
+  | { kind: "completion"; shell: (typeof COMPLETION_SHELLS)[number] };
+
+/** Parses a command line (without node and script); throws `UsageError` (or parseArgs' TypeError). */
+export async function actionFromArgv(argv: string[]): Promise<ParsedCommand> {
   const command = argv.find((a) => !a.startsWith("-"));
+  if (command === undefined) {
+    const { values } = parseArgs({
+      args: argv,
+      options: { json: { type: "boolean" }, help: { type: "boolean", short: "h" }, version: { type: "boolean" } },
+    });
+    if (values.version) return { kind: "version" };
+    return values.json ? { kind: "action", action: { action: "help" }, json: true } : { kind: "help", json: false };
+  }
   if (command === "call") {
     const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: COMMON });
     const input = positionals[1];
+    if (values.help) return { kind: "action", action: { action: "help" }, json: true };
     if (input === undefined) throw new UsageError("call needs an action JSON");
-    if (values.help) return { action: { action: "help" }, json: true };
-    return { action: { json: input }, json: true };
+    return { kind: "action", action: { json: input }, json: true };
   }
-  const spec = command === undefined ? undefined : findCliAction(command);
-  if (command !== undefined && command !== "help" && !spec) throw new UsageError(`unknown command ${command}`);
+  if (command === "completion") {
+    const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: COMMON });
+    const shell = positionals[1];
+    if (values.help || shell === undefined) throw new UsageError("completion needs a shell: bash or zsh");
+    if (!(COMPLETION_SHELLS as readonly string[]).includes(shell))
+      throw new UsageError(`completion knows bash and zsh, not ${shell}`);
+    return { kind: "completion", shell: shell as (typeof COMPLETION_SHELLS)[number] };
+  }
+  const spec = findCliAction(command) as (ActionSpec & { cli: CliMapping }) | undefined;
+  if (!spec) throw new UsageError(`unknown command ${command}`);
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
-    options: { ...COMMON, ...(spec?.cli?.options ?? {}) },
+    options: { ...COMMON, ...(spec.cli.options ?? {}) },
   });
   const json = values.json === true;
-  if (!spec || values.help || spec.name === "help") return { action: { action: "help" }, json };
-  const action = await spec.cli!.toAction({ positionals: positionals.slice(1), values, stdin: readStdin });
-  return { action, json };
+  if (spec.name === "help") {
+    const about = positionals[1] === undefined ? undefined : findCliAction(positionals[1]);
+    if (positionals[1] !== undefined && !about) throw new UsageError(`unknown command ${positionals[1]}`);
+    if (about) return { kind: "help", json, spec: about as ActionSpec & { cli: CliMapping } };
+    // `help --json` is the help action's JSON, as before.
+    return json ? { kind: "action", action: { action: "help" }, json } : { kind: "help", json };
+  }
+  if (values.help) return { kind: "help", json, spec };
+  // Only string options are declared `multiple`, so lists hold strings.
+  const input: CliInput = { positionals: positionals.slice(1), values: values as CliInput["values"], stdin: readStdin };
+  const action = await spec.cli.toAction(input);
+  return { kind: "action", action, json, run: spec.cli.run?.(input) };
 }
 
 function dropUndefined(action: Record<string, unknown>): Record<string, unknown> {
@@ -75,43 +104,140 @@ function print(stream: NodeJS.WriteStream, text: string): void {
   stream.write(escapeControlChars(text, { multiline: true }));
 }
 
+const out = (text: string) => print(process.stdout, text);
+const err = (text: string) => print(process.stderr, text);
+
+/** A usage error: the message, then the command's usage if one was named, else the overview. */
+function usageError(argv: string[], error: Error): number {
+  const command = argv.find((a) => !a.startsWith("-"));
+  const spec = command === undefined ? undefined : findCliAction(command);
+  const usage = spec?.cli
+    ? `usage: pi-sandbox ${synopsis(spec.cli) || spec.name}\n(pi-sandbox ${command} --help for more)`
+    : overview();
+  err(`${error.message}\n\n${usage}\n`);
+  return 2;
+}
+
+/**
+ * Progress lines on stderr: JSON lines with --json; on a terminal with the seconds since the
+ * action began (`[12.3s boot] …`); otherwise `[boot] …`. One event is one line, whatever the
+ * guest put in it.
+ */
+function progressPrinter(json: boolean): (event: ProgressEvent) => void {
+  const started = Date.now();
+  return (event) => {
+    if (json) err(`${JSON.stringify({ progress: { stage: event.stage, message: event.message } })}\n`);
+    else {
+      const elapsed = process.stderr.isTTY ? `${((Date.now() - started) / 1000).toFixed(1)}s ` : "";
+      err(`[${elapsed}${escapeControlChars(event.stage)}] ${escapeControlChars(event.message)}\n`);
+    }
+  };
+}
+
+function printError(error: unknown, json: boolean): void {
+  const body = isControllerError(error)
+    ? error.toJSON()
+    : { code: "CONTROLLER_INTERNAL", message: (error as Error).message ?? String(error) };
+  if (json) err(`${JSON.stringify({ error: body })}\n`);
+  else
+    err(
+      `error ${escapeControlChars(body.code)}: ${body.message}${"hint" in body && body.hint ? `\nhint: ${body.hint}` : ""}\n`,
+    );
+}
+
+/** What to say when Ctrl-C ends the wait for a long action, whose work the daemon goes on with. */
+function interruptedNotice(action: Record<string, unknown>, started: boolean): string {
+  const name = String(action.name);
+  const template = action.action === "prepare" || action.kind === "templates";
+  const follow = template
+    ? `pi-sandbox inspect ${name} --template`
+    : `pi-sandbox inspect ${name} (state) and pi-sandbox logs ${name} (controller log)`;
+  // Before the first progress event the call may not have reached the daemon yet.
+  const goesOn = started ? "but" : "and if its controller had received it,";
+  return `\n[interrupted: pi-sandbox stopped waiting, ${goesOn} ${String(action.action)} of ${name} goes on in its controller; follow it with ${follow}]\n`;
+}
+
+/**
+ * One action call with the CLI's progress printing. A long action (create, start, prepare, stop,
+ * destroy) is left to the daemon on Ctrl-C: resolves `interrupted` after saying how to follow it.
+ */
+async function callOnce(
+  input: string | Record<string, unknown>,
+  json: boolean,
+): Promise<{ result: unknown } | { interrupted: true }> {
+  const long = typeof input !== "string" && findAction(String(input.action))?.long === true;
+  const abort = new AbortController();
+  const onInterrupt = () => abort.abort(new Error("interrupted"));
+  if (long) process.once("SIGINT", onInterrupt);
+  const printProgress = progressPrinter(json);
+  let started = false;
+  const onProgress = (event: ProgressEvent) => {
+    started = true;
+    printProgress(event);
+  };
+  try {
+    return { result: await callAction(input, { onProgress, caller: "user", signal: abort.signal }) };
+  } catch (error) {
+    if (abort.signal.aborted && typeof input !== "string") {
+      err(interruptedNotice(input, started));
+      return { interrupted: true };
+    }
+    throw error;
+  } finally {
+    process.off("SIGINT", onInterrupt);
+  }
+}
+
 /** Runs the CLI with `argv` (without node and script); resolves with the exit code. */
 export async function runCli(argv: string[]): Promise<number> {
-  let parsed: { action: Record<string, unknown>; json: boolean };
+  let parsed: ParsedCommand;
   try {
     parsed = await actionFromArgv(argv);
   } catch (error) {
-    print(process.stderr, `${(error as Error).message}\n\n${usage()}\n`);
-    return 2;
+    return usageError(argv, error as Error);
   }
-  const { json } = parsed;
+  switch (parsed.kind) {
+    case "version":
+      out(`pi-sandbox ${version()}\n`);
+      return 0;
+    case "completion":
+      out(completionScript(parsed.shell));
+      return 0;
+    case "help":
+      out(
+        parsed.spec ? `${commandHelp(parsed.spec)}\n` : `${overview()}\n\n${renderHelp({ includeUserOnly: true })}\n`,
+      );
+      return 0;
+  }
+  const { json, run } = parsed;
   // `call` passes its JSON text through: bad JSON is the action API's own coded error.
   const input = "json" in parsed.action ? (parsed.action.json as string) : dropUndefined(parsed.action);
   const actionName = typeof input === "string" ? "call" : String(input.action);
-  if (actionName === "help" && !json) {
-    print(process.stdout, `${usage()}\n\n${renderHelp({ includeUserOnly: true })}\n`);
-    return 0;
-  }
-  const onProgress = (event: ProgressEvent) => {
-    // One event is one line, whatever the guest put in it.
-    if (!json) print(process.stderr, `[${escapeControlChars(event.stage)}] ${escapeControlChars(event.message)}\n`);
-  };
   try {
-    const result = await callAction(input, { onProgress, caller: "user" });
-    print(process.stdout, json ? `${JSON.stringify(result, null, 2)}\n` : formatResult(actionName, result));
+    if (run?.kind === "follow" && typeof input !== "string") {
+      return await followExec(
+        input as Record<string, unknown> & { name: string },
+        { json, timeoutMs: run.timeoutMs },
+        {
+          call: (action, signal) => callAction(action, { caller: "user", signal }),
+          out,
+          err,
+          interrupts: process,
+        },
+      );
+    }
+    const called = await callOnce(input, json);
+    if ("interrupted" in called) return 130;
+    const { result } = called;
+    if (run?.kind === "session" && !json && process.stdout.isTTY) {
+      return await runSshSession((result as { command: string }).command, err);
+    }
+    out(json ? `${JSON.stringify(result, null, 2)}\n` : formatResult(actionName, result));
     // doctor reports problems as data; the exit code still tells scripts whether all is well.
     if (actionName === "doctor" && (result as { ok?: boolean }).ok === false) return 1;
     return 0;
   } catch (error) {
-    const body = isControllerError(error)
-      ? error.toJSON()
-      : { code: "CONTROLLER_INTERNAL", message: (error as Error).message ?? String(error) };
-    if (json) print(process.stderr, `${JSON.stringify({ error: body })}\n`);
-    else
-      print(
-        process.stderr,
-        `error ${escapeControlChars(body.code)}: ${body.message}${"hint" in body && body.hint ? `\nhint: ${body.hint}` : ""}\n`,
-      );
+    printError(error, json);
     return 1;
   }
 }

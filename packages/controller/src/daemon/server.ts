@@ -92,7 +92,9 @@ export async function runDaemon(layout: StateLayout, kind: EntryKind, name: stri
       if (args.name !== name) {
         throw new ControllerError("CONTROLLER_BAD_INPUT", `this controller serves ${name}, not ${String(args.name)}`);
       }
-      logger.info(`action ${args.action}`);
+      // exec-status is a poll (`pi-sandbox exec` follows a command with two a second): not logged,
+      // or a long command would push everything else out of the log. Its errors still are.
+      if (args.action !== "exec-status") logger.info(`action ${args.action}`);
       const result = await controller.call(args, {
         progress: (event) => {
           logger.info(`[${event.stage}] ${event.message}`);

@@ -1,0 +1,212 @@
+// `pi-sandbox exec` and `shell` as docker exec / limactl shell, through the real CLI and one real
+// instance for the whole file: exit codes, argv quoting, env, output streamed as it comes, no time
+// limit, -d, Ctrl-C; shell on a terminal (util-linux `script` gives it one); progress and Ctrl-C
+// of a long action. Run after `npx tsc -p tsconfig.build.json` (the CLI and daemon run from dist/).
+import { spawn, spawnSync } from "node:child_process";
+import { chmod, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { makeSandbox, SEED_YAML, teardown, type Sandbox } from "../src/testing.js";
+
+const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
+const NAME = "cx";
+
+let sandbox: Sandbox;
+
+interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  /** ms since spawn at which each stdout chunk arrived. */
+  chunks: { at: number; text: string }[];
+  /** ms since spawn at which the process closed. */
+  closedAt: number;
+}
+
+/** Runs `pi-sandbox …args`; `onStdout` sees the child and all stdout so far after each chunk. */
+function cli(args: string[], onStdout?: (child: ReturnType<typeof spawn>, stdout: string) => void): Promise<CliRun> {
+  return new Promise((resolve, reject) => {
+    const started = Date.now();
+    const child = spawn(process.execPath, [CLI, ...args], { cwd: sandbox.dir, env: sandbox.env });
+    const run: CliRun = { code: null, stdout: "", stderr: "", chunks: [], closedAt: 0 };
+    child.stdout.setEncoding("utf8").on("data", (text: string) => {
+      run.stdout += text;
+      run.chunks.push({ at: Date.now() - started, text });
+      onStdout?.(child, run.stdout);
+    });
+    child.stderr.setEncoding("utf8").on("data", (text: string) => (run.stderr += text));
+    child.stdin.end();
+    child.once("error", reject);
+    child.once("close", (code) => {
+      run.code = code;
+      run.closedAt = Date.now() - started;
+      resolve(run);
+    });
+  });
+}
+
+/**
+ * Runs `pi-sandbox …args` on a pseudo-terminal (util-linux `script`), typing `input` once `ready`
+ * matches what the terminal shows. The terminal merges stdout and stderr, with CRLF line ends.
+ */
+function onTerminal(args: string[], ready: RegExp, input: string): Promise<{ code: number | null; screen: string }> {
+  const quote = (word: string) => `'${word.replace(/'/g, "'\\''")}'`;
+  return new Promise((resolve, reject) => {
+    const command = [process.execPath, CLI, ...args].map(quote).join(" ");
+    const child = spawn("script", ["-qefc", command, "/dev/null"], { cwd: sandbox.dir, env: sandbox.env });
+    let screen = "";
+    let typed = false;
+    child.stdout.setEncoding("utf8").on("data", (text: string) => {
+      screen += text;
+      if (!typed && ready.test(screen)) {
+        typed = true;
+        // Left open: at EOF on its input, script would end the session itself.
+        child.stdin.write(input);
+      }
+    });
+    child.stderr.setEncoding("utf8").on("data", (text: string) => (screen += text));
+    child.once("error", reject);
+    child.once("close", (code) => resolve({ code, screen }));
+  });
+}
+
+beforeAll(async () => {
+  sandbox = await makeSandbox("cx-");
+  await sandbox.writeConfig(SEED_YAML);
+  const created = await sandbox.call({ action: "create", name: NAME, config: "sandbox.yaml" });
+  expect(created.state).toBe("running");
+});
+
+afterAll(async () => {
+  expect(await teardown(sandbox)).toEqual([]);
+});
+
+test("exits with the command's exit code", async () => {
+  const no = await cli(["exec", NAME, "--", "false"]);
+  expect(no).toMatchObject({ code: 1, stdout: "", stderr: "" });
+  expect((await cli(["exec", NAME, "--", "sh", "-c", "exit 7"])).code).toBe(7);
+  // A signal N is 128+N, as a shell reports it.
+  expect((await cli(["exec", NAME, "--", "sh", "-c", "kill -TERM $$"])).code).toBe(143);
+});
+
+test("several words are an argv, one word a command line; -e and -w reach the command", async () => {
+  expect(await cli(["exec", NAME, "--", "printf", "%s\\n", "a b"])).toMatchObject({ code: 0, stdout: "a b\n" });
+  expect((await cli(["exec", NAME, "--", "echo one; echo two | tr a-z A-Z"])).stdout).toBe("one\nTWO\n");
+  await cli(["exec", NAME, "--", "mkdir", "-p", "sub dir"]);
+  const env = await cli([
+    "exec",
+    NAME,
+    "-e",
+    "GREETING=hi there",
+    "-w",
+    "sub dir",
+    "--",
+    "sh",
+    "-c",
+    'echo "$GREETING"; pwd',
+  ]);
+  expect(env).toMatchObject({ code: 0, stdout: "hi there\n/workspace/sub dir\n" });
+});
+
+test("--json prints one result at the end, with all the output", async () => {
+  const run = await cli(["exec", NAME, "--json", "--", "sh", "-c", "echo a; sleep 2; echo b; exit 4"]);
+  expect(run.code).toBe(4);
+  expect(JSON.parse(run.stdout)).toMatchObject({ running: false, exitCode: 4, output: "a\nb\n", truncatedBytes: 0 });
+});
+
+test("output is streamed: a line printed before a sleep arrives well before the command ends", async () => {
+  const run = await cli(["exec", NAME, "--", "sh", "-c", "echo first; sleep 8; echo second"]);
+  expect(run).toMatchObject({ code: 0, stdout: "first\nsecond\n" });
+  const first = run.chunks.find((chunk) => chunk.text.includes("first"))!;
+  expect(first.text).not.toContain("second");
+  expect(run.closedAt - first.at).toBeGreaterThan(5_000);
+});
+
+test("waits past the action's 60 s cap until the command ends", async () => {
+  const run = await cli(["exec", NAME, "--", "sh", "-c", "sleep 65; echo done"]);
+  expect(run).toMatchObject({ code: 0, stdout: "done\n", stderr: "" });
+  expect(run.closedAt).toBeGreaterThan(65_000);
+  // Its ~130 exec-status polls are not in the controller log.
+  const log = await cli(["logs", NAME, "-n", "500"]);
+  expect(log.stdout).toMatch(/action exec\n/);
+  expect(log.stdout).not.toMatch(/action exec-status/);
+});
+
+test("-d returns a handle at once; the command runs on", async () => {
+  const run = await cli(["exec", NAME, "-d", "--json", "--", "sleep", "1234"]);
+  expect(run.code).toBe(0);
+  const view = JSON.parse(run.stdout) as { pid: string; running: boolean };
+  expect(view.running).toBe(true);
+  expect((await cli(["exec", NAME, "--", "pgrep", "-f", "sleep 123[4]"])).code).toBe(0);
+  const text = await cli(["exec", NAME, "-d", "--", "sleep", "1235"]);
+  expect(text.stdout).toMatch(/^\[still running; follow with: pi-sandbox exec-status <name> \S+\]\n$/);
+  for (const pid of [view.pid, /exec-status <name> (\S+)\]/.exec(text.stdout)![1]!]) {
+    expect((await cli(["exec-kill", NAME, pid])).code).toBe(0);
+  }
+});
+
+test("Ctrl-C ends the guest command's process group and exits 130", async () => {
+  let interrupted = false;
+  const run = await cli(["exec", NAME, "--", "sh", "-c", "echo started; sleep 4321; echo never"], (child, stdout) => {
+    if (!interrupted && stdout.includes("started")) {
+      interrupted = true;
+      child.kill("SIGINT");
+    }
+  });
+  expect(run.code).toBe(130);
+  expect(run.stdout).not.toContain("never");
+  expect(run.stderr).toMatch(/interrupted: ending the command/);
+  // pgrep exits 1 when nothing matches; the bracket keeps it from matching its own shell.
+  expect((await cli(["exec", NAME, "--", "pgrep", "-f", "sleep 432[1]"])).code).toBe(1);
+});
+
+test("shell runs ssh on a terminal and exits with the session's code; without one it prints the command", async () => {
+  const printed = await cli(["shell", NAME]);
+  expect(printed.code).toBe(0);
+  expect(printed.stdout).toMatch(/^ssh -p \d+ .*root@127\.0\.0\.1\n$/);
+  expect((await cli(["ssh", NAME, "--print"])).stdout).toMatch(/^ssh -p \d+ /);
+  const session = await onTerminal(["shell", NAME], /#|\$/, "echo $((6 * 7)); exit 3\r");
+  expect(session.screen).toMatch(/^42\r?$/m);
+  expect(session.code).toBe(3);
+});
+
+test("bash completion offers the instance names", async () => {
+  const wrapper = join(sandbox.dir, "pi-sandbox");
+  await writeFile(wrapper, `#!/bin/sh\nexec '${process.execPath}' '${CLI}' "$@"\n`);
+  await chmod(wrapper, 0o755);
+  const script = spawnSync(wrapper, ["completion", "bash"], { encoding: "utf8", env: sandbox.env }).stdout;
+  const run = spawnSync(
+    "bash",
+    ["-c", `${script}\nCOMP_WORDS=("${wrapper}" exec ""); COMP_CWORD=2; _pi_sandbox; echo "\${COMPREPLY[@]}"`],
+    { encoding: "utf8", env: sandbox.env },
+  );
+  expect(run.stdout).toBe(`${NAME}\n`);
+});
+
+test("long actions: --json progress lines on stderr; on a terminal elapsed seconds, and Ctrl-C leaves the work to the daemon", async () => {
+  const stopped = await cli(["stop", NAME, "--json"]);
+  expect(stopped.code).toBe(0);
+  const lines = stopped.stderr.trim().split("\n");
+  expect(lines.length).toBeGreaterThan(0);
+  for (const line of lines) {
+    expect(JSON.parse(line)).toEqual({ progress: { stage: expect.any(String), message: expect.any(String) } });
+  }
+  expect(JSON.parse(stopped.stdout)).toMatchObject({ state: "stopped" });
+
+  // Ctrl-C typed on the terminal once the boot has begun.
+  const start = await onTerminal(["start", NAME], /\[\d+\.\ds boot\] /, "\x03");
+  expect(start.code).toBe(130);
+  expect(start.screen).toMatch(
+    new RegExp(
+      `interrupted: pi-sandbox stopped waiting, but start of ${NAME} goes on in its controller; follow it with pi-sandbox inspect ${NAME} \\(state\\) and pi-sandbox logs ${NAME}`,
+    ),
+  );
+  // The daemon finished the start on its own.
+  const deadline = Date.now() + 300_000;
+  let state = "";
+  while (Date.now() < deadline && state !== "running") {
+    state = ((await sandbox.call({ action: "inspect", name: NAME })) as { state: string }).state;
+    if (state !== "running") await new Promise((r) => setTimeout(r, 1000));
+  }
+  expect(state).toBe("running");
+});
