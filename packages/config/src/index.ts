@@ -9,7 +9,7 @@ export { parseConfig, loadConfig, readConfigText } from "./parse.js";
 export type { ParseConfigOptions, LoadConfigOptions } from "./parse.js";
 
 // Config types and defaults
-export { CONFIG_DEFAULTS, hasPreview } from "./types.js";
+export { CONFIG_DEFAULTS, HOST_SERVICES_HOSTNAME, hasPreview } from "./types.js";
 export type {
   SandboxConfig,
   ServiceConfig,

@@ -8,5 +8,10 @@ import { sandboxConfigSchema } from "./schema.js";
  */
 export function sandboxJsonSchema(): Record<string, unknown> {
   const { $schema, ...rest } = toJsonSchema(sandboxConfigSchema, { target: "draft-07", ignoreActions: ["check"] });
+  // Unique host ports is a cross-field rule in parseConfig (rules.ts, so the issue points at the
+  // repeat); JSON Schema states it as one keyword.
+  const hostPorts = (rest.properties?.network as { properties?: Record<string, Record<string, unknown>> } | undefined)
+    ?.properties?.hostPorts;
+  if (hostPorts) hostPorts.uniqueItems = true;
   return { $schema, ...rest };
 }

@@ -35,6 +35,8 @@ export const LIMITS = Object.freeze({
   servicesMax: 64,
   /** Most localhost previews (host listeners) one instance holds, declared and ad-hoc together. */
   previewsMax: 64,
+  /** Most host ports one sandbox.yaml may open to the guest (`network.hostPorts`). */
+  hostPortsMax: 16,
 } as const);
 
 /** The shape of {@link LIMITS}. */

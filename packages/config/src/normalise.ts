@@ -85,7 +85,10 @@ export function normaliseConfig(input: SandboxConfigInput, sourcePath: string | 
     workspace: workspace.length > 1 ? workspace.replace(/\/+$/, "") : workspace,
     setup: [...(input.setup ?? [])],
     resume: [...(input.resume ?? [])],
-    network: { allowedHosts: [...new Set((input.network?.allowedHosts ?? []).map((host) => host.toLowerCase()))] },
+    network: {
+      allowedHosts: [...new Set((input.network?.allowedHosts ?? []).map((host) => host.toLowerCase()))],
+      hostPorts: [...(input.network?.hostPorts ?? CONFIG_DEFAULTS.hostPorts)],
+    },
     services,
     serviceOrder: startOrder(dependencies),
   };

@@ -48,7 +48,10 @@ export function renderConfig(config: SandboxConfig): string {
   if (config.image !== undefined) out.image = config.image;
   if (config.setup.length > 0) out.setup = [...config.setup];
   if (config.resume.length > 0) out.resume = [...config.resume];
-  if (config.network.allowedHosts.length > 0) out.network = { allowedHosts: [...config.network.allowedHosts] };
+  const network: Record<string, unknown> = {};
+  if (config.network.allowedHosts.length > 0) network.allowedHosts = [...config.network.allowedHosts];
+  if (config.network.hostPorts.length > 0) network.hostPorts = [...config.network.hostPorts];
+  if (Object.keys(network).length > 0) out.network = network;
   const services = Object.values(config.services);
   if (services.length > 0)
     out.services = Object.fromEntries(services.map((service) => [service.name, renderService(service)]));

@@ -1,9 +1,10 @@
-// Rules that look at more than one field: fixed-port uniqueness, folder uniqueness within a
-// service, `${services.NAME.publicURL}` references (existence, preview, platform, cycles) and the
-// start order those references imply. They run on the raw parsed value, guarding every shape, so
-// their findings are reported together with structural problems elsewhere in the file.
+// Rules that look at more than one field: fixed-port and host-port uniqueness, folder uniqueness
+// within a service, `${services.NAME.publicURL}` references (existence, preview, platform, cycles)
+// and the start order those references imply. They run on the raw parsed value, guarding every
+// shape, so their findings are reported together with structural problems elsewhere in the file.
 import { escapeControlChars } from "./control-chars.js";
 import { dottedPath, isPlainRecord, quotePath } from "./describe.js";
+import { LIMITS } from "./limits.js";
 import { findServicePlaceholders } from "./references.js";
 import type { LocatedIssue } from "./validate.js";
 
@@ -56,6 +57,27 @@ function portIssues(services: Record<string, Record<string, unknown>>, out: Loca
       message: `${quotePath(dottedPath(segments))} ${port} is already the port of service ${owner}; fixed ports must be unique, so change one or omit it to get a free port`,
     });
   }
+}
+
+function hostPortIssues(raw: unknown, out: LocatedIssue[]): void {
+  if (!isPlainRecord(raw) || !isPlainRecord(raw.network) || !Array.isArray(raw.network.hostPorts)) return;
+  // A longer list is refused by its length already; this keeps a hostile list from adding an issue per entry.
+  if (raw.network.hostPorts.length > LIMITS.hostPortsMax) return;
+  const first = new Map<number, number>();
+  raw.network.hostPorts.forEach((port: unknown, index) => {
+    if (typeof port !== "number" || !Number.isInteger(port) || port < 1 || port > 65535) return;
+    const earlier = first.get(port);
+    if (earlier === undefined) {
+      first.set(port, index);
+      return;
+    }
+    const segments = ["network", "hostPorts", index];
+    out.push({
+      segments,
+      at: "value",
+      message: `${quotePath(dottedPath(segments))} repeats port ${port} (already \`network.hostPorts.${earlier}\`); list each host port once`,
+    });
+  });
 }
 
 function folderIssues(services: Record<string, Record<string, unknown>>, out: LocatedIssue[]): void {
@@ -156,6 +178,7 @@ export function crossFieldIssues(raw: unknown): LocatedIssue[] {
   const services = servicesOf(raw);
   const out: LocatedIssue[] = [];
   portIssues(services, out);
+  hostPortIssues(raw, out);
   folderIssues(services, out);
   const edges = referenceIssues(services, out);
   cycleIssues(Object.keys(services), edges, out);

@@ -160,6 +160,14 @@ const portSchema = v.pipe(
   v.description("Fixed guest port; omit to get a free port that is kept across restarts."),
 );
 
+const HOST_PORT_TEXT = "must be a whole number between 1 and 65535 (a TCP port on the host's 127.0.0.1)";
+const hostPortSchema = v.pipe(
+  v.number(got(HOST_PORT_TEXT)),
+  v.integer(got(HOST_PORT_TEXT)),
+  v.minValue(1, got(HOST_PORT_TEXT)),
+  v.maxValue(65535, got(HOST_PORT_TEXT)),
+);
+
 const timeoutSchema = v.pipe(
   v.number(got("must be a whole number of milliseconds greater than 0")),
   v.integer(got("must be a whole number of milliseconds greater than 0")),
@@ -271,6 +279,19 @@ export const sandboxConfigSchema = v.pipe(
               got("must be a list of host names"),
             ),
             v.description("Outbound HTTP(S) allow-list; empty blocks all outbound traffic."),
+          ),
+        ),
+        hostPorts: v.optional(
+          v.pipe(
+            v.array(hostPortSchema, got("must be a list of host port numbers such as [8000]")),
+            v.maxLength(
+              LIMITS.hostPortsMax,
+              (issue) =>
+                `must list at most ${LIMITS.hostPortsMax} ports; got ${(issue.input as unknown[]).length}. List only the host services the guest needs`,
+            ),
+            v.description(
+              "Host loopback ports the guest may reach over TCP as host.sandbox.internal:<port> (the host's 127.0.0.1:<port>); empty reaches none.",
+            ),
           ),
         ),
       }),

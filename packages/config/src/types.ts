@@ -58,10 +58,23 @@ export interface ServiceConfig {
   platforms: Platform[];
 }
 
+/**
+ * The one name under which the guest reaches the host's services (`network.hostPorts`), like
+ * Docker's `host.docker.internal`: `host.sandbox.internal:<port>` leads to the host's
+ * `127.0.0.1:<port>` for the listed ports only.
+ */
+export const HOST_SERVICES_HOSTNAME = "host.sandbox.internal";
+
 /** Outbound network policy. */
 export interface NetworkConfig {
   /** Hosts reachable over HTTP(S), lowercased; `*.` entries match subdomains. Empty blocks all. */
   allowedHosts: string[];
+  /**
+   * Host loopback ports the guest may reach over TCP as `host.sandbox.internal:<port>` (each to the
+   * host's `127.0.0.1:<port>`), in the order written; unique, at most `LIMITS.hostPortsMax`. Empty
+   * reaches none.
+   */
+  hostPorts: number[];
 }
 
 /** A validated sandbox.yaml with every default applied. Plain data: safe to serialise. */
@@ -104,6 +117,8 @@ export const CONFIG_DEFAULTS = Object.freeze({
   timeoutMs: LIMITS.readinessDefaultMs,
   /** Default platforms of a service. */
   platforms: Object.freeze(["linux", "darwin"] as Platform[]),
+  /** Default `network.hostPorts`: no host service is reachable. */
+  hostPorts: Object.freeze([] as number[]),
 });
 
 /** True when the service gets a preview origin (and so `PUBLIC_URL`). */

@@ -25,6 +25,8 @@ const KNOWN = new Set([
   "minimum",
   "maximum",
   "minItems",
+  "maxItems",
+  "uniqueItems",
   "pattern",
 ]);
 
@@ -53,6 +55,10 @@ function valid(schema: Schema, value: unknown): boolean {
   }
   if (Array.isArray(value)) {
     if (typeof schema.minItems === "number" && value.length < schema.minItems) return false;
+    if (typeof schema.maxItems === "number" && value.length > schema.maxItems) return false;
+    if (schema.uniqueItems === true && new Set(value.map((item) => JSON.stringify(item))).size !== value.length) {
+      return false;
+    }
     if (schema.items && !value.every((item) => valid(schema.items as Schema, item))) return false;
   }
   if (typeOf(value) === "object") {
@@ -92,6 +98,8 @@ const ACCEPTED = [
   "version: 1\n",
   "version: 1\nprofile: xlarge\nresources: { cpus: 3 }\ndiskGiB: 2\nworkspace: /w\nimage: ./img\nsetup: [a]\nresume: []\n",
   "version: 1\nnetwork: { allowedHosts: [a.com, '*.b.org'] }\n",
+  "version: 1\nnetwork: { hostPorts: [1, 8000, 65535] }\n",
+  `version: 1\nnetwork: { hostPorts: [${Array.from({ length: 16 }, (_, i) => 9000 + i).join(", ")}] }\n`,
   service("port: 8080\nenv: { A: x, _B: '' }\nhealth: /\ntimeoutMs: 1\npreview: true\nplatforms: [linux]"),
   service("preview: { url: 'https://x.dev/a', title: T, description: D }"),
   service("previews:\n  - { url: /a, title: A }\n  - { folder: F, links: [{ url: /b, title: B }] }"),
@@ -114,6 +122,13 @@ const REJECTED = [
   "version: 1\nresume: [1]\n",
   "version: 1\nnetwork: { allowedHosts: ['*'] }\n",
   "version: 1\nnetwork: { hosts: [] }\n",
+  "version: 1\nnetwork: { hostPorts: 8000 }\n",
+  "version: 1\nnetwork: { hostPorts: [0] }\n",
+  "version: 1\nnetwork: { hostPorts: [65536] }\n",
+  "version: 1\nnetwork: { hostPorts: [80.5] }\n",
+  "version: 1\nnetwork: { hostPorts: ['8000'] }\n",
+  "version: 1\nnetwork: { hostPorts: [8000, 8000] }\n",
+  `version: 1\nnetwork: { hostPorts: [${Array.from({ length: 17 }, (_, i) => 9000 + i).join(", ")}] }\n`,
   "version: 1\nservices: { Web: { command: x } }\n",
   "version: 1\nservices: { web: { port: 80 } }\n",
   service("comand: x"),

@@ -66,6 +66,7 @@ describe("LIMITS", () => {
       logLinesMax: 500,
       servicesMax: 64,
       previewsMax: 64,
+      hostPortsMax: 16,
     });
   });
 

@@ -10,6 +10,7 @@ setup: [apt-get update, "make deps"]
 resume: [./resume.sh]
 network:
   allowedHosts: [registry.npmjs.org, "*.github.com"]
+  hostPorts: [8000, 5432]
 services:
   api:
     command: " npm run api "
@@ -49,4 +50,13 @@ test("writes resources only where they differ from the profile", () => {
   const text = renderConfig(parseConfig(FULL));
   expect(text).toContain("resources:\n  memoryGiB: 6\n");
   expect(text).not.toContain("cpus");
+});
+
+test("writes network keys only when they hold something", () => {
+  expect(renderConfig(parseConfig("version: 1\nnetwork: { hostPorts: [11434] }\n"))).toContain(
+    "network:\n  hostPorts:\n    - 11434\n",
+  );
+  expect(renderConfig(parseConfig("version: 1\nnetwork: { allowedHosts: [], hostPorts: [] }\n"))).not.toContain(
+    "network",
+  );
 });

@@ -1,5 +1,5 @@
 import { resolve } from "node:path";
-import { CONFIG_DEFAULTS, PROFILES, parseConfig } from "../src/index.js";
+import { CONFIG_DEFAULTS, LIMITS, PROFILES, parseConfig } from "../src/index.js";
 import { issueAt, onlyIssue, rejection } from "./helpers.js";
 
 describe("version", () => {
@@ -128,8 +128,8 @@ describe("setup and resume", () => {
 
 describe("network.allowedHosts", () => {
   test("defaults to an empty list (all outbound blocked)", () => {
-    expect(parseConfig("version: 1").network).toEqual({ allowedHosts: [] });
-    expect(parseConfig("version: 1\nnetwork: {}").network).toEqual({ allowedHosts: [] });
+    expect(parseConfig("version: 1").network).toEqual({ allowedHosts: [], hostPorts: [] });
+    expect(parseConfig("version: 1\nnetwork: {}").network).toEqual({ allowedHosts: [], hostPorts: [] });
   });
 
   test("accepts exact hosts and *. wildcards, lowercased and deduplicated", () => {
@@ -160,8 +160,92 @@ describe("network.allowedHosts", () => {
       path: "network.allowed",
       line: 3,
       column: 3,
-      message: "`network.allowed` is not a known key; the keys allowed here are allowedHosts",
+      message: "`network.allowed` is not a known key; the keys allowed here are allowedHosts, hostPorts",
     });
+  });
+});
+
+describe("network.hostPorts", () => {
+  test("defaults to an empty list (no host service reachable)", () => {
+    expect(parseConfig("version: 1\nnetwork: { allowedHosts: [a.com] }").network.hostPorts).toEqual([]);
+    expect(CONFIG_DEFAULTS.hostPorts).toEqual([]);
+  });
+
+  test("accepts whole port numbers 1-65535, kept in the order written, next to allowedHosts", () => {
+    const config = parseConfig("version: 1\nnetwork:\n  allowedHosts: [a.com]\n  hostPorts: [8000, 1, 65535, 5432]\n");
+    expect(config.network).toEqual({ allowedHosts: ["a.com"], hostPorts: [8000, 1, 65535, 5432] });
+    expect(parseConfig("version: 1\nnetwork:\n  hostPorts: []\n").network.hostPorts).toEqual([]);
+  });
+
+  test(`accepts ${LIMITS.hostPortsMax} ports and refuses one more, at the key`, () => {
+    const ports = (n: number) => Array.from({ length: n }, (_, i) => 8000 + i).join(", ");
+    expect(
+      parseConfig(`version: 1\nnetwork:\n  hostPorts: [${ports(LIMITS.hostPortsMax)}]\n`).network.hostPorts,
+    ).toHaveLength(LIMITS.hostPortsMax);
+    expect(onlyIssue(`version: 1\nnetwork:\n  hostPorts: [${ports(LIMITS.hostPortsMax + 1)}]\n`)).toEqual({
+      path: "network.hostPorts",
+      line: 3,
+      column: 14,
+      message: `\`network.hostPorts\` must list at most ${LIMITS.hostPortsMax} ports; got ${LIMITS.hostPortsMax + 1}. List only the host services the guest needs`,
+    });
+  });
+
+  test("a repeated port is refused at the repeat, with the first one named", () => {
+    const error = rejection("version: 1\nnetwork:\n  hostPorts:\n    - 8000\n    - 9000\n    - 8000\n    - 9000\n");
+    expect(error.issues).toEqual([
+      {
+        path: "network.hostPorts.2",
+        line: 6,
+        column: 7,
+        message: "`network.hostPorts.2` repeats port 8000 (already `network.hostPorts.0`); list each host port once",
+      },
+      {
+        path: "network.hostPorts.3",
+        line: 7,
+        column: 7,
+        message: "`network.hostPorts.3` repeats port 9000 (already `network.hostPorts.1`); list each host port once",
+      },
+    ]);
+  });
+
+  test.each([
+    ["0", "0"],
+    ["65536", "65536"],
+    ["-1", "-1"],
+    ["80.5", "80.5"],
+    ['"8000"', '"8000"'],
+    ["localhost:8000", '"localhost:8000"'],
+    ["true", "true"],
+    ["{ port: 1 }", "a mapping"],
+  ])("refuses the entry %s with its path, line and column", (entry, got) => {
+    expect(onlyIssue(`version: 1\nnetwork:\n  hostPorts: [8000, ${entry}]\n`)).toEqual({
+      path: "network.hostPorts.1",
+      line: 3,
+      column: 21,
+      message: `\`network.hostPorts.1\` must be a whole number between 1 and 65535 (a TCP port on the host's 127.0.0.1); got ${got}`,
+    });
+  });
+
+  test.each([
+    ["8000", "8000"],
+    ['"8000"', '"8000"'],
+    ["{ a: 1 }", "a mapping"],
+  ])("refuses a hostPorts that is not a list (%s)", (value, got) => {
+    expect(onlyIssue(`version: 1\nnetwork:\n  hostPorts: ${value}\n`)).toEqual({
+      path: "network.hostPorts",
+      line: 3,
+      column: 14,
+      message: `\`network.hostPorts\` must be a list of host port numbers such as [8000]; got ${got}`,
+    });
+  });
+
+  test("every problem of the list is reported at once", () => {
+    const error = rejection("version: 1\nnetwork:\n  hostPorts: [0, 8000, 8000, x]\n");
+    expect(error.issues.map((issue) => issue.path)).toEqual([
+      "network.hostPorts.0",
+      "network.hostPorts.2",
+      "network.hostPorts.3",
+    ]);
   });
 });
 

@@ -93,6 +93,7 @@ describe("help", () => {
     expect(help).not.toContain("- shell");
     expect(help).toMatch(/small 2 cpu\/4 GiB/);
     expect(help).toMatch(/allowedHosts/);
+    expect(help).toMatch(/network\.hostPorts: \[port\], at most 16; .* as host\.sandbox\.internal:<port>/);
     expect(help).toMatch(/64 KiB/);
     expect(help).toMatch(/128 completed exec handles/);
   });

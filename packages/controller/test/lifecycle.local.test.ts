@@ -6,7 +6,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ControllerError, StateLayout } from "../src/client/index.js";
 import { parseConfig } from "@pi-sandbox/config";
-import { inspectEntry } from "../src/state/inspect.js";
+import { formatView } from "../src/actions/text.js";
+import { inspectEntry, type EntryView } from "../src/state/inspect.js";
 import { readRecord, writeRecord } from "../src/state/records.js";
 import {
   InstanceController,
@@ -372,4 +373,53 @@ test("an agent that goes away under a running VM: the instance checkpoints, read
   expect((await call({ action: "start", name: "orphan" })).state).toBe("running");
   expect((await call({ action: "exec", name: "orphan", cmd: "cat kept.txt" })).output).toBe("kept\n");
   await call({ action: "stop", name: "orphan" });
+});
+
+test("network.hostPorts: shown by inspect; a host port that is a preview's host port is refused at boot", async () => {
+  // Another instance's preview holds a host port: a new instance may not open it to its guest.
+  const first = await create("first");
+  const previewPort = Number(new URL(first.previews[0].url as string).port);
+  expect(first.hostPorts).toEqual([]);
+  await call({ action: "stop", name: "first" });
+  await writeFile(join(dir, "hp.yaml"), YAML(`network:\n  hostPorts: [${previewPort}]\n`));
+  await expect(call({ action: "create", name: "second", config: join(dir, "hp.yaml") })).rejects.toMatchObject({
+    code: "CONTROLLER_HOST_PORT_CONFLICT",
+    message: expect.stringContaining(`${previewPort} (preview web of instance first)`),
+    details: { conflicts: [{ port: previewPort, instance: "first", preview: "web" }] },
+  });
+  await expect(stat(layout.entryDir("instances", "second"))).rejects.toMatchObject({ code: "ENOENT" });
+
+  // Its own previews too: a lease taken since (here written by hand) stops the next start.
+  const free = await new Promise<number>((resolve) => {
+    const probe = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+  await writeFile(join(dir, "hp.yaml"), YAML(`network:\n  hostPorts: [${free}, 11434]\n`));
+  const third = await call({ action: "create", name: "third", config: join(dir, "hp.yaml") });
+  expect(third).toMatchObject({ state: "running", hostPorts: [free, 11434] });
+  expect(formatView(third as EntryView)).toContain(
+    `host ports:  host.sandbox.internal:${free}, host.sandbox.internal:11434\n`,
+  );
+  await call({ action: "stop", name: "third" });
+  await writeFile(layout.portsFile("third"), JSON.stringify({ version: 1, leases: { web: free } }));
+  await expect(call({ action: "start", name: "third" })).rejects.toMatchObject({
+    code: "CONTROLLER_HOST_PORT_CONFLICT",
+    message: expect.stringContaining(`${free} (preview web of this instance)`),
+  });
+  const view = await inspectEntry(layout, "instances", "third");
+  expect(view).toMatchObject({ state: "failed", hostPorts: [free, 11434] });
+  expect(view.errors).toEqual([expect.objectContaining({ code: "CONTROLLER_HOST_PORT_CONFLICT" })]);
+});
+
+test("inspect of a record written before network.hostPorts existed shows none", async () => {
+  await create("old");
+  await call({ action: "stop", name: "old" });
+  const record = (await readRecord(layout, "instances", "old"))!;
+  const { hostPorts: _dropped, ...network } = record.config.network;
+  await writeRecord(layout, { ...record, config: { ...record.config, network } as typeof record.config });
+  expect((await inspectEntry(layout, "instances", "old")).hostPorts).toEqual([]);
+  expect((await call({ action: "start", name: "old" })).state).toBe("running");
+  await call({ action: "stop", name: "old" });
 });

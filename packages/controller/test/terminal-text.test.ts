@@ -99,6 +99,7 @@ test("formatView escapes every guest field and indents the lines of a multi-line
     createdAt: "2026-01-01T00:00:00.000Z",
     resources: { cpus: 1, memoryGiB: 2 },
     diskGiB: 4,
+    hostPorts: [],
     previews: [{ service: "web", url: `http://127.0.0.1:4000/${HOSTILE}`, title: HOSTILE, folder: `f\n${HOSTILE}` }],
     errors: [{ code: "SERVICE_FAILED", message: `web died: ${HOSTILE}\npreview:     forged`, at: "now" }],
   };

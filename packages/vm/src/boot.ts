@@ -6,10 +6,11 @@ import type { Duplex } from "node:stream";
 import type { VM, VMOptions } from "@earendil-works/gondolin";
 import { VmError, isVmError, messageOf } from "./errors.js";
 import { DiskStore, type CheckpointResult, type DiskRun } from "./disk-store.js";
-import { egressPolicy } from "./egress-policy.js";
+import { egressPolicy, hostPortsTcp } from "./egress-policy.js";
 import { runInGuest } from "./exec-util.js";
 import { GondolinGuest } from "./gondolin-guest.js";
 import { gondolinCertDir, loadGondolin } from "./gondolin-loader.js";
+import { dialMappedTcpOnConnect } from "./gondolin-private.js";
 import { GuestFault } from "./guest-fault.js";
 import { hostDiskFullError, hostSpaceOf, isNoSpaceError } from "./host-disk.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions, GuestVm } from "./guest-vm.js";
@@ -42,6 +43,12 @@ export interface VmSpec {
   network: {
     /** Host patterns the guest may reach over HTTP(S); empty = nothing outbound. */
     allowedHosts: readonly string[];
+    /**
+     * Host `127.0.0.1` ports the guest reaches over TCP as `host.sandbox.internal:<port>`
+     * (`HOST_SERVICES_HOSTNAME`); default none. Unique whole numbers 1-65535, else
+     * VM_RESOURCES_UNSUPPORTED.
+     */
+    hostPorts?: readonly number[];
   };
 }
 
@@ -166,6 +173,7 @@ export async function startVm(input: StartVmOptions): Promise<RunningVm> {
   const logger = options.logger;
   let host = options.host ?? probeHost();
   checkResources(options.spec.resources, host);
+  hostPortsTcp(options.spec.network.hostPorts ?? []); // refused before the disk is opened
   const forcedAccel = options.accelerator ?? process.env.PI_SANDBOX_ACCEL;
   const launcher = await prepareQemuLauncher(path.join(options.stateRoot, "bin"), host.arch);
   const probeQemu = options.kvmProbeQemuPath ?? (process.env.PI_SANDBOX_TEST_KVM_PROBE_QEMU || undefined);
@@ -320,6 +328,7 @@ async function bootAttempt(
     const policy = egressPolicy(gondolin, {
       allowedHosts: options.spec.network.allowedHosts,
       ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
+      ...(options.spec.network.hostPorts ? { hostPorts: options.spec.network.hostPorts } : {}),
     });
     const image = run.image;
     const vmOptions: VMOptions = {
@@ -352,6 +361,7 @@ async function bootAttempt(
       httpHooks: policy.httpHooks,
       env: policy.env,
       dns: policy.dns,
+      ...(policy.tcp ? { tcp: policy.tcp } : {}),
       startTimeoutMs: readyTimeoutMs,
       sessionLabel: `pi-sandbox ${options.name}`,
       ...(options.debug && logger?.debug
@@ -362,6 +372,11 @@ async function bootAttempt(
         : {}),
     };
     vm = await gondolin.VM.create(vmOptions);
+    if (policy.tcp && !dialMappedTcpOnConnect(vm)) {
+      logger?.warn(
+        `[vm ${options.name}] this Gondolin cannot dial host ports when the guest connects: a host service whose server speaks first waits for the guest's first byte`,
+      );
+    }
     // Record QEMU's pid as soon as it exists (not after the ~10 s boot), so a later owner can
     // reap it even if this process dies while the guest is still booting.
     const booting = vm;

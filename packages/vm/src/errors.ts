@@ -6,7 +6,10 @@ export type VmErrorCode =
   | "VM_IMAGE_CHANGED"
   /** The guest image lacks a tool an operation needs (`details.tool`: resize2fs, sshd, sandboxssh, ...). */
   | "VM_IMAGE_MISSING_TOOL"
-  /** More CPUs, memory or disk than the host can honour, or a value outside the allowed range. */
+  /**
+   * More CPUs, memory or disk than the host can honour, or a value outside the allowed range
+   * (also a `network.hostPorts` entry that is not a unique port 1-65535).
+   */
   | "VM_RESOURCES_UNSUPPORTED"
   /** Another process (or VM) holds the disk. */
   | "VM_DISK_BUSY"

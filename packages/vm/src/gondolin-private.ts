@@ -1,8 +1,10 @@
 // Every use of Gondolin 0.12 internals, in one place. Gondolin's public API has no way to open a
 // raw TCP stream to a guest port (its IngressGateway answers HTTP only, with a 2 s header
-// timeout), none to see how much its shared ingress queue holds, and no event for QEMU exiting
-// by itself. These reach into `VM.server` (a SandboxServer). `test/gondolin-contract.test.ts`
-// checks each against the installed Gondolin, so an upgrade that moves them fails loudly there.
+// timeout), none to see how much its shared ingress queue holds, no event for QEMU exiting by
+// itself, and no way to dial a host-mapped TCP flow before the guest's first byte. These reach
+// into `VM.server` (a SandboxServer) and its `network` (a QemuNetworkBackend).
+// `test/gondolin-contract.test.ts` checks each against the installed Gondolin, so an upgrade that
+// moves them fails loudly there.
 
 import type { Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
@@ -47,5 +49,47 @@ export function onQemuExit(vm: VM, listener: () => void): boolean {
   const server = serverOf(vm);
   if (typeof server?.on !== "function") return false;
   server.on("exit", listener);
+  return true;
+}
+
+/** The private QemuNetworkBackend members {@link dialMappedTcpOnConnect} uses. */
+interface MappedTcpBackend {
+  /** The network stack's callback for a guest SYN; `allowRawTcp` marks a host-mapped flow. */
+  handleTcpConnect(message: { key: string }): { allowRawTcp?: boolean } | undefined;
+  /** Flow state by key, created by `handleTcpConnect`. */
+  tcpSessions: { get(key: string): unknown };
+  /** Opens the host socket of a flow (idempotent); Gondolin calls it at the guest's first byte. */
+  ensureTcpSocket(key: string, session: unknown): void;
+}
+
+/**
+ * Makes the VM's host-mapped TCP flows (`tcp.hosts`) dial the host when the guest connects, not
+ * when it first sends. Gondolin completes the guest's handshake itself and opens the host socket
+ * only at the first byte of data, so a protocol whose server speaks first (MySQL, SMTP) waited
+ * forever, and a client that only listened never learnt that nothing listened on the host. Now
+ * the server's greeting reaches the guest, and a refused host connection resets the guest's
+ * connection at once. Other flows are untouched (they are never dialled raw). False when
+ * Gondolin offers no such members (mapped flows then work as Gondolin has them).
+ */
+export function dialMappedTcpOnConnect(vm: VM): boolean {
+  const network = (serverOf(vm) as { network?: Partial<MappedTcpBackend> | null } | undefined)?.network;
+  if (
+    !network ||
+    typeof network.handleTcpConnect !== "function" ||
+    typeof network.ensureTcpSocket !== "function" ||
+    typeof network.tcpSessions?.get !== "function"
+  ) {
+    return false;
+  }
+  const backend = network as MappedTcpBackend;
+  const handleTcpConnect = backend.handleTcpConnect;
+  backend.handleTcpConnect = function (this: MappedTcpBackend, message) {
+    const decision = handleTcpConnect.call(this, message);
+    if (decision?.allowRawTcp) {
+      const session = this.tcpSessions.get(message.key);
+      if (session) this.ensureTcpSocket(message.key, session);
+    }
+    return decision;
+  };
   return true;
 }

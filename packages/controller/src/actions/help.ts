@@ -1,4 +1,4 @@
-import { CONFIG_DEFAULTS, DEFAULT_PROFILE, LIMITS, PROFILES } from "@pi-sandbox/config";
+import { CONFIG_DEFAULTS, DEFAULT_PROFILE, HOST_SERVICES_HOSTNAME, LIMITS, PROFILES } from "@pi-sandbox/config";
 import { ACTIONS } from "./registry.js";
 import { actionUsage } from "./validate.js";
 
@@ -25,6 +25,9 @@ export function renderHelp(options: { includeUserOnly?: boolean } = {}): string 
   );
   lines.push("  setup: [commands] at create/prepare | resume: [commands] at every start");
   lines.push("  network.allowedHosts: [host | *.domain]; empty blocks all outbound HTTP(S)");
+  lines.push(
+    `  network.hostPorts: [port], at most ${LIMITS.hostPortsMax}; the guest reaches host 127.0.0.1:<port> over TCP as ${HOST_SERVICES_HOSTNAME}:<port>, nothing else of the host`,
+  );
   lines.push('  services.<name>: command (required), cwd, port, env, health ("/path" | "process"; default TCP),');
   lines.push(
     `    timeoutMs (default ${CONFIG_DEFAULTS.timeoutMs}), preview (true | {url,title,description}), previews, platforms`,

@@ -2,7 +2,7 @@
 // titles, agent error messages) as it came; every field is escaped here with the config's
 // `escapeControlChars`, and the CLI escapes its whole output once more before writing it.
 
-import { escapeControlChars } from "@pi-sandbox/config";
+import { HOST_SERVICES_HOSTNAME, escapeControlChars } from "@pi-sandbox/config";
 import type { EntryView } from "../state/inspect.js";
 
 /** One-line text for a terminal: every control character escaped visibly (`\x1b`, `\n`). */
@@ -44,6 +44,8 @@ export function formatView(view: EntryView): string {
     `created:     ${oneLine(view.createdAt)}${view.template ? ` from template ${oneLine(view.template)}` : ""}`,
     `resources:   ${view.resources.cpus} cpu, ${view.resources.memoryGiB} GiB memory, ${view.diskGiB} GiB disk`,
   ];
+  if (view.hostPorts?.length)
+    lines.push(`host ports:  ${view.hostPorts.map((port) => `${HOST_SERVICES_HOSTNAME}:${port}`).join(", ")}`);
   if (view.accelerator)
     lines.push(
       `accelerator: ${oneLine(view.accelerator)}${view.acceleratorReason ? ` (${oneLine(view.acceleratorReason)})` : ""}`,

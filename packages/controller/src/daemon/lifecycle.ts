@@ -13,6 +13,7 @@ import { readRecord, readStatus, writeRecord, type EntryRecord } from "../state/
 import type { ProgressEvent } from "../wire.js";
 import type { LifecycleActions } from "./context.js";
 import { installGuestConfig, readConfigFile, runSetup } from "./guest-setup.js";
+import { assertHostPortsFree, hostPortsOf } from "./host-ports.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import type { GuestOperations } from "./services.js";
 import { toControllerError, type InstanceState } from "./state.js";
@@ -274,6 +275,7 @@ export class Lifecycle {
 
   private async bootVm(diskDir: string, config: SandboxConfig, progress: Progress): Promise<RuntimeVm> {
     const { state } = this;
+    await assertHostPortsFree(state.layout, this.name, hostPortsOf(config));
     progress({ stage: "boot", message: `booting (${config.resources.cpus} cpu, ${config.resources.memoryGiB} GiB)` });
     const vm = await this.runtime.bootVm({
       name: this.name,

@@ -28,6 +28,8 @@ export interface EntryView {
   resources: { cpus: number; memoryGiB: number };
   /** Disk capacity (sparse). */
   diskGiB: number;
+  /** Host `127.0.0.1` ports the guest reaches as `host.sandbox.internal:<port>` (`network.hostPorts`). */
+  hostPorts: number[];
   /** Accelerator of the current or last run. */
   accelerator?: string;
   /** Why that accelerator was used (e.g. why not KVM). */
@@ -95,6 +97,8 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
     createdAt: record.createdAt,
     resources: record.config.resources,
     diskGiB: record.config.diskGiB,
+    // A record written before network.hostPorts existed has none.
+    hostPorts: [...(record.config.network?.hostPorts ?? [])],
     previews: state === "running" ? (status?.previews ?? []) : [],
     errors,
   };
