@@ -23,21 +23,7 @@ test("the installed Gondolin is the 0.12 line this package was written against",
 });
 
 test("a created (not started) VM exposes the ingress connector, its queue and QEMU's exit event", async () => {
-  const image = await fakeImage(path.join(dir, "image"));
-  const run = path.join(dir, "run");
-  await fsp.mkdir(run);
-  const vm = await VM.create({
-    sandbox: {
-      imagePath: image,
-      qemuPath: "/bin/false",
-      virtioSocketPath: path.join(run, "ctl.sock"),
-      virtioFsSocketPath: path.join(run, "fs.sock"),
-      virtioSshSocketPath: path.join(run, "ssh.sock"),
-      virtioIngressSocketPath: path.join(run, "ing.sock"),
-      netSocketPath: path.join(run, "net.sock"),
-    },
-    sessionLabel: "contract test",
-  });
+  const vm = await vmWithHostPorts("plain", []);
   try {
     const server = ingressServerOf(vm);
     expect(typeof server.openIngressStream).toBe("function");
@@ -49,7 +35,7 @@ test("a created (not started) VM exposes the ingress connector, its queue and QE
   }
 });
 
-/** A created (not started) VM with the egress policy of `hostPorts`. */
+/** A created (not started) VM with the egress policy of `hostPorts` (none: the plain policy). */
 async function vmWithHostPorts(name: string, hostPorts: number[]): Promise<VM> {
   const image = await fakeImage(path.join(dir, `${name}-image`));
   const run = path.join(dir, `${name}-run`);
