@@ -81,8 +81,17 @@ export async function makeSandbox(prefix: string, parent = "/tmp"): Promise<Sand
 
 /** PIDs of QEMU processes whose command line mentions `needle` (e.g. a state root). */
 export function qemuFor(needle: string): number[] {
+  return pgrep(`qemu-system.*${needle}`);
+}
+
+/** PIDs of controller daemons serving the state root `home`. */
+export function daemonsFor(home: string): number[] {
+  return pgrep(`--root ${home} --kind`);
+}
+
+function pgrep(pattern: string): number[] {
   try {
-    return execFileSync("pgrep", ["-f", `qemu-system.*${needle}`], { encoding: "utf8" })
+    return execFileSync("pgrep", ["-f", "--", pattern], { encoding: "utf8" })
       .split("\n")
       .filter(Boolean)
       .map(Number);
@@ -95,9 +104,13 @@ export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(r
 
 /** Waits up to `ms` for every QEMU of `needle` to be gone; returns those left. */
 export async function qemuGone(needle: string, ms = 15_000): Promise<number[]> {
+  return gone(() => qemuFor(needle), ms);
+}
+
+async function gone(find: () => number[], ms: number): Promise<number[]> {
   const deadline = Date.now() + ms;
-  while (qemuFor(needle).length > 0 && Date.now() < deadline) await sleep(200);
-  return qemuFor(needle);
+  while (find().length > 0 && Date.now() < deadline) await sleep(200);
+  return find();
 }
 
 /**
@@ -120,7 +133,10 @@ export async function teardown(sandbox: Sandbox | undefined, options: { keep?: b
       // already gone
     }
   }
-  if (!options.keep) await rm(sandbox.dir, { recursive: true, force: true });
+  // A daemon answers `stop` before it exits, and writes its last log lines and removes its socket
+  // after that: removing the state root under it races (ENOTEMPTY), so wait for the daemons too.
+  await gone(() => daemonsFor(sandbox.home), 15_000);
+  if (!options.keep) await rm(sandbox.dir, { recursive: true, force: true, maxRetries: 5 });
   return left;
 }
 
