@@ -1,0 +1,296 @@
+// One boot of an opened disk run on one accelerator: Gondolin's VM options, the QMP monitor, the
+// QEMU pid record, the first-boot filesystem growth, and the mapping of start failures to typed
+// errors. `startVm` (boot.ts) chooses the accelerator and retries; `BootedVm` runs the result.
+import { randomBytes } from "node:crypto";
+import fsp from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import type { VM, VMOptions } from "@earendil-works/gondolin";
+import { BootedVm, ensureQemuGone } from "./booted-vm.js";
+import type { DiskRun } from "./disk-store.js";
+import { egressPolicy } from "./egress-policy.js";
+import { VmError, isVmError, messageOf } from "./errors.js";
+import { runInGuest } from "./exec-util.js";
+import { GondolinGuest } from "./gondolin-guest.js";
+import { gondolinCertDir, type loadGondolin } from "./gondolin-loader.js";
+import { dialMappedTcpOnConnect } from "./gondolin-private.js";
+import { GuestFault } from "./guest-fault.js";
+import { hostDiskFullError, isNoSpaceError } from "./host-disk.js";
+import { qemuMemory, type AcceleratorChoice } from "./host.js";
+import { writeQemuPidRecord } from "./qemu-process.js";
+import { QMP_SOCKET_NAME, QmpMonitor, type IoErrorPause } from "./qmp.js";
+import type { RunningVm, StartVmOptions } from "./vm-types.js";
+
+const DEFAULT_START_TIMEOUT_MS = 180_000;
+// `quiet` saves ~0.8 s of serial output per boot on TCG. The root device is Gondolin's default.
+const KERNEL_APPEND = "console=ttyS0 initramfs_async=1 quiet";
+const RESIZE_SCRIPT = ["command -v resize2fs >/dev/null 2>&1 || exit 127", "resize2fs /dev/vda 2>&1"].join("\n");
+/** Longest unix socket path we allow (the kernel's limit is 107 bytes). */
+const MAX_SOCKET_PATH = 100;
+
+export function startTimeoutOf(options: StartVmOptions): number {
+  return options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
+}
+
+export interface BootAttempt {
+  options: StartVmOptions;
+  gondolin: Awaited<ReturnType<typeof loadGondolin>>;
+  launcher: { qemuPath: string };
+  started: number;
+  warnings: string[];
+}
+
+/**
+ * One boot of an opened disk run on one accelerator. Closes everything and discards the run when
+ * it fails. `readyTimeoutMs` bounds the wait for the guest (default: the start timeout).
+ */
+export async function bootAttempt(
+  attempt: BootAttempt,
+  run: DiskRun,
+  accelerator: AcceleratorChoice,
+  readyTimeoutMs = startTimeoutOf(attempt.options),
+): Promise<RunningVm> {
+  const { options, gondolin, launcher } = attempt;
+  const { signal, logger } = options;
+  const warnings = [...attempt.warnings];
+  if (accelerator.warning) {
+    warnings.push(accelerator.warning);
+    logger?.warn(`[vm ${options.name}] ${accelerator.warning}`);
+  }
+  let vm: VM | undefined;
+  let guest: GondolinGuest | undefined;
+  let runtimeDir: string | undefined;
+  let monitor: QmpMonitor | undefined;
+  const fault = new GuestFault();
+  const cleanup = async () => {
+    monitor?.close();
+    const pid = vm?.getHostPid() ?? undefined;
+    await guest?.close().catch(() => undefined);
+    if (!guest) await vm?.close().catch(() => undefined);
+    await ensureQemuGone(pid);
+    if (runtimeDir) await fsp.rm(runtimeDir, { recursive: true, force: true }).catch(() => undefined);
+    await run.discard().catch(() => undefined);
+  };
+  try {
+    runtimeDir = await makeRuntimeDir(options.stateRoot);
+    // QEMU (through our wrapper) listens on this socket from early in its start; a guest paused
+    // on a full host disk is reported here, during the boot as much as later, and so is a KVM
+    // internal error (QEMU stops the guest with run state internal-error).
+    monitor = new QmpMonitor(path.join(runtimeDir, QMP_SOCKET_NAME), {
+      onIoErrorPause: (pause) => {
+        if (fault.raise(pausedGuestError(pause, options.name, options.diskDir))) {
+          logger?.warn(`[vm ${options.name}] ${fault.current!.message}`);
+        }
+      },
+      onInternalError: () => {
+        fault.raise(
+          new VmError("VM_KVM_FAILED", `QEMU stopped the guest of ${options.name} on a KVM internal error`, {
+            details: { reason: "KVM internal error", accelerator: accelerator.accel },
+          }),
+        );
+      },
+    });
+    const policy = egressPolicy(gondolin, {
+      allowedHosts: options.spec.network.allowedHosts,
+      ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
+      ...(options.spec.network.hostPorts ? { hostPorts: options.spec.network.hostPorts } : {}),
+    });
+    const image = run.image;
+    const vmOptions: VMOptions = {
+      sandbox: {
+        imagePath: image.dir ?? {
+          kernelPath: image.kernelPath,
+          initrdPath: image.initrdPath,
+          rootfsPath: image.rootfsPath,
+        },
+        qemuPath: launcher.qemuPath,
+        rootDiskPath: run.layerPath,
+        rootDiskFormat: "qcow2",
+        rootDiskReadOnly: false,
+        rootDiskDeleteOnClose: false,
+        accel: accelerator.accel,
+        machineType: accelerator.machineType,
+        cpu: accelerator.cpu,
+        append: KERNEL_APPEND,
+        console: options.debug ? "stdio" : "none",
+        mitmCertDir: gondolinCertDir(options.diskDir),
+        virtioSocketPath: path.join(runtimeDir, "ctl.sock"),
+        virtioFsSocketPath: path.join(runtimeDir, "fs.sock"),
+        virtioSshSocketPath: path.join(runtimeDir, "ssh.sock"),
+        virtioIngressSocketPath: path.join(runtimeDir, "ing.sock"),
+        netSocketPath: path.join(runtimeDir, "net.sock"),
+        ...(options.debug ? { debug: ["protocol"] as const } : {}),
+      },
+      memory: qemuMemory(options.spec.resources.memoryGiB),
+      cpus: options.spec.resources.cpus,
+      httpHooks: policy.httpHooks,
+      env: policy.env,
+      dns: policy.dns,
+      ...(policy.tcp ? { tcp: policy.tcp } : {}),
+      startTimeoutMs: readyTimeoutMs,
+      sessionLabel: `pi-sandbox ${options.name}`,
+      ...(options.debug && logger?.debug
+        ? {
+            debugLog: (component: string, message: string) =>
+              logger.debug?.(`[vm ${options.name}] ${component}: ${message}`),
+          }
+        : {}),
+    };
+    vm = await gondolin.VM.create(vmOptions);
+    if (policy.tcp && !dialMappedTcpOnConnect(vm)) {
+      logger?.warn(
+        `[vm ${options.name}] this Gondolin cannot dial host ports when the guest connects: a host service whose server speaks first waits for the guest's first byte`,
+      );
+    }
+    // Record QEMU's pid as soon as it exists (not after the ~10 s boot), so a later owner can
+    // reap it even if this process dies while the guest is still booting.
+    const booting = vm;
+    let recorded: Promise<void> | undefined;
+    const recorder = setInterval(() => {
+      const pid = booting.getHostPid();
+      if (pid === null || recorded) return;
+      recorded = writeQemuPidRecord(options.diskDir, pid).catch(() => undefined);
+      clearInterval(recorder);
+    }, 50);
+    try {
+      await fault.race(startWithSignal(vm, signal));
+    } finally {
+      clearInterval(recorder);
+    }
+    await recorded;
+    guest = new GondolinGuest(options.name, vm, fault);
+    const pid = vm.getHostPid();
+    if (pid !== null && !recorded) await writeQemuPidRecord(options.diskDir, pid);
+    let grown = run.pointer.grown;
+    if (!grown) {
+      await growFilesystem(guest, signal);
+      grown = true;
+    }
+    const bootMs = performance.now() - attempt.started;
+    logger?.info(`[vm ${options.name}] ready in ${Math.round(bootMs)} ms (${accelerator.accel})`);
+    return new BootedVm(options.name, guest, monitor, run, runtimeDir, accelerator, warnings, bootMs, grown);
+  } catch (error) {
+    await cleanup();
+    if (signal?.aborted) throw signal.reason;
+    throw mapStartError(error, options.diskDir, options.name);
+  }
+}
+
+/** The fault raised when QEMU paused the guest on a failed disk request. */
+function pausedGuestError(pause: IoErrorPause, name: string, diskDir: string): VmError {
+  const details = { operation: pause.operation, reason: pause.reason, device: pause.device };
+  // QEMU's default policy (werror=enospc) pauses only on ENOSPC; anything else is reported to the
+  // guest. So a pause whose event we missed is a full disk as well.
+  if (pause.nospace === false) {
+    return new VmError(
+      "VM_DISK_FAILED",
+      `the host failed a ${pause.operation ?? "disk"} request of ${name}'s disk in ${diskDir} (${pause.reason ?? "I/O error"}), and QEMU paused the guest; check the host disk, then stop and start ${name}`,
+      { details: { dir: diskDir, name, ...details } },
+    );
+  }
+  return hostDiskFullError({ dir: diskDir, situation: "running", name, details });
+}
+
+async function startWithSignal(vm: VM, signal: AbortSignal | undefined): Promise<void> {
+  const starting = vm.start();
+  if (!signal) return starting;
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+  try {
+    await Promise.race([starting, aborted]);
+  } finally {
+    signal.removeEventListener("abort", onAbort!);
+    starting.catch(() => undefined);
+  }
+}
+
+async function growFilesystem(guest: GondolinGuest, signal: AbortSignal | undefined): Promise<void> {
+  const result = await runInGuest(guest, ["/bin/sh", "-c", RESIZE_SCRIPT], signal ? { signal } : {});
+  if (result.exitCode === 127) {
+    throw new VmError(
+      "VM_IMAGE_MISSING_TOOL",
+      "the guest image has no resize2fs, which growing the disk to diskGiB needs; use an image with e2fsprogs",
+      { details: { tool: "resize2fs", needs: "disk resize" } },
+    );
+  }
+  if (result.exitCode !== 0) {
+    throw new VmError("VM_START_FAILED", `growing the guest filesystem failed (resize2fs exit ${result.exitCode})`, {
+      details: { output: (result.stdout + result.stderr).trim() },
+    });
+  }
+}
+
+/**
+ * A per-VM directory for unix sockets, short enough for the 107-byte socket path limit. It is
+ * always a new directory, and checked to be ours and private: whoever can write to it can put a
+ * socket in QEMU's or Gondolin's place.
+ */
+async function makeRuntimeDir(stateRoot: string): Promise<string> {
+  const id = randomBytes(4).toString("hex");
+  const preferred = path.join(stateRoot, "run", id);
+  let dir: string;
+  if (path.join(preferred, "ing.sock").length <= MAX_SOCKET_PATH) {
+    await fsp.mkdir(path.dirname(preferred), { recursive: true, mode: 0o700 });
+    // Not recursive: an existing directory (or a link in its place) fails with EEXIST, never reused.
+    await fsp.mkdir(preferred, { mode: 0o700 });
+    dir = preferred;
+  } else {
+    // Under the shared temp dir: mkdtemp creates a fresh 0700 directory with a random name.
+    dir = await fsp.mkdtemp(path.join(os.tmpdir(), "pisb-"));
+  }
+  const info = await fsp.lstat(dir);
+  const uid = typeof process.getuid === "function" ? process.getuid() : info.uid;
+  if (!info.isDirectory() || info.uid !== uid || (info.mode & 0o077) !== 0) {
+    throw new VmError(
+      "VM_START_FAILED",
+      `the VM's socket directory ${dir} is not a private directory of this user (mode ${(info.mode & 0o777).toString(8)}, uid ${info.uid}); set TMPDIR to a directory only you can write to`,
+      { details: { dir, uid: info.uid, mode: (info.mode & 0o777).toString(8) } },
+    );
+  }
+  return dir;
+}
+
+/** Turns Gondolin/QEMU start failures into typed errors; the raw text goes to details and cause. */
+export function mapStartError(error: unknown, diskDir: string, name?: string): unknown {
+  if (isNoSpaceError(error)) {
+    return hostDiskFullError({ dir: diskDir, situation: "start", ...(name ? { name } : {}), cause: error });
+  }
+  if (isVmError(error)) return error;
+  const message = messageOf(error);
+  const code = (error as { code?: unknown }).code;
+  const details = { diskDir, reason: message };
+  if (code === "vm_start_timeout" || /startup timed out/.test(message)) {
+    return new VmError(
+      "VM_START_TIMEOUT",
+      "the guest did not get ready in time; the host may be overloaded (software emulation is slow) — retry, or raise the start timeout",
+      { cause: error, details },
+    );
+  }
+  if (/Failed to get "?\w+"? lock|Is another process using the image/.test(message)) {
+    return new VmError("VM_DISK_BUSY", `another QEMU is using the disk in ${diskDir}; stop that VM first`, {
+      cause: error,
+      details,
+    });
+  }
+  if (code === "ENOENT" && /qemu/i.test(message)) {
+    return new VmError("VM_QEMU_MISSING", "QEMU could not be executed; install qemu-system for this architecture", {
+      cause: error,
+      details,
+    });
+  }
+  const missing = /Could not open '([^']+)': No such file or directory/.exec(message);
+  if (missing) {
+    return new VmError("VM_IMAGE_NOT_FOUND", `QEMU could not open ${missing[1]}; restore it or recreate the instance`, {
+      cause: error,
+      details: { ...details, path: missing[1] },
+    });
+  }
+  return new VmError("VM_START_FAILED", `the VM failed to boot: ${firstLine(message)}`, { cause: error, details });
+}
+
+function firstLine(text: string): string {
+  return (text.split("\n").find((line) => line.trim() !== "") ?? text).slice(0, 300);
+}

@@ -1,0 +1,202 @@
+// A booted VM: guest operations go to its GondolinGuest; `stop()` quiesces the guest and
+// checkpoints the disk run, `close()` discards it.
+import fsp from "node:fs/promises";
+import type { Duplex } from "node:stream";
+import type { VM } from "@earendil-works/gondolin";
+import type { CheckpointResult, DiskRun } from "./disk-store.js";
+import { VmError, isVmError, messageOf } from "./errors.js";
+import { runInGuest } from "./exec-util.js";
+import type { GondolinGuest } from "./gondolin-guest.js";
+import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions } from "./guest-vm.js";
+import { hostDiskFullError, hostSpaceOf } from "./host-disk.js";
+import type { AcceleratorChoice } from "./host.js";
+import { isAlive, waitFor } from "./process-util.js";
+import type { QmpMonitor } from "./qmp.js";
+import type { RunningVm, StopResult } from "./vm-types.js";
+
+const DEFAULT_SYNC_TIMEOUT_MS = 120_000;
+// Flush everything, then freeze the root filesystem so nothing more reaches the disk before QEMU
+// goes; fsfreeze is optional (sync alone leaves a consistent, if not clean, file system).
+const QUIESCE_SCRIPT =
+  "sync; if command -v fsfreeze >/dev/null 2>&1; then fsfreeze -f / 2>/dev/null || sync; fi; echo quiesced";
+/** A stop resumes a guest paused on a full host disk only with at least this much free again. */
+const RESUME_MIN_FREE_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Waits for QEMU to be gone, SIGKILLing it if Gondolin's close gave up (it stops waiting after
+ * 10 s): a layer must never be published, deleted or unlocked while a QEMU may still write it.
+ */
+export async function ensureQemuGone(pid: number | undefined): Promise<void> {
+  if (pid === undefined) return;
+  if (await waitFor(() => !isAlive({ pid }), 15_000)) return;
+  try {
+    process.kill(pid, "SIGKILL");
+  } catch {
+    // already gone
+  }
+  await waitFor(() => !isAlive({ pid }), 5_000);
+}
+
+/** The Gondolin VM under a `RunningVm` from `startVm`; undefined for any other GuestVm. */
+export function gondolinVmOf(vm: RunningVm): VM | undefined {
+  return vm instanceof BootedVm ? vm.gondolinVm() : undefined;
+}
+
+export class BootedVm implements RunningVm {
+  private stopping: Promise<StopResult> | undefined;
+  private closing: Promise<void> | undefined;
+
+  constructor(
+    readonly name: string,
+    private readonly guest: GondolinGuest,
+    private readonly monitor: QmpMonitor,
+    private readonly run: DiskRun,
+    private readonly runtimeDir: string,
+    readonly accelerator: AcceleratorChoice,
+    readonly warnings: readonly string[],
+    readonly bootMs: number,
+    private readonly grown: boolean,
+  ) {}
+
+  /** The Gondolin VM underneath, for comparisons in `./testing` only. */
+  gondolinVm(): VM {
+    return this.guest.gondolin;
+  }
+
+  get diskDir(): string {
+    return this.run.dir;
+  }
+
+  get hostPid(): number | undefined {
+    return this.guest.hostPid;
+  }
+
+  get closed(): boolean {
+    return this.guest.closed || this.stopping !== undefined || this.closing !== undefined;
+  }
+
+  get fault(): VmError | undefined {
+    return this.guest.closed ? undefined : this.guest.fault.current;
+  }
+
+  exec(command: string | readonly string[], options?: GuestExecOptions): GuestExecution {
+    return this.guest.exec(command, options);
+  }
+
+  readFile(file: string, options?: { signal?: AbortSignal }): Promise<Buffer> {
+    return this.guest.readFile(file, options);
+  }
+
+  writeFile(file: string, data: string | Buffer, options?: { signal?: AbortSignal }): Promise<void> {
+    return this.guest.writeFile(file, data, options);
+  }
+
+  connectTcp(port: number, options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<Duplex> {
+    return this.guest.connectTcp(port, options);
+  }
+
+  enableSsh(options?: GuestSshOptions): Promise<GuestSshAccess> {
+    return this.guest.enableSsh(options);
+  }
+
+  stop(options: { syncTimeoutMs?: number } = {}): Promise<StopResult> {
+    if (this.closing) {
+      return Promise.reject(
+        new VmError("VM_CLOSED", `the VM ${this.name} was closed without a checkpoint`, {
+          details: { name: this.name },
+        }),
+      );
+    }
+    this.stopping ??= this.stopOnce(options.syncTimeoutMs ?? DEFAULT_SYNC_TIMEOUT_MS);
+    return this.stopping;
+  }
+
+  private async stopOnce(syncTimeoutMs: number): Promise<StopResult> {
+    const started = performance.now();
+    const pid = this.guest.hostPid;
+    let syncError: unknown;
+    if (this.guest.exitedByItself) {
+      syncError = new Error("QEMU exited by itself before the stop");
+    } else if (this.guest.fault.current && !(await this.resumeIfRoom())) {
+      syncError = this.guest.fault.current;
+    } else {
+      try {
+        const result = await runInGuest(this.guest, ["/bin/sh", "-c", QUIESCE_SCRIPT], {
+          signal: AbortSignal.timeout(syncTimeoutMs),
+        });
+        if (result.exitCode !== 0 || !result.stdout.includes("quiesced")) {
+          syncError = new Error(`guest sync exited with ${result.exitCode}: ${result.stderr.trim()}`);
+        }
+      } catch (error) {
+        syncError = error;
+      }
+    }
+    const syncMs = performance.now() - started;
+    const closeStarted = performance.now();
+    this.monitor.close();
+    await this.guest.close().catch(() => undefined);
+    await ensureQemuGone(pid);
+    const closeMs = performance.now() - closeStarted;
+    await fsp.rm(this.runtimeDir, { recursive: true, force: true }).catch(() => undefined);
+    if (syncError !== undefined) {
+      await this.run.discard().catch(() => undefined);
+      if (isVmError(syncError, "VM_HOST_DISK_FULL")) {
+        throw hostDiskFullError({ dir: this.diskDir, situation: "stop", name: this.name, cause: syncError });
+      }
+      throw new VmError(
+        "VM_CHECKPOINT_FAILED",
+        `the guest of ${this.name} did not confirm that its disk was synced, so nothing since the start was saved; the previous checkpoint is still current`,
+        { cause: syncError, details: { name: this.name, reason: messageOf(syncError) } },
+      );
+    }
+    let checkpoint: CheckpointResult;
+    try {
+      checkpoint = await this.run.checkpoint({ grown: this.grown });
+    } catch (error) {
+      if (isVmError(error, "VM_HOST_DISK_FULL")) {
+        throw hostDiskFullError({ dir: this.diskDir, situation: "stop", name: this.name, cause: error });
+      }
+      throw error;
+    }
+    return { ...checkpoint, syncMs, closeMs, totalMs: performance.now() - started };
+  }
+
+  /**
+   * For a guest paused on a full host disk: if space was freed since, lets QEMU retry the failed
+   * writes and run on (a new pause raises the fault again). Resolves whether the guest runs.
+   */
+  private async resumeIfRoom(): Promise<boolean> {
+    const space = hostSpaceOf(this.diskDir);
+    if (!space || space.freeBytes < RESUME_MIN_FREE_BYTES) return false;
+    const fault = this.guest.fault.current;
+    this.guest.fault.clear();
+    try {
+      await this.monitor.command("cont");
+      return true;
+    } catch {
+      if (fault) this.guest.fault.raise(fault);
+      return false;
+    }
+  }
+
+  close(): Promise<void> {
+    if (this.stopping)
+      return this.stopping.then(
+        () => undefined,
+        () => undefined,
+      );
+    this.closing ??= (async () => {
+      this.monitor.close();
+      const pid = this.guest.hostPid;
+      await this.guest.close().catch(() => undefined);
+      await ensureQemuGone(pid);
+      await fsp.rm(this.runtimeDir, { recursive: true, force: true }).catch(() => undefined);
+      await this.run.discard();
+    })();
+    return this.closing;
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}

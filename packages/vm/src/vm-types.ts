@@ -1,0 +1,118 @@
+// The public shapes of a VM boot: what it needs (spec, options) and what it gives (RunningVm).
+import type { CheckpointResult, DiskStore } from "./disk-store.js";
+import type { VmError } from "./errors.js";
+import type { GuestVm } from "./guest-vm.js";
+import type { AcceleratorChoice, HostFacts, VmResources } from "./host.js";
+
+/** What booting needs from a sandbox config (`SandboxConfig` of `@pi-sandbox/config` fits). */
+export interface VmSpec {
+  /** CPUs and memory. */
+  resources: VmResources;
+  /** Disk size in GiB (used when the disk is created). */
+  diskGiB: number;
+  /** Absolute Gondolin assets directory; default: Gondolin's own lookup. Used when the disk is created. */
+  image?: string;
+  /** Egress policy. */
+  network: {
+    /** Host patterns the guest may reach over HTTP(S); empty = nothing outbound. */
+    allowedHosts: readonly string[];
+    /**
+     * Host `127.0.0.1` ports the guest reaches over TCP as `host.sandbox.internal:<port>`
+     * (`HOST_SERVICES_HOSTNAME`); default none. Unique whole numbers 1-65535, else
+     * VM_RESOURCES_UNSUPPORTED.
+     */
+    hostPorts?: readonly number[];
+  };
+}
+
+/** A small injected logger; the package never prints. */
+export interface VmLogger {
+  /** Normal progress. */
+  info(message: string): void;
+  /** Something slow or degraded the user should know once (e.g. software emulation). */
+  warn(message: string): void;
+  /** Gondolin/QEMU debug output when `debug` is on. */
+  debug?(message: string): void;
+}
+
+/** Options of {@link startVm}. */
+export interface StartVmOptions {
+  /** Identity for logs and Gondolin's session label (e.g. the instance name). */
+  name: string;
+  /** The instance disk directory (created with {@link DiskStore}). */
+  diskDir: string;
+  /** Resources and network policy (disk size and image were fixed when the disk was created). */
+  spec: Pick<VmSpec, "resources" | "network">;
+  /**
+   * Directory for this package's runtime files shared by VMs: the QEMU wrapper (`bin/`), per-VM
+   * sockets (`run/`), Gondolin's session registry and MITM CA (`gondolin/`).
+   */
+  stateRoot: string;
+  /** Injected logger. */
+  logger?: VmLogger;
+  /** Cancels the boot (the VM is closed and the run discarded). */
+  signal?: AbortSignal;
+  /** Deadline for the guest to get ready, in ms (default 180000: TCG boots take 10-30 s). */
+  startTimeoutMs?: number;
+  /** Host facts (default: probed now). */
+  host?: HostFacts;
+  /** Force an accelerator (default: `PI_SANDBOX_ACCEL`, else chosen from the host). */
+  accelerator?: string;
+  /** Host patterns allowed to resolve to internal/private addresses (e.g. a host-side test server). */
+  allowedInternalHosts?: readonly string[];
+  /** Forward the guest console and Gondolin protocol debug to `logger.debug`. */
+  debug?: boolean;
+  /** The disk store to open the disk with (default: a new one). */
+  diskStore?: DiskStore;
+  /** Live progress for the user (the KVM check, a fall-back to TCG). */
+  onProgress?: (message: string) => void;
+  /** How long a KVM boot may take before it is retried on TCG, in ms (default 45000). */
+  kvmReadyTimeoutMs?: number;
+  /**
+   * Test seam: a QEMU that answers the KVM probe instead of the real one, with `/dev/kvm` taken as
+   * accessible, to play a host shape (a nested PVM, an abort at reset). The boot itself runs the
+   * real QEMU. Default: `PI_SANDBOX_TEST_KVM_PROBE_QEMU`, so tests can set it for a daemon.
+   */
+  kvmProbeQemuPath?: string;
+}
+
+/** How a stop went. */
+export interface StopResult extends CheckpointResult {
+  /** Milliseconds the guest took to sync and freeze its filesystem. */
+  syncMs: number;
+  /** Milliseconds to close QEMU. */
+  closeMs: number;
+  /** Total milliseconds. */
+  totalMs: number;
+}
+
+/** A booted VM on an instance disk. `stop()` checkpoints; `close()` discards the run. */
+export interface RunningVm extends GuestVm {
+  /** The disk directory. */
+  readonly diskDir: string;
+  /** Accelerator, machine and CPU model in use. */
+  readonly accelerator: AcceleratorChoice;
+  /** Notes for the user (e.g. software emulation), also sent to `logger.warn`. */
+  readonly warnings: readonly string[];
+  /** Milliseconds from `startVm` to the guest being ready. */
+  readonly bootMs: number;
+  /**
+   * Why the guest cannot answer any more while QEMU still runs, else undefined: `VM_HOST_DISK_FULL`
+   * when QEMU paused the guest on a write the full host file system refused. Every guest operation
+   * then fails at once with this error; `stop()` resumes and saves if space was freed since.
+   */
+  readonly fault: VmError | undefined;
+  /**
+   * Syncs and freezes the guest filesystem, closes QEMU, and makes the disk state current
+   * atomically. If the guest cannot confirm the sync (hung, exited), nothing is published: the
+   * previous checkpoint stays current and VM_CHECKPOINT_FAILED is thrown; if the host file system
+   * is full (the guest is paused on it and no space was freed), VM_HOST_DISK_FULL, likewise with
+   * the previous checkpoint current. Single-flight; not cancellable once begun (bounded by
+   * `syncTimeoutMs`).
+   */
+  stop(options?: { syncTimeoutMs?: number }): Promise<StopResult>;
+  /** Closes the VM WITHOUT a checkpoint: everything written since start is dropped. Idempotent. */
+  close(): Promise<void>;
+  /** Same as `close()`. */
+  [Symbol.asyncDispose](): Promise<void>;
+}
