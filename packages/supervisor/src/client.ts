@@ -299,11 +299,12 @@ export class SupervisorClient implements AsyncDisposable {
 
   /**
    * Re-reads the guest YAML and starts every service that is not running, explicitly stopped
-   * ones included, in start order; never replaces a live process. Waits for readiness; services
-   * that fail it are listed in `failures` and keep running.
+   * ones included, in start order; never replaces a live process. With names, only those (each
+   * must be declared: SERVICE_NOT_FOUND otherwise). Waits for readiness; services that fail it are
+   * listed in `failures` and keep running.
    */
-  ensureServices(options: ServiceOpOptions = {}): Promise<ServicesResult> {
-    return this.services.ensureServices(options);
+  ensureServices(names?: readonly string[], options: ServiceOpOptions = {}): Promise<ServicesResult> {
+    return this.services.ensureServices(names, options);
   }
 
   /**

@@ -35,18 +35,34 @@ export class ServiceControl {
 
   /**
    * Re-reads the guest YAML and starts every service that is not running, explicitly stopped
-   * ones included, in start order; never replaces a live process. Waits for readiness; services
-   * that fail it are listed in `failures` and keep running.
+   * ones included, in start order; never replaces a live process. With names, only those (each
+   * must be declared: SERVICE_NOT_FOUND otherwise). Waits for readiness; services that fail it are
+   * listed in `failures` and keep running.
    */
-  async ensureServices(options: ServiceOpOptions = {}): Promise<ServicesResult> {
+  async ensureServices(names?: readonly string[], options: ServiceOpOptions = {}): Promise<ServicesResult> {
     const config = await this.guest.read(options);
-    const { specs, failures } = buildServiceSpecs(guestServices(config), options.previewOrigins ?? {});
-    const asked = this.sending(specs.map((spec) => spec.name));
+    const declared = guestServices(config);
+    const only = names ? [...new Set(names)] : undefined;
+    for (const name of only ?? [])
+      if (!declared.some((s) => s.name === name))
+        throw this.notFound(
+          name,
+          declared.map((s) => s.name),
+          "ensure starts only declared services; check the name",
+        );
+    // Every declared spec goes to the agent, so a port it picks for one avoids the fixed ports of
+    // the others; `only` says which of them to start.
+    const built = buildServiceSpecs(declared, options.previewOrigins ?? {});
+    const specs = only ? built.specs.filter((spec) => only.includes(spec.name) || spec.port !== undefined) : built.specs;
+    const failures = only ? built.failures.filter((f) => only.includes(f.service)) : built.failures;
+    this.sending(specs.map((spec) => spec.name));
+    const asked = new Set(only ?? specs.map((spec) => spec.name));
+    const starting = only?.filter((name) => specs.some((spec) => spec.name === name));
     const raw = await this.channel.request(
       "service-ensure",
-      { services: specs },
+      starting ? { services: specs, only: starting } : { services: specs },
       (result) => parseEnsure(result, asked, this.serviceNames),
-      { signal: options.signal, timeoutMs: readinessBudget(specs) },
+      { signal: options.signal, timeoutMs: readinessBudget(specs.filter((spec) => asked.has(spec.name))) },
     );
     return {
       services: mergeStatuses(raw.services, config),
@@ -215,11 +231,13 @@ export class ServiceControl {
     return new Set(names);
   }
 
-  private notFound(name: string, declared: readonly string[]): SupervisorError {
+  private notFound(name: string, declared: readonly string[], why?: string): SupervisorError {
     const list = declared.length ? `declared: ${declared.join(", ")}` : "none are declared";
     return new SupervisorError(
       "SERVICE_NOT_FOUND",
-      `no service named ${name} is declared in ${this.guest.configPath} or running (${list}); check the name`,
+      why
+        ? `no service named ${name} is declared in ${this.guest.configPath} (${list}); ${why}`
+        : `no service named ${name} is declared in ${this.guest.configPath} or running (${list}); check the name`,
       { details: { service: name, declared } },
     );
   }

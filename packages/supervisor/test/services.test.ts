@@ -241,7 +241,7 @@ test("PUBLIC_URL and ${services.X.publicURL} come from the preview origins the h
       "    health: process",
     ),
   );
-  const result = await sup.client.ensureServices({
+  const result = await sup.client.ensureServices(undefined, {
     previewOrigins: { web: "http://127.0.0.1:41234", api: "http://127.0.0.1:41235" },
   });
   expect(result.failures).toEqual([]);
@@ -261,6 +261,37 @@ test("PUBLIC_URL and ${services.X.publicURL} come from the preview origins the h
   await sup.client.stopServices();
   const missing = await sup.client.ensureServices();
   expect(missing.failures).toEqual([expect.objectContaining({ service: "api", code: "SERVICE_REFERENCE_UNRESOLVED" })]);
+});
+
+test("ensure with names starts only those; an undeclared name is SERVICE_NOT_FOUND and starts nothing", async () => {
+  await sup.writeYaml(
+    yaml(
+      ...HTTP_WEB,
+      "  idle:",
+      "    command: exec sleep 600",
+      "    health: process",
+      "  fixed:",
+      "    command: exec sleep 600",
+      "    health: process",
+      "    port: 30999",
+    ),
+  );
+  await expect(sup.client.ensureServices(["ghost"])).rejects.toMatchObject({
+    code: "SERVICE_NOT_FOUND",
+    details: { service: "ghost", declared: ["web", "idle", "fixed"] },
+  });
+  const one = await sup.client.ensureServices(["idle"]);
+  expect(one).toMatchObject({ started: ["idle"], kept: [], failures: [] });
+  // web and fixed may have run in earlier tests of this agent; ensure idle left them alone.
+  expect(one.services.map((s) => [s.name, s.state === "running"])).toEqual([
+    ["web", false],
+    ["idle", true],
+    ["fixed", false],
+  ]);
+  expect(one.services[1]!.port).not.toBe(30999);
+  const again = await sup.client.ensureServices(["idle", "web"]);
+  expect(again).toMatchObject({ started: ["web"], kept: ["idle"] });
+  expect((await status("fixed")).state).not.toBe("running");
 });
 
 test("services limited to darwin are not started on the Linux guest", async () => {

@@ -37,7 +37,7 @@ class Services:
     # -- ops
 
     def op_ensure(self, args: JsonDict) -> JsonDict:
-        return self.ensure(specs_arg(args), wait=args.get("wait", True) is not False)
+        return self.ensure(specs_arg(args), wait=args.get("wait", True) is not False, only=names_arg(args, "only"))
 
     def op_restart(self, args: JsonDict) -> JsonDict:
         return self.restart(specs_arg(args))
@@ -101,12 +101,24 @@ class Services:
                 failures.append(svc.not_ready_failure(timeout_ms))
         return failures
 
-    def ensure(self, raw_specs: list[Any], wait: bool = True) -> JsonDict:
+    def ensure(self, raw_specs: list[Any], wait: bool = True, only: list[str] | None = None) -> JsonDict:
+        """Starts the specs' services that are not running; with `only`, just those names.
+
+        The other specs still count: a port picked for one service avoids their fixed ports.
+        """
         specs = [self._check(s) for s in raw_specs]
+        if only is not None:
+            unknown = set(only) - {s["name"] for s in specs}
+            if unknown:
+                raise AgentError(
+                    "INVALID_ARGUMENT", "only names services not in services: %s" % ", ".join(sorted(unknown))
+                )
         started: list[Started] = []
         kept = []
         with self._op:
             for spec in specs:
+                if only is not None and spec["name"] not in only:
+                    continue
                 current = self._get(spec["name"])
                 if current is not None and current.live:
                     kept.append(spec["name"])
@@ -207,10 +219,10 @@ def specs_arg(args: JsonDict) -> list[Any]:
     return specs
 
 
-def names_arg(args: JsonDict) -> list[str] | None:
-    names = args.get("names")
+def names_arg(args: JsonDict, key: str = "names") -> list[str] | None:
+    names = args.get(key)
     if names is None:
         return None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise AgentError("INVALID_ARGUMENT", "names must be a list of service names")
+        raise AgentError("INVALID_ARGUMENT", "%s must be a list of service names" % key)
     return names

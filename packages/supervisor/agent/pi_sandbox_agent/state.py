@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import socket
+import stat
 import threading
 
 from .fsutil import atomic_write_json
@@ -15,8 +17,21 @@ from .protocol import AgentError
 PORTS_FILE = "ports.json"
 
 
+# Logs kept across agent starts: service logs of the most recently written service names, and the
+# newest setup logs (each already bounded while it is written).
+LOG_NAMES_KEPT = 64
+SETUP_LOGS_KEPT = 3
+SERVICE_LOG = re.compile(r"^([a-z0-9][a-z0-9-]{0,31})\.log(\.1)?$")
+SETUP_LOG = re.compile(r"^(setup-x[0-9a-f]{16})\.log$")
+
+
 class StateDir:
-    """The agent's guest directory. Cleared at start except the sticky port allocations."""
+    """The agent's guest directory.
+
+    Cleared at start except the sticky port allocations and the logs: service logs go on in their
+    rotated files (<name>.log, <name>.log.1) and the newest setup logs stay where the host was told
+    they are.
+    """
 
     KEEP = (PORTS_FILE,)
 
@@ -29,23 +44,60 @@ class StateDir:
 
     def reset(self) -> None:
         # Pids and command files of an earlier boot are never trusted: the processes are gone
-        # (or, worse, the pids now name unrelated processes), so everything but ports goes.
+        # (or, worse, the pids now name unrelated processes), so everything but ports and logs goes.
         os.makedirs(self.root, mode=0o700, exist_ok=True)
+        kept = {"logs": (SERVICE_LOG, LOG_NAMES_KEPT), "runs": (SETUP_LOG, SETUP_LOGS_KEPT)}
         for entry in os.listdir(self.root):
             if entry in self.KEEP:
                 continue
             path = os.path.join(self.root, entry)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
+            if entry in kept and _is_real_dir(path):
+                _prune(path, *kept[entry])
             else:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+                _remove(path)
         for d in (self.exec_dir, self.logs_dir, self.runs_dir):
             os.makedirs(d, mode=0o700, exist_ok=True)
         with open(os.path.join(self.root, "agent.pid"), "w") as f:
             f.write("%d\n" % os.getpid())
+
+
+def _is_real_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _remove(path: str) -> None:
+    if _is_real_dir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _prune(directory: str, pattern: re.Pattern[str], keep: int) -> None:
+    """Keeps regular files matching `pattern`, of the `keep` groups (its first group) written last."""
+    newest: dict[str, float] = {}
+    files: dict[str, list[str]] = {}
+    for entry in os.listdir(directory):
+        path = os.path.join(directory, entry)
+        match = pattern.match(entry)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if match is None or not stat.S_ISREG(info.st_mode):
+            _remove(path)
+            continue
+        group = match.group(1)
+        files.setdefault(group, []).append(path)
+        newest[group] = max(newest.get(group, 0.0), info.st_mtime)
+    for group in sorted(newest, key=lambda g: newest[g], reverse=True)[keep:]:
+        for path in files[group]:
+            _remove(path)
 
 
 class PortBook:

@@ -138,3 +138,19 @@ def test_stop_is_sticky_and_names_unknown_services(make_services: Callable[..., 
     assert stopped["stopped"] == ["idle"] and stopped["unknown"] == ["ghost"]
     assert status(services, "idle")["state"] == "stopped"
     assert services.ensure([SPEC])["started"] == ["idle"]
+
+
+def test_ensure_with_only_starts_just_those_and_avoids_the_fixed_ports_of_the_rest(
+    make_services: Callable[..., Services],
+) -> None:
+    services = make_services()
+    fixed = dict(SPEC, name="fixed", port=30500)
+    other = dict(SPEC, name="other")
+    result = services.ensure([fixed, SPEC, other], only=["idle"])
+    assert result["started"] == ["idle"] and result["kept"] == []
+    assert [s["name"] for s in result["services"]] == ["idle"]
+    assert status(services, "idle")["port"] != 30500
+    with pytest.raises(AgentError) as err:
+        services.ensure([SPEC], only=["ghost"])
+    assert err.value.code == "INVALID_ARGUMENT"
+    assert [s["name"] for s in services.status(None)["services"]] == ["idle"]
