@@ -2,7 +2,7 @@
 
 import * as v from "valibot";
 import { LIMITS } from "@pi-sandbox/config";
-import type { ServicesResult } from "@pi-sandbox/supervisor";
+import { isSupervisorError, type ServicesResult } from "@pi-sandbox/supervisor";
 import type { ServicesView } from "../daemon/context.js";
 import { ControllerError } from "../errors.js";
 import { defineAction } from "./define.js";
@@ -30,7 +30,12 @@ export const services = defineAction({
   args: [
     nameArg,
     arg("op", '"ensure"|"status"|"restart"|"stop"', true, "what to do"),
-    arg("service", "string", false, "one service; omitted = all"),
+    arg(
+      "service",
+      "string",
+      false,
+      "act on this one only (ensure: a declared one; others: declared or ad-hoc); omitted = all; unknown = SERVICE_NOT_FOUND",
+    ),
   ],
   route: "daemon",
   schema: actionSchema("services", { name, op: v.picklist(OPS), service: v.optional(text) }),
@@ -43,17 +48,26 @@ export const services = defineAction({
       service: input.positionals[2],
     }),
   },
-  run(args, ctx): Promise<ServicesView | ServicesResult | Awaited<ReturnType<typeof ctx.guest.serviceStatus>>> {
-    const names = args.service ? [args.service] : undefined;
-    switch (args.op) {
-      case "status":
-        return ctx.guest.serviceStatus(names);
-      case "stop":
-        return ctx.guest.stopServices(names);
-      case "restart":
-        return ctx.guest.restartServices(names);
-      default:
-        return ctx.guest.ensureServices(names);
+  async run(args, ctx): Promise<ServicesView | ServicesResult | Awaited<ReturnType<typeof ctx.guest.serviceStatus>>> {
+    const names = args.service !== undefined ? [args.service] : undefined;
+    try {
+      switch (args.op) {
+        case "status":
+          return await ctx.guest.serviceStatus(names);
+        case "stop":
+          return await ctx.guest.stopServices(names);
+        case "restart":
+          return await ctx.guest.restartServices(names);
+        default:
+          return await ctx.guest.ensureServices(names);
+      }
+    } catch (error) {
+      if (!isSupervisorError(error, "SERVICE_NOT_FOUND")) throw error;
+      throw new ControllerError(error.code, error.message, {
+        hint: `List the services with {"action":"services","name":"${args.name}","op":"status"}; declare new ones in the guest .sandbox.yaml, or start one with service-start.`,
+        details: error.details,
+        cause: error,
+      });
     }
   },
 });

@@ -239,7 +239,12 @@ export class Lifecycle {
       await installGuestConfig(supervisor, configText);
       const setup = await runSetup(supervisor, config, progress);
       await state.setState("starting", {
-        setup: { exitCode: setup.exitCode, timedOut: setup.timedOut, at: new Date().toISOString() },
+        setup: {
+          exitCode: setup.exitCode,
+          timedOut: setup.timedOut,
+          at: new Date().toISOString(),
+          logPath: setup.logPath,
+        },
       });
       if (!setup.ok) {
         state.recordError(

@@ -1,6 +1,6 @@
 // Operations on a running guest: services with their previews, ad-hoc previews, the terminal.
 
-import { LIMITS, hasPreview, type SandboxConfig, type ServiceConfig } from "@pi-sandbox/config";
+import { LIMITS, hasPreview, referencedServices, type SandboxConfig, type ServiceConfig } from "@pi-sandbox/config";
 import {
   adHocPreview,
   type PreviewGateway,
@@ -27,6 +27,16 @@ function linksOf(service: ServiceConfig): PreviewLink[] {
     } else for (const link of entry.links) links.push({ ...link, folder: entry.folder });
   }
   return links;
+}
+
+/** The named services and every service whose public URL their env refers to. */
+function withReferences(config: SandboxConfig, names: readonly string[]): Set<string> {
+  const touched = new Set(names);
+  for (const name of names) {
+    const service = Object.hasOwn(config.services, name) ? config.services[name] : undefined;
+    for (const referenced of service ? referencedServices(service.env) : []) touched.add(referenced);
+  }
+  return touched;
 }
 
 /**
@@ -89,7 +99,11 @@ export class GuestOperations implements GuestActions {
     await this.ensure(progress, undefined, false);
   }
 
-  /** Opens previews for every previewed service, then ensures (or restarts) services with their origins. */
+  /**
+   * Opens previews for the previewed services acted on (every one without names, else the named
+   * ones and those whose public URL they refer to), then ensures (or restarts) services with their
+   * origins. Other services and their previews are left alone.
+   */
   private async ensure(
     progress: Progress,
     names: readonly string[] | undefined,
@@ -111,12 +125,22 @@ export class GuestOperations implements GuestActions {
         throw error;
       }
     }
+    const touched = names && config ? withReferences(config, names) : undefined;
     const origins: Record<string, string> = {};
     const wanted = new Map<string, PreviewSpec>();
     for (const name of config?.serviceOrder ?? []) {
       const service = config!.services[name]!;
       if (!hasPreview(service)) continue;
       const current = gateway.get(name);
+      if (touched && !touched.has(name)) {
+        if (current) origins[name] = current.origin;
+        continue;
+      }
+      // A referenced service's preview that is already open only lends its origin.
+      if (current && touched && !names!.includes(name)) {
+        origins[name] = current.origin;
+        continue;
+      }
       // A restart keeps the links a preview already has; ensure takes up new preview configuration.
       const links = (restart && this.declaredLinks.get(name)) || linksOf(service);
       this.declaredLinks.set(name, links);
@@ -139,7 +163,7 @@ export class GuestOperations implements GuestActions {
     }
     const result = restart
       ? await supervisor.restartServices(names, { previewOrigins: origins })
-      : await supervisor.ensureServices({ previewOrigins: origins });
+      : await supervisor.ensureServices(names, { previewOrigins: origins });
     for (const status of result.services) {
       const spec = wanted.get(status.name);
       if (spec && status.port && status.port !== spec.guestPort)

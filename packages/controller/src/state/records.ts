@@ -73,8 +73,8 @@ export interface EntryStatus {
   previews?: PreviewLinkInfo[];
   /** Startup, setup, resume or readiness problems. */
   errors?: RecordedError[];
-  /** Setup result at creation. */
-  setup?: { exitCode: number | null; timedOut?: boolean; at: string };
+  /** Setup result at creation; `logPath` is its full output in the guest (the newest 3 setup logs are kept). */
+  setup?: { exitCode: number | null; timedOut?: boolean; at: string; logPath?: string };
   /** Handle of a resume hook still running in the background. */
   resumePid?: string;
 }
