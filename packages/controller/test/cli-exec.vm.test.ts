@@ -139,8 +139,8 @@ test("-d returns a handle at once; the command runs on", async () => {
   expect(view.running).toBe(true);
   expect((await cli(["exec", NAME, "--", "pgrep", "-f", "sleep 123[4]"])).code).toBe(0);
   const text = await cli(["exec", NAME, "-d", "--", "sleep", "1235"]);
-  expect(text.stdout).toMatch(/^\[still running; follow with: pi-sandbox exec-status <name> \S+\]\n$/);
-  for (const pid of [view.pid, /exec-status <name> (\S+)\]/.exec(text.stdout)![1]!]) {
+  expect(text.stdout).toMatch(new RegExp(`^\\[still running; follow with: pi-sandbox exec-status ${NAME} \\S+\\]\\n$`));
+  for (const pid of [view.pid, new RegExp(`exec-status ${NAME} (\\S+)\\]`).exec(text.stdout)![1]!]) {
     expect((await cli(["exec-kill", NAME, pid])).code).toBe(0);
   }
 });

@@ -4,6 +4,7 @@ import { AgentChannel, type AgentEvent } from "./channel.js";
 import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
 import { readThroughAgent, writeThroughAgent } from "./file-transfer.js";
 import { exchangeHello, installAgent } from "./launch.js";
+import { followLogThroughAgent, type LogFollowed } from "./log-follow.js";
 import { silentLogger, type SupervisorLogger } from "./logger.js";
 import type {
   CallOptions,
@@ -337,6 +338,15 @@ export class SupervisorClient implements AsyncDisposable {
   /** The last `lines` (default 100, at most 500) lines of a service log. */
   logs(service: string, options: CallOptions & { lines?: number } = {}): Promise<LogTail> {
     return this.services.logs(service, options);
+  }
+
+  /**
+   * Follows a service log: without `cursor`, the last `lines` lines and a cursor at their end;
+   * with one, only what was written after it (at most 64 KiB, `more` when more is waiting), across
+   * the log's rotations and the service's restarts.
+   */
+  followLogs(service: string, options: CallOptions & { cursor?: string; lines?: number } = {}): Promise<LogFollowed> {
+    return followLogThroughAgent(this.channel, service, options);
   }
 
   // -- setup and resume

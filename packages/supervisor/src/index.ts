@@ -32,6 +32,7 @@ export type {
   LogTail,
   AdHocServiceSpec,
 } from "./types.js";
+export type { LogFollowed } from "./log-follow.js";
 
 // The guest agent zipapp and the wire protocol
 export { agentArchivePath, readAgentArchive } from "./agent-script.js";

@@ -73,7 +73,9 @@ export type CliRun =
    */
   | { kind: "follow"; timeoutMs?: number }
   /** shell: run the returned ssh command on the user's terminal (when stdout is one). */
-  | { kind: "session" };
+  | { kind: "session" }
+  /** logs -f: print the tail, then read on from the returned cursor until Ctrl-C. */
+  | { kind: "follow-logs" };
 
 /** How a subcommand of `pi-sandbox` maps onto the action. */
 export interface CliMapping {
@@ -112,8 +114,8 @@ interface ActionBase<Name extends string, Schema extends v.GenericSchema, Result
   refine?(args: v.InferOutput<Schema>): void;
   /** The subcommand of `pi-sandbox`, if any. */
   cli?: CliMapping;
-  /** Human-readable CLI output of a result (default: indented JSON). */
-  formatText?(result: Result): string;
+  /** Human-readable CLI output of a result (default: indented JSON); `input` is the action called. */
+  formatText?(result: Result, input?: Record<string, unknown>): string;
   /** One line for Pi's renderer, e.g. `exit 0`. */
   brief?(result: Result): string | undefined;
 }

@@ -6,6 +6,7 @@ import type { ExecKillResult, ExecResult } from "@pi-sandbox/supervisor";
 import { UsageError, defineAction, type CliInput } from "./define.js";
 import { actionSchema, arg, intOption, name, nameArg, positional, text, timeoutArg, waitMs } from "./parts.js";
 import { commandLine } from "./shell-words.js";
+import { oneLine } from "./text.js";
 
 /** An exec result as the action API names it: the opaque handle is `pid`. */
 export type ExecView = Omit<ExecResult, "handle"> & { pid: string };
@@ -15,9 +16,11 @@ function execView(result: ExecResult): ExecView {
   return { pid: handle, ...rest };
 }
 
-function formatExec(result: ExecView): string {
-  if (result.running)
-    return `${result.output}[still running; follow with: pi-sandbox exec-status <name> ${result.pid}]\n`;
+function formatExec(result: ExecView, input?: Record<string, unknown>): string {
+  if (result.running) {
+    const instance = typeof input?.name === "string" ? oneLine(input.name) : "<name>";
+    return `${result.output}[still running; follow with: pi-sandbox exec-status ${instance} ${result.pid}]\n`;
+  }
   return `${result.output}${result.exitCode !== 0 ? `[exit ${String(result.exitCode)}]\n` : ""}`;
 }
 

@@ -1,6 +1,7 @@
 // `pi-sandbox`: the same actions as the Pi tool, for people and scripts. Each action module says
 // how its subcommand maps onto the action (actions/*.ts, `cli`); this file only parses and prints.
-// exec follows its command (cli/exec-follow.ts) and shell opens a session (cli/shell-session.ts).
+// exec follows its command (cli/exec-follow.ts), logs -f its log (cli/logs-follow.ts), and shell
+// opens a session (cli/shell-session.ts).
 
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import { escapeControlChars } from "@pi-sandbox/config";
@@ -10,6 +11,7 @@ import { callAction, isControllerError, renderHelp, type ProgressEvent } from ".
 import { COMPLETION_SHELLS, completionScript } from "./completion.js";
 import { followExec } from "./exec-follow.js";
 import { commandHelp, overview, synopsis, version } from "./help-text.js";
+import { followLogs } from "./logs-follow.js";
 import { runSshSession } from "./shell-session.js";
 
 async function readStdin(): Promise<string> {
@@ -82,10 +84,10 @@ function dropUndefined(action: Record<string, unknown>): Record<string, unknown>
 }
 
 /** Human-readable rendering of an action's result: the module's formatter, else indented JSON. */
-export function formatResult(action: string, result: unknown): string {
+export function formatResult(action: string, result: unknown, input?: Record<string, unknown>): string {
   const spec = findAction(action);
   try {
-    if (spec?.formatText) return spec.formatText(result as never);
+    if (spec?.formatText) return spec.formatText(result as never, input);
   } catch {
     // an unexpected shape: fall back to JSON
   }
@@ -226,13 +228,26 @@ export async function runCli(argv: string[]): Promise<number> {
         },
       );
     }
+    if (run?.kind === "follow-logs" && typeof input !== "string") {
+      return await followLogs(input, {
+        call: (action, signal) => callAction(action, { caller: "user", signal }),
+        // With --json, one compact JSON object per read (JSON lines).
+        print: (result) => out(json ? `${JSON.stringify(result)}\n` : formatResult("logs", result)),
+        err,
+        interrupts: process,
+      });
+    }
     const called = await callOnce(input, json);
     if ("interrupted" in called) return 130;
     const { result } = called;
     if (run?.kind === "session" && !json && process.stdout.isTTY) {
       return await runSshSession((result as { command: string }).command, err);
     }
-    out(json ? `${JSON.stringify(result, null, 2)}\n` : formatResult(actionName, result));
+    out(
+      json
+        ? `${JSON.stringify(result, null, 2)}\n`
+        : formatResult(actionName, result, typeof input === "string" ? undefined : input),
+    );
     // doctor reports problems as data; the exit code still tells scripts whether all is well.
     if (actionName === "doctor" && (result as { ok?: boolean }).ok === false) return 1;
     return 0;

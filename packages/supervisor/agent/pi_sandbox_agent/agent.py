@@ -13,6 +13,7 @@ from .context import Context
 from .execs import Execs
 from .files import Transfers
 from .jobs import Jobs
+from .log_follow import LogFollow
 from .protocol import AgentError, BadRequest, JsonDict, LineReader, LineTooLong, parse_request, request_args
 from .runs import Runs
 from .services import Services
@@ -69,6 +70,7 @@ class Agent:
         self.runs = Runs(ctx, self.jobs, cleanup)
         self.services = Services(ctx, ports)
         self.transfers = Transfers(ctx.limits)
+        self.log_follow = LogFollow(ctx.limits, self.services.known, self.services.log_path)
         self._workers = WorkerPool(self._handle)
         self._in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self._shutdown = threading.Event()
@@ -94,6 +96,7 @@ class Agent:
             "service-status": self.services.op_status,
             "service-start": self.services.op_start,
             "logs": self.services.op_logs,
+            "logs-follow": self.log_follow.op,
             "run-setup": self.runs.setup,
             "run-resume": self.runs.resume,
             "run-cancel": self.runs.cancel,

@@ -1,0 +1,100 @@
+// `pi-sandbox logs -f`, `cp` and exec's separate streams, through the real CLI and one real instance
+// for the whole file. Run after a build (the CLI and daemon run from dist/).
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { makeSandbox, teardown, type Sandbox } from "../src/testing.js";
+
+const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
+const NAME = "cf";
+const YAML = `profile: tiny
+diskGiB: 4
+services:
+  feed:
+    command: touch /workspace/feed.txt && exec tail -n 0 -F /workspace/feed.txt
+    health: process
+`;
+
+let sandbox: Sandbox;
+
+interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `pi-sandbox …args`; `onStdout` sees the child and all stdout so far after each chunk. */
+function cli(args: string[], onStdout?: (child: ReturnType<typeof spawn>, stdout: string) => void): Promise<CliRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, ...args], { cwd: sandbox.dir, env: sandbox.env });
+    const run: CliRun = { code: null, stdout: "", stderr: "" };
+    child.stdout.setEncoding("utf8").on("data", (text: string) => {
+      run.stdout += text;
+      onStdout?.(child, run.stdout);
+    });
+    child.stderr.setEncoding("utf8").on("data", (text: string) => (run.stderr += text));
+    child.stdin.end();
+    child.once("error", reject);
+    child.once("close", (code) => {
+      run.code = code;
+      resolve(run);
+    });
+  });
+}
+
+const guest = async (command: string) => {
+  const run = await cli(["exec", NAME, "--", command]);
+  expect(run.code).toBe(0);
+  return run.stdout;
+};
+
+beforeAll(async () => {
+  sandbox = await makeSandbox("cf-");
+  await sandbox.writeConfig(YAML);
+  const created = await sandbox.call({ action: "create", name: NAME, config: "sandbox.yaml" });
+  expect(created.state).toBe("running");
+});
+
+afterAll(async () => {
+  expect(await teardown(sandbox)).toEqual([]);
+});
+
+test("logs -f prints lines written after it started, across a restart of the service, until Ctrl-C", async () => {
+  await guest("echo before >> feed.txt");
+  // Each step waits for what the follower printed; the next line is written only then.
+  const steps: { until: RegExp; then: () => Promise<unknown> }[] = [
+    { until: /^before$/m, then: () => guest("echo after-1 >> feed.txt") },
+    // The service's shell is killed: the agent notes the exit in the log and restarts it 1 s later.
+    { until: /^after-1$/m, then: () => guest("pkill -f 'tail -n 0 -[F]'") },
+    {
+      until: /restarting/,
+      // The new tail starts at the end of the file: write until one line lands after it started.
+      then: async () => {
+        for (let i = 0; i < 30 && !follow.stdout.includes("after-2"); i++) {
+          await guest("echo after-2 >> feed.txt");
+          await new Promise((r) => setTimeout(r, 1000));
+        }
+      },
+    },
+    { until: /^after-2$/m, then: async () => undefined },
+  ];
+  let step = 0;
+  let busy = false;
+  const follow = { stdout: "" };
+  const advance = (child: ReturnType<typeof spawn>) => {
+    if (busy || step >= steps.length || !steps[step]!.until.test(follow.stdout)) return;
+    busy = true;
+    const current = steps[step++]!;
+    void current.then().then(() => {
+      busy = false;
+      if (step === steps.length) child.kill("SIGINT");
+      else advance(child);
+    });
+  };
+  const run = await cli(["logs", NAME, "feed", "-f"], (child, stdout) => {
+    follow.stdout = stdout;
+    advance(child);
+  });
+  expect(run.stderr).toBe("");
+  expect(run.code).toBe(130);
+  expect(run.stdout).toMatch(/^before\nafter-1\n[^]*restarting[^]*\nafter-2\n/m);
+});
