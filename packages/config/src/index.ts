@@ -17,8 +17,16 @@ export type {
   PreviewLink,
   PreviewEntry,
   NetworkConfig,
+  SecretConfig,
+  MountConfig,
   Platform,
 } from "./types.js";
+
+// Secrets and mounts
+export { parseSecretSource, expandHome } from "./secrets.js";
+export type { SecretSource } from "./secrets.js";
+export { RESERVED_MOUNT_PATHS, RESERVED_SECRET_NAMES, isPathWithin } from "./schema.js";
+export { hostPatternCovers } from "./rules.js";
 
 // Profiles
 export { PROFILES, PROFILE_NAMES, DEFAULT_PROFILE } from "./profiles.js";

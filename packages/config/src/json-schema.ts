@@ -13,5 +13,12 @@ export function sandboxJsonSchema(): Record<string, unknown> {
   const hostPorts = (rest.properties?.network as { properties?: Record<string, Record<string, unknown>> } | undefined)
     ?.properties?.hostPorts;
   if (hostPorts) hostPorts.uniqueItems = true;
+  const secrets = (rest.properties?.network as { properties?: Record<string, Record<string, unknown>> } | undefined)
+    ?.properties?.secrets;
+  if (secrets) {
+    secrets.examples = [{ GITHUB_TOKEN: { from: "env:GITHUB_TOKEN", hosts: ["api.github.com"] } }];
+  }
+  const mounts = rest.properties?.mounts as Record<string, unknown> | undefined;
+  if (mounts) mounts.examples = [[{ host: "./docs", guest: "/mnt/docs" }]];
   return { $schema, ...rest };
 }

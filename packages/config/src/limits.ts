@@ -37,6 +37,12 @@ export const LIMITS = Object.freeze({
   previewsMax: 64,
   /** Most host ports one sandbox.yaml may open to the guest (`network.hostPorts`). */
   hostPortsMax: 16,
+  /** Most credentials one sandbox.yaml may name (`network.secrets`). */
+  secretsMax: 32,
+  /** Largest secret value the host reads from its source, in bytes (64 KiB). */
+  secretValueMaxBytes: 64 * 1024,
+  /** Most read-only host directories one sandbox.yaml may mount (`mounts`). */
+  mountsMax: 16,
 } as const);
 
 /** The shape of {@link LIMITS}. */

@@ -2,7 +2,7 @@ import { dirname, posix, resolve } from "node:path";
 import { PROFILES } from "./profiles.js";
 import { referencedServices } from "./references.js";
 import { startOrder } from "./rules.js";
-import type { SandboxConfigInput } from "./schema.js";
+import { posixNormal, type SandboxConfigInput } from "./schema.js";
 import {
   CONFIG_DEFAULTS,
   type HealthCheck,
@@ -88,7 +88,20 @@ export function normaliseConfig(input: SandboxConfigInput, sourcePath: string | 
     network: {
       allowedHosts: [...new Set((input.network?.allowedHosts ?? []).map((host) => host.toLowerCase()))],
       hostPorts: [...(input.network?.hostPorts ?? CONFIG_DEFAULTS.hostPorts)],
+      secrets: Object.fromEntries(
+        Object.entries(input.network?.secrets ?? {}).map(([name, secret]) => [
+          name,
+          {
+            from: normaliseSource(secret.from, sourcePath),
+            hosts: [...new Set(secret.hosts.map((h) => h.toLowerCase()))],
+          },
+        ]),
+      ),
     },
+    mounts: (input.mounts ?? []).map((mount) => ({
+      host: hostPath(mount.host, sourcePath),
+      guest: posixNormal(mount.guest),
+    })),
     services,
     serviceOrder: startOrder(dependencies),
   };
@@ -97,6 +110,19 @@ export function normaliseConfig(input: SandboxConfigInput, sourcePath: string | 
     config.image = sourcePath === undefined ? resolve(input.image) : resolve(dirname(resolve(sourcePath)), input.image);
   }
   return config;
+}
+
+/**
+ * A host path as written: `~` and `~/…` are kept (the home of the host user at start), anything
+ * else is made absolute against the YAML file's directory (else the working directory).
+ */
+function hostPath(path: string, sourcePath: string | undefined): string {
+  if (path === "~" || path.startsWith("~/")) return path;
+  return sourcePath === undefined ? resolve(path) : resolve(dirname(resolve(sourcePath)), path);
+}
+
+function normaliseSource(from: string, sourcePath: string | undefined): string {
+  return from.startsWith("file:") ? `file:${hostPath(from.slice("file:".length), sourcePath)}` : from;
 }
 
 function stripUndefined<T extends object>(value: T): Partial<T> {

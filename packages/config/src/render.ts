@@ -51,7 +51,16 @@ export function renderConfig(config: SandboxConfig): string {
   const network: Record<string, unknown> = {};
   if (config.network.allowedHosts.length > 0) network.allowedHosts = [...config.network.allowedHosts];
   if (config.network.hostPorts.length > 0) network.hostPorts = [...config.network.hostPorts];
+  if (Object.keys(config.network.secrets).length > 0) {
+    network.secrets = Object.fromEntries(
+      Object.entries(config.network.secrets).map(([name, secret]) => [
+        name,
+        { from: secret.from, hosts: [...secret.hosts] },
+      ]),
+    );
+  }
   if (Object.keys(network).length > 0) out.network = network;
+  if (config.mounts.length > 0) out.mounts = config.mounts.map((mount) => ({ host: mount.host, guest: mount.guest }));
   const services = Object.values(config.services);
   if (services.length > 0)
     out.services = Object.fromEntries(services.map((service) => [service.name, renderService(service)]));

@@ -6,6 +6,7 @@ import { escapeControlChars } from "./control-chars.js";
 import { dottedPath, isPlainRecord, quotePath } from "./describe.js";
 import { LIMITS } from "./limits.js";
 import { findServicePlaceholders } from "./references.js";
+import { HOST_PATTERN, isPathWithin, posixNormal } from "./schema.js";
 import type { LocatedIssue } from "./validate.js";
 
 interface Edge {
@@ -77,6 +78,69 @@ function hostPortIssues(raw: unknown, out: LocatedIssue[]): void {
       at: "value",
       message: `${quotePath(dottedPath(segments))} repeats port ${port} (already \`network.hostPorts.${earlier}\`); list each host port once`,
     });
+  });
+}
+
+/** True when the allow-list pattern `allowed` matches every host `pattern` can match. */
+export function hostPatternCovers(allowed: string, pattern: string): boolean {
+  const a = allowed.toLowerCase();
+  const p = pattern.toLowerCase();
+  if (a === p) return true;
+  if (!a.startsWith("*.")) return false;
+  const suffix = a.slice(1); // ".example.com"
+  return p.endsWith(suffix) && p.length > suffix.length && !p.slice(0, -suffix.length).endsWith(".");
+}
+
+function secretIssues(raw: unknown, out: LocatedIssue[]): void {
+  if (!isPlainRecord(raw) || !isPlainRecord(raw.network) || !isPlainRecord(raw.network.secrets)) return;
+  const allowedRaw = raw.network.allowedHosts;
+  const allowed = Array.isArray(allowedRaw)
+    ? allowedRaw.filter((host): host is string => typeof host === "string")
+    : [];
+  // The count is refused by the schema; a hostile file gets no issue per entry beyond it.
+  if (Object.keys(raw.network.secrets).length > LIMITS.secretsMax) return;
+  for (const [name, secret] of Object.entries(raw.network.secrets)) {
+    if (!isPlainRecord(secret) || !Array.isArray(secret.hosts)) continue;
+    secret.hosts.forEach((host: unknown, index) => {
+      if (typeof host !== "string" || !HOST_PATTERN.test(host)) return;
+      if (allowed.some((pattern) => hostPatternCovers(pattern, host))) return;
+      const segments = ["network", "secrets", name, "hosts", index];
+      out.push({
+        segments,
+        at: "value",
+        message: `${quotePath(dottedPath(segments))} ${escapeControlChars(JSON.stringify(host))} is not covered by \`network.allowedHosts\`; add it there too (the guest reaches only allowed hosts)`,
+      });
+    });
+  }
+}
+
+function mountIssues(raw: unknown, out: LocatedIssue[]): void {
+  if (!isPlainRecord(raw) || !Array.isArray(raw.mounts) || raw.mounts.length > LIMITS.mountsMax) return;
+  const workspace = typeof raw.workspace === "string" ? posixNormal(raw.workspace) : "/workspace";
+  const seen: { path: string; index: number }[] = [];
+  raw.mounts.forEach((mount: unknown, index) => {
+    if (!isPlainRecord(mount) || typeof mount.guest !== "string" || !mount.guest.startsWith("/")) return;
+    const path = posixNormal(mount.guest);
+    const segments = ["mounts", index, "guest"];
+    const where = quotePath(dottedPath(segments));
+    if (isPathWithin(workspace, path)) {
+      out.push({
+        segments,
+        at: "value",
+        message: `${where} ${escapeControlChars(JSON.stringify(path))} would cover the workspace ${workspace}; mount under it or elsewhere, such as /mnt/docs`,
+      });
+      return;
+    }
+    const clash = seen.find((other) => isPathWithin(path, other.path) || isPathWithin(other.path, path));
+    if (clash) {
+      out.push({
+        segments,
+        at: "value",
+        message: `${where} ${escapeControlChars(JSON.stringify(path))} overlaps \`mounts.${clash.index}.guest\` ${escapeControlChars(JSON.stringify(clash.path))}; mounts may not be at or inside each other`,
+      });
+      return;
+    }
+    seen.push({ path, index });
   });
 }
 
@@ -179,6 +243,8 @@ export function crossFieldIssues(raw: unknown): LocatedIssue[] {
   const out: LocatedIssue[] = [];
   portIssues(services, out);
   hostPortIssues(raw, out);
+  secretIssues(raw, out);
+  mountIssues(raw, out);
   folderIssues(services, out);
   const edges = referenceIssues(services, out);
   cycleIssues(Object.keys(services), edges, out);

@@ -217,6 +217,103 @@ const positiveWhole = (what: string) =>
 
 const commandList = v.array(shellCommand, got("must be a list of shell commands"));
 
+// `network.secrets`: credentials named by where the host reads them, never by value. No message
+// here quotes what was written: a value pasted in by mistake must not reach an error or a log.
+/** A secret's source: `env:NAME` (the host environment at start) or `file:PATH` (a host file). */
+export const SECRET_SOURCE_PATTERN = /^(?:env:[A-Za-z_][A-Za-z0-9_]*|file:\S(?:.*\S)?)$/;
+
+/** What a message says instead of a value written where a secret's reference belongs. */
+export const INLINE_SECRET_HINT =
+  "a credential is never written in sandbox.yaml (it would reach the guest, templates and logs); name where the host reads it at each start: `from: env:NAME` or `from: file:~/path`";
+
+/** Environment names the guest needs for itself; a secret may not take them. */
+export const RESERVED_SECRET_NAMES = Object.freeze(["PATH", "HOME", "PORT", "PUBLIC_URL", "SHELL", "USER", "TERM"]);
+
+const secretName = v.pipe(
+  v.string(),
+  v.regex(
+    ENV_NAME_PATTERN,
+    "is not a valid environment variable name; use letters, digits and underscores, not starting with a digit",
+  ),
+  v.check(
+    (name: string) => !RESERVED_SECRET_NAMES.includes(name),
+    `names a variable the guest needs for itself (${RESERVED_SECRET_NAMES.join(", ")}); pick another name`,
+  ),
+);
+
+const secretSchema = v.strictObject({
+  from: v.pipe(
+    v.string(`must be a reference such as env:GITHUB_TOKEN or file:~/.config/gh/token; ${INLINE_SECRET_HINT}`),
+    v.regex(
+      SECRET_SOURCE_PATTERN,
+      `must be a reference such as env:GITHUB_TOKEN or file:~/.config/gh/token; ${INLINE_SECRET_HINT}`,
+    ),
+    v.description(
+      "Where the host reads the value at each start: env:NAME, or file:PATH (relative to this file, ~/ for home).",
+    ),
+  ),
+  hosts: v.pipe(
+    v.array(
+      v.pipe(
+        v.string(got("must be a host name")),
+        v.regex(HOST_PATTERN, got("must be a host name like api.github.com or a wildcard like *.example.com")),
+      ),
+      got("must be a list of host names"),
+    ),
+    v.minLength(1, "must list at least one host the value is sent to"),
+    v.description("Hosts whose requests get the real value; each must be covered by network.allowedHosts."),
+  ),
+});
+
+/** Guest paths a mount may not be at or under: the guest's own system and Gondolin's file system mount. */
+export const RESERVED_MOUNT_PATHS = Object.freeze([
+  "/bin",
+  "/boot",
+  "/data",
+  "/dev",
+  "/etc",
+  "/lib",
+  "/lib64",
+  "/proc",
+  "/run",
+  "/sbin",
+  "/sys",
+  "/usr",
+]);
+
+/** True when `path` is `base` or lies under it (both absolute and normalised). */
+export function isPathWithin(path: string, base: string): boolean {
+  return base === "/" || path === base || path.startsWith(base + "/");
+}
+
+const mountSchema = v.strictObject({
+  host: v.pipe(
+    v.string(got("must be a host directory")),
+    v.regex(/\S/, "must not be empty; give a host directory (relative to this file, or ~/…)"),
+    noControlChars,
+    v.description("Host directory, relative to this file (or ~/…); shared read-only."),
+  ),
+  guest: v.pipe(
+    v.string(got("must be an absolute guest path such as /mnt/docs")),
+    v.regex(/^\/./, got("must be an absolute guest path such as /mnt/docs (not /)")),
+    noControlChars,
+    v.check((path: string) => !path.split("/").includes(".."), got("must not contain ..")),
+    v.check(
+      (path: string) => !RESERVED_MOUNT_PATHS.some((base) => isPathWithin(posixNormal(path), base)),
+      got(
+        `must not be at or under ${RESERVED_MOUNT_PATHS.join(", ")} (the guest's own system); use a path such as /mnt/docs`,
+      ),
+    ),
+    v.description("Absolute guest path where the directory appears, read-only."),
+  ),
+});
+
+/** A guest path without repeated or trailing slashes. */
+export function posixNormal(path: string): string {
+  const normal = path.replace(/\/+/g, "/").replace(/\/\.(?=\/|$)/g, "");
+  return normal.length > 1 ? normal.replace(/\/+$/, "") : normal;
+}
+
 /** The whole sandbox.yaml document. */
 export const sandboxConfigSchema = v.pipe(
   v.strictObject({
@@ -294,7 +391,26 @@ export const sandboxConfigSchema = v.pipe(
             ),
           ),
         ),
+        secrets: v.optional(
+          v.pipe(
+            v.record(secretName, secretSchema, "must be a mapping of NAME: {from, hosts}"),
+            v.maxEntries(LIMITS.secretsMax, `must name at most ${LIMITS.secretsMax} secrets`),
+            v.description(
+              "Credentials kept on the host: the guest sees a placeholder in $NAME, and the host puts the value into requests to the listed hosts only.",
+            ),
+          ),
+        ),
       }),
+    ),
+    mounts: v.optional(
+      v.pipe(
+        v.array(mountSchema, "must be a list of {host, guest} mounts"),
+        v.maxLength(
+          LIMITS.mountsMax,
+          (issue) => `must list at most ${LIMITS.mountsMax} mounts; got ${(issue.input as unknown[]).length}`,
+        ),
+        v.description("Host directories shared read-only with the guest."),
+      ),
     ),
     services: v.optional(
       v.record(

@@ -75,6 +75,32 @@ export interface NetworkConfig {
    * reaches none.
    */
   hostPorts: number[];
+  /**
+   * Credentials kept on the host, by guest environment variable name, in the order written. The
+   * guest sees a placeholder; the host substitutes the value read from `from` in requests to
+   * `hosts` only. Empty: none.
+   */
+  secrets: Record<string, SecretConfig>;
+}
+
+/** One `network.secrets` entry: where the host reads the value, and where it may be sent. */
+export interface SecretConfig {
+  /**
+   * `env:NAME` (the host environment at start) or `file:PATH`. A relative file path is made
+   * absolute against the YAML file's directory; a leading `~/` is kept and means the home
+   * directory of the host user at start. Never a value.
+   */
+  from: string;
+  /** Host patterns whose requests get the value, lowercased; each covered by `allowedHosts`. */
+  hosts: string[];
+}
+
+/** A host directory shared read-only with the guest. */
+export interface MountConfig {
+  /** Absolute host path, or `~/…` (the host user's home at start). */
+  host: string;
+  /** Absolute, normalised guest path. */
+  guest: string;
 }
 
 /** A validated sandbox.yaml with every default applied. Plain data: safe to serialise. */
@@ -97,6 +123,8 @@ export interface SandboxConfig {
   resume: string[];
   /** Outbound network policy. */
   network: NetworkConfig;
+  /** Host directories shared read-only with the guest, in the order written. */
+  mounts: MountConfig[];
   /** Declared services by name, in declaration order. */
   services: Record<string, ServiceConfig>;
   /** Names of the services that run on the guest, in the order to start them. */

@@ -4,7 +4,7 @@
 // of two mappings reports both branches (we re-check only the branch the user meant).
 import * as v from "valibot";
 import { describeValue, dottedPath, isPlainRecord, quotePath } from "./describe.js";
-import { sandboxConfigSchema, serviceSchema, type SandboxConfigInput } from "./schema.js";
+import { INLINE_SECRET_HINT, sandboxConfigSchema, serviceSchema, type SandboxConfigInput } from "./schema.js";
 
 /** A path segment: a mapping key or a list index. */
 export type Segment = string | number;
@@ -95,8 +95,21 @@ function editDistance(a: string, b: string): number {
   return row[b.length]!;
 }
 
+/** True for `network.secrets.NAME` and below: text there may be a credential and is never quoted. */
+function inSecret(segments: readonly Segment[]): boolean {
+  return segments.length >= 3 && segments[0] === "network" && segments[1] === "secrets";
+}
+
+/** The message for a secret written by value (a string, or a mapping with a value-like key). */
+function inlineSecretMessage(segments: readonly Segment[]): string {
+  return `${quotePath(dottedPath(segments.slice(0, 3)))} must be a mapping {from, hosts}; ${INLINE_SECRET_HINT}`;
+}
+
 function unknownKeyMessage(segments: Segment[], key: string, allowed: string[], inService: boolean): string {
   const path = quotePath(dottedPath(segments));
+  if (inSecret(segments) && segments.length === 4 && /^(value|token|key|secret|password)$/i.test(key)) {
+    return `${path}: ${INLINE_SECRET_HINT}`;
+  }
   if (inService && key === "review") {
     return `${path} is an Amp review-widget setting that does not exist in a local sandbox; remove it`;
   }
@@ -115,6 +128,7 @@ interface WalkFindings {
 }
 
 function mappingMismatch(segments: Segment[], value: unknown, node: SchemaNode): LocatedIssue {
+  if (inSecret(segments)) return { segments, at: "value", message: inlineSecretMessage(segments) };
   const path = quotePath(dottedPath(segments));
   const got = describeValue(value);
   if (segments.length === 0) {
@@ -218,6 +232,10 @@ function mapIssue(issue: v.BaseIssue<unknown>, prefix: Segment[], rootValue: unk
       const key = String(segments.at(-1));
       const hint = REQUIRED_HINTS[key];
       out.push({ segments, at, message: `${path} is required${hint ? `; ${hint}` : ""}` });
+      return;
+    }
+    if (inSecret(segments)) {
+      out.push({ segments, at, message: inlineSecretMessage(segments) });
       return;
     }
     if (segments.length === 0) {

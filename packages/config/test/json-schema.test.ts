@@ -27,6 +27,8 @@ const KNOWN = new Set([
   "minItems",
   "maxItems",
   "uniqueItems",
+  "maxProperties",
+  "examples",
   "pattern",
 ]);
 
@@ -63,6 +65,7 @@ function valid(schema: Schema, value: unknown): boolean {
   }
   if (typeOf(value) === "object") {
     const record = value as Record<string, unknown>;
+    if (typeof schema.maxProperties === "number" && Object.keys(record).length > schema.maxProperties) return false;
     const properties = (schema.properties ?? {}) as Record<string, Schema>;
     for (const name of (schema.required ?? []) as string[]) if (!(name in record)) return false;
     for (const [name, item] of Object.entries(record)) {
@@ -99,6 +102,8 @@ const ACCEPTED = [
   "version: 1\nprofile: xlarge\nresources: { cpus: 3 }\ndiskGiB: 2\nworkspace: /w\nimage: ./img\nsetup: [a]\nresume: []\n",
   "version: 1\nnetwork: { allowedHosts: [a.com, '*.b.org'] }\n",
   "version: 1\nnetwork: { hostPorts: [1, 8000, 65535] }\n",
+  "version: 1\nnetwork: { allowedHosts: [api.github.com], secrets: { GH: { from: 'env:GH', hosts: [api.github.com] } } }\n",
+  "version: 1\nmounts: [{ host: ./docs, guest: /mnt/docs }]\n",
   `version: 1\nnetwork: { hostPorts: [${Array.from({ length: 16 }, (_, i) => 9000 + i).join(", ")}] }\n`,
   service("port: 8080\nenv: { A: x, _B: '' }\nhealth: /\ntimeoutMs: 1\npreview: true\nplatforms: [linux]"),
   service("preview: { url: 'https://x.dev/a', title: T, description: D }"),
@@ -123,6 +128,13 @@ const REJECTED = [
   "version: 1\nnetwork: { allowedHosts: ['*'] }\n",
   "version: 1\nnetwork: { hosts: [] }\n",
   "version: 1\nnetwork: { hostPorts: 8000 }\n",
+  "version: 1\nnetwork: { secrets: { GH: ghp_inline } }\n",
+  "version: 1\nnetwork: { secrets: { GH: { from: ghp_inline, hosts: [a.com] } } }\n",
+  "version: 1\nnetwork: { secrets: { GH: { from: 'env:GH', hosts: [] } } }\n",
+  "version: 1\nnetwork: { secrets: { GH: { from: 'env:GH', hosts: [a.com], value: x } } }\n",
+  "version: 1\nnetwork: { secrets: { 1GH: { from: 'env:GH', hosts: [a.com] } } }\n",
+  "version: 1\nmounts: [{ host: ./docs, guest: docs }]\n",
+  "version: 1\nmounts: [{ host: ./docs }]\n",
   "version: 1\nnetwork: { hostPorts: [0] }\n",
   "version: 1\nnetwork: { hostPorts: [65536] }\n",
   "version: 1\nnetwork: { hostPorts: [80.5] }\n",
@@ -157,6 +169,12 @@ const ONLY_PARSECONFIG_REJECTS = [
   service("env: { PORT: '1' }"),
   service("env: { PUBLIC_URL: x }"),
   service("env: { AMP_THREAD_ID: x }"),
+  "version: 1\nnetwork: { secrets: { PATH: { from: 'env:X', hosts: [a.com] } }, allowedHosts: [a.com] }\n",
+  "version: 1\nnetwork: { secrets: { GH: { from: 'env:GH', hosts: [b.com] } }, allowedHosts: [a.com] }\n",
+  "version: 1\nmounts: [{ host: ./a, guest: /etc/x }]\n",
+  "version: 1\nmounts: [{ host: ./a, guest: /mnt/../etc }]\n",
+  "version: 1\nmounts: [{ host: ./a, guest: /workspace }]\n",
+  "version: 1\nmounts: [{ host: ./a, guest: /mnt/a }, { host: ./b, guest: /mnt/a/b }]\n",
   service("preview: { title: $AMP_USER_EMAIL }"),
   service("cwd: ../up"),
   "version: 1\nworkspace: /a/../b\n",

@@ -67,6 +67,9 @@ describe("LIMITS", () => {
       servicesMax: 64,
       previewsMax: 64,
       hostPortsMax: 16,
+      secretsMax: 32,
+      secretValueMaxBytes: 65536,
+      mountsMax: 16,
     });
   });
 

@@ -128,8 +128,8 @@ describe("setup and resume", () => {
 
 describe("network.allowedHosts", () => {
   test("defaults to an empty list (all outbound blocked)", () => {
-    expect(parseConfig("version: 1").network).toEqual({ allowedHosts: [], hostPorts: [] });
-    expect(parseConfig("version: 1\nnetwork: {}").network).toEqual({ allowedHosts: [], hostPorts: [] });
+    expect(parseConfig("version: 1").network).toEqual({ allowedHosts: [], hostPorts: [], secrets: {} });
+    expect(parseConfig("version: 1\nnetwork: {}").network).toEqual({ allowedHosts: [], hostPorts: [], secrets: {} });
   });
 
   test("accepts exact hosts and *. wildcards, lowercased and deduplicated", () => {
@@ -160,7 +160,7 @@ describe("network.allowedHosts", () => {
       path: "network.allowed",
       line: 3,
       column: 3,
-      message: "`network.allowed` is not a known key; the keys allowed here are allowedHosts, hostPorts",
+      message: "`network.allowed` is not a known key; the keys allowed here are allowedHosts, hostPorts, secrets",
     });
   });
 });
@@ -173,7 +173,7 @@ describe("network.hostPorts", () => {
 
   test("accepts whole port numbers 1-65535, kept in the order written, next to allowedHosts", () => {
     const config = parseConfig("version: 1\nnetwork:\n  allowedHosts: [a.com]\n  hostPorts: [8000, 1, 65535, 5432]\n");
-    expect(config.network).toEqual({ allowedHosts: ["a.com"], hostPorts: [8000, 1, 65535, 5432] });
+    expect(config.network).toEqual({ allowedHosts: ["a.com"], hostPorts: [8000, 1, 65535, 5432], secrets: {} });
     expect(parseConfig("version: 1\nnetwork:\n  hostPorts: []\n").network.hostPorts).toEqual([]);
   });
 

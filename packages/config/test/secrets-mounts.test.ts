@@ -1,0 +1,167 @@
+import { resolve } from "node:path";
+import {
+  LIMITS,
+  expandHome,
+  hostPatternCovers,
+  parseConfig,
+  parseSecretSource,
+  renderConfig,
+  sandboxJsonSchema,
+} from "../src/index.js";
+import { issueAt, rejection } from "./helpers.js";
+
+const VALUE = "ghp_SHOULD_NEVER_BE_PRINTED_1234567890";
+
+const withSecrets = (secrets: string, allowed = "[api.github.com, '*.example.com']") =>
+  `version: 1\nnetwork:\n  allowedHosts: ${allowed}\n  secrets:\n${secrets
+    .trim()
+    .split("\n")
+    .map((line) => `    ${line}`)
+    .join("\n")}\n`;
+
+describe("network.secrets", () => {
+  test("a reference is kept with its hosts; relative files resolve against the YAML file, ~/ stays", () => {
+    const config = parseConfig(
+      withSecrets(`
+GITHUB_TOKEN: { from: 'env:GITHUB_TOKEN', hosts: [API.github.com] }
+NPM: { from: 'file:secrets/npm', hosts: ['*.example.com'] }
+GH2: { from: 'file:~/.config/gh/token', hosts: [a.example.com] }
+`),
+      { sourcePath: "/proj/sandbox.yaml" },
+    );
+    expect(config.network.secrets).toEqual({
+      GITHUB_TOKEN: { from: "env:GITHUB_TOKEN", hosts: ["api.github.com"] },
+      NPM: { from: `file:${resolve("/proj/secrets/npm")}`, hosts: ["*.example.com"] },
+      GH2: { from: "file:~/.config/gh/token", hosts: ["a.example.com"] },
+    });
+    expect(parseConfig(renderConfig(config))).toEqual(config);
+  });
+
+  test("defaults to none", () => {
+    expect(parseConfig("version: 1").network.secrets).toEqual({});
+    expect(parseConfig("version: 1").mounts).toEqual([]);
+  });
+
+  test("a value written inline is refused with a hint, and the value is never quoted", () => {
+    for (const text of [
+      withSecrets(`GH: ${VALUE}`),
+      withSecrets(`GH: { from: ${VALUE}, hosts: [api.github.com] }`),
+      withSecrets(`GH: { value: ${VALUE}, hosts: [api.github.com] }`),
+      withSecrets(`GH: { from: 'env:GH', token: ${VALUE}, hosts: [api.github.com] }`),
+      withSecrets(`GH: [${VALUE}]`),
+      withSecrets(`GH: { from: [${VALUE}], hosts: [api.github.com] }`),
+    ]) {
+      const error = rejection(text);
+      expect(error.message).not.toContain(VALUE);
+      expect(JSON.stringify(error.issues)).not.toContain(VALUE);
+      expect(JSON.stringify(error.details ?? {})).not.toContain(VALUE);
+      expect(error.message).toMatch(/never written in sandbox\.yaml.*env:NAME/);
+    }
+  });
+
+  test("every host must be covered by allowedHosts", () => {
+    const error = rejection(
+      withSecrets(`
+GH: { from: 'env:GH', hosts: [api.github.com, uploads.github.com, b.example.com, '*.x.example.com'] }
+`),
+    );
+    expect(error.issues).toHaveLength(1);
+    expect(issueAt(error, "network.secrets.GH.hosts.1").message).toMatch(
+      /"uploads.github.com" is not covered by `network.allowedHosts`/,
+    );
+  });
+
+  test("names are environment variable names, not ones the guest needs for itself", () => {
+    expect(
+      issueAt(rejection(withSecrets("1X: { from: 'env:X', hosts: [api.github.com] }")), "network.secrets.1X"),
+    ).toBeTruthy();
+    const path = issueAt(
+      rejection(withSecrets("PATH: { from: 'env:X', hosts: [api.github.com] }")),
+      "network.secrets.PATH",
+    );
+    expect(path.message).toMatch(/the guest needs for itself/);
+  });
+
+  test(`at most ${LIMITS.secretsMax}`, () => {
+    const many = Array.from(
+      { length: LIMITS.secretsMax + 1 },
+      (_, i) => `S${i}: { from: 'env:S', hosts: [api.github.com] }`,
+    );
+    expect(rejection(withSecrets(many.join("\n"))).message).toMatch(/at most 32 secrets/);
+  });
+
+  test("the source is split into its kind; ~ expands under the given home", () => {
+    expect(parseSecretSource("env:GH")).toEqual({ kind: "env", name: "GH" });
+    expect(parseSecretSource("file:/a b/c")).toEqual({ kind: "file", path: "/a b/c" });
+    expect(expandHome("~/x/y", "/home/me")).toBe("/home/me/x/y");
+    expect(expandHome("~", "/home/me")).toBe("/home/me");
+    expect(expandHome("/abs/~/x", "/home/me")).toBe("/abs/~/x");
+  });
+
+  test("host coverage: exact, or a wildcard over the name or a narrower wildcard", () => {
+    expect(hostPatternCovers("api.github.com", "API.github.com")).toBe(true);
+    expect(hostPatternCovers("*.github.com", "api.github.com")).toBe(true);
+    expect(hostPatternCovers("*.github.com", "*.api.github.com")).toBe(true);
+    expect(hostPatternCovers("*.github.com", "github.com")).toBe(false);
+    expect(hostPatternCovers("*.github.com", "evilgithub.com")).toBe(false);
+    expect(hostPatternCovers("api.github.com", "*.github.com")).toBe(false);
+  });
+});
+
+describe("mounts", () => {
+  test("host paths resolve against the YAML file (~ kept); guest paths are normalised", () => {
+    const config = parseConfig(
+      "version: 1\nmounts:\n  - { host: ./docs, guest: /mnt/docs/ }\n  - { host: ~/notes, guest: /mnt//notes }\n",
+      { sourcePath: "/proj/sandbox.yaml" },
+    );
+    expect(config.mounts).toEqual([
+      { host: resolve("/proj/docs"), guest: "/mnt/docs" },
+      { host: "~/notes", guest: "/mnt/notes" },
+    ]);
+    expect(parseConfig(renderConfig(config))).toEqual(config);
+  });
+
+  test.each([
+    ["/", /absolute guest path/],
+    ["mnt", /absolute guest path/],
+    ["/mnt/../etc", /must not contain \.\./],
+    ["/etc/x", /the guest's own system/],
+    ["/proc", /the guest's own system/],
+    ["/data/x", /the guest's own system/],
+    ["/workspace", /would cover the workspace/],
+  ])("guest path %s is refused", (guest, message) => {
+    const error = rejection(`version: 1\nmounts: [{ host: ./a, guest: '${guest}' }]\n`);
+    expect(issueAt(error, "mounts.0.guest").message).toMatch(message);
+  });
+
+  test("a mount above the workspace is refused; mounts may not nest", () => {
+    const error = rejection(
+      "version: 1\nworkspace: /srv/app\nmounts:\n  - { host: ./a, guest: /srv }\n  - { host: ./b, guest: /mnt/a }\n  - { host: ./c, guest: /mnt/a/b }\n  - { host: ./d, guest: /mnt/a }\n",
+    );
+    expect(issueAt(error, "mounts.0.guest").message).toMatch(/would cover the workspace \/srv\/app/);
+    expect(issueAt(error, "mounts.2.guest").message).toMatch(/overlaps `mounts.1.guest`/);
+    expect(issueAt(error, "mounts.3.guest").message).toMatch(/overlaps `mounts.1.guest`/);
+    expect(error.issues).toHaveLength(3);
+  });
+
+  test("a mount under the workspace is fine", () => {
+    expect(parseConfig("version: 1\nmounts: [{ host: ./a, guest: /workspace/docs }]\n").mounts).toHaveLength(1);
+  });
+
+  test(`at most ${LIMITS.mountsMax}`, () => {
+    const many = Array.from({ length: LIMITS.mountsMax + 1 }, (_, i) => `  - { host: ./a, guest: /mnt/m${i} }`);
+    expect(issueAt(rejection(`version: 1\nmounts:\n${many.join("\n")}\n`), "mounts").message).toMatch(
+      /at most 16 mounts/,
+    );
+  });
+});
+
+test("the JSON Schema documents both keys with an example", () => {
+  const schema = sandboxJsonSchema() as { properties: Record<string, Record<string, unknown>> };
+  const network = schema.properties.network as { properties: Record<string, Record<string, unknown>> };
+  expect(network.properties.secrets!.examples).toEqual([
+    { GITHUB_TOKEN: { from: "env:GITHUB_TOKEN", hosts: ["api.github.com"] } },
+  ]);
+  expect(network.properties.secrets!.maxProperties).toBe(LIMITS.secretsMax);
+  expect(schema.properties.mounts!.examples).toEqual([[{ host: "./docs", guest: "/mnt/docs" }]]);
+});
