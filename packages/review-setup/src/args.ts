@@ -1,5 +1,6 @@
 import { parseArgs } from "node:util";
 import { ReviewSetupError } from "./errors.js";
+import { parseModelServer, type ModelServer } from "./model-server.js";
 import { INSTALL_SCOPES, type InstallScope } from "./scope.js";
 
 /** Default program part of the launch command: this checkout's Pi with the sandbox extension. */
@@ -13,6 +14,8 @@ export interface ReviewSetupArgs {
   config?: string;
   /** `provider/model` for the live check; omitted = offline snapshot. */
   liveModel?: { provider: string; model: string };
+  /** A model server on the host for the guest's Pi (`--model-server`); excludes `liveModel`. */
+  modelServer?: ModelServer;
   /** A directory inside the checkout to snapshot; default the cwd. */
   repo?: string;
   /** Program part of the printed launch command, run from the candidate directory. */
@@ -39,6 +42,11 @@ Options:
   --live-model <provider/model>  copy that provider's access token from the host's Pi login into
                                  the instance's private agent directory and require one real
                                  generated response; without it the run is an offline snapshot
+  --model-server <url>           run the guest's Pi on this host's OpenAI-compatible model server
+                                 (oMLX, llama.cpp, Ollama, LM Studio), e.g. http://127.0.0.1:8000:
+                                 adds its port to the instance's network.hostPorts (with --config),
+                                 writes a "local" provider seeded from GET <url>/v1/models and an
+                                 extension that refreshes that list; no key; not with --live-model
   --repo <dir>                   checkout to snapshot (default: the one containing the cwd)
   --pi-command <command>         program part of the launch command
                                  (default: ${DEFAULT_PI_COMMAND})
@@ -61,6 +69,7 @@ export function parseCommandLine(argv: readonly string[]): ParsedCommandLine {
         name: { type: "string" },
         config: { type: "string" },
         "live-model": { type: "string" },
+        "model-server": { type: "string" },
         repo: { type: "string" },
         "pi-command": { type: "string" },
         scope: { type: "string" },
@@ -88,6 +97,14 @@ export function parseCommandLine(argv: readonly string[]): ParsedCommandLine {
   if (values.config !== undefined) result.config = values.config;
   if (values.repo !== undefined) result.repo = values.repo;
   if (values["live-model"] !== undefined) result.liveModel = parseModel(values["live-model"]);
+  if (values["model-server"] !== undefined) {
+    if (result.liveModel) {
+      throw new ReviewSetupError("REVIEW_SETUP_USAGE", "--live-model and --model-server exclude each other", {
+        hint: "Pick the cloud login (--live-model provider/model) or the host's model server (--model-server <url>).",
+      });
+    }
+    result.modelServer = parseModelServer(values["model-server"]);
+  }
   if (values.scope !== undefined) {
     if (!(INSTALL_SCOPES as readonly string[]).includes(values.scope)) {
       throw new ReviewSetupError(

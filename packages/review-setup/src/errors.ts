@@ -1,6 +1,6 @@
 /** Stable codes of review-setup failures; controller errors pass through with their own codes. */
 export type ReviewSetupErrorCode =
-  /** The command line is wrong (unknown flag, missing `--name`, bad `--live-model`). */
+  /** The command line is wrong (unknown flag, missing `--name`, bad `--live-model` or `--model-server`). */
   | "REVIEW_SETUP_USAGE"
   /** `--repo` (or the cwd) is not inside a git or jj checkout, or listing its files failed. */
   | "REVIEW_SETUP_NOT_A_REPO"
@@ -25,7 +25,15 @@ export type ReviewSetupErrorCode =
   /** The host's credential for the provider cannot be used (a refresh failed, a `!command` key…). */
   | "REVIEW_SETUP_TOKEN_UNUSABLE"
   /** The live check did not produce a generated response. */
-  | "REVIEW_SETUP_LIVE_CHECK_FAILED";
+  | "REVIEW_SETUP_LIVE_CHECK_FAILED"
+  /** `--model-server`: the server did not answer (the host's request, or the guest's). */
+  | "REVIEW_SETUP_MODEL_SERVER_UNREACHABLE"
+  /** `--model-server`: the server answered `GET …/models` with an HTTP error (e.g. 401: it wants a key). */
+  | "REVIEW_SETUP_MODEL_SERVER_REFUSED"
+  /** `--model-server`: the server's answer lists no usable model (or is not an OpenAI-style model list). */
+  | "REVIEW_SETUP_MODEL_SERVER_NO_MODELS"
+  /** `--model-server` without `--config`: the existing instance does not list the server's port in `network.hostPorts`. */
+  | "REVIEW_SETUP_HOST_PORT_MISSING";
 
 /** Options of a ReviewSetupError. */
 export interface ReviewSetupErrorOptions {

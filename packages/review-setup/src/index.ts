@@ -7,8 +7,10 @@ export type { ReviewSetupArgs, ParsedCommandLine } from "./args.js";
 export { main, formatResult } from "./main.js";
 export type { CliIo } from "./main.js";
 // Refresh
-export { runReviewSetup, GUEST_TOOLS, MIN_GUEST_NODE_MAJOR } from "./refresh.js";
+export { runReviewSetup } from "./refresh.js";
 export type { ReviewSetupOptions, ReviewSetupResult, StepEvent, StepName } from "./refresh.js";
+export { ensureInstance, GUEST_TOOLS, MIN_GUEST_NODE_MAJOR } from "./instance.js";
+export type { EnsureInstanceOptions } from "./instance.js";
 // Install scope
 export {
   scopeCommands,
@@ -39,3 +41,14 @@ export { refreshHostLoginWithPi } from "./pi-login.js";
 export type { HostLoginRefresher, HostLoginRefreshRequest, PiLoginOptions } from "./pi-login.js";
 export { storeGuestCredential, runLiveCheck, parseLiveOutput, LIVE_PROMPT } from "./live.js";
 export type { LiveCheck, TokenUsage } from "./live.js";
+// Local model server
+export {
+  parseModelServer,
+  readServedModels,
+  servedModelsOf,
+  localProviderConfig,
+  installLocalModels,
+  LOCAL_PROVIDER,
+  LOCAL_MODELS_EXTENSION,
+} from "./model-server.js";
+export type { ModelServer, ServedModels, ReadServedModelsOptions } from "./model-server.js";

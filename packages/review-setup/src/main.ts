@@ -62,10 +62,13 @@ export async function main(argv: readonly string[], raw: CliIo): Promise<number>
 
 /** The summary printed after a successful refresh. */
 export function formatResult(result: ReviewSetupResult): string {
+  const headline = {
+    "live-ready": `Review candidate ${result.candidateId} is current in ${result.instance} and LIVE-READY.`,
+    "local-model-server": `Review candidate ${result.candidateId} is current in ${result.instance}, on the host's model server.`,
+    "offline-snapshot": `Review candidate ${result.candidateId} is current in ${result.instance}: OFFLINE SNAPSHOT (not live-ready; pass --live-model provider/model for a live check).`,
+  }[result.mode];
   const lines = [
-    result.mode === "live-ready"
-      ? `Review candidate ${result.candidateId} is current in ${result.instance} and LIVE-READY.`
-      : `Review candidate ${result.candidateId} is current in ${result.instance}: OFFLINE SNAPSHOT (not live-ready; pass --live-model provider/model for a live check).`,
+    headline,
     `  snapshot: ${result.files} files from ${result.vcs}, ${result.bytes} bytes, sha256 ${result.sha256} (verified in the guest)`,
     `  current:  ${result.currentPath} -> ${result.candidatePath}` +
       (result.previousId ? ` (previous: ${result.previousId})` : ""),
@@ -81,6 +84,13 @@ export function formatResult(result: ReviewSetupResult): string {
       expiresAt === undefined
         ? "  token:    an API key (no expiry)"
         : `  token:    expires ${new Date(expiresAt).toISOString()}; the guest cannot refresh it, rerun this command after expiry`,
+    );
+  }
+  if (result.modelServer) {
+    const { hostUrl, guestUrl, ids, model } = result.modelServer;
+    lines.push(
+      `  models:   ${guestUrl} (host ${hostUrl}) serves ${ids.length}: ${ids.slice(0, 8).join(", ")}${ids.length > 8 ? ", …" : ""}`,
+      `            the launch command selects ${model}; /model lists what the server serves when it opens`,
     );
   }
   for (const note of result.notes) lines.push(`  note:     ${note}`);

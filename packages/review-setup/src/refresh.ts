@@ -2,22 +2,25 @@
 // -> agent dir -> (live: credentials -> live check). Guest work goes through GuestSession only.
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
-import { callAction, isControllerError, type CallActionOptions } from "@pi-sandbox/controller/client";
+import type { CallActionOptions } from "@pi-sandbox/controller/client";
 import type { ReviewSetupArgs } from "./args.js";
 import { base64Chunks, DEFAULT_CHUNK_CHARS, partName } from "./chunks.js";
 import { resolveHostCredential, type GuestCredential } from "./credentials.js";
 import { ReviewSetupError } from "./errors.js";
 import { controllerGuest, shellQuote, type ControllerOptions, type GuestSession } from "./guest.js";
+import { checkGuestTools, ensureInstance, GUEST_PROBE } from "./instance.js";
 import { launchCommand } from "./launch.js";
 import type { HostLoginRefresher } from "./pi-login.js";
 import { acquireRefreshLock, defaultLockDir, refreshLockPath } from "./lock.js";
 import { reviewLayout, type ReviewLayout } from "./layout.js";
 import { runLiveCheck, storeGuestCredential, type LiveCheck } from "./live.js";
+import { installLocalModels, LOCAL_PROVIDER, readServedModels, type ServedModels } from "./model-server.js";
 import { scopeCommands, type InstallScope } from "./scope.js";
 import { createSnapshot, type Vcs } from "./snapshot.js";
 
 /** Steps in the order they run. */
 export type StepName =
+  | "model-server"
   | "instance"
   | "snapshot"
   | "transfer"
@@ -27,6 +30,7 @@ export type StepName =
   | "build"
   | "switch"
   | "agent"
+  | "local-models"
   | "credentials"
   | "live-check";
 
@@ -79,8 +83,8 @@ export interface ReviewSetupOptions extends Omit<ReviewSetupArgs, "piCommand"> {
 export interface ReviewSetupResult {
   /** Instance name. */
   instance: string;
-  /** `live-ready` only after a generated response in live mode. */
-  mode: "offline-snapshot" | "live-ready";
+  /** `live-ready` only after a generated response in live mode; `local-model-server` with `--model-server`. */
+  mode: "offline-snapshot" | "live-ready" | "local-model-server";
   /** Version control the snapshot came from. */
   vcs: Vcs;
   /** What install and build covered. */
@@ -107,6 +111,8 @@ export interface ReviewSetupResult {
   notes: string[];
   /** Live-mode facts (token expiry, usage); absent offline. */
   live: LiveCheck | undefined;
+  /** `--model-server`: the guest's base URL, the served models and the one launched; else absent. */
+  modelServer?: ServedModels & { guestUrl: string; hostUrl: string };
 }
 
 const STEP_DEADLINE_MS = 30 * 60_000;
@@ -135,8 +141,31 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
       })
     : undefined;
 
+  const server = options.modelServer;
+  let served: ServedModels | undefined;
+  if (server) {
+    emit("model-server", "start", `reading the model list of ${server.hostUrl}/models`);
+    served = await readServedModels(server, { signal });
+    emit(
+      "model-server",
+      "done",
+      `${served.ids.length} model(s): ${served.ids.slice(0, 5).join(", ")}${served.ids.length > 5 ? ", …" : ""}`,
+    );
+  }
+
   emit("instance", "start", options.config ? `creating ${name} from ${options.config}` : `checking ${name}`);
-  await ensureInstance(options, controller, (message) => emit("instance", "info", message));
+  await ensureInstance(
+    {
+      name,
+      config: options.config,
+      hostPort: server?.port,
+      configDir: options.lockDir ?? defaultLockDir(controller.env ?? process.env),
+      callAction: options.callAction,
+      signal,
+    },
+    controller,
+    (message) => emit("instance", "info", message),
+  );
   const probe = await guest.exec(GUEST_PROBE, { signal });
   const workspace = probe.output.split("\n")[0]?.trim() ?? "";
   if (probe.exitCode !== 0 || !workspace.startsWith("/")) {
@@ -156,44 +185,9 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
     now: now(),
   });
   try {
-    return await refreshLocked(options, { guest, layout, credential, emit, now });
+    return await refreshLocked(options, { guest, layout, credential, served, emit, now });
   } finally {
     await release();
-  }
-}
-
-/** Tools the refresh runs in the guest; `node` must also be Node 24 or newer. */
-export const GUEST_TOOLS = ["tar", "base64", "sha256sum", "node", "npm"] as const;
-
-/** Oldest Node major the candidate's install and build support (the workspace's engines). */
-export const MIN_GUEST_NODE_MAJOR = 24;
-
-const GUEST_PROBE =
-  `pwd; for t in ${GUEST_TOOLS.join(" ")}; do command -v "$t" >/dev/null 2>&1 || echo "missing:$t"; done; ` +
-  `command -v node >/dev/null 2>&1 && echo "node-version:$(node --version 2>&1)"; true`;
-
-const TOOL_FIX =
-  "Use an image that has Node 24 and npm — the guest test image does (`npm run -s test-image`, then `image: <that directory>` in sandbox.yaml) — " +
-  "or add setup steps that install them (packages/review-setup/README.md, Guest requirements), then create the instance again.";
-
-/** Throws REVIEW_SETUP_GUEST_TOOL_MISSING, naming each missing tool (or an old Node) and the fix. */
-function checkGuestTools(name: string, probeOutput: string): void {
-  const missing = [...probeOutput.matchAll(/^missing:(\S+)$/gm)].map((m) => m[1]!);
-  if (missing.length > 0) {
-    throw new ReviewSetupError(
-      "REVIEW_SETUP_GUEST_TOOL_MISSING",
-      `the guest of ${name} lacks ${missing.join(", ")} on PATH (the refresh needs ${GUEST_TOOLS.join(", ")})`,
-      { hint: TOOL_FIX, details: { missing } },
-    );
-  }
-  const version = /^node-version:(.*)$/m.exec(probeOutput)?.[1]?.trim() ?? "";
-  const major = Number(/^v(\d+)\./.exec(version)?.[1]);
-  if (!(major >= MIN_GUEST_NODE_MAJOR)) {
-    throw new ReviewSetupError(
-      "REVIEW_SETUP_GUEST_TOOL_MISSING",
-      `the guest of ${name} has node ${version || "(no version)"}; the review candidate needs Node ${MIN_GUEST_NODE_MAJOR} or newer`,
-      { hint: TOOL_FIX, details: { missing: ["node"], nodeVersion: version } },
-    );
   }
 }
 
@@ -201,6 +195,7 @@ interface RefreshContext {
   guest: GuestSession;
   layout: ReviewLayout;
   credential: GuestCredential | undefined;
+  served: ServedModels | undefined;
   emit: (step: StepName, status: StepEvent["status"], message: string) => void;
   now: () => number;
 }
@@ -208,7 +203,7 @@ interface RefreshContext {
 /** The refresh proper, run while holding the instance's refresh lock. */
 async function refreshLocked(options: ReviewSetupOptions, context: RefreshContext): Promise<ReviewSetupResult> {
   const { name, signal } = options;
-  const { guest, layout, credential, emit, now } = context;
+  const { guest, layout, credential, served, emit, now } = context;
   const controller = options.controller ?? {};
 
   emit("snapshot", "start", `snapshotting ${resolve(options.repo ?? controller.cwd ?? process.cwd())}`);
@@ -338,7 +333,21 @@ async function refreshLocked(options: ReviewSetupOptions, context: RefreshContex
     emit("agent", "done", notes[notes.length - 1] ?? "");
 
     const piCommand = options.piCommand ?? "node_modules/.bin/pi -e ./packages/pi-extension";
-    const model = options.liveModel ? `${options.liveModel.provider}/${options.liveModel.model}` : undefined;
+    const server = options.modelServer;
+    if (server && served) {
+      emit("local-models", "start", `pointing the guest's Pi at ${server.guestUrl} (provider ${LOCAL_PROVIDER})`);
+      await installLocalModels(guest, layout, server, served, { name, signal });
+      emit(
+        "local-models",
+        "done",
+        `models.json seeded with ${served.ids.length} model(s); the guest reached the server`,
+      );
+    }
+    const model = options.liveModel
+      ? `${options.liveModel.provider}/${options.liveModel.model}`
+      : served
+        ? `${LOCAL_PROVIDER}/${served.model}`
+        : undefined;
     let live: LiveCheck | undefined;
     if (credential && model) {
       emit("credentials", "start", `storing the ${credential.provider} access token in ${layout.agentDir} (0600)`);
@@ -361,12 +370,16 @@ async function refreshLocked(options: ReviewSetupOptions, context: RefreshContex
       });
       emit("live-check", "done", `response received; ${live.usage.totalTokens} tokens`);
     } else {
-      emit("credentials", "skip", "no --live-model: offline snapshot, no credentials copied");
+      emit(
+        "credentials",
+        "skip",
+        `no --live-model: ${served ? "the host's model server needs none" : "offline snapshot"}, no credentials copied`,
+      );
     }
 
     return {
       instance: name,
-      mode: live ? "live-ready" : "offline-snapshot",
+      mode: live ? "live-ready" : served ? "local-model-server" : "offline-snapshot",
       vcs: snapshot.vcs,
       files: snapshot.files.length,
       scope,
@@ -380,50 +393,10 @@ async function refreshLocked(options: ReviewSetupOptions, context: RefreshContex
       launchCommand: launchCommand(layout, { piCommand, model }),
       notes,
       live,
+      modelServer: server && served ? { ...served, guestUrl: server.guestUrl, hostUrl: server.hostUrl } : undefined,
     };
   } finally {
     await snapshot.close();
-  }
-}
-
-async function ensureInstance(
-  options: ReviewSetupOptions,
-  controller: ControllerOptions,
-  info: (message: string) => void,
-): Promise<void> {
-  const { name, signal } = options;
-  const call = (action: Record<string, unknown>) =>
-    (options.callAction ?? callAction)(action, {
-      ...controller,
-      signal,
-      onProgress: (event) => info(`${event.stage}: ${event.message}`),
-    });
-  let view: { state?: string } | undefined;
-  try {
-    view = (await call({ action: "inspect", name })) as { state?: string };
-  } catch (error) {
-    if (!isControllerError(error) || error.code !== "CONTROLLER_NOT_FOUND") throw error;
-  }
-  if (options.config) {
-    if (view) {
-      throw new ReviewSetupError("REVIEW_SETUP_INSTANCE_EXISTS", `instance ${name} already exists (${view.state})`, {
-        hint: `Drop --config to refresh it, or choose another --name.`,
-        details: { state: view.state },
-      });
-    }
-    await call({ action: "create", name, config: options.config });
-    return;
-  }
-  if (!view) {
-    throw new ReviewSetupError("REVIEW_SETUP_INSTANCE_MISSING", `instance ${name} does not exist`, {
-      hint: `Create it with: bun run sandbox:setup --name ${name} --config packages/review-setup/sandbox.review.yaml`,
-    });
-  }
-  if (view.state !== "running") {
-    throw new ReviewSetupError("REVIEW_SETUP_INSTANCE_NOT_RUNNING", `instance ${name} is ${view.state}, not running`, {
-      hint: `Start it with: npx pi-sandbox start ${name} (then rerun this command).`,
-      details: { state: view.state },
-    });
   }
 }
 

@@ -1,0 +1,282 @@
+// `--model-server`: the guest's Pi on an OpenAI-compatible model server of the host (oMLX,
+// llama.cpp's llama-server, Ollama, LM Studio). The host reads the server's model list; the guest
+// gets a `local` provider in its agent dir's models.json, seeded from that list, plus the
+// extension in ../guest/local-models.ts, which reads the list again whenever Pi refreshes.
+import { readFile } from "node:fs/promises";
+import { HOST_SERVICES_HOSTNAME } from "@pi-sandbox/config";
+import { ReviewSetupError } from "./errors.js";
+import { shellQuote, type GuestSession } from "./guest.js";
+import type { ReviewLayout } from "./layout.js";
+
+/** Pi provider id of the model server in the guest (the extension refreshes this one). */
+export const LOCAL_PROVIDER = "local";
+
+/** Where the server is, as the host and as the guest reach it. */
+export interface ModelServer {
+  /** The URL as given. */
+  given: string;
+  /** Host port, which the instance lists in `network.hostPorts`. */
+  port: number;
+  /** OpenAI-compatible base URL on the host, e.g. `http://127.0.0.1:8000/v1`. */
+  hostUrl: string;
+  /** The same base URL from the guest, e.g. `http://host.sandbox.internal:8000/v1`. */
+  guestUrl: string;
+}
+
+/** What the server serves. */
+export interface ServedModels {
+  /** Model ids in the server's order. */
+  ids: string[];
+  /** The one the launch command selects: the first the server marks loaded, else the first. */
+  model: string;
+}
+
+const KEY_HINT =
+  "A key for a host service would have to enter the guest, which this setup does not do yet: run the server without key checks " +
+  "(oMLX: Global Settings -> Skip API key verification; llama-server, Ollama and LM Studio check none unless told to).";
+
+function usage(message: string, hint: string): ReviewSetupError {
+  return new ReviewSetupError("REVIEW_SETUP_USAGE", message, { hint });
+}
+
+/**
+ * Parses `--model-server`: `http://127.0.0.1:<port>` or `http://localhost:<port>`, optionally
+ * with the OpenAI-compatible base path (default `/v1`). Only the host's loopback is reachable
+ * from a guest, and only as `host.sandbox.internal`; credentials in the URL are refused.
+ */
+export function parseModelServer(text: string): ModelServer {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw usage(`--model-server "${text}" is not a URL`, "Example: --model-server http://127.0.0.1:8000");
+  }
+  if (url.username || url.password) {
+    throw usage(`--model-server "${url.host}": a user or key in the URL is not supported`, KEY_HINT);
+  }
+  if (url.protocol !== "http:") {
+    throw usage(
+      `--model-server must be an http:// URL; got ${url.protocol}`,
+      "Local model servers speak plain HTTP on 127.0.0.1; example: --model-server http://127.0.0.1:8000",
+    );
+  }
+  if (url.hostname !== "127.0.0.1" && url.hostname !== "localhost") {
+    throw usage(
+      `--model-server must be on this host's 127.0.0.1; got ${url.hostname}`,
+      `A guest reaches only the host's 127.0.0.1 ports its instance lists (network.hostPorts), as ${HOST_SERVICES_HOSTNAME}. ` +
+        "Run the server on 127.0.0.1 (or 0.0.0.0) and pass http://127.0.0.1:<port>.",
+    );
+  }
+  if (url.search || url.hash) {
+    throw usage(`--model-server "${text}" has a query or fragment`, "Pass the server's base URL only.");
+  }
+  const port = Number(url.port || "80");
+  const path = url.pathname.replace(/\/+$/, "") || "/v1";
+  return {
+    given: text,
+    port,
+    hostUrl: `http://127.0.0.1:${port}${path}`,
+    guestUrl: `http://${HOST_SERVICES_HOSTNAME}:${port}${path}`,
+  };
+}
+
+const MAX_BODY_BYTES = 4 * 1024 * 1024;
+const MAX_MODELS = 500;
+const MAX_ID_CHARS = 256;
+
+/**
+ * Usable entries of an OpenAI-style model list (`{"data":[{"id":…}]}`): ids that are non-empty,
+ * at most 256 characters and free of control characters, without duplicates, at most 500. An entry
+ * counts as loaded when the server says so (`status: "loaded"` or `status.value: "loaded"`, as
+ * llama.cpp's router does).
+ */
+export function servedModelsOf(body: unknown): { id: string; loaded: boolean }[] {
+  const data = (body as { data?: unknown } | null)?.data;
+  if (!Array.isArray(data)) return [];
+  const seen = new Map<string, boolean>();
+  for (const entry of data) {
+    const { id, status } = (entry ?? {}) as { id?: unknown; status?: unknown };
+    if (
+      typeof id !== "string" ||
+      id.trim() === "" ||
+      id.length > MAX_ID_CHARS ||
+      /[\u0000-\u001f\u007f-\u009f]/.test(id)
+    )
+      continue;
+    if (seen.has(id)) continue;
+    const state = typeof status === "object" && status !== null ? (status as { value?: unknown }).value : status;
+    seen.set(id, state === "loaded");
+    if (seen.size === MAX_MODELS) break;
+  }
+  return [...seen].map(([id, loaded]) => ({ id, loaded }));
+}
+
+/** Seams of `readServedModels`. */
+export interface ReadServedModelsOptions {
+  signal?: AbortSignal;
+  /** Longest wait for the answer; default 10 s. */
+  timeoutMs?: number;
+  /** HTTP client; default the global fetch. */
+  fetch?: typeof fetch;
+}
+
+async function readCapped(response: Response, url: string): Promise<string> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of response.body ?? []) {
+    size += (chunk as Uint8Array).length;
+    if (size > MAX_BODY_BYTES) {
+      throw new ReviewSetupError(
+        "REVIEW_SETUP_MODEL_SERVER_NO_MODELS",
+        `the answer of ${url} is larger than ${MAX_BODY_BYTES} bytes`,
+        { hint: "Check that --model-server is the server's OpenAI-compatible base URL.", details: { url } },
+      );
+    }
+    chunks.push(chunk as Uint8Array);
+  }
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+/** `GET <hostUrl>/models` from the host. Errors name the URL and say how to get the server up. */
+export async function readServedModels(
+  server: ModelServer,
+  options: ReadServedModelsOptions = {},
+): Promise<ServedModels> {
+  const url = `${server.hostUrl}/models`;
+  const timeoutMs = options.timeoutMs ?? 10_000;
+  const timeout = AbortSignal.timeout(timeoutMs);
+  const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
+  let text: string;
+  let status: number;
+  try {
+    const response = await (options.fetch ?? fetch)(url, { signal, headers: { accept: "application/json" } });
+    status = response.status;
+    text = await readCapped(response, url);
+  } catch (error) {
+    if (options.signal?.aborted) throw options.signal.reason;
+    if (error instanceof ReviewSetupError) throw error;
+    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+    const why = timeout.aborted
+      ? `no answer in ${timeoutMs / 1000} s`
+      : (cause?.code ?? cause?.message ?? String(error));
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_MODEL_SERVER_UNREACHABLE",
+      `the model server at ${url} did not answer (${why})`,
+      {
+        hint:
+          `Start the model server so that it listens on 127.0.0.1:${server.port} (oMLX, llama.cpp's llama-server --port ${server.port}, ` +
+          "`ollama serve`, LM Studio's local server) and check that GET " +
+          `${url} lists its models, then rerun this command.`,
+        details: { url },
+        cause: error,
+      },
+    );
+  }
+  if (status < 200 || status > 299) {
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_MODEL_SERVER_REFUSED",
+      `the model server at ${url} answered HTTP ${status}`,
+      {
+        hint:
+          status === 401 || status === 403
+            ? KEY_HINT
+            : `Check that ${server.hostUrl} is the server's OpenAI-compatible base URL (pass its path if it is not /v1).`,
+        details: { url, status },
+      },
+    );
+  }
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = undefined;
+  }
+  const served = servedModelsOf(body);
+  if (served.length === 0) {
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_MODEL_SERVER_NO_MODELS",
+      body === undefined ? `the answer of ${url} is not JSON` : `the model server at ${url} lists no models`,
+      {
+        hint:
+          body === undefined
+            ? `Check that ${server.hostUrl} is the server's OpenAI-compatible base URL (pass its path if it is not /v1).`
+            : "Download or load a model in the server, then rerun this command.",
+        details: { url },
+      },
+    );
+  }
+  return { ids: served.map((m) => m.id), model: (served.find((m) => m.loaded) ?? served[0]!).id };
+}
+
+/** The `local` provider of the guest's models.json: the server's base URL and the seed list. */
+export function localProviderConfig(server: ModelServer, served: ServedModels): Record<string, unknown> {
+  return {
+    name: `Model server (host 127.0.0.1:${server.port})`,
+    baseUrl: server.guestUrl,
+    api: "openai-completions",
+    // Pi needs a key for a custom provider; a local server checks none. Not a secret.
+    apiKey: "local",
+    models: served.ids.map((id) => ({ id })),
+  };
+}
+
+/** The extension file, as shipped next to src/ and dist/. */
+export const LOCAL_MODELS_EXTENSION = new URL("../guest/local-models.ts", import.meta.url);
+
+// Merges the provider into models.json (created 0600 if missing), keeping other providers.
+const MERGE_JS =
+  `const fs=require("fs");const [f,p,id]=process.argv.slice(1);let j={};` +
+  `if(fs.existsSync(f)){j=JSON.parse(fs.readFileSync(f,"utf8"))}` +
+  `j.providers=j.providers||{};j.providers[id]=JSON.parse(fs.readFileSync(p,"utf8"));` +
+  `fs.writeFileSync(f,JSON.stringify(j,null,2)+"\\n",{mode:0o600});fs.rmSync(p)`;
+
+// The guest's own request to the server, through network.hostPorts.
+const PROBE_JS =
+  `fetch(process.argv[1],{signal:AbortSignal.timeout(10000)}).then(r=>{console.log("HTTP "+r.status);process.exit(r.ok?0:1)},` +
+  `e=>{console.log(String((e.cause&&e.cause.code)||e.message||e));process.exit(1)})`;
+
+/**
+ * In the guest's agent dir: the `local` provider in models.json, the extension in
+ * `extensions/local-models.ts`, then a request from the guest to the server.
+ */
+export async function installLocalModels(
+  guest: GuestSession,
+  layout: ReviewLayout,
+  server: ModelServer,
+  served: ServedModels,
+  options: { name: string; signal?: AbortSignal },
+): Promise<void> {
+  const { name, signal } = options;
+  const agent = layout.agentDir;
+  const extensions = `${agent}/extensions`;
+  const pending = `${agent}/.local-provider.json`;
+  const failed = (output: string) =>
+    new ReviewSetupError("REVIEW_SETUP_STEP_FAILED", `local-models failed: ${output.trim().slice(-2000)}`, {
+      hint: `Check the guest's agent directory: npx pi-sandbox exec ${name} -- ls -la ${agent}`,
+      details: { step: "local-models", output },
+    });
+  const made = await guest.exec(`umask 077 && mkdir -p ${shellQuote(extensions)}`, { signal });
+  if (made.exitCode !== 0) throw failed(made.output);
+  await guest.write(`${extensions}/local-models.ts`, await readFile(LOCAL_MODELS_EXTENSION, "utf8"), { signal });
+  await guest.write(pending, JSON.stringify(localProviderConfig(server, served)), { signal });
+  const merged = await guest.exec(
+    `node -e ${shellQuote(MERGE_JS)} ${shellQuote(`${agent}/models.json`)} ${shellQuote(pending)} ${LOCAL_PROVIDER}`,
+    { signal },
+  );
+  if (merged.exitCode !== 0) throw failed(merged.output);
+  const url = `${server.guestUrl}/models`;
+  const probe = await guest.exec(`node -e ${shellQuote(PROBE_JS)} ${shellQuote(url)}`, { signal });
+  if (probe.exitCode !== 0) {
+    const why = probe.output.trim().split("\n").pop()?.slice(0, 200) ?? "";
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_MODEL_SERVER_UNREACHABLE",
+      `the guest cannot reach the model server at ${url} (${why}), though the host reached ${server.hostUrl}/models`,
+      {
+        hint:
+          `Check that the server listens on 127.0.0.1:${server.port} (not only on ::1) and that the instance lists ${server.port} ` +
+          `in network.hostPorts (npx pi-sandbox inspect ${name}).`,
+        details: { url, output: probe.output },
+      },
+    );
+  }
+}

@@ -1,0 +1,338 @@
+// --model-server on the host: the URL, the model list read over real HTTP, the instance's host
+// port, and the orchestration against a scripted guest.
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { loadConfig } from "@pi-sandbox/config";
+import { ControllerError } from "@pi-sandbox/controller/client";
+import { parseCommandLine } from "../src/args.js";
+import { ensureInstance } from "../src/instance.js";
+import { LOCAL_MODELS_EXTENSION, parseModelServer, readServedModels, servedModelsOf } from "../src/model-server.js";
+import { runReviewSetup, type StepEvent } from "../src/refresh.js";
+import { FakeGuest } from "./fake-guest.js";
+import { startFakeModelServer, type FakeModelServer } from "./fake-model-server.js";
+import { makeFixtureRepo } from "./fixture.js";
+
+let dir: string;
+let repo: string;
+let fake: FakeModelServer;
+const servers: Server[] = [];
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), "review-model-server-"));
+  repo = await makeFixtureRepo();
+  fake = await startFakeModelServer(["qwen3-8b", "gemma-3-12b"]);
+});
+afterAll(async () => {
+  await fake.close();
+  for (const server of servers) {
+    server.close();
+    server.closeAllConnections();
+  }
+  await rm(dir, { recursive: true, force: true });
+  await rm(repo, { recursive: true, force: true });
+});
+
+/** A one-off HTTP server on 127.0.0.1 answering every request with `handler`. */
+async function serve(handler: Parameters<typeof createServer>[1]): Promise<number> {
+  const server = createServer(handler);
+  servers.push(server);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return (server.address() as AddressInfo).port;
+}
+
+/** A port on 127.0.0.1 where nothing listens. */
+async function deadPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+test("--model-server takes the host's loopback over http, with /v1 as the default base", () => {
+  expect(parseModelServer("http://127.0.0.1:8000")).toEqual({
+    given: "http://127.0.0.1:8000",
+    port: 8000,
+    hostUrl: "http://127.0.0.1:8000/v1",
+    guestUrl: "http://host.sandbox.internal:8000/v1",
+  });
+  expect(parseModelServer("http://localhost:1234/v1/")).toMatchObject({
+    port: 1234,
+    hostUrl: "http://127.0.0.1:1234/v1",
+  });
+  expect(parseModelServer("http://127.0.0.1:11434/api/v1")).toMatchObject({
+    guestUrl: "http://host.sandbox.internal:11434/api/v1",
+  });
+  expect(parseModelServer("http://127.0.0.1")).toMatchObject({ port: 80 });
+  const args = parseCommandLine(["--name", "r", "--model-server", "http://127.0.0.1:8000"]);
+  expect(args).toMatchObject({ modelServer: { port: 8000 } });
+});
+
+test.each([
+  ["nonsense", /is not a URL/, /Example/],
+  ["https://127.0.0.1:8000", /must be an http:\/\/ URL/, /plain HTTP/],
+  ["http://192.168.1.10:8000", /must be on this host's 127\.0\.0\.1; got 192\.168\.1\.10/, /network\.hostPorts/],
+  ["http://[::1]:8000", /must be on this host's 127\.0\.0\.1/, /host\.sandbox\.internal/],
+  ["http://user:sk-123@127.0.0.1:8000", /a user or key in the URL is not supported/, /Skip API key verification/],
+  ["http://127.0.0.1:8000/v1?key=1", /has a query or fragment/, /base URL only/],
+])("--model-server %s is refused with a usage error", (url, message, hint) => {
+  expect(() => parseModelServer(url)).toThrow(
+    expect.objectContaining({
+      code: "REVIEW_SETUP_USAGE",
+      message: expect.stringMatching(message),
+      hint: expect.stringMatching(hint),
+    }),
+  );
+});
+
+test("a key given in the URL never appears in the error", () => {
+  const error = (() => {
+    try {
+      parseModelServer("http://me:sk-secret@127.0.0.1:8000");
+    } catch (e) {
+      return e as Error & { hint: string };
+    }
+  })()!;
+  expect(`${error.message} ${error.hint}`).not.toContain("sk-secret");
+});
+
+test("--model-server and --live-model exclude each other", () => {
+  expect(() =>
+    parseCommandLine(["--name", "r", "--live-model", "openai/gpt", "--model-server", "http://127.0.0.1:8000"]),
+  ).toThrow(
+    expect.objectContaining({
+      code: "REVIEW_SETUP_USAGE",
+      message: "--live-model and --model-server exclude each other",
+    }),
+  );
+});
+
+test("the model list is read over HTTP; the launch model is the first the server marks loaded", async () => {
+  const server = parseModelServer(`http://127.0.0.1:${fake.port}`);
+  expect(await readServedModels(server)).toEqual({ ids: ["qwen3-8b", "gemma-3-12b"], model: "qwen3-8b" });
+  expect(fake.seen.at(-1)).toEqual({ method: "GET", url: "/v1/models" });
+
+  // llama.cpp's router says which models are loaded.
+  expect(
+    servedModelsOf({
+      data: [
+        { id: "a", status: { value: "unloaded" } },
+        { id: "b", status: { value: "loaded" } },
+        { id: "b", status: { value: "loaded" } },
+      ],
+    }),
+  ).toEqual([
+    { id: "a", loaded: false },
+    { id: "b", loaded: true },
+  ]);
+  // Ids that are not strings, empty, too long or hold control characters are left out.
+  expect(
+    servedModelsOf({
+      data: [{ id: 7 }, { id: " " }, { id: "x".repeat(257) }, { id: "a\u001b[2Jb" }, null, { id: "ok" }],
+    }),
+  ).toEqual([{ id: "ok", loaded: false }]);
+  expect(servedModelsOf({ models: [] })).toEqual([]);
+  expect(servedModelsOf(null)).toEqual([]);
+});
+
+test("a server that is not there: the error names the URL and says to start the server", async () => {
+  const port = await deadPort();
+  await expect(readServedModels(parseModelServer(`http://127.0.0.1:${port}`))).rejects.toMatchObject({
+    code: "REVIEW_SETUP_MODEL_SERVER_UNREACHABLE",
+    message: `the model server at http://127.0.0.1:${port}/v1/models did not answer (ECONNREFUSED)`,
+    hint: expect.stringMatching(
+      new RegExp(`^Start the model server so that it listens on 127\\.0\\.0\\.1:${port} .*then rerun`),
+    ),
+  });
+});
+
+test("a server that does not answer in time is unreachable too", async () => {
+  const port = await serve(() => undefined); // accepts, never answers
+  await expect(
+    readServedModels(parseModelServer(`http://127.0.0.1:${port}`), { timeoutMs: 300 }),
+  ).rejects.toMatchObject({
+    code: "REVIEW_SETUP_MODEL_SERVER_UNREACHABLE",
+    message: expect.stringContaining("(no answer in 0.3 s)"),
+  });
+});
+
+test("HTTP errors, non-JSON, empty and oversized lists are refused with what to do", async () => {
+  const answers: Record<string, [number, string]> = {
+    "/key/models": [401, '{"error":"invalid api key"}'],
+    "/gone/models": [404, "not found"],
+    "/html/models": [200, "<html>a web page</html>"],
+    "/empty/models": [200, '{"object":"list","data":[]}'],
+    "/huge/models": [200, JSON.stringify({ data: [{ id: "x".repeat(5 * 1024 * 1024) }] })],
+  };
+  const port = await serve((req, res) => {
+    const [status, body] = answers[req.url ?? ""] ?? [500, ""];
+    res.writeHead(status).end(body);
+  });
+  const read = (path: string) => readServedModels(parseModelServer(`http://127.0.0.1:${port}${path}`));
+  await expect(read("/key")).rejects.toMatchObject({
+    code: "REVIEW_SETUP_MODEL_SERVER_REFUSED",
+    message: `the model server at http://127.0.0.1:${port}/key/models answered HTTP 401`,
+    hint: expect.stringContaining("run the server without key checks"),
+  });
+  await expect(read("/gone")).rejects.toMatchObject({
+    code: "REVIEW_SETUP_MODEL_SERVER_REFUSED",
+    hint: expect.stringContaining("OpenAI-compatible base URL"),
+  });
+  await expect(read("/html")).rejects.toMatchObject({
+    code: "REVIEW_SETUP_MODEL_SERVER_NO_MODELS",
+    message: `the answer of http://127.0.0.1:${port}/html/models is not JSON`,
+  });
+  await expect(read("/empty")).rejects.toMatchObject({
+    code: "REVIEW_SETUP_MODEL_SERVER_NO_MODELS",
+    message: `the model server at http://127.0.0.1:${port}/empty/models lists no models`,
+    hint: expect.stringContaining("load a model"),
+  });
+  await expect(read("/huge")).rejects.toMatchObject({
+    code: "REVIEW_SETUP_MODEL_SERVER_NO_MODELS",
+    message: expect.stringContaining("is larger than 4194304 bytes"),
+  });
+});
+
+describe("the instance's host port", () => {
+  const created: unknown[] = [];
+  const controller = (view?: Record<string, unknown>) => async (input: unknown) => {
+    const action = input as { action: string };
+    if (action.action === "inspect") {
+      if (!view) throw new ControllerError("CONTROLLER_NOT_FOUND", "no instance named review");
+      return view;
+    }
+    created.push(input);
+    return { state: "running" };
+  };
+
+  test("--config: the instance is created from the same config plus the port, kept 0600 in the state dir", async () => {
+    const config = join(dir, "sandbox.yaml");
+    await writeFile(
+      config,
+      "version: 1\nprofile: small\nimage: ./image\nnetwork:\n  allowedHosts: [registry.npmjs.org]\n  hostPorts: [5432]\n",
+    );
+    const infos: string[] = [];
+    const configDir = join(dir, "state-review-setup");
+    created.length = 0;
+    await ensureInstance(
+      { name: "review", config: "sandbox.yaml", hostPort: 8000, configDir, callAction: controller() },
+      { cwd: dir },
+      (m) => infos.push(m),
+    );
+    const derived = join(configDir, "review.sandbox.yaml");
+    expect(created).toEqual([{ action: "create", name: "review", config: derived }]);
+    expect((await stat(derived)).mode & 0o777).toBe(0o600);
+    const [original, copy] = await Promise.all([loadConfig(config), loadConfig(derived)]);
+    expect(copy).toEqual({ ...original, network: { ...original.network, hostPorts: [5432, 8000] } });
+    expect(copy.image).toBe(join(dir, "image")); // resolved against the original file's directory
+    expect(infos).toEqual([`creating from ${derived}: ${config} plus network.hostPorts 8000 (the model server)`]);
+    expect(await readFile(derived, "utf8")).toMatch(/^# .*sandbox\.yaml plus network\.hostPorts 8000/);
+
+    // A config that already lists the port is used as it is.
+    created.length = 0;
+    await ensureInstance(
+      { name: "review", config: "sandbox.yaml", hostPort: 5432, configDir, callAction: controller() },
+      { cwd: dir },
+      () => undefined,
+    );
+    expect(created).toEqual([{ action: "create", name: "review", config }]);
+  });
+
+  test("an existing instance must already list the port", async () => {
+    const ok = controller({ state: "running", hostPorts: [8000] });
+    await ensureInstance({ name: "review", hostPort: 8000, configDir: dir, callAction: ok }, {}, () => undefined);
+    const without = controller({ state: "running", hostPorts: [] });
+    await expect(
+      ensureInstance({ name: "review", hostPort: 8000, configDir: dir, callAction: without }, {}, () => undefined),
+    ).rejects.toMatchObject({
+      code: "REVIEW_SETUP_HOST_PORT_MISSING",
+      message: "instance review cannot reach host port 8000 (its network.hostPorts: none)",
+      hint: expect.stringMatching(/fixed when an instance is created.*--model-server, which adds the port/),
+    });
+  });
+});
+
+test("a refresh with --model-server seeds models.json, installs the extension, checks the guest's reach, and launches a served model", async () => {
+  const guest = new FakeGuest();
+  const events: StepEvent[] = [];
+  const result = await runReviewSetup({
+    name: "review",
+    repo,
+    guest,
+    callAction: async () => ({ state: "running", hostPorts: [fake.port] }),
+    lockDir: dir,
+    modelServer: parseModelServer(`http://127.0.0.1:${fake.port}`),
+    onProgress: (e) => events.push(e),
+  });
+  expect(result).toMatchObject({
+    mode: "local-model-server",
+    modelServer: {
+      ids: ["qwen3-8b", "gemma-3-12b"],
+      model: "qwen3-8b",
+      guestUrl: `http://host.sandbox.internal:${fake.port}/v1`,
+    },
+    launchCommand:
+      "cd /workspace/.review/current && PI_CODING_AGENT_DIR=/workspace/.review/agent node_modules/.bin/pi -e ./packages/pi-extension --model local/qwen3-8b",
+  });
+  const done = events.filter((e) => e.status === "done").map((e) => e.step);
+  expect(done[0]).toBe("model-server");
+  expect(done.slice(-2)).toEqual(["agent", "local-models"]);
+  expect(events.find((e) => e.step === "credentials")?.message).toContain("the host's model server needs none");
+  expect(guest.files.get("/workspace/.review/agent/extensions/local-models.ts")).toBe(
+    await readFile(LOCAL_MODELS_EXTENSION, "utf8"),
+  );
+  // The provider goes through a file and is merged in the guest (other providers are kept there).
+  expect(JSON.parse(guest.files.get("/workspace/.review/agent/.local-provider.json")!)).toEqual({
+    name: `Model server (host 127.0.0.1:${fake.port})`,
+    baseUrl: `http://host.sandbox.internal:${fake.port}/v1`,
+    api: "openai-completions",
+    apiKey: "local",
+    models: [{ id: "qwen3-8b" }, { id: "gemma-3-12b" }],
+  });
+  expect(
+    guest.commands.some((c) => c.startsWith("node -e") && c.includes("/workspace/.review/agent/models.json")),
+  ).toBe(true);
+  expect(guest.commands.at(-1)).toContain(`http://host.sandbox.internal:${fake.port}/v1/models`);
+});
+
+test("a guest that cannot reach the server fails the refresh with both URLs", async () => {
+  const guest = new FakeGuest({ failing: { "AbortSignal.timeout(10000)": 1 } });
+  await expect(
+    runReviewSetup({
+      name: "review",
+      repo,
+      guest,
+      callAction: async () => ({ state: "running", hostPorts: [fake.port] }),
+      lockDir: dir,
+      modelServer: parseModelServer(`http://127.0.0.1:${fake.port}`),
+    }),
+  ).rejects.toMatchObject({
+    code: "REVIEW_SETUP_MODEL_SERVER_UNREACHABLE",
+    message: expect.stringMatching(
+      new RegExp(
+        `^the guest cannot reach the model server at http://host\\.sandbox\\.internal:${fake.port}/v1/models .*host reached http://127\\.0\\.0\\.1:${fake.port}/v1/models$`,
+      ),
+    ),
+  });
+});
+
+test("an unreachable server stops the refresh before any guest work", async () => {
+  const guest = new FakeGuest();
+  const port = await deadPort();
+  const calls: unknown[] = [];
+  await expect(
+    runReviewSetup({
+      name: "review",
+      repo,
+      guest,
+      callAction: async (input) => (calls.push(input), { state: "running", hostPorts: [port] }),
+      lockDir: dir,
+      modelServer: parseModelServer(`http://127.0.0.1:${port}`),
+    }),
+  ).rejects.toMatchObject({ code: "REVIEW_SETUP_MODEL_SERVER_UNREACHABLE" });
+  expect(calls).toEqual([]);
+  expect(guest.commands).toEqual([]);
+});
