@@ -47,13 +47,15 @@ export class Lifecycle {
     const { layout } = this.state;
     const existing = await readRecord(layout, "instances", this.name);
     if (existing) {
+      // A running instance's first run is not checkpointed yet, but its create is not interrupted.
+      const interrupted = existing.pendingCreate !== undefined && !this.state.vm;
       throw new ControllerError(
         "CONTROLLER_ALREADY_EXISTS",
-        existing.pendingCreate
-          ? `an instance named ${this.name} already exists; its create was interrupted before its first boot finished`
+        interrupted
+          ? `an instance named ${this.name} already exists; its create was interrupted before its first checkpoint`
           : `an instance named ${this.name} already exists`,
         {
-          hint: existing.pendingCreate
+          hint: interrupted
             ? `Finish it with {"action":"start","name":"${this.name}"} (start runs the rest of the create, setup included), or destroy it first.`
             : `Start it with {"action":"start","name":"${this.name}"}, or destroy it first.`,
           details: { name: this.name },
@@ -92,16 +94,18 @@ export class Lifecycle {
       progress({ stage: "disk", message: `creating a copy-on-write disk from template ${template}` });
       await this.runtime.disks.createFromTemplate(layout.diskDir("templates", template), diskDir);
     }
-    // Until the first boot has written the guest config and run setup, the record says so: a
-    // daemon that dies before then leaves an instance whose next start finishes the create.
+    // Until the first checkpoint holds the guest config and setup's work, the record says so: a
+    // daemon that dies before then (its run is dropped) leaves an instance whose next start
+    // finishes the create.
     const pendingCreate = configText !== undefined ? { configText } : {};
     await writeRecord(layout, { ...record, config, pendingCreate });
+    const first = { pendingCreate, setupDone: false };
     try {
-      await this.boot(config, progress, { pendingCreate });
+      await this.boot(config, progress, first);
     } catch (error) {
-      // A create that failed before its first boot finished leaves nothing behind, so running it
-      // again just works; the controller log is kept outside the removed entry.
-      if ((await readRecord(layout, "instances", this.name))?.pendingCreate) throw await this.rollBackCreate(error);
+      // A create that failed before its setup ran leaves nothing behind, so running it again just
+      // works; the controller log is kept outside the removed entry.
+      if (!first.setupDone) throw await this.rollBackCreate(error);
       await this.failStart(error);
       throw error;
     }
@@ -228,7 +232,7 @@ export class Lifecycle {
   private async boot(
     config: SandboxConfig,
     progress: Progress,
-    options: { pendingCreate?: NonNullable<EntryRecord["pendingCreate"]> },
+    options: { pendingCreate?: NonNullable<EntryRecord["pendingCreate"]>; setupDone?: boolean },
   ): Promise<void> {
     const { state } = this;
     await state.setState("starting");
@@ -254,13 +258,7 @@ export class Lifecycle {
         );
       }
     }
-    if (options.pendingCreate) {
-      const record = await readRecord(state.layout, "instances", this.name);
-      if (record) {
-        const { pendingCreate: _done, ...created } = record;
-        await writeRecord(state.layout, created);
-      }
-    }
+    options.setupDone = true;
     progress({ stage: "resume", message: "running resume hooks" });
     const resume = await supervisor.runResume({ commands: config.resume });
     const resumePid = resume.running ? resume.handle : undefined;
@@ -352,9 +350,18 @@ export class Lifecycle {
       await supervisor.close().catch(() => undefined);
     }
     if (!vm) return undefined;
-    if (options.checkpoint) return vm.stop();
-    await vm.close();
-    return undefined;
+    if (!options.checkpoint) {
+      await vm.close();
+      return undefined;
+    }
+    const result = await vm.stop();
+    // The checkpoint holds the first boot's work now: a later start need not redo the create.
+    const record = state.kind === "instances" ? await readRecord(state.layout, "instances", this.name) : undefined;
+    if (record?.pendingCreate) {
+      const { pendingCreate: _done, ...created } = record;
+      await writeRecord(state.layout, created);
+    }
+    return result;
   }
 
   async destroy(confirm: string, progress: Progress): Promise<{ destroyed: string; kind: EntryKind }> {
