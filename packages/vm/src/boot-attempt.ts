@@ -15,6 +15,7 @@ import { GondolinGuest } from "./gondolin-guest.js";
 import { gondolinCertDir, type loadGondolin } from "./gondolin-loader.js";
 import { dialMappedTcpOnConnect } from "./gondolin-private.js";
 import { GuestFault } from "./guest-fault.js";
+import { readonlyMounts } from "./mounts.js";
 import { hostDiskFullError, isNoSpaceError } from "./host-disk.js";
 import { qemuMemory, type AcceleratorChoice } from "./host.js";
 import { writeQemuPidRecord } from "./qemu-process.js";
@@ -94,7 +95,9 @@ export async function bootAttempt(
       allowedHosts: options.spec.network.allowedHosts,
       ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
       ...(options.spec.network.hostPorts ? { hostPorts: options.spec.network.hostPorts } : {}),
+      ...(options.spec.network.secrets ? { secrets: options.spec.network.secrets } : {}),
     });
+    const mounts = await readonlyMounts(gondolin, options.spec.mounts ?? []);
     const image = run.image;
     const vmOptions: VMOptions = {
       sandbox: {
@@ -125,6 +128,7 @@ export async function bootAttempt(
       cpus: options.spec.resources.cpus,
       httpHooks: policy.httpHooks,
       env: policy.env,
+      ...(mounts ? { vfs: { mounts } } : {}),
       dns: policy.dns,
       ...(policy.tcp ? { tcp: policy.tcp } : {}),
       startTimeoutMs: readyTimeoutMs,
@@ -168,7 +172,7 @@ export async function bootAttempt(
     }
     const bootMs = performance.now() - attempt.started;
     logger?.info(`[vm ${options.name}] ready in ${Math.round(bootMs)} ms (${accelerator.accel})`);
-    return new BootedVm(options.name, guest, monitor, run, runtimeDir, accelerator, warnings, bootMs, grown);
+    return new BootedVm(options.name, guest, monitor, run, runtimeDir, accelerator, warnings, bootMs, grown, policy);
   } catch (error) {
     await cleanup();
     if (signal?.aborted) throw signal.reason;

@@ -22,7 +22,7 @@ import type { RunningVm, StartVmOptions } from "./vm-types.js";
 
 export { mapStartError } from "./boot-attempt.js";
 export { gondolinVmOf } from "./booted-vm.js";
-export type { RunningVm, StartVmOptions, StopResult, VmLogger, VmSpec } from "./vm-types.js";
+export type { RunningVm, StartVmOptions, StopResult, VmLogger, VmMount, VmSecret, VmSpec } from "./vm-types.js";
 
 /**
  * Boots the instance disk in `diskDir`: checks resources and accelerator, locks the disk and

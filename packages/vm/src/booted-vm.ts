@@ -56,7 +56,17 @@ export class BootedVm implements RunningVm {
     readonly warnings: readonly string[],
     readonly bootMs: number,
     private readonly grown: boolean,
+    private readonly secrets?: { updateSecret(name: string, value: string): void },
   ) {}
+
+  updateSecret(name: string, value: string): void {
+    if (!this.secrets) {
+      throw new VmError("VM_SECRET_INVALID", `no secret named ${name} was given to this VM`, {
+        details: { secret: name },
+      });
+    }
+    this.secrets.updateSecret(name, value);
+  }
 
   /** The Gondolin VM underneath, for comparisons in `./testing` only. */
   gondolinVm(): VM {

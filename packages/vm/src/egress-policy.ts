@@ -1,7 +1,8 @@
 import type { DnsOptions, HttpHooks, TcpOptions } from "@earendil-works/gondolin";
 import { HOST_SERVICES_HOSTNAME } from "@pi-sandbox/config";
-import { VmError } from "./errors.js";
+import { VmError, messageOf } from "./errors.js";
 import type { GondolinModule } from "./gondolin-loader.js";
+import type { VmSecret } from "./vm-types.js";
 
 /**
  * The guest's way out, as Gondolin options. Everything the guest sends goes through Gondolin's
@@ -23,12 +24,20 @@ import type { GondolinModule } from "./gondolin-loader.js";
  * (`syntheticHostMapping: "per-host"`, 198.19.x.y; Gondolin requires it for `tcp`); only then. A
  * mapped flow skips the HTTP/TLS sniffing and passes raw bytes both ways. Every other name, port
  * and address is handled exactly as without it.
+ *
+ * With `secrets`, Gondolin's own substitution (`createHttpHooks({ secrets })`): the guest's
+ * environment holds each placeholder, and in every request the host replaces a placeholder in a
+ * header (also inside a Basic `Authorization`) with the value if the request's host matches the
+ * secret's hosts, and refuses the request (it never leaves the host) if not. A request that
+ * carries the value itself to another host is refused too. URLs and bodies are left alone.
  */
 export interface EgressPolicy {
   /** Gondolin's HTTP hooks. */
   httpHooks: HttpHooks;
-  /** Environment for guest processes (secret placeholders; none today). */
+  /** Environment for guest processes: each secret's name with its placeholder. */
   env: Record<string, string>;
+  /** Replaces a secret's value from now on (VM_SECRET_INVALID for an unknown name or bad value). */
+  updateSecret(name: string, value: string): void;
   /** Gondolin's DNS options. */
   dns: DnsOptions;
   /** Gondolin's host-mapped TCP egress: present only with `hostPorts`. */
@@ -43,6 +52,8 @@ export interface EgressPolicyOptions {
   allowedInternalHosts?: readonly string[];
   /** Host `127.0.0.1` ports the guest reaches over TCP as `host.sandbox.internal:<port>`; empty = none. */
   hostPorts?: readonly number[];
+  /** Credentials by guest environment variable name (see {@link VmSecret}). */
+  secrets?: Readonly<Record<string, VmSecret>>;
 }
 
 /** Builds the policy with Gondolin's `createHttpHooks`, plus the name check described below. */
@@ -51,24 +62,100 @@ export function egressPolicy(
   options: EgressPolicyOptions,
 ): EgressPolicy {
   let allowed: readonly string[] = [];
-  const policy = gondolin.createHttpHooks({
-    allowedHosts: [...options.allowedHosts],
-    ...(options.allowedInternalHosts ? { allowedInternalHosts: [...options.allowedInternalHosts] } : {}),
-    // Gondolin 0.12 resolves a request's host name with the host's resolver *before* it matches
-    // the name against the list (both happen in isIpAllowed), so any name a guest writes into a
-    // Host header or a URL would be looked up on the host: a DNS channel out of the sandbox. This
-    // check runs first and refuses a name off the list before any lookup.
-    isRequestAllowed: (request) => isHostAllowed(new URL(request.url).hostname, allowed),
-  });
+  const secrets = checkedSecrets(options.secrets ?? {});
+  let policy: ReturnType<GondolinModule["createHttpHooks"]>;
+  try {
+    policy = gondolin.createHttpHooks({
+      allowedHosts: [...options.allowedHosts],
+      ...(options.allowedInternalHosts ? { allowedInternalHosts: [...options.allowedInternalHosts] } : {}),
+      ...(Object.keys(secrets).length > 0 ? { secrets } : {}),
+      // Gondolin 0.12 resolves a request's host name with the host's resolver *before* it matches
+      // the name against the list (both happen in isIpAllowed), so any name a guest writes into a
+      // Host header or a URL would be looked up on the host: a DNS channel out of the sandbox. This
+      // check runs first and refuses a name off the list before any lookup.
+      isRequestAllowed: (request) => isHostAllowed(new URL(request.url).hostname, allowed),
+    });
+  } catch (error) {
+    // Gondolin's messages name a placeholder at most, never a value; keep only the secret's name.
+    throw new VmError("VM_SECRET_INVALID", `the secrets could not be set up: ${messageOf(error)}`, {
+      details: { secrets: Object.keys(secrets) },
+    });
+  }
   allowed = policy.allowedHosts;
+  const manager = policy.secretManager;
+  const updateSecret = (name: string, value: string): void => {
+    if (!Object.hasOwn(secrets, name)) {
+      throw new VmError("VM_SECRET_INVALID", `no secret named ${name} was given to this VM`, {
+        details: { secret: name },
+      });
+    }
+    checkValue(name, value);
+    try {
+      manager.updateSecret(name, { value });
+    } catch (error) {
+      throw new VmError("VM_SECRET_INVALID", `secret ${name} could not be updated: ${messageOf(error)}`, {
+        details: { secret: name },
+      });
+    }
+  };
   const tcp = hostPortsTcp(options.hostPorts ?? []);
-  if (!tcp) return { httpHooks: policy.httpHooks, env: policy.env, dns: { mode: "synthetic" } };
+  if (!tcp) return { httpHooks: policy.httpHooks, env: policy.env, updateSecret, dns: { mode: "synthetic" } };
   return {
     httpHooks: policy.httpHooks,
     env: policy.env,
+    updateSecret,
     dns: { mode: "synthetic", syntheticHostMapping: "per-host" },
     tcp,
   };
+}
+
+const SECRET_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** Gondolin's secret definitions, after this package's own checks (Gondolin checks placeholders). */
+function checkedSecrets(
+  secrets: Readonly<Record<string, VmSecret>>,
+): Record<string, { hosts: string[]; value: string; placeholder: string }> {
+  const out: Record<string, { hosts: string[]; value: string; placeholder: string }> = {};
+  for (const [name, secret] of Object.entries(secrets)) {
+    if (!SECRET_NAME.test(name)) {
+      throw new VmError(
+        "VM_SECRET_INVALID",
+        `secret name ${JSON.stringify(name)} is not an environment variable name`,
+        {
+          details: { secret: name },
+        },
+      );
+    }
+    checkValue(name, secret.value);
+    if (!secret.placeholder || secret.placeholder === secret.value || /[\r\n\0]/.test(secret.placeholder)) {
+      throw new VmError(
+        "VM_SECRET_INVALID",
+        `secret ${name} needs a placeholder of one line that differs from its value`,
+        {
+          details: { secret: name },
+        },
+      );
+    }
+    if (secret.hosts.length === 0) {
+      throw new VmError("VM_SECRET_INVALID", `secret ${name} lists no host to send it to`, {
+        details: { secret: name },
+      });
+    }
+    out[name] = { hosts: [...secret.hosts], value: secret.value, placeholder: secret.placeholder };
+  }
+  return out;
+}
+
+/** A value goes into HTTP headers: it must be non-empty and one line. Messages never quote it. */
+function checkValue(name: string, value: string): void {
+  if (typeof value !== "string" || value === "") {
+    throw new VmError("VM_SECRET_INVALID", `secret ${name} is empty`, { details: { secret: name } });
+  }
+  if (/[\r\n\0]/.test(value)) {
+    throw new VmError("VM_SECRET_INVALID", `secret ${name} contains a line break or NUL, which no header can carry`, {
+      details: { secret: name },
+    });
+  }
 }
 
 /**

@@ -51,7 +51,15 @@ export type VmErrorCode =
   /** The operation is not available on this implementation (e.g. SSH on the local fake). */
   | "VM_UNSUPPORTED"
   /** Gondolin's internals this package relies on changed shape; pin the supported Gondolin version. */
-  | "VM_GONDOLIN_INCOMPATIBLE";
+  | "VM_GONDOLIN_INCOMPATIBLE"
+  /**
+   * A secret cannot be given to the VM as asked (`details.secret` names it, never its value): a
+   * bad name, an empty value or one with a line break or NUL, a placeholder that equals or
+   * overlaps another, an unknown name to update.
+   */
+  | "VM_SECRET_INVALID"
+  /** A mount cannot be made: the host path is not an absolute, existing directory, or the guest path is not absolute. */
+  | "VM_MOUNT_INVALID";
 
 const brand = Symbol.for("pi-sandbox.VmError");
 

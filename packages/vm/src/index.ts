@@ -6,6 +6,8 @@ export {
   type RunningVm,
   type StopResult,
   type VmSpec,
+  type VmSecret,
+  type VmMount,
   type VmLogger,
 } from "./boot.js";
 

@@ -22,7 +22,33 @@ export interface VmSpec {
      * VM_RESOURCES_UNSUPPORTED.
      */
     hostPorts?: readonly number[];
+    /**
+     * Credentials by guest environment variable name. The guest's processes see `placeholder`
+     * in that variable; the host puts `value` in its place in request headers (Basic auth
+     * included) to `hosts` only, and requests elsewhere carry the placeholder. Default none.
+     */
+    secrets?: Readonly<Record<string, VmSecret>>;
   };
+  /** Host directories the guest sees read-only (writes fail with EROFS); default none. */
+  mounts?: readonly VmMount[];
+}
+
+/** One credential of {@link VmSpec}: the value stays on the host. */
+export interface VmSecret {
+  /** The real value: non-empty, no line break or NUL. */
+  value: string;
+  /** What the guest sees instead; unique, not inside another placeholder, never equal to the value. */
+  placeholder: string;
+  /** Host patterns (Gondolin's matching: `*` wildcards) whose requests get the value. */
+  hosts: readonly string[];
+}
+
+/** A host directory shared read-only. */
+export interface VmMount {
+  /** Absolute host path of an existing directory. */
+  hostPath: string;
+  /** Absolute guest path where it appears. */
+  guestPath: string;
 }
 
 /** A small injected logger; the package never prints. */
@@ -42,7 +68,7 @@ export interface StartVmOptions {
   /** The instance disk directory (created with {@link DiskStore}). */
   diskDir: string;
   /** Resources and network policy (disk size and image were fixed when the disk was created). */
-  spec: Pick<VmSpec, "resources" | "network">;
+  spec: Pick<VmSpec, "resources" | "network" | "mounts">;
   /**
    * Directory for this package's runtime files shared by VMs: the QEMU wrapper (`bin/`), per-VM
    * sockets (`run/`), Gondolin's session registry and MITM CA (`gondolin/`).
@@ -111,6 +137,11 @@ export interface RunningVm extends GuestVm {
    * `syncTimeoutMs`).
    */
   stop(options?: { syncTimeoutMs?: number }): Promise<StopResult>;
+  /**
+   * Replaces a secret's value from now on (the guest's placeholder stays the same): for a token
+   * refreshed on the host. VM_SECRET_INVALID for a name not in the spec or a bad value.
+   */
+  updateSecret(name: string, value: string): void;
   /** Closes the VM WITHOUT a checkpoint: everything written since start is dropped. Idempotent. */
   close(): Promise<void>;
   /** Same as `close()`. */

@@ -63,3 +63,86 @@ test.each([[[0]], [[65536]], [[80.5]], [[8000, 8000]], [[Number.NaN]]])(
     );
   },
 );
+
+describe("secrets", () => {
+  const VALUE = "real-token-1b2c3d";
+  const PLACEHOLDER = "PI_SANDBOX_SECRET_0123456789abcdef";
+  const policyWith = async (value = VALUE) =>
+    egressPolicy(await loadGondolin(), {
+      allowedHosts: ["api.pisb.test", "other.pisb.test"],
+      secrets: { API_TOKEN: { value, placeholder: PLACEHOLDER, hosts: ["api.pisb.test"] } },
+    });
+  const send = async (policy: Awaited<ReturnType<typeof policyWith>>, url: string, headers: Record<string, string>) => {
+    const out = await policy.httpHooks.onRequest!(new Request(url, { headers }));
+    return Object.fromEntries((out as Request).headers.entries());
+  };
+  const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString("base64")}`;
+
+  test("the guest's environment holds the placeholder, never the value", async () => {
+    const policy = await policyWith();
+    expect(policy.env).toEqual({ API_TOKEN: PLACEHOLDER });
+  });
+
+  test("the value replaces the placeholder in headers and Basic auth to the listed host only", async () => {
+    const policy = await policyWith();
+    expect(await send(policy, "https://api.pisb.test/x", { authorization: `Bearer ${PLACEHOLDER}` })).toMatchObject({
+      authorization: `Bearer ${VALUE}`,
+    });
+    expect(
+      await send(policy, "https://API.pisb.test/x", { authorization: basic("x-access-token", PLACEHOLDER) }),
+    ).toMatchObject({
+      authorization: basic("x-access-token", VALUE),
+    });
+    // Another host: Gondolin refuses the request rather than send the placeholder's value.
+    await expect(send(policy, "https://other.pisb.test/x", { authorization: `Bearer ${PLACEHOLDER}` })).rejects.toThrow(
+      /API_TOKEN not allowed for host: other.pisb.test/,
+    );
+    // Without the placeholder, another host's request passes untouched.
+    expect(await send(policy, "https://other.pisb.test/x", { "x-a": "b" })).toMatchObject({ "x-a": "b" });
+  });
+
+  test("an updated value is used from the next request on, and the old one is refused", async () => {
+    const policy = await policyWith();
+    policy.updateSecret("API_TOKEN", "rotated-token-9f8e");
+    expect(await send(policy, "https://api.pisb.test/x", { authorization: `Bearer ${PLACEHOLDER}` })).toMatchObject({
+      authorization: "Bearer rotated-token-9f8e",
+    });
+    await expect(send(policy, "https://api.pisb.test/x", { authorization: `Bearer ${VALUE}` })).rejects.toThrow(
+      /revoked/,
+    );
+    expect(() => policy.updateSecret("NOPE", "x")).toThrow(expect.objectContaining({ code: "VM_SECRET_INVALID" }));
+  });
+
+  test.each([
+    ["", /is empty/],
+    [`${VALUE}\n`, /line break or NUL/],
+    [PLACEHOLDER, /placeholder of one line that differs from its value/],
+  ])("a bad value is VM_SECRET_INVALID and the message never quotes it (%#)", async (value, message) => {
+    const error = await policyWith(value).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: "VM_SECRET_INVALID", details: expect.anything() });
+    expect((error as Error).message).toMatch(message);
+    if (value !== "")
+      expect(JSON.stringify({ m: (error as Error).message, d: (error as { details: unknown }).details })).not.toContain(
+        value.trim(),
+      );
+  });
+});
+
+describe("read-only mounts", () => {
+  test("a host directory becomes a read-only provider; a missing or relative one is VM_MOUNT_INVALID", async () => {
+    const { readonlyMounts } = await import("../src/mounts.js");
+    const gondolin = await loadGondolin();
+    const { tmpdir } = await import("node:os");
+    expect(await readonlyMounts(gondolin, [])).toBeUndefined();
+    const mounts = await readonlyMounts(gondolin, [{ hostPath: tmpdir(), guestPath: "/mnt/docs/" }]);
+    expect(Object.keys(mounts!)).toEqual(["/mnt/docs"]);
+    expect(mounts!["/mnt/docs"]!.readonly).toBe(true);
+    for (const mount of [
+      { hostPath: "/nonexistent-pisb-dir", guestPath: "/mnt/a" },
+      { hostPath: "relative/dir", guestPath: "/mnt/a" },
+      { hostPath: tmpdir(), guestPath: "mnt" },
+    ]) {
+      await expect(readonlyMounts(gondolin, [mount])).rejects.toMatchObject({ code: "VM_MOUNT_INVALID" });
+    }
+  });
+});
