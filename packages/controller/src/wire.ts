@@ -7,6 +7,10 @@ export interface ProgressEvent {
   stage: string;
   /** Human-readable line. */
   message: string;
+  /** A transfer's bytes done so far (copies: `stage` "copy", `message` the file), with `total`. */
+  done?: number;
+  /** A transfer's total bytes. */
+  total?: number;
 }
 
 /** Messages a client sends. */

@@ -1,6 +1,9 @@
 // `pi-sandbox logs -f`, `cp` and exec's separate streams, through the real CLI and one real instance
 // for the whole file. Run after a build (the CLI and daemon run from dist/).
 import { spawn } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import { lstat, mkdir, readFile, readdir, symlink, writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { makeSandbox, teardown, type Sandbox } from "../src/testing.js";
 
@@ -97,4 +100,49 @@ test("logs -f prints lines written after it started, across a restart of the ser
   expect(run.stderr).toBe("");
   expect(run.code).toBe(130);
   expect(run.stdout).toMatch(/^before\nafter-1\n[^]*restarting[^]*\nafter-2\n/m);
+});
+
+const sha256 = (data: Buffer) => createHash("sha256").update(data).digest("hex");
+
+test("cp: a 20 MiB random file goes in and comes back byte for byte, sha256 verified", async () => {
+  const data = randomBytes(20 * 1024 * 1024);
+  await writeFile(join(sandbox.dir, "big.bin"), data);
+  const sent = await cli(["cp", "big.bin", `${NAME}:big.bin`]);
+  expect(sent).toMatchObject({ code: 0, stderr: "" });
+  expect(sent.stdout).toBe(
+    `copied 1 file, ${data.length} bytes to ${NAME}:/workspace/big.bin\nsha256 ${sha256(data)} (verified)\n`,
+  );
+  expect(await guest("sha256sum big.bin")).toBe(`${sha256(data)}  big.bin\n`);
+  const back = await cli(["cp", `${NAME}:/workspace/big.bin`, "back.bin"]);
+  expect(back).toMatchObject({ code: 0, stderr: "" });
+  expect((await readFile(join(sandbox.dir, "back.bin"))).equals(data)).toBe(true);
+});
+
+test("cp: a directory goes in and comes back recursively; links are skipped and said so", async () => {
+  const tree = join(sandbox.dir, "tree");
+  await mkdir(join(tree, "sub", "deeper"), { recursive: true });
+  await mkdir(join(tree, "empty"));
+  const binary = randomBytes(300 * 1024);
+  await writeFile(join(tree, "top.txt"), "top\n");
+  await writeFile(join(tree, "sub", "deeper", "blob.bin"), binary);
+  await writeFile(join(tree, "sub", "run.sh"), "#!/bin/sh\necho ran\n", { mode: 0o755 });
+  await symlink("top.txt", join(tree, "link"));
+  const sent = await cli(["cp", "tree", `${NAME}:`]);
+  expect(sent).toMatchObject({ code: 0, stderr: "" });
+  expect(sent.stdout).toMatch(
+    /^copied 3 files, 4 directories, \d+ bytes to cf:\/workspace\nskipped 1 link\(s\) or special file\(s\): link \(symlink\)\n$/,
+  );
+  expect(await guest("cd tree && find . | sort && sub/run.sh")).toBe(
+    ".\n./empty\n./sub\n./sub/deeper\n./sub/deeper/blob.bin\n./sub/run.sh\n./top.txt\nran\n",
+  );
+  await mkdir(join(sandbox.dir, "out"));
+  // Host and guest sources mixed: a usage error.
+  expect((await cli(["cp", "tree", `${NAME}:tree`, "out/"])).code).toBe(2);
+  const got = await cli(["cp", `${NAME}:tree`, "out/"]);
+  expect(got).toMatchObject({ code: 0, stderr: "" });
+  const copy = join(sandbox.dir, "out", "tree");
+  expect((await readdir(copy)).sort()).toEqual(["empty", "sub", "top.txt"]);
+  expect((await readFile(join(copy, "sub", "deeper", "blob.bin"))).equals(binary)).toBe(true);
+  expect((await lstat(join(copy, "sub", "run.sh"))).mode & 0o777).toBe(0o755);
+  expect((await lstat(join(copy, "empty"))).isDirectory()).toBe(true);
 });

@@ -3,6 +3,7 @@ import { checkAbsolute, checkWait, cutUtf8, isSetupHandle, toExecResult } from "
 import { AgentChannel, type AgentEvent } from "./channel.js";
 import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
 import { readThroughAgent, writeThroughAgent } from "./file-transfer.js";
+import { GuestFiles } from "./guest-files.js";
 import { exchangeHello, installAgent } from "./launch.js";
 import { followLogThroughAgent, type LogFollowed } from "./log-follow.js";
 import { silentLogger, type SupervisorLogger } from "./logger.js";
@@ -240,6 +241,11 @@ export class SupervisorClient implements AsyncDisposable {
       );
     }
     return writeThroughAgent(this.channel, path, data, options);
+  }
+
+  /** Streamed reads and writes up to 256 MiB, stat, directory trees and mkdir (for copies). */
+  get files(): GuestFiles {
+    return new GuestFiles(this.channel);
   }
 
   // -- guest config

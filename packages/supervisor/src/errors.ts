@@ -35,6 +35,8 @@ export type SupervisorErrorCode =
   | "FILE_IS_DIRECTORY"
   /** The agent may not read or write the path. */
   | "FILE_ACCESS_DENIED"
+  /** The path should be a directory (a listing, a copy into it) but is something else. */
+  | "FILE_NOT_DIRECTORY"
   /** The parent directory of a write does not exist. */
   | "FILE_PARENT_MISSING"
   /** The file or the data is larger than the allowed size (`details.maxBytes`). */
@@ -110,6 +112,7 @@ const KNOWN_CODES = new Set<string>([
   "FILE_NOT_FOUND",
   "FILE_IS_DIRECTORY",
   "FILE_ACCESS_DENIED",
+  "FILE_NOT_DIRECTORY",
   "FILE_PARENT_MISSING",
   "FILE_TOO_LARGE",
   "FILE_CHECKSUM_MISMATCH",

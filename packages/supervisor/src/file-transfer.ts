@@ -61,29 +61,40 @@ function parseWritten(raw: unknown, path: string, size: number, sum: string): Wr
   return { path, sizeBytes: size, sha256: sum };
 }
 
+/** What a read passes each piece of the file to, in order; and its progress. */
+export interface ReadSink {
+  /** Takes the next piece (a chunk exactly as asked for). */
+  write(piece: Buffer): Promise<void> | void;
+  /** Bytes received so far of `total`, after each piece. */
+  onProgress?(done: number, total: number): void;
+}
+
 /**
- * Reads up to `maxBytes` of a guest file in chunks and checks the sha256 the agent computed. The
- * agent's length, chunks and flags are checked against what was asked: it can never make the host
- * hold more than `maxBytes` of file data.
+ * Reads up to `maxBytes` of a guest file in chunks, passing each to `sink`, and checks the sha256
+ * the agent computed over all of them. The agent's length, chunks and flags are checked against
+ * what was asked: it can never make the host receive more than `maxBytes` of file data. On a
+ * checksum mismatch the sink has had all the data: the caller discards it.
  */
-export async function readThroughAgent(
+export async function readThroughAgentTo(
   channel: AgentChannel,
   path: string,
   maxBytes: number,
   exact: boolean,
+  sink: ReadSink,
   signal: AbortSignal | undefined,
-): Promise<{ data: Buffer; size: number; truncated: boolean }> {
+): Promise<{ size: number; length: number; sha256: string; truncated: boolean }> {
   const opened = await channel.request(
     "file-read-open",
     { path, maxBytes, exact },
     (raw) => parseReadOpen(raw, maxBytes),
     { signal, timeoutMs: REPLY_MARGIN_MS },
   );
-  let data: Buffer;
+  const hash = createHash("sha256");
   if (opened.data !== undefined) {
-    data = opened.data;
+    hash.update(opened.data);
+    await sink.write(opened.data);
+    sink.onProgress?.(opened.length, opened.length);
   } else {
-    const parts: Buffer[] = [];
     let received = 0;
     try {
       while (received < opened.length) {
@@ -95,47 +106,94 @@ export async function readThroughAgent(
           (raw) => parseReadChunk(raw, offset, bytes),
           { signal, timeoutMs: REPLY_MARGIN_MS },
         );
-        parts.push(piece);
+        hash.update(piece);
+        await sink.write(piece);
         received += piece.length;
+        sink.onProgress?.(received, opened.length);
       }
     } finally {
-      // Frees the agent's copy; best effort, the agent also drops idle transfers.
+      // Frees the agent's open file; best effort, the agent also drops idle transfers.
       void channel.request("file-read-close", { token: opened.token }, () => undefined).catch(() => undefined);
     }
-    data = Buffer.concat(parts);
   }
-  if (sha256(data) !== opened.sha256) {
+  if (hash.digest("hex") !== opened.sha256) {
     throw new SupervisorError(
       "FILE_CHECKSUM_MISMATCH",
-      `the content of ${path} arrived damaged (sha256 mismatch); nothing was returned — retry the read`,
-      { details: { path, expected: opened.sha256, receivedBytes: data.length } },
+      `the content of ${path} arrived damaged or changed while it was read (sha256 mismatch); nothing was kept — retry`,
+      { details: { path, expected: opened.sha256, receivedBytes: opened.length } },
     );
   }
-  return { data, size: opened.size, truncated: opened.truncated };
+  return { size: opened.size, length: opened.length, sha256: opened.sha256, truncated: opened.truncated };
+}
+
+/** Reads up to `maxBytes` of a guest file into memory; see {@link readThroughAgentTo}. */
+export async function readThroughAgent(
+  channel: AgentChannel,
+  path: string,
+  maxBytes: number,
+  exact: boolean,
+  signal: AbortSignal | undefined,
+): Promise<{ data: Buffer; size: number; truncated: boolean }> {
+  const parts: Buffer[] = [];
+  const read = await readThroughAgentTo(
+    channel,
+    path,
+    maxBytes,
+    exact,
+    { write: (piece) => void parts.push(piece) },
+    signal,
+  );
+  return { data: Buffer.concat(parts), size: read.size, truncated: read.truncated };
+}
+
+/** Where a write's bytes come from: their size and sha256 up front, then pieces by offset. */
+export interface WriteSource {
+  /** Total bytes. */
+  size: number;
+  /** sha256 of all of them, hex. */
+  sha256: string;
+  /** The `length` bytes at `offset` (exactly that many). */
+  read(offset: number, length: number): Promise<Buffer> | Buffer;
+  /** Bytes sent so far of `size`, after each piece. */
+  onProgress?(done: number, total: number): void;
+}
+
+/** A source over bytes in memory. */
+export function bufferSource(data: Buffer): WriteSource {
+  return {
+    size: data.length,
+    sha256: sha256(data),
+    read: (offset, length) => data.subarray(offset, offset + length),
+  };
 }
 
 /** Writes a guest file atomically through the agent: chunks, then a sha256-checked commit. */
 export async function writeThroughAgent(
   channel: AgentChannel,
   path: string,
-  data: Buffer,
+  input: Buffer | WriteSource,
   options: { mode?: number; createParents?: boolean; signal?: AbortSignal },
 ): Promise<WriteResult> {
   const { signal } = options;
-  const sum = sha256(data);
+  const source = Buffer.isBuffer(input) ? bufferSource(input) : input;
+  const size = source.size;
+  const sum = source.sha256;
   const base = {
     path,
-    size: data.length,
+    size,
     sha256: sum,
     ...(options.mode === undefined ? {} : { mode: options.mode }),
     ...(options.createParents ? { createParents: true } : {}),
   };
-  const written = (raw: unknown) => parseWritten(raw, path, data.length, sum);
-  if (data.length <= TRANSFER_CHUNK_BYTES) {
-    return channel.request("file-write-open", { ...base, data: data.toString("base64") }, written, {
+  const written = (raw: unknown) => parseWritten(raw, path, size, sum);
+  if (size <= TRANSFER_CHUNK_BYTES) {
+    const data = await source.read(0, size);
+    const done = await channel.request("file-write-open", { ...base, data: data.toString("base64") }, written, {
       signal,
       timeoutMs: REPLY_MARGIN_MS,
     });
+    source.onProgress?.(size, size);
+    return done;
   }
   const opened = await channel.request(
     "file-write-open",
@@ -149,8 +207,10 @@ export async function writeThroughAgent(
   );
   let committed = false;
   try {
-    for (let offset = 0; offset < data.length; offset += TRANSFER_CHUNK_BYTES) {
-      const piece = data.subarray(offset, offset + TRANSFER_CHUNK_BYTES);
+    for (let offset = 0; offset < size; offset += TRANSFER_CHUNK_BYTES) {
+      const want = Math.min(TRANSFER_CHUNK_BYTES, size - offset);
+      const piece = await source.read(offset, want);
+      if (piece.length !== want) throw new Error(`the source gave ${piece.length} bytes at ${offset}, not ${want}`);
       const end = offset + piece.length;
       await channel.request(
         "file-write-chunk",
@@ -158,6 +218,7 @@ export async function writeThroughAgent(
         (raw) => integer(record(raw, "result").written, "result.written", end, end),
         { signal, timeoutMs: REPLY_MARGIN_MS },
       );
+      source.onProgress?.(end, size);
     }
     const done = await channel.request("file-write-commit", { token: opened }, written, {
       signal,

@@ -33,6 +33,9 @@ export type {
   AdHocServiceSpec,
 } from "./types.js";
 export type { LogFollowed } from "./log-follow.js";
+export { GuestFiles, LIST_MAX_ENTRIES } from "./guest-files.js";
+export type { GuestStat, GuestTree, GuestTreeEntry, GuestEntryType } from "./file-tree.js";
+export type { ReadSink, WriteSource } from "./file-transfer.js";
 
 // The guest agent zipapp and the wire protocol
 export { agentArchivePath, readAgentArchive } from "./agent-script.js";

@@ -16,8 +16,8 @@ export const PROTOCOL_VERSION = 2;
 
 /** Bytes per file-transfer chunk on the wire; sent to the agent at hello. */
 export const TRANSFER_CHUNK_BYTES = 256 * 1024;
-/** Largest file the agent holds in memory for one read; sent to the agent at hello. */
-export const MAX_READ_BYTES = 64 * 1024 * 1024;
+/** Largest file one read returns (the agent reads it from the open file chunk by chunk); sent at hello. */
+export const MAX_READ_BYTES = 256 * 1024 * 1024;
 /** Largest file the agent accepts for one write; sent to the agent at hello. */
 export const MAX_WRITE_BYTES = 256 * 1024 * 1024;
 

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { chmod, mkdir, readFile, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, stat, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { listDir, startLocal, type LocalSupervisor } from "./support/local.js";
 
@@ -107,4 +107,46 @@ test("file writes and reads go through while a service and a 60 s command run", 
   expect(web).toMatchObject({ state: "running", readiness: { state: "ready" } });
   await sup.client.execKill(long.handle);
   await sup.client.stopServices();
+});
+
+test("files: streamed writes and reads, stat, mkdir and a tree listing that never follows links", async () => {
+  const files = sup.client.files;
+  const dir = join(sup.workspace, "tree");
+  await files.mkdir(join(dir, "a", "b"), { mode: 0o750 });
+  // The last directory gets the mode; its missing parents the default.
+  expect(await files.stat(join(dir, "a", "b"))).toEqual({ type: "directory", size: 0, mode: 0o750 });
+  const data = randomBytes(700 * 1024);
+  const pieces: number[] = [];
+  const written = await files.writeFrom(
+    join(dir, "a", "b", "blob.bin"),
+    {
+      size: data.length,
+      sha256: (await import("node:crypto")).createHash("sha256").update(data).digest("hex"),
+      read: (offset, length) => data.subarray(offset, offset + length),
+      onProgress: (done) => pieces.push(done),
+    },
+    { mode: 0o640 },
+  );
+  expect(written.sizeBytes).toBe(data.length);
+  expect(pieces.at(-1)).toBe(data.length);
+  await symlink("/etc", join(dir, "out"));
+  const tree = await files.list(dir);
+  expect(tree).toEqual({
+    entries: [
+      { path: "a", type: "directory", size: 0, mode: expect.any(Number) },
+      { path: "out", type: "symlink", size: 0, mode: expect.any(Number) },
+      { path: "a/b", type: "directory", size: 0, mode: 0o750 },
+      { path: "a/b/blob.bin", type: "file", size: data.length, mode: 0o640 },
+    ],
+    truncated: false,
+    skippedNames: 0,
+  });
+  expect((await files.list(dir, { maxEntries: 2 })).truncated).toBe(true);
+  expect(await files.stat(join(dir, "out"))).toMatchObject({ type: "symlink", target: "directory" });
+  const got: Buffer[] = [];
+  const read = await files.readTo(join(dir, "a", "b", "blob.bin"), { write: (piece) => void got.push(piece) });
+  expect(Buffer.concat(got).equals(data)).toBe(true);
+  expect(read).toEqual({ size: data.length, sha256: written.sha256 });
+  await expect(files.list(join(dir, "a", "b", "blob.bin"))).rejects.toMatchObject({ code: "FILE_NOT_DIRECTORY" });
+  await expect(files.stat(join(dir, "nope"))).rejects.toMatchObject({ code: "FILE_NOT_FOUND" });
 });

@@ -49,6 +49,8 @@ export interface DaemonContext {
   kind: EntryKind;
   /** Streams progress to the caller (who may have gone; events are then dropped). */
   progress: (event: ProgressEvent) => void;
+  /** Aborted when the caller has gone (its connection closed); only copies heed it. */
+  signal?: AbortSignal;
   /** Create, prepare, start, stop, destroy: queued, one at a time. */
   lifecycle: LifecycleActions;
   /** Guest actions; each throws CONTROLLER_NOT_RUNNING when no VM runs. */
@@ -108,6 +110,8 @@ interface ActionBase<Name extends string, Schema extends v.GenericSchema, Result
   long?: boolean;
   /** Refused to models; reachable from the CLI and `/sandbox` only. */
   userOnly?: boolean;
+  /** Arguments holding host paths (a string or a list): resolved against the caller's directory. */
+  hostPaths?: readonly string[];
   /** Valibot schema of the whole action object. */
   schema: Schema;
   /** Checks across arguments the schema cannot express; throws CONTROLLER_BAD_INPUT. */

@@ -4,6 +4,7 @@ import type * as v from "valibot";
 import type { ActionSpec, DaemonAction, LocalAction } from "./define.js";
 import { doctor } from "./doctor-action.js";
 import { exec, execKill, execStatus } from "./exec.js";
+import { download, upload } from "./copy.js";
 import { read, write } from "./files.js";
 import { helpAction } from "./help-action.js";
 import { inspect } from "./inspect.js";
@@ -28,6 +29,8 @@ export const ACTIONS = [
   execKill,
   read,
   write,
+  upload,
+  download,
   logs,
   services,
   serviceStart,

@@ -12,6 +12,7 @@ import { COMPLETION_SHELLS, completionScript } from "./completion.js";
 import { followExec } from "./exec-follow.js";
 import { commandHelp, overview, synopsis, version } from "./help-text.js";
 import { followLogs } from "./logs-follow.js";
+import { progressPrinter } from "./progress-bar.js";
 import { runSshSession } from "./shell-session.js";
 
 async function readStdin(): Promise<string> {
@@ -120,22 +121,6 @@ function usageError(argv: string[], error: Error): number {
   return 2;
 }
 
-/**
- * Progress lines on stderr: JSON lines with --json; on a terminal with the seconds since the
- * action began (`[12.3s boot] …`); otherwise `[boot] …`. One event is one line, whatever the
- * guest put in it.
- */
-function progressPrinter(json: boolean): (event: ProgressEvent) => void {
-  const started = Date.now();
-  return (event) => {
-    if (json) err(`${JSON.stringify({ progress: { stage: event.stage, message: event.message } })}\n`);
-    else {
-      const elapsed = process.stderr.isTTY ? `${((Date.now() - started) / 1000).toFixed(1)}s ` : "";
-      err(`[${elapsed}${escapeControlChars(event.stage)}] ${escapeControlChars(event.message)}\n`);
-    }
-  };
-}
-
 function printError(error: unknown, json: boolean): void {
   const body = isControllerError(error)
     ? error.toJSON()
@@ -171,21 +156,23 @@ async function callOnce(
   const abort = new AbortController();
   const onInterrupt = () => abort.abort(new Error("interrupted"));
   if (long) process.once("SIGINT", onInterrupt);
-  const printProgress = progressPrinter(json);
+  const progress = progressPrinter(json, err, process.stderr);
   let started = false;
   const onProgress = (event: ProgressEvent) => {
     started = true;
-    printProgress(event);
+    progress.print(event);
   };
   try {
     return { result: await callAction(input, { onProgress, caller: "user", signal: abort.signal }) };
   } catch (error) {
+    progress.end();
     if (abort.signal.aborted && typeof input !== "string") {
       err(interruptedNotice(input, started));
       return { interrupted: true };
     }
     throw error;
   } finally {
+    progress.end();
     process.off("SIGINT", onInterrupt);
   }
 }

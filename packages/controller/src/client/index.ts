@@ -60,6 +60,16 @@ function entryKindOf(args: Record<string, unknown>): EntryKind {
   return (args.kind as EntryKind | undefined) ?? "instances";
 }
 
+/** Host path arguments made absolute against `cwd`; a trailing `/` (into a directory) is kept. */
+function resolveHostPaths(cwd: string, value: unknown): unknown {
+  const one = (path: string) => {
+    const absolute = resolve(cwd, path);
+    return path.endsWith("/") && !absolute.endsWith("/") ? `${absolute}/` : absolute;
+  };
+  if (typeof value === "string") return one(value);
+  return Array.isArray(value) ? value.map((path) => (typeof path === "string" ? one(path) : path)) : value;
+}
+
 /**
  * Runs one action (a JSON string or an object) and resolves with its JSON-safe result, typed by
  * the action when the input names it. Throws `ControllerError` with a code, message and hint.
@@ -79,6 +89,7 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
     });
   }
   if (typeof args.config === "string") args.config = resolve(cwd, args.config);
+  for (const key of spec.hostPaths ?? []) args[key] = resolveHostPaths(cwd, args[key]);
   const layout = StateLayout.fromEnv(env);
   const local = { layout, cwd, env };
   if (spec.route === "local") return spec.run(args as never, local);

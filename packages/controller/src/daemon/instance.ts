@@ -17,6 +17,8 @@ export { toControllerError };
 export interface CallContext {
   /** Streams progress to the caller (who may have gone; events are then dropped). */
   progress: (event: ProgressEvent) => void;
+  /** Aborted when the caller's connection closes. */
+  signal?: AbortSignal;
 }
 
 const LIFECYCLE: ReadonlySet<string> = new Set(["create", "prepare", "start", "stop", "destroy"]);
@@ -80,6 +82,7 @@ export class InstanceController {
       name: this.#state.name,
       kind: this.#state.kind,
       progress: ctx.progress,
+      signal: ctx.signal,
       lifecycle: this.#lifecycle.actions(ctx.progress, (work) => this.#enqueue(work)),
       guest: this.#guest,
     };

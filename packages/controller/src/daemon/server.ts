@@ -92,15 +92,23 @@ export async function runDaemon(layout: StateLayout, kind: EntryKind, name: stri
       if (args.name !== name) {
         throw new ControllerError("CONTROLLER_BAD_INPUT", `this controller serves ${name}, not ${String(args.name)}`);
       }
-      // exec-status is a poll (`pi-sandbox exec` follows a command with two a second): not logged,
-      // or a long command would push everything else out of the log. Its errors still are.
-      if (args.action !== "exec-status") logger.info(`action ${args.action}`);
-      const result = await controller.call(args, {
-        progress: (event) => {
-          logger.info(`[${event.stage}] ${event.message}`);
-          writeJsonLine(socket, { id: message.id, type: "progress", event });
-        },
-      });
+      // exec-status and logs after a cursor are polls (`pi-sandbox exec` and `logs -f` make two a
+      // second): not logged, or they would push everything else out of the log. Errors still are.
+      const poll = args.action === "exec-status" || (args.action === "logs" && args.cursor !== undefined);
+      if (!poll) logger.info(`action ${args.action}`);
+      const gone = new AbortController();
+      const onClose = () => gone.abort(new Error("the caller went away"));
+      socket.once("close", onClose);
+      const result = await controller
+        .call(args, {
+          progress: (event) => {
+            // A copy's byte ticks go to the caller only: they would flood the log.
+            if (event.done === undefined) logger.info(`[${event.stage}] ${event.message}`);
+            writeJsonLine(socket, { id: message.id, type: "progress", event });
+          },
+          signal: gone.signal,
+        })
+        .finally(() => socket.off("close", onClose));
       writeJsonLine(socket, { id: message.id, type: "result", result });
     } catch (error) {
       const e = toControllerError(error);

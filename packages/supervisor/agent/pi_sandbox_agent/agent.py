@@ -11,6 +11,7 @@ from typing import Any, Callable
 from .cleanup import Cleanup
 from .context import Context
 from .execs import Execs
+from .file_tree import file_list, file_mkdir, file_stat
 from .files import Transfers
 from .jobs import Jobs
 from .log_follow import LogFollow
@@ -90,6 +91,9 @@ class Agent:
             "file-write-chunk": self.transfers.write_chunk,
             "file-write-commit": self.transfers.write_commit,
             "file-write-abort": self.transfers.write_abort,
+            "file-stat": file_stat,
+            "file-list": file_list,
+            "file-mkdir": file_mkdir,
             "service-ensure": self.services.op_ensure,
             "service-restart": self.services.op_restart,
             "service-stop": self.services.op_stop,

@@ -22,15 +22,23 @@ TRANSFER_IDLE_S = 120.0
 
 
 class ReadTransfer:
-    """A read too large for one reply: the data, held until read or idle for too long."""
+    """A read too large for one reply: the open file, read chunk by chunk at the offsets asked for
+    (never more than `length` bytes), until closed or idle for too long. The guest holds no copy."""
 
     kind = "read"
 
-    def __init__(self, data: bytes):
+    def __init__(self, file: BinaryIO, length: int):
         self.token = secrets.token_hex(8)
-        self.data = data
+        self.file = file
+        self.length = length
         self.touched = mono()
         self.lock = threading.Lock()
+
+    def discard(self) -> None:
+        try:
+            self.file.close()
+        except OSError:
+            pass
 
 
 class WriteTransfer:
@@ -86,8 +94,7 @@ class Transfers:
         for token, t in list(self._items.items()):
             if now - t.touched > TRANSFER_IDLE_S:
                 del self._items[token]
-                if isinstance(t, WriteTransfer):
-                    t.discard()
+                t.discard()
 
     def _take(self, token: Any, kind: str) -> Transfer:
         with self._lock:
@@ -109,10 +116,9 @@ class Transfers:
         assert isinstance(t, WriteTransfer)
         return t
 
-    def _drop(self, token: Any) -> None:
+    def _drop(self, token: Any) -> Transfer | None:
         with self._lock:
-            if isinstance(token, str):
-                self._items.pop(token, None)
+            return self._items.pop(token, None) if isinstance(token, str) else None
 
     # -- reads
 
@@ -120,31 +126,56 @@ class Transfers:
         path = check_abs_path(args)
         max_bytes = need_int(args, "maxBytes", self.limits.output_max_bytes, 0, self.limits.read_max_bytes)
         exact = bool(args.get("exact"))
+        chunk = self.limits.transfer_chunk_bytes
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if exact and size > max_bytes:
-                    raise AgentError(
-                        "FILE_TOO_LARGE",
-                        "%s is %d bytes, more than the %d allowed" % (path, size, max_bytes),
-                        {"path": path, "size": size, "maxBytes": max_bytes},
-                    )
-                data = f.read(max_bytes)
-                more = f.read(1) != b""
+            f = open(path, "rb")
         except OSError as err:
             raise os_error(err, path, "read") from None
+        try:
+            size = os.fstat(f.fileno()).st_size
+            if exact and size > max_bytes:
+                raise AgentError(
+                    "FILE_TOO_LARGE",
+                    "%s is %d bytes, more than the %d allowed" % (path, size, max_bytes),
+                    {"path": path, "size": size, "maxBytes": max_bytes},
+                )
+            # One pass for the sha256; the chunks are read again from the open file, so a file
+            # changed in between arrives with a sha256 that does not match (the host refuses it).
+            hasher = hashlib.sha256()
+            length = 0
+            head = b""
+            while length < max_bytes:
+                piece = f.read(min(1 << 20, max_bytes - length))
+                if not piece:
+                    break
+                hasher.update(piece)
+                if length <= chunk:
+                    head += piece
+                length += len(piece)
+            more = f.read(1) != b""
+        except OSError as err:
+            f.close()
+            raise os_error(err, path, "read") from None
+        except BaseException:
+            f.close()
+            raise
         if exact and more:
+            f.close()
             raise AgentError(
                 "FILE_TOO_LARGE", "%s grew past %d bytes while being read" % (path, max_bytes), {"path": path}
             )
-        size = max(size, len(data) + (1 if more else 0))
-        digest = hashlib.sha256(data).hexdigest()
-        result: JsonDict = {"size": size, "length": len(data), "sha256": digest, "truncated": more or size > len(data)}
-        chunk = self.limits.transfer_chunk_bytes
-        if len(data) <= chunk:
-            result["data"] = base64.b64encode(data).decode("ascii")
+        size = max(size, length + (1 if more else 0))
+        result: JsonDict = {
+            "size": size,
+            "length": length,
+            "sha256": hasher.hexdigest(),
+            "truncated": more or size > length,
+        }
+        if length <= chunk:
+            f.close()
+            result["data"] = base64.b64encode(head[:length]).decode("ascii")
             return result
-        t = ReadTransfer(data)
+        t = ReadTransfer(f, length)
         self._put(t)
         result["token"] = t.token
         result["chunkBytes"] = chunk
@@ -152,16 +183,23 @@ class Transfers:
 
     def read_chunk(self, args: JsonDict) -> JsonDict:
         t = self._take_read(args.get("token"))
-        offset = need_int(args, "offset", 0, 0, len(t.data))
-        piece = t.data[offset : offset + self.limits.transfer_chunk_bytes]
+        offset = need_int(args, "offset", 0, 0, t.length)
+        want = min(self.limits.transfer_chunk_bytes, t.length - offset)
+        with t.lock:
+            try:
+                piece = os.pread(t.file.fileno(), want, offset)
+            except (OSError, ValueError) as err:
+                raise AgentError("FILE_IO", "cannot read the open transfer: %s" % err) from None
         return {
             "data": base64.b64encode(piece).decode("ascii"),
             "offset": offset,
-            "eof": offset + len(piece) >= len(t.data),
+            "eof": offset + len(piece) >= t.length,
         }
 
     def read_close(self, args: JsonDict) -> JsonDict:
-        self._drop(args.get("token"))
+        t = self._drop(args.get("token"))
+        if t is not None:
+            t.discard()
         return {}
 
     # -- writes

@@ -1,0 +1,88 @@
+// File operations for copies of large files and whole directories: streamed reads and writes
+// (nothing the size of the file is held in memory on either side), what a path is, a directory's
+// tree, and mkdir. Reached as `SupervisorClient.files`.
+
+import type { AgentChannel } from "./channel.js";
+import { checkAbsolute } from "./call-args.js";
+import { SupervisorError } from "./errors.js";
+import { listThroughAgent, mkdirThroughAgent, statThroughAgent, type GuestStat, type GuestTree } from "./file-tree.js";
+import { readThroughAgentTo, writeThroughAgent, type ReadSink, type WriteSource } from "./file-transfer.js";
+import type { CallOptions } from "./options.js";
+import { MAX_READ_BYTES, MAX_WRITE_BYTES } from "./protocol.js";
+import type { WriteResult } from "./types.js";
+
+/** Default and largest `maxEntries` of {@link GuestFiles.list}. */
+export const LIST_MAX_ENTRIES = 20_000;
+
+function checkSize(value: number, max: number, key: string): void {
+  if (!Number.isInteger(value) || value < 0 || value > max) {
+    throw new SupervisorError("INVALID_ARGUMENT", `${key} must be an integer from 0 to ${max}`, {
+      details: { key, value },
+    });
+  }
+}
+
+/** Streamed and tree file operations on the guest, through the agent. */
+export class GuestFiles {
+  constructor(private readonly channel: AgentChannel) {}
+
+  /** What `path` is, without following a final symbolic link; FILE_NOT_FOUND when nothing. */
+  stat(path: string, options: CallOptions = {}): Promise<GuestStat> {
+    checkAbsolute(path);
+    return statThroughAgent(this.channel, path, options);
+  }
+
+  /**
+   * Every entry under directory `path` (links not followed), parents before children, at most
+   * `maxEntries` (default and at most 20000): `truncated` says the listing stopped there.
+   */
+  list(path: string, options: CallOptions & { maxEntries?: number } = {}): Promise<GuestTree> {
+    checkAbsolute(path);
+    const maxEntries = options.maxEntries ?? LIST_MAX_ENTRIES;
+    checkSize(maxEntries, LIST_MAX_ENTRIES, "maxEntries");
+    return listThroughAgent(this.channel, path, Math.max(1, maxEntries), options);
+  }
+
+  /** Creates directory `path` and its missing parents; an existing directory is fine. */
+  mkdir(path: string, options: CallOptions & { mode?: number } = {}): Promise<void> {
+    checkAbsolute(path);
+    return mkdirThroughAgent(this.channel, path, options);
+  }
+
+  /**
+   * Streams a guest file (at most `maxBytes`, default and at most 256 MiB; FILE_TOO_LARGE above)
+   * into `sink` chunk by chunk, then checks the sha256 of everything received against the one the
+   * agent computed (FILE_CHECKSUM_MISMATCH: discard what the sink got).
+   */
+  async readTo(
+    path: string,
+    sink: ReadSink,
+    options: CallOptions & { maxBytes?: number } = {},
+  ): Promise<{ size: number; sha256: string }> {
+    checkAbsolute(path);
+    const maxBytes = options.maxBytes ?? MAX_READ_BYTES;
+    checkSize(maxBytes, MAX_READ_BYTES, "maxBytes");
+    const read = await readThroughAgentTo(this.channel, path, maxBytes, true, sink, options.signal);
+    return { size: read.length, sha256: read.sha256 };
+  }
+
+  /**
+   * Writes a guest file from `source` (at most 256 MiB) chunk by chunk; the agent checks the
+   * sha256 before it renames the file into place (atomic; an existing file keeps its owner).
+   */
+  writeFrom(
+    path: string,
+    source: WriteSource,
+    options: CallOptions & { mode?: number; createParents?: boolean } = {},
+  ): Promise<WriteResult> {
+    checkAbsolute(path);
+    if (source.size > MAX_WRITE_BYTES) {
+      throw new SupervisorError(
+        "FILE_TOO_LARGE",
+        `cannot write ${path}: ${source.size} bytes is more than the ${MAX_WRITE_BYTES} allowed; copy an archive in parts`,
+        { details: { path, sizeBytes: source.size, maxBytes: MAX_WRITE_BYTES } },
+      );
+    }
+    return writeThroughAgent(this.channel, path, source, options);
+  }
+}
