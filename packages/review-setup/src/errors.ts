@@ -14,7 +14,7 @@ export type ReviewSetupErrorCode =
   | "REVIEW_SETUP_INSTANCE_EXISTS"
   /** Another refresh of the same instance holds its refresh lock; `details.holder` names it. */
   | "REVIEW_SETUP_BUSY"
-  /** The guest lacks a tool the refresh needs (node ≥ 24, npm, tar, base64, sha256sum). */
+  /** The guest lacks a tool the refresh needs (node ≥ 24, npm, tar). */
   | "REVIEW_SETUP_GUEST_TOOL_MISSING"
   /** The archive's checksum in the guest differs from the host's. */
   | "REVIEW_SETUP_CHECKSUM_MISMATCH"

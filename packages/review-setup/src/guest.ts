@@ -17,6 +17,15 @@ export interface GuestSession {
   write(path: string, content: string, options?: { signal?: AbortSignal }): Promise<void>;
   /** Reads a text file (at most 64 KiB). */
   read(path: string, options?: { signal?: AbortSignal }): Promise<string>;
+  /**
+   * Copies one host file to a guest path (at most 256 MiB; the parent directory must exist). The
+   * guest checks its sha256 before renaming it into place; resolves with that sha256.
+   */
+  upload(
+    hostPath: string,
+    guestPath: string,
+    options?: { signal?: AbortSignal },
+  ): Promise<{ sha256: string; bytes: number }>;
 }
 
 /** Options for reaching instances: the controller client's env (state root) and cwd. */
@@ -53,6 +62,17 @@ export function controllerGuest(name: string, options: ControllerOptions = {}): 
     },
     async write(path, content, { signal } = {}) {
       await call({ action: "write", path, content }, signal);
+    },
+    async upload(hostPath, guestPath, { signal } = {}) {
+      const reply = (await call({ action: "upload", from: hostPath, to: guestPath }, signal)) as {
+        files: number;
+        bytes: number;
+        sha256?: string;
+      };
+      if (reply.files !== 1 || reply.sha256 === undefined) {
+        throw new Error(`uploading ${hostPath} copied ${reply.files} files instead of one`);
+      }
+      return { sha256: reply.sha256, bytes: reply.bytes };
     },
     async read(path, { signal } = {}) {
       const reply = (await call({ action: "read", path }, signal)) as { content: string };

@@ -26,7 +26,6 @@ export type { RefreshLockHolder, RefreshLockSeams } from "./lock.js";
 // Snapshot and transfer
 export { listWorkingFiles, createSnapshot, sha256File } from "./snapshot.js";
 export type { Snapshot, SnapshotOptions, WorkingFiles, Vcs } from "./snapshot.js";
-export { base64Chunks, partName, DEFAULT_CHUNK_CHARS } from "./chunks.js";
 // Guest access, layout, launch
 export { controllerGuest, shellQuote } from "./guest.js";
 export type { GuestSession, GuestResult, ControllerOptions } from "./guest.js";

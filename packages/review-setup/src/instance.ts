@@ -129,7 +129,7 @@ async function configWithHostPort(
 }
 
 /** Tools the refresh runs in the guest; `node` must also be Node 24 or newer. */
-export const GUEST_TOOLS = ["tar", "base64", "sha256sum", "node", "npm"] as const;
+export const GUEST_TOOLS = ["tar", "node", "npm"] as const;
 
 /** Oldest Node major the candidate's install and build support (the workspace's engines). */
 export const MIN_GUEST_NODE_MAJOR = 24;

@@ -1,10 +1,8 @@
 // One refresh: instance -> snapshot -> transfer -> verify -> unpack -> install -> build -> switch
 // -> agent dir -> (live: credentials -> live check). Guest work goes through GuestSession only.
-import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import type { CallActionOptions } from "@pi-sandbox/controller/client";
 import type { ReviewSetupArgs } from "./args.js";
-import { base64Chunks, DEFAULT_CHUNK_CHARS, partName } from "./chunks.js";
 import { resolveHostCredential, type GuestCredential } from "./credentials.js";
 import { ReviewSetupError } from "./errors.js";
 import { controllerGuest, shellQuote, type ControllerOptions, type GuestSession } from "./guest.js";
@@ -64,8 +62,6 @@ export interface ReviewSetupOptions extends Omit<ReviewSetupArgs, "piCommand"> {
   hostEnv?: NodeJS.ProcessEnv;
   /** Refreshes an expiring host OAuth login (live mode); default through Pi's SDK. */
   refreshLogin?: HostLoginRefresher;
-  /** Transfer part size in base64 characters. */
-  chunkChars?: number;
   /** Progress callback. */
   onProgress?: (event: StepEvent) => void;
   /** Ends the refresh with `signal.reason`; a guest command in flight is left to finish. */
@@ -224,34 +220,26 @@ async function refreshLocked(options: ReviewSetupOptions, context: RefreshContex
     const candidate = layout.candidate(id);
     const logDir = layout.log(id, "x").replace(/\/x\.log$/, "");
 
-    emit("transfer", "start", `sending the archive through file writes to ${incoming}`);
+    emit("transfer", "start", `copying the archive to ${incoming}`);
     await mustSucceed(
       guest,
       "transfer",
       `mkdir -p ${shellQuote(incoming)} ${shellQuote(logDir)} ${shellQuote(layout.candidates)}`,
       signal,
     );
-    const parts = base64Chunks(await readFile(snapshot.archivePath), options.chunkChars ?? DEFAULT_CHUNK_CHARS);
-    for (const [index, part] of parts.entries()) {
-      await guest.write(`${incoming}/${partName(index)}`, part, { signal });
-      emit("transfer", "info", `part ${index + 1}/${parts.length}`);
-    }
-    emit("transfer", "done", `${parts.length} part(s) written`);
-
-    emit("verify", "start", "reassembling and checking sha256 in the guest");
     const archive = `${incoming}/snapshot.tar.gz`;
-    const verify = await mustSucceed(
-      guest,
-      "verify",
-      `cd ${shellQuote(incoming)} && cat part-* | base64 -d > snapshot.tar.gz && rm -f part-* && sha256sum snapshot.tar.gz`,
-      signal,
-    );
-    const guestSum = verify.output.trim().split(/\s+/)[0] ?? "";
+    // The controller's upload: chunked, and renamed into place only once the guest found the
+    // sha256 of what arrived equal to the host file's.
+    const sent = await guest.upload(snapshot.archivePath, archive, { signal });
+    emit("transfer", "done", `${sent.bytes} bytes`);
+
+    emit("verify", "start", "comparing the sha256 the guest verified with the snapshot's");
+    const guestSum = sent.sha256;
     if (guestSum !== snapshot.sha256) {
       await guest.exec(`rm -rf ${shellQuote(incoming)}`, { signal }).catch(() => undefined);
       throw new ReviewSetupError(
         "REVIEW_SETUP_CHECKSUM_MISMATCH",
-        `the archive in the guest has sha256 ${guestSum || "(none)"}, the host sent ${snapshot.sha256}`,
+        `the archive in the guest has sha256 ${guestSum || "(none)"}, the snapshot has ${snapshot.sha256}`,
         {
           hint: "Nothing was unpacked and the current candidate is unchanged; rerun the command.",
           details: { expected: snapshot.sha256, actual: guestSum },

@@ -1,12 +1,13 @@
 // A scripted GuestSession for orchestration tests: keeps written files in memory, answers the
 // refresh's commands by shape, and records every command in order.
 import { createHash } from "node:crypto";
+import { readFile } from "node:fs/promises";
 import type { GuestResult, GuestSession } from "../src/guest.js";
 
 export interface FakeGuestOptions {
   /** Exit code of a step command containing this text, e.g. { "npm ci": 1 }. */
   failing?: Record<string, number>;
-  /** Flip one byte of the reassembled archive before hashing. */
+  /** Flip one byte of the uploaded archive before hashing. */
   corrupt?: boolean;
   /** Output of the live check command. */
   liveOutput?: string;
@@ -21,6 +22,8 @@ export interface FakeGuestOptions {
 export class FakeGuest implements GuestSession {
   readonly commands: string[] = [];
   readonly files = new Map<string, string>();
+  /** Files copied in with `upload`, by guest path. */
+  readonly uploads = new Map<string, Buffer>();
   current: string | undefined;
 
   constructor(private readonly options: FakeGuestOptions = {}) {}
@@ -36,13 +39,6 @@ export class FakeGuest implements GuestSession {
     if (block && cmd.includes(block.needle)) {
       block.started();
       await block.until;
-    }
-    if (cmd.includes("cat part-*")) {
-      const dir = /cd (\S+) &&/.exec(cmd)![1]!;
-      const parts = [...this.files.keys()].filter((k) => k.startsWith(`${dir}/part-`)).sort();
-      const bytes = Buffer.from(parts.map((k) => this.files.get(k)).join(""), "base64");
-      if (this.options.corrupt) bytes[0] = (bytes[0] ?? 0) ^ 1;
-      return { exitCode: 0, output: `${createHash("sha256").update(bytes).digest("hex")}  snapshot.tar.gz\n` };
     }
     if (cmd.startsWith("readlink")) return { exitCode: 0, output: this.current ? `${this.current}\n` : "" };
     if (cmd.startsWith("ln -sfn")) {
@@ -60,6 +56,13 @@ export class FakeGuest implements GuestSession {
 
   async write(path: string, content: string): Promise<void> {
     this.files.set(path, content);
+  }
+
+  async upload(hostPath: string, guestPath: string): Promise<{ sha256: string; bytes: number }> {
+    const bytes = await readFile(hostPath);
+    if (this.options.corrupt) bytes[0] = (bytes[0] ?? 0) ^ 1;
+    this.uploads.set(guestPath, bytes);
+    return { sha256: createHash("sha256").update(bytes).digest("hex"), bytes: bytes.length };
   }
 
   async read(path: string): Promise<string> {

@@ -25,14 +25,13 @@ function options(guest: FakeGuest, extra: Partial<ReviewSetupOptions> = {}): Rev
     repo,
     guest,
     callAction: running,
-    chunkChars: 400,
     lockDir,
     now: () => Date.UTC(2026, 0, 2, 3, 4, 5),
     ...extra,
   };
 }
 
-test("a refresh sends parts, verifies, unpacks, installs, builds, then switches atomically", async () => {
+test("a refresh uploads the archive, verifies, unpacks, installs, builds, then switches atomically", async () => {
   const guest = new FakeGuest();
   const events: StepEvent[] = [];
   const result = await runReviewSetup(options(guest, { onProgress: (e) => events.push(e) }));
@@ -49,7 +48,9 @@ test("a refresh sends parts, verifies, unpacks, installs, builds, then switches 
     launchCommand:
       "cd /workspace/.review/current && PI_CODING_AGENT_DIR=/workspace/.review/agent node_modules/.bin/pi -e ./packages/pi-extension",
   });
-  expect([...guest.files.keys()].filter((k) => k.includes("/part-")).length).toBeGreaterThan(1);
+  expect([...guest.uploads.keys()]).toEqual([
+    expect.stringMatching(/^\/workspace\/\.review\/incoming\/[^/]+\/snapshot\.tar\.gz$/),
+  ]);
   expect(guest.current).toBe(`candidates/${result.candidateId}`);
   const done = events.filter((e) => e.status === "done").map((e) => e.step);
   expect(done).toEqual(["instance", "snapshot", "transfer", "verify", "unpack", "install", "build", "switch", "agent"]);
@@ -101,7 +102,7 @@ test("a guest without node or npm is refused before any transfer, naming the too
   const guest = new FakeGuest({ missing: ["node", "npm"] });
   await expect(runReviewSetup(options(guest))).rejects.toMatchObject({
     code: "REVIEW_SETUP_GUEST_TOOL_MISSING",
-    message: "the guest of review lacks node, npm on PATH (the refresh needs tar, base64, sha256sum, node, npm)",
+    message: "the guest of review lacks node, npm on PATH (the refresh needs tar, node, npm)",
     hint: expect.stringContaining("npm run -s test-image"),
     details: { missing: ["node", "npm"] },
   });
@@ -246,11 +247,7 @@ describe("live mode", () => {
       other: { type: "api_key", key: "k" },
       codex: { type: "oauth", access: "acc-1", refresh: "", expires, accountId: "a1" },
     });
-    const partsText = [...guest.files.entries()]
-      .filter(([k]) => k.includes("/part-"))
-      .map(([, v]) => v)
-      .join("");
-    expect(Buffer.from(partsText, "base64").includes("acc-1")).toBe(false);
+    expect([...guest.uploads.values()].some((bytes) => bytes.includes("acc-1"))).toBe(false);
     expect(guest.commands.join("\n")).not.toContain("acc-1");
     expect(result.launchCommand).toBe(
       "cd /workspace/.review/current && PI_CODING_AGENT_DIR=/workspace/.review/agent node_modules/.bin/pi -e ./packages/pi-extension --model codex/m-1",
