@@ -5,7 +5,7 @@
 // itself ships. (`pi install` of the packed extension is pi-extension's install.test.ts.)
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { fetchText, makeSandbox, qemuFor, SEED_YAML, teardown, type Sandbox } from "@pi-sandbox/controller/testing";
@@ -91,19 +91,22 @@ test("every tarball carries its build, LICENSE and README, and nothing from src/
     expect(manifest.publishConfig?.access).toBe("public");
     for (const [entry, target] of Object.entries(manifest.exports)) {
       const files = typeof target === "string" ? [target] : [target.default, target.types].filter(Boolean);
-      for (const file of files) expect({ entry, file, present: existsSync(join(installed, file!)) }).toMatchObject({ present: true });
+      for (const file of files)
+        expect({ entry, file, present: existsSync(join(installed, file!)) }).toMatchObject({ present: true });
     }
   }
-  expect(existsSync(join(install, "node_modules", "@pi-sandbox", "supervisor", "dist", "agent", "sandbox_agent.pyz"))).toBe(
-    true,
-  );
+  expect(
+    existsSync(join(install, "node_modules", "@pi-sandbox", "supervisor", "dist", "agent", "sandbox_agent.pyz")),
+  ).toBe(true);
 });
 
 test("the installed packages load, and the installed CLI answers --version and doctor", async () => {
   for (const info of packed.values()) {
     if (info.name === "@pi-sandbox/pi-extension") continue; // needs Pi as its host: see install.test.ts
     await expect(
-      run(process.execPath, ["--input-type=module", "-e", `await import(${JSON.stringify(info.name)})`], { cwd: install }),
+      run(process.execPath, ["--input-type=module", "-e", `await import(${JSON.stringify(info.name)})`], {
+        cwd: install,
+      }),
     ).resolves.toBeDefined();
   }
   const version = await cli(["--version"]);
@@ -125,7 +128,10 @@ test("the installed CLI creates an instance whose preview serves, then destroys 
   const daemons = (await run("pgrep", ["-af", "--", `--root ${sandbox.home} --kind`])).stdout;
   expect(daemons).toContain(join(install, "node_modules", "@pi-sandbox", "controller", "dist"));
   expect(await fetchText(result.previews[0]!.url)).toBe("200 Hello from the guest\n");
-  const destroyed = await cli(["destroy", "rel"]);
-  expect(destroyed.code).toBe(0);
+  const destroyed = await cli(["destroy", "rel", "--confirm", "rel"]);
+  expect({ code: destroyed.code, stderr: destroyed.code === 0 ? "" : destroyed.stderr }).toEqual({
+    code: 0,
+    stderr: "",
+  });
   expect(qemuFor(sandbox.home)).toEqual([]);
 }, 300_000);
