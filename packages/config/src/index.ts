@@ -55,4 +55,4 @@ export type { ServicePlaceholder } from "./references.js";
 
 // Rendering and JSON Schema
 export { renderConfig } from "./render.js";
-export { sandboxJsonSchema } from "./json-schema.js";
+export { SANDBOX_SCHEMA_ID, sandboxJsonSchema } from "./json-schema.js";

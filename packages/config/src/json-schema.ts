@@ -2,6 +2,12 @@ import { toJsonSchema } from "@valibot/to-json-schema";
 import { sandboxConfigSchema } from "./schema.js";
 
 /**
+ * Where the published schema can be fetched: the file this package ships, through the npm CDN
+ * (a `# yaml-language-server: $schema=<this>` modeline works without installing anything).
+ */
+export const SANDBOX_SCHEMA_ID = "https://unpkg.com/@pi-sandbox/config/sandbox.schema.json";
+
+/**
  * The JSON Schema (draft-07) of sandbox.yaml, generated from the schema `parseConfig` validates
  * with. Checks that JSON Schema cannot express (workspace escapes, reserved env names, Amp-only
  * text, and the cross-field rules) are left to `parseConfig`.
@@ -20,5 +26,5 @@ export function sandboxJsonSchema(): Record<string, unknown> {
   }
   const mounts = rest.properties?.mounts as Record<string, unknown> | undefined;
   if (mounts) mounts.examples = [[{ host: "./docs", guest: "/mnt/docs" }]];
-  return { $schema, ...rest };
+  return { $schema, $id: SANDBOX_SCHEMA_ID, ...rest };
 }

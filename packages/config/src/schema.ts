@@ -63,9 +63,15 @@ const previewTitle = v.pipe(
   noControlChars,
   v.regex(/\S/, "must not be empty"),
   noAmpEmail,
+  v.description("The link's title, one line."),
 );
 
-const previewDescription = v.pipe(v.string(got("must be a string")), noControlCharsButLines, noAmpEmail);
+const previewDescription = v.pipe(
+  v.string(got("must be a string")),
+  noControlCharsButLines,
+  noAmpEmail,
+  v.description("What the link shows; may span lines."),
+);
 
 /** One preview link: `{url, title, description?}`. */
 export const previewLinkSchema = v.strictObject({
@@ -76,10 +82,17 @@ export const previewLinkSchema = v.strictObject({
 
 /** A one-level group of links: `{folder, links}`. */
 export const previewFolderSchema = v.strictObject({
-  folder: v.pipe(v.string(got("must be a string")), noControlChars, v.regex(/\S/, "must not be empty"), noAmpEmail),
+  folder: v.pipe(
+    v.string(got("must be a string")),
+    noControlChars,
+    v.regex(/\S/, "must not be empty"),
+    noAmpEmail,
+    v.description("The folder's name, one line."),
+  ),
   links: v.pipe(
     v.array(previewLinkSchema, got("must be a list of links {url, title, description?}")),
     v.minLength(1, "must list at least one link"),
+    v.description("The links in this folder (one level: no folders inside)."),
   ),
 });
 
@@ -330,7 +343,10 @@ export const sandboxConfigSchema = v.pipe(
     ),
     resources: v.optional(
       v.pipe(
-        v.strictObject({ cpus: v.optional(positiveWhole("CPUs")), memoryGiB: v.optional(positiveWhole("GiB")) }),
+        v.strictObject({
+          cpus: v.optional(v.pipe(positiveWhole("CPUs"), v.description("Virtual CPUs."))),
+          memoryGiB: v.optional(v.pipe(positiveWhole("GiB"), v.description("Guest memory in GiB."))),
+        }),
         v.description("Overrides the profile's CPUs and/or memory; never silently reduced."),
       ),
     ),
@@ -362,45 +378,48 @@ export const sandboxConfigSchema = v.pipe(
     setup: v.optional(v.pipe(commandList, v.description("Run once at create/prepare."))),
     resume: v.optional(v.pipe(commandList, v.description("Run at every start."))),
     network: v.optional(
-      v.strictObject({
-        allowedHosts: v.optional(
-          v.pipe(
-            v.array(
-              v.pipe(
-                v.string(got("must be a host name")),
-                v.regex(
-                  HOST_PATTERN,
-                  got("must be a host name like registry.npmjs.org or a wildcard like *.example.com"),
+      v.pipe(
+        v.strictObject({
+          allowedHosts: v.optional(
+            v.pipe(
+              v.array(
+                v.pipe(
+                  v.string(got("must be a host name")),
+                  v.regex(
+                    HOST_PATTERN,
+                    got("must be a host name like registry.npmjs.org or a wildcard like *.example.com"),
+                  ),
                 ),
+                got("must be a list of host names"),
               ),
-              got("must be a list of host names"),
-            ),
-            v.description("Outbound HTTP(S) allow-list; empty blocks all outbound traffic."),
-          ),
-        ),
-        hostPorts: v.optional(
-          v.pipe(
-            v.array(hostPortSchema, got("must be a list of host port numbers such as [8000]")),
-            v.maxLength(
-              LIMITS.hostPortsMax,
-              (issue) =>
-                `must list at most ${LIMITS.hostPortsMax} ports; got ${(issue.input as unknown[]).length}. List only the host services the guest needs`,
-            ),
-            v.description(
-              "Host loopback ports the guest may reach over TCP as host.sandbox.internal:<port> (the host's 127.0.0.1:<port>); empty reaches none.",
+              v.description("Outbound HTTP(S) allow-list; empty blocks all outbound traffic."),
             ),
           ),
-        ),
-        secrets: v.optional(
-          v.pipe(
-            v.record(secretName, secretSchema, "must be a mapping of NAME: {from, hosts}"),
-            v.maxEntries(LIMITS.secretsMax, `must name at most ${LIMITS.secretsMax} secrets`),
-            v.description(
-              "Credentials kept on the host: the guest sees a placeholder in $NAME, and the host puts the value into requests to the listed hosts only.",
+          hostPorts: v.optional(
+            v.pipe(
+              v.array(hostPortSchema, got("must be a list of host port numbers such as [8000]")),
+              v.maxLength(
+                LIMITS.hostPortsMax,
+                (issue) =>
+                  `must list at most ${LIMITS.hostPortsMax} ports; got ${(issue.input as unknown[]).length}. List only the host services the guest needs`,
+              ),
+              v.description(
+                "Host loopback ports the guest may reach over TCP as host.sandbox.internal:<port> (the host's 127.0.0.1:<port>); empty reaches none.",
+              ),
             ),
           ),
-        ),
-      }),
+          secrets: v.optional(
+            v.pipe(
+              v.record(secretName, secretSchema, "must be a mapping of NAME: {from, hosts}"),
+              v.maxEntries(LIMITS.secretsMax, `must name at most ${LIMITS.secretsMax} secrets`),
+              v.description(
+                "Credentials kept on the host: the guest sees a placeholder in $NAME, and the host puts the value into requests to the listed hosts only.",
+              ),
+            ),
+          ),
+        }),
+        v.description("What the guest may reach: nothing outside the VM unless listed here."),
+      ),
     ),
     mounts: v.optional(
       v.pipe(
@@ -413,16 +432,19 @@ export const sandboxConfigSchema = v.pipe(
       ),
     ),
     services: v.optional(
-      v.record(
-        v.pipe(
-          v.string(),
-          v.regex(
-            SERVICE_NAME_PATTERN,
-            "is not a valid service name; use 1–32 lowercase letters, digits or hyphens, starting with a letter or digit",
+      v.pipe(
+        v.record(
+          v.pipe(
+            v.string(),
+            v.regex(
+              SERVICE_NAME_PATTERN,
+              "is not a valid service name; use 1–32 lowercase letters, digits or hyphens, starting with a letter or digit",
+            ),
           ),
+          serviceSchema,
+          got("must be a mapping of service names to services"),
         ),
-        serviceSchema,
-        got("must be a mapping of service names to services"),
+        v.description("Supervised long-running processes by name: each gets $PORT and may be previewed."),
       ),
     ),
   }),

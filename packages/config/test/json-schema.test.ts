@@ -10,6 +10,7 @@ type Schema = Record<string, unknown>;
  */
 const KNOWN = new Set([
   "$schema",
+  "$id",
   "title",
   "description",
   "default",
@@ -193,12 +194,28 @@ describe("sandboxJsonSchema", () => {
     expect(committed).toEqual(schema);
   });
 
-  test("is a draft-07 schema titled for sandbox.yaml", () => {
+  test("is a draft-07 schema titled for sandbox.yaml, with the URL it is published at", () => {
     expect(schema).toMatchObject({
       $schema: "http://json-schema.org/draft-07/schema#",
+      $id: "https://unpkg.com/@pi-sandbox/config/sandbox.schema.json",
       title: "sandbox.yaml",
       type: "object",
     });
+  });
+
+  test("every property has a description (editors show it on hover)", () => {
+    const undescribed: string[] = [];
+    const walk = (node: unknown, path: string): void => {
+      if (Array.isArray(node)) return node.forEach((child, i) => walk(child, `${path}[${i}]`));
+      if (typeof node !== "object" || node === null) return;
+      const properties = (node as { properties?: Record<string, Schema> }).properties ?? {};
+      for (const [key, child] of Object.entries(properties)) {
+        if (typeof child.description !== "string" || child.description === "") undescribed.push(`${path}.${key}`);
+      }
+      for (const [key, child] of Object.entries(node)) walk(child, key === "properties" ? path : `${path}/${key}`);
+    };
+    walk(schema, "");
+    expect(undescribed).toEqual([]);
   });
 
   test.each(ACCEPTED)("accepts what parseConfig accepts: %s", (text) => {
