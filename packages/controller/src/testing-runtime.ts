@@ -11,7 +11,11 @@ import { createLocalGuestVm, type LocalGuestVm } from "@pi-sandbox/vm/testing";
 import type { InstanceRuntime, RuntimeVm } from "./daemon/runtime.js";
 
 /** A booted local "VM" of the local runtime. */
-export type LocalRuntimeVm = RuntimeVm & { readonly local: LocalGuestVm };
+export type LocalRuntimeVm = RuntimeVm & {
+  readonly local: LocalGuestVm;
+  /** The value the host holds for a secret now (what Gondolin would substitute), for assertions. */
+  secretValue(name: string): string | undefined;
+};
 
 /** Hooks of the local runtime, for failures and races. */
 export interface LocalRuntimeHooks {
@@ -55,14 +59,22 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         await rm(dir, { recursive: true, force: true });
       },
     },
-    async bootVm({ name, diskDir }) {
+    async bootVm({ name, diskDir, secrets }) {
       runtime.boots++;
       const started = performance.now();
       await runtime.hooks.beforeBoot?.(name, diskDir);
       if (!(await exists(join(diskDir, "disk.json")))) {
         throw new VmError("VM_DISK_NOT_FOUND", `no disk in ${diskDir}`, { details: { dir: diskDir } });
       }
-      const local = await createLocalGuestVm({ root: join(diskDir, "root"), name });
+      // The guest's environment holds each secret's placeholder, as Gondolin's would, and none of
+      // the host variables that hold a value (this "guest" would inherit them otherwise).
+      const hidden = new Set(Object.values(secrets).map((secret) => secret.value));
+      const env: Record<string, string | undefined> = Object.fromEntries(
+        Object.entries(process.env).filter(([, value]) => value === undefined || !hidden.has(value)),
+      );
+      for (const [key, secret] of Object.entries(secrets)) env[key] = secret.placeholder;
+      const local = await createLocalGuestVm({ root: join(diskDir, "root"), name, env });
+      const values = new Map(Object.entries(secrets).map(([key, secret]) => [key, secret.value]));
       const bootMs = performance.now() - started;
       const vm: LocalRuntimeVm = {
         name,
@@ -82,6 +94,15 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         writeFile: (file, data, options) => local.writeFile(file, data, options),
         connectTcp: (port, options) => local.connectTcp(port, options),
         enableSsh: (options) => local.enableSsh(options),
+        secretValue: (key) => values.get(key),
+        updateSecret(key, value) {
+          if (!values.has(key)) {
+            throw new VmError("VM_SECRET_INVALID", `no secret named ${key} was given to this VM`, {
+              details: { secret: key },
+            });
+          }
+          values.set(key, value);
+        },
         async stop() {
           const t = performance.now();
           live.delete(vm);

@@ -28,6 +28,18 @@ export function renderHelp(options: { includeUserOnly?: boolean } = {}): string 
   lines.push(
     `  network.hostPorts: [port], at most ${LIMITS.hostPortsMax}; the guest reaches host 127.0.0.1:<port> over TCP as ${HOST_SERVICES_HOSTNAME}:<port>, nothing else of the host`,
   );
+  lines.push(
+    `  network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host]}}, at most ${LIMITS.secretsMax}; the guest sees a placeholder in $NAME,`,
+  );
+  lines.push(
+    "    the host puts the value (read at each start) into request headers to those hosts only; hosts must be in allowedHosts",
+  );
+  lines.push(
+    "    e.g. network: {allowedHosts: [api.github.com], secrets: {GITHUB_TOKEN: {from: env:GITHUB_TOKEN, hosts: [api.github.com]}}}",
+  );
+  lines.push(
+    `  mounts: [{host: dir relative to the YAML, guest: /abs/path}], at most ${LIMITS.mountsMax}; read-only, e.g. [{host: ./docs, guest: /mnt/docs}]`,
+  );
   lines.push('  services.<name>: command (required), cwd, port, env, health ("/path" | "process"; default TCP),');
   lines.push(
     `    timeoutMs (default ${CONFIG_DEFAULTS.timeoutMs}), preview (true | {url,title,description}), previews, platforms`,

@@ -46,6 +46,12 @@ export function formatView(view: EntryView): string {
   ];
   if (view.hostPorts?.length)
     lines.push(`host ports:  ${view.hostPorts.map((port) => `${HOST_SERVICES_HOSTNAME}:${port}`).join(", ")}`);
+  for (const secret of view.secrets ?? [])
+    lines.push(
+      `secret:      ${oneLine(secret.name)} → ${secret.hosts.map(oneLine).join(", ")} (value kept on the host)`,
+    );
+  for (const mount of view.mounts ?? [])
+    lines.push(`mount:       ${oneLine(mount.host)} → ${oneLine(mount.guest)} (read-only)`);
   if (view.accelerator)
     lines.push(
       `accelerator: ${oneLine(view.accelerator)}${view.acceleratorReason ? ` (${oneLine(view.acceleratorReason)})` : ""}`,

@@ -14,6 +14,7 @@ import type { ProgressEvent } from "../wire.js";
 import type { LifecycleActions } from "./context.js";
 import { installGuestConfig, readConfigFile, runSetup } from "./guest-setup.js";
 import { assertHostPortsFree, hostPortsOf } from "./host-ports.js";
+import { newSecretSalt, resolveMounts, resolveSecrets } from "./secrets.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import type { GuestOperations } from "./services.js";
 import { toControllerError, type InstanceState } from "./state.js";
@@ -66,10 +67,11 @@ export class Lifecycle {
     await rm(diskDir, { recursive: true, force: true });
     let config: SandboxConfig;
     let configText: string | undefined;
-    const record: Omit<EntryRecord, "config"> = {
+    const record: Omit<EntryRecord, "config"> & { secretSalt: string } = {
       kind: "instances",
       name: this.name,
       createdAt: new Date().toISOString(),
+      secretSalt: newSecretSalt(),
     };
     if (source.config !== undefined) {
       ({ config, text: configText } = await readConfigFile(source.config));
@@ -91,6 +93,8 @@ export class Lifecycle {
       }
       config = templateRecord.config;
       record.template = template;
+      // The template's disk may hold placeholders its setup stored: they must keep working here.
+      if (templateRecord.secretSalt) record.secretSalt = templateRecord.secretSalt;
       progress({ stage: "disk", message: `creating a copy-on-write disk from template ${template}` });
       await this.runtime.disks.createFromTemplate(layout.diskDir("templates", template), diskDir);
     }
@@ -99,7 +103,7 @@ export class Lifecycle {
     // finishes the create.
     const pendingCreate = configText !== undefined ? { configText } : {};
     await writeRecord(layout, { ...record, config, pendingCreate });
-    const first = { pendingCreate, setupDone: false };
+    const first = { pendingCreate, setupDone: false, secretSalt: record.secretSalt };
     try {
       await this.boot(config, progress, first);
     } catch (error) {
@@ -146,6 +150,7 @@ export class Lifecycle {
       });
     }
     const { config, text: configText } = await readConfigFile(source.config);
+    const secretSalt = newSecretSalt();
     const templateDir = layout.diskDir("templates", this.name);
     const workDir = templateDir + ".work";
     await rm(workDir, { recursive: true, force: true });
@@ -157,7 +162,7 @@ export class Lifecycle {
     });
     try {
       await this.state.setState("starting");
-      const vm = await this.bootVm(workDir, config, progress);
+      const vm = await this.bootVm(workDir, config, progress, secretSalt);
       const supervisor = await this.startAgent(vm, config, progress);
       await installGuestConfig(supervisor, configText);
       const setup = await runSetup(supervisor, config, progress);
@@ -181,6 +186,7 @@ export class Lifecycle {
         createdAt: new Date().toISOString(),
         configPath: source.config,
         config,
+        secretSalt,
       });
       await this.state.setState("prepared", { setup: { exitCode: setup.exitCode, at: new Date().toISOString() } });
       progress({ stage: "done", message: `template ${this.name} is ready` });
@@ -212,7 +218,15 @@ export class Lifecycle {
       progress({ stage: "boot", message: `finishing the interrupted create of ${this.name}` });
     }
     try {
-      await this.boot(record.config, progress, record.pendingCreate ? { pendingCreate: record.pendingCreate } : {});
+      let secretSalt = record.secretSalt;
+      if (!secretSalt) {
+        secretSalt = newSecretSalt();
+        await writeRecord(this.state.layout, { ...record, secretSalt });
+      }
+      await this.boot(record.config, progress, {
+        ...(record.pendingCreate ? { pendingCreate: record.pendingCreate } : {}),
+        secretSalt,
+      });
     } catch (error) {
       await this.failStart(error);
       throw error;
@@ -232,11 +246,11 @@ export class Lifecycle {
   private async boot(
     config: SandboxConfig,
     progress: Progress,
-    options: { pendingCreate?: NonNullable<EntryRecord["pendingCreate"]>; setupDone?: boolean },
+    options: { pendingCreate?: NonNullable<EntryRecord["pendingCreate"]>; setupDone?: boolean; secretSalt: string },
   ): Promise<void> {
     const { state } = this;
     await state.setState("starting");
-    const vm = await this.bootVm(state.layout.diskDir("instances", this.name), config, progress);
+    const vm = await this.bootVm(state.layout.diskDir("instances", this.name), config, progress, options.secretSalt);
     const supervisor = await this.startAgent(vm, config, progress);
     const configText = options.pendingCreate?.configText;
     if (configText !== undefined) {
@@ -276,14 +290,26 @@ export class Lifecycle {
     progress({ stage: "done", message: `${this.name} is running` });
   }
 
-  private async bootVm(diskDir: string, config: SandboxConfig, progress: Progress): Promise<RuntimeVm> {
+  private async bootVm(
+    diskDir: string,
+    config: SandboxConfig,
+    progress: Progress,
+    secretSalt: string,
+  ): Promise<RuntimeVm> {
     const { state } = this;
     await assertHostPortsFree(state.layout, this.name, hostPortsOf(config));
+    // Read at every start, before anything boots: a missing source or a refused mount fails here.
+    const mounts = await resolveMounts(config, { stateRoot: state.layout.root });
+    const secrets = await resolveSecrets(config, { salt: secretSalt });
+    const names = Object.keys(secrets);
+    if (names.length > 0) progress({ stage: "boot", message: `secrets kept on the host: ${names.join(", ")}` });
     progress({ stage: "boot", message: `booting (${config.resources.cpus} cpu, ${config.resources.memoryGiB} GiB)` });
     const vm = await this.runtime.bootVm({
       name: this.name,
       diskDir,
       config,
+      secrets,
+      mounts,
       logger: state.log.child("[vm]"),
       onProgress: (message) => progress({ stage: "boot", message }),
     });

@@ -6,7 +6,7 @@
 import type { SandboxConfig } from "@pi-sandbox/config";
 import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector } from "@pi-sandbox/ingress";
 import { SupervisorClient } from "@pi-sandbox/supervisor";
-import { DiskStore, startVm, type GuestVm, type VmError } from "@pi-sandbox/vm";
+import { DiskStore, startVm, type GuestVm, type VmError, type VmMount, type VmSecret } from "@pi-sandbox/vm";
 import type { DaemonLogger } from "./log.js";
 
 /** A booted guest as the daemon uses it. `RunningVm` of `@pi-sandbox/vm` is one. */
@@ -23,6 +23,8 @@ export interface RuntimeVm extends GuestVm {
   stop(): Promise<{ totalMs: number }>;
   /** Ends the VM without saving anything since the boot. */
   close(): Promise<void>;
+  /** Replaces a secret's value from the next request on; the guest's placeholder stays. */
+  updateSecret(name: string, value: string): void;
 }
 
 /** The disk operations the daemon needs (`DiskStore` of `@pi-sandbox/vm` provides them). */
@@ -41,11 +43,16 @@ export interface RuntimeDisks {
 export interface InstanceRuntime {
   /** The disk store of the state root. */
   readonly disks: RuntimeDisks;
-  /** Boots the disk in `diskDir` with the config's resources and network policy. */
+  /**
+   * Boots the disk in `diskDir` with the config's resources and network policy, the secrets and
+   * mounts as resolved for this start.
+   */
   bootVm(options: {
     name: string;
     diskDir: string;
     config: SandboxConfig;
+    secrets: Record<string, VmSecret>;
+    mounts: VmMount[];
     logger: DaemonLogger;
     onProgress: (message: string) => void;
   }): Promise<RuntimeVm>;
@@ -60,11 +67,15 @@ export function createVmRuntime(options: { stateRoot: string }): InstanceRuntime
   const disks = new DiskStore({ stateRoot: options.stateRoot });
   return {
     disks,
-    bootVm: ({ name, diskDir, config, logger, onProgress }) =>
+    bootVm: ({ name, diskDir, config, secrets, mounts, logger, onProgress }) =>
       startVm({
         name,
         diskDir,
-        spec: { resources: config.resources, network: config.network },
+        spec: {
+          resources: config.resources,
+          network: { allowedHosts: config.network.allowedHosts, hostPorts: config.network.hostPorts ?? [], secrets },
+          mounts,
+        },
         stateRoot: options.stateRoot,
         logger,
         diskStore: disks,

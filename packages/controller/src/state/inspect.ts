@@ -30,6 +30,10 @@ export interface EntryView {
   diskGiB: number;
   /** Host `127.0.0.1` ports the guest reaches as `host.sandbox.internal:<port>` (`network.hostPorts`). */
   hostPorts: number[];
+  /** Credentials kept on the host (`network.secrets`): names and hosts only, never a source's value. */
+  secrets?: { name: string; hosts: string[] }[];
+  /** Host directories the guest reads but cannot write (`mounts`), as declared. */
+  mounts?: { host: string; guest: string }[];
   /** Accelerator of the current or last run. */
   accelerator?: string;
   /** Why that accelerator was used (e.g. why not KVM). */
@@ -102,6 +106,11 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
     previews: state === "running" ? (status?.previews ?? []) : [],
     errors,
   };
+  // Records written before network.secrets and mounts existed have neither.
+  const secrets = Object.entries(record.config.network?.secrets ?? {});
+  if (secrets.length > 0) view.secrets = secrets.map(([secret, { hosts }]) => ({ name: secret, hosts: [...hosts] }));
+  const mounts = record.config.mounts ?? [];
+  if (mounts.length > 0) view.mounts = mounts.map((mount) => ({ host: mount.host, guest: mount.guest }));
   if (record.template) view.template = record.template;
   if (status?.accelerator) view.accelerator = status.accelerator;
   if (status?.acceleratorReason) view.acceleratorReason = status.acceleratorReason;

@@ -22,6 +22,12 @@ export interface EntryRecord {
   /** The config captured at creation (hardware, network, setup, resume). */
   config: SandboxConfig;
   /**
+   * Salt of the secret placeholders the guest sees (`network.secrets`): fixed at creation (an
+   * instance made from a template takes the template's, so files its setup wrote keep working).
+   * Records written before secrets existed get one at their next start.
+   */
+  secretSalt?: string;
+  /**
    * Present until the first boot of a new instance finished (guest config written, setup run).
    * A create whose daemon died before then is finished by the next `start`; `configText` is the
    * host sandbox.yaml text to write into the guest (absent for a template's copy).

@@ -1,0 +1,174 @@
+// `network.secrets` and `mounts` of a config, made ready for a boot on this host: each secret's
+// value read from its source (the daemon's environment, which is the environment of the client
+// that started it, or a host file) at every start, with a placeholder that stays the same for the
+// instance across starts; each mount's host directory checked against the directories no guest
+// may see. No message, log line or detail here ever holds a value.
+
+import { createHash, randomBytes } from "node:crypto";
+import { open, realpath, stat } from "node:fs/promises";
+import { homedir } from "node:os";
+import {
+  LIMITS,
+  expandHome,
+  isPathWithin,
+  parseSecretSource,
+  type SandboxConfig,
+  type SecretConfig,
+} from "@pi-sandbox/config";
+import type { VmMount, VmSecret } from "@pi-sandbox/vm";
+import { ControllerError } from "../errors.js";
+
+/** A new random salt for an entry's placeholders (kept in its record). */
+export function newSecretSalt(): string {
+  return randomBytes(16).toString("hex");
+}
+
+/**
+ * The placeholder the guest sees for secret `name`: derived from the entry's salt, so it is the
+ * same at every start (a guest file that stored it keeps working) and differs between entries
+ * that do not share a disk.
+ */
+export function placeholderFor(salt: string, name: string): string {
+  const digest = createHash("sha256").update(`pi-sandbox secret\0${salt}\0${name}`).digest("hex");
+  return `PI_SANDBOX_SECRET_${digest.slice(0, 40)}`;
+}
+
+/** Where `resolveSecrets` reads: the environment and the home directory for `~/`. */
+export interface SecretResolution {
+  /** The entry's placeholder salt. */
+  salt: string;
+  /** Environment for `env:` sources (default: this process's). */
+  env?: NodeJS.ProcessEnv;
+  /** Home directory for `~/` (default: the OS's). */
+  home?: string;
+}
+
+/** Reads every secret of the config; CONTROLLER_SECRET_UNAVAILABLE names the first that fails. */
+export async function resolveSecrets(
+  config: SandboxConfig,
+  options: SecretResolution,
+): Promise<Record<string, VmSecret>> {
+  const out: Record<string, VmSecret> = {};
+  // A record written before network.secrets existed has none.
+  for (const [name, secret] of Object.entries(config.network.secrets ?? {})) {
+    out[name] = {
+      value: await readSecretValue(name, secret, options),
+      placeholder: placeholderFor(options.salt, name),
+      hosts: [...secret.hosts],
+    };
+  }
+  return out;
+}
+
+/** The value of one secret, read now from its source. */
+export async function readSecretValue(name: string, secret: SecretConfig, options: SecretResolution): Promise<string> {
+  const source = parseSecretSource(secret.from);
+  const fail = (what: string, hint: string): never => {
+    throw new ControllerError("CONTROLLER_SECRET_UNAVAILABLE", `secret ${name} (from ${secret.from}): ${what}`, {
+      hint,
+      details: { secret: name, from: secret.from },
+    });
+  };
+  let value: string;
+  if (source.kind === "env") {
+    const env = options.env ?? process.env;
+    const found = env[source.name];
+    if (found === undefined || found === "") {
+      fail(
+        `the host environment variable ${source.name} is not set`,
+        `Set ${source.name} in the environment that runs start (the CLI or Pi that starts the instance), then start it again.`,
+      );
+    }
+    value = found!;
+  } else {
+    const file = expandHome(source.path, options.home ?? homedir());
+    value = await readSecretFile(file, (what) =>
+      fail(what, `Put the credential in ${file} (one line; a final line break is dropped), then start again.`),
+    );
+  }
+  if (/[\r\n\0]/.test(value))
+    fail("the value holds a line break or NUL, which no HTTP header can carry", "Store one line.");
+  return value;
+}
+
+async function readSecretFile(file: string, fail: (what: string) => never): Promise<string> {
+  let info;
+  try {
+    info = await stat(file);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    return fail(code === "ENOENT" ? `${file} does not exist` : `${file} cannot be read (${code})`);
+  }
+  // Not a FIFO or a device: reading those could block the start or never end.
+  if (!info.isFile()) return fail(`${file} is not a regular file`);
+  if (info.size > LIMITS.secretValueMaxBytes) {
+    return fail(`${file} holds ${info.size} bytes, more than the ${LIMITS.secretValueMaxBytes} a secret may have`);
+  }
+  let text: string;
+  try {
+    const handle = await open(file, "r");
+    try {
+      const buffer = Buffer.alloc(LIMITS.secretValueMaxBytes + 1);
+      const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
+      if (bytesRead > LIMITS.secretValueMaxBytes) return fail(`${file} grew past ${LIMITS.secretValueMaxBytes} bytes`);
+      text = buffer.subarray(0, bytesRead).toString("utf8");
+    } finally {
+      await handle.close();
+    }
+  } catch (error) {
+    if (error instanceof ControllerError) throw error;
+    return fail(`${file} cannot be read (${(error as NodeJS.ErrnoException).code ?? "error"})`);
+  }
+  const value = text.replace(/\r?\n$/, "");
+  if (value === "") return fail(`${file} is empty`);
+  return value;
+}
+
+/**
+ * The config's mounts with host paths resolved (`~/`, symlinks). Refuses, with
+ * CONTROLLER_MOUNT_REFUSED, a host directory that is missing or not a directory, `/`, the home
+ * directory itself, the state directory, anything inside it, and anything containing it: the
+ * guest would see the other instances' disks, sockets and logs.
+ */
+export async function resolveMounts(
+  config: SandboxConfig,
+  options: { stateRoot: string; home?: string },
+): Promise<VmMount[]> {
+  const home = options.home ?? homedir();
+  const homeReal = await realpath(home).catch(() => home);
+  const stateReal = await realpath(options.stateRoot).catch(() => options.stateRoot);
+  const mounts: VmMount[] = [];
+  // A record written before mounts existed has none.
+  for (const mount of config.mounts ?? []) {
+    const hostPath = expandHome(mount.host, home);
+    const refuse = (why: string, hint: string): never => {
+      throw new ControllerError("CONTROLLER_MOUNT_REFUSED", `mount ${mount.host} → ${mount.guest}: ${why}`, {
+        hint,
+        details: { host: mount.host, guest: mount.guest, hostPath },
+      });
+    };
+    let real: string;
+    try {
+      real = await realpath(hostPath);
+      if (!(await stat(real)).isDirectory()) refuse(`${hostPath} is not a directory`, "Mount a directory.");
+    } catch (error) {
+      if (error instanceof ControllerError) throw error;
+      const code = (error as NodeJS.ErrnoException).code;
+      return refuse(
+        code === "ENOENT" ? `${hostPath} does not exist` : `${hostPath} cannot be read (${code})`,
+        "Create the directory, or fix mounts in the sandbox.yaml and create the instance again.",
+      );
+    }
+    const narrower = "Mount a narrower directory (a project's docs, not the whole home).";
+    if (real === "/") refuse("the host's root directory may not be mounted", narrower);
+    if (real === homeReal) refuse(`the home directory ${home} itself may not be mounted`, narrower);
+    if (isPathWithin(real, stateReal) || isPathWithin(stateReal, real)) {
+      refuse(
+        `${real} is or holds the pi-sandbox state directory ${stateReal}, which holds every instance's disks and sockets`,
+        "Mount a directory outside the state directory.",
+      );
+    }
+    mounts.push({ hostPath: real, guestPath: mount.guest });
+  }
+  return mounts;
+}
