@@ -2,6 +2,8 @@
 export type SandboxExtensionErrorCode =
   /** `/sandbox` was typed without an instance name. */
   | "PI_SANDBOX_COMMAND_USAGE"
+  /** `/sandbox attach` reached the instance but could not read what it needs from the guest. */
+  | "PI_SANDBOX_ATTACH_FAILED"
   /** The user interrupted a call; the controller and the guest keep working. */
   | "PI_SANDBOX_WAIT_ENDED"
   /** The controller client failed with something that is not a ControllerError (a bug). */

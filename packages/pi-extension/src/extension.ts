@@ -1,15 +1,32 @@
-// The extension factory. Loading registers a tool and a command and nothing else: no daemon,
-// socket, timer or VM starts here, and session_shutdown is deliberately not handled, because
-// environments outlive Pi.
+// The extension factory. Loading registers a tool, a command and event handlers and nothing else:
+// no daemon, socket, timer or VM starts here. A session with a UI refreshes the footer on a timer
+// that session_start starts and session_shutdown stops; environments outlive Pi either way.
 
 import type { ExtensionAPI, ExtensionFactory } from "@earendil-works/pi-coding-agent";
+import { Attachments } from "./attach.js";
 import { createSandboxCommand } from "./command.js";
+import { SandboxStatus } from "./status.js";
 import { createSandboxTool, type SandboxDependencies } from "./tool.js";
 
 /** Returns a Pi extension factory wired to the given controller client. */
 export function createSandboxExtension(deps: SandboxDependencies): ExtensionFactory {
   return (pi: ExtensionAPI) => {
-    pi.registerTool(createSandboxTool(deps));
-    pi.registerCommand("sandbox", createSandboxCommand(deps));
+    const attachments = new Attachments(pi, deps);
+    const status = new SandboxStatus(deps, attachments);
+    attachments.onChange = (ctx) => {
+      status.showAttach(ctx);
+      void status.refresh(ctx);
+    };
+    pi.registerTool(createSandboxTool({ ...deps, afterCall: (ctx) => void status.refresh(ctx) }));
+    pi.registerCommand("sandbox", createSandboxCommand(deps, { attachments }));
+
+    pi.on("session_start", async (_event, ctx) => {
+      status.start(ctx);
+      await attachments.restore(ctx);
+    });
+    pi.on("session_shutdown", () => status.stop());
+    pi.on("before_agent_start", (event) => {
+      attachments.promptSection(event.systemPromptOptions);
+    });
   };
 }

@@ -6,6 +6,10 @@ export { createSandboxExtension } from "./extension.js";
 export { createSandboxTool } from "./tool.js";
 export type { CallActionFn, SandboxDependencies } from "./tool.js";
 export { createSandboxCommand } from "./command.js";
+export type { SandboxCommandOptions } from "./command.js";
+// Attach: Pi's built-in tools in an instance
+export { Attachments, ATTACH_ENTRY } from "./attach.js";
+export { ROUTED_TOOLS } from "./guest-tools.js";
 // Input and results
 export { prepareSandboxArguments, peekAction } from "./input.js";
 export type { ActionPeek, SandboxToolParams } from "./input.js";

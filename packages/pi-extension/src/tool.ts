@@ -1,6 +1,6 @@
 // The `sandbox` tool: one string parameter holding a JSON action, answered by the controller client.
 
-import type { ToolDefinition } from "@earendil-works/pi-coding-agent";
+import type { ExtensionContext, ToolDefinition } from "@earendil-works/pi-coding-agent";
 import { ACTIONS, type CallActionOptions, type ProgressEvent } from "@pi-sandbox/controller/client";
 import { Type } from "typebox";
 import {
@@ -23,6 +23,8 @@ export interface SandboxDependencies {
   callAction: CallActionFn;
   /** Environment for state-root resolution; `undefined` lets the client read `process.env` per call. */
   env?: NodeJS.ProcessEnv;
+  /** Called after each tool call, whatever its outcome (the extension refreshes the footer). */
+  afterCall?: (ctx: ExtensionContext) => void;
 }
 
 /** Progress events remembered per call (only the last few reach `details`). */
@@ -103,6 +105,8 @@ export function createSandboxTool(deps: SandboxDependencies): ToolDefinition<typ
         // Only the wait ended: the daemon keeps going with what it was sent.
         if (signal?.aborted) return detachedResult(peek, events);
         return errorResult(peek, error);
+      } finally {
+        deps.afterCall?.(ctx);
       }
     },
     renderCall: (args, theme) => renderSandboxCall(args, theme),

@@ -90,18 +90,30 @@ test("code mode calls tools.sandbox with a bare JSON string and gets the result 
   expect(out).toContain("CONTROLLER_UNKNOWN_ACTION");
 });
 
-test("/sandbox tells the user about missing names and stopped instances, never the model", async () => {
+test("/sandbox tells the user about no running instances, bad usage and missing ones, never the model", async () => {
   const rpc = PiRpc.start(home, ["-e", PACKAGE_DIR]);
   try {
     const requestsBefore = fake.requests.length;
+    // Without a name the command offers running instances; there are none.
     rpc.send({ id: "p1", type: "prompt", message: "/sandbox" });
-    const usage = await rpc.waitFor((e) => e.type === "extension_ui_request" && e.method === "notify");
+    const none = await rpc.waitFor((e) => e.type === "extension_ui_request" && e.method === "notify");
+    expect(none).toMatchObject({ notifyType: "info" });
+    expect(none.message).toMatch(/^No instance is running\. Start one with the sandbox tool/);
+
+    rpc.send({ id: "p0", type: "prompt", message: "/sandbox a b c" });
+    const usage = await rpc.waitFor(
+      (e) => e.type === "extension_ui_request" && e.method === "notify" && e.message !== none.message,
+    );
     expect(usage).toMatchObject({ notifyType: "error" });
     expect(usage.message).toContain("Usage: /sandbox <name> [user]");
 
     rpc.send({ id: "p2", type: "prompt", message: "/sandbox ghost" });
     const missing = await rpc.waitFor(
-      (e) => e.type === "extension_ui_request" && e.method === "notify" && e.message !== usage.message,
+      (e) =>
+        e.type === "extension_ui_request" &&
+        e.method === "notify" &&
+        e.message !== usage.message &&
+        e.message !== none.message,
     );
     expect(missing.notifyType).toBe("error");
     expect(missing.message).toMatch(/^CONTROLLER_NOT_(FOUND|RUNNING): /);

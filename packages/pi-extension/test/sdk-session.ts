@@ -1,7 +1,7 @@
 // An in-process Pi session (SDK + pi-ai's faux provider) running this package's extension with an
 // injected controller client. Faster than a Pi process and lets tests control the controller.
 
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fauxAssistantMessage, fauxProvider, fauxToolCall, type FauxResponseStep } from "@earendil-works/pi-ai";
@@ -42,6 +42,7 @@ export async function startSdkSession(callAction: CallActionFn, responses: FauxR
   const dir = await mkdtemp(join(tmpdir(), "pss-"));
   const cwd = join(dir, "work");
   const agentDir = join(dir, "agent");
+  await mkdir(cwd);
   const faux = fauxProvider();
   faux.setResponses(responses);
   const modelRuntime = await ModelRuntime.create({

@@ -1,0 +1,107 @@
+// The footer: which instances run and their preview URLs, and what Pi is attached to. Refreshed
+// every few seconds while a session with a UI is open (the timer starts in session_start and
+// ends in session_shutdown), after each sandbox call and after attach and detach. A state root
+// that does not exist yet is left alone: looking never creates sandbox state.
+
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import type { ExtensionContext } from "@earendil-works/pi-coding-agent";
+import { escapeControlChars, resolveStateRoot, type EntryView } from "@pi-sandbox/controller/client";
+import { ATTACH_STATUS, type Attachments } from "./attach.js";
+import type { SandboxDependencies } from "./tool.js";
+
+/** Footer status key of the running instances. */
+export const INSTANCES_STATUS = "pi-sandbox.instances";
+/** How often the footer looks again, in ms. */
+export const REFRESH_MS = 5_000;
+/** Most instances named in the footer; the rest are counted. */
+const SHOWN_MAX = 3;
+/** States in which an attached instance is given up (a busy daemon reads `unavailable` and is kept). */
+const GONE_STATES = new Set(["stopped", "stopping", "interrupted", "failed", "prepared"]);
+
+/** The footer text for the running instances, or undefined when none runs. */
+export function instancesStatus(instances: readonly EntryView[]): string | undefined {
+  const running = instances.filter((i) => i.state === "running");
+  if (running.length === 0) return undefined;
+  const shown = running.slice(0, SHOWN_MAX).map((i) => {
+    const url = i.previews[0]?.url;
+    const more = i.previews.length > 1 ? ` +${i.previews.length - 1}` : "";
+    return escapeControlChars(url ? `${i.name} ${url}${more}` : i.name);
+  });
+  const rest = running.length > SHOWN_MAX ? ` · +${running.length - SHOWN_MAX} more` : "";
+  return `sandbox: ${shown.join(" · ")}${rest}`;
+}
+
+/** Keeps the footer current for one session. */
+export class SandboxStatus {
+  #timer: NodeJS.Timeout | undefined;
+  #ctx: ExtensionContext | undefined;
+  #busy: Promise<void> | undefined;
+
+  constructor(
+    private readonly deps: SandboxDependencies,
+    private readonly attachments: Attachments,
+  ) {}
+
+  /** Starts the periodic refresh (only with a UI: print mode has no footer). */
+  start(ctx: ExtensionContext): void {
+    this.stop();
+    if (!ctx.hasUI) return;
+    this.#ctx = ctx;
+    void this.refresh(ctx);
+    this.#timer = setInterval(() => void this.refresh(), REFRESH_MS);
+    this.#timer.unref();
+  }
+
+  /** Stops the refresh; the instances keep running. */
+  stop(): void {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = undefined;
+    this.#ctx = undefined;
+  }
+
+  /** Looks at the instances now; overlapping calls share one look. */
+  refresh(ctx: ExtensionContext | undefined = this.#ctx): Promise<void> {
+    if (!ctx?.hasUI) return Promise.resolve();
+    this.#busy ??= this.#look(ctx).finally(() => (this.#busy = undefined));
+    return this.#busy;
+  }
+
+  async #look(ctx: ExtensionContext): Promise<void> {
+    let instances: EntryView[] | undefined;
+    try {
+      const root = resolveStateRoot(this.deps.env ?? process.env);
+      if (existsSync(join(root, "instances"))) {
+        const listed = (await this.deps.callAction({ action: "list" }, { env: this.deps.env })) as {
+          instances?: EntryView[];
+        };
+        instances = listed.instances ?? [];
+      } else {
+        instances = [];
+      }
+    } catch {
+      // The footer is best effort: a failed look leaves it as it was.
+      return;
+    }
+    const attached = this.attachments.name;
+    if (attached !== undefined) {
+      const entry = instances.find((i) => i.name === attached);
+      if (!entry || GONE_STATES.has(entry.state)) {
+        this.attachments.detach(ctx, entry ? `${attached} is ${entry.state}` : `${attached} was destroyed`);
+      }
+    }
+    try {
+      ctx.ui.setStatus(INSTANCES_STATUS, instancesStatus(instances));
+      this.showAttach(ctx);
+    } catch {
+      // A session that ended meanwhile has no UI to update.
+    }
+  }
+
+  /** Shows or clears `attached: <name>`. */
+  showAttach(ctx: ExtensionContext): void {
+    if (!ctx.hasUI) return;
+    const name = this.attachments.name;
+    ctx.ui.setStatus(ATTACH_STATUS, name === undefined ? undefined : `attached: ${name}`);
+  }
+}

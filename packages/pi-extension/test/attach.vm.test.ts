@@ -1,0 +1,177 @@
+// A real Pi process (RPC mode, the fake model) attached to one real instance: the footer lists
+// it with its preview URL, /sandbox offers a pick list, /sandbox attach routes Pi's own tools
+// into the guest (bash, write, edit, read, grep, find, ls, Pi's truncation, abort killing the
+// guest command), /sandbox detach returns them to the host, and an instance that stops detaches
+// Pi with a message while a new attach to it is refused with the start hint.
+
+import { existsSync } from "node:fs";
+import { rm, writeFile } from "node:fs/promises";
+import { hostname } from "node:os";
+import { join } from "node:path";
+import { callAction } from "@pi-sandbox/controller/client";
+import { SEED_YAML, testImage } from "@pi-sandbox/controller/testing";
+import { startFakeOpenAI, type FakeOpenAI } from "./fake-openai.js";
+import { makePiHome, PACKAGE_DIR, PiRpc, resultText, type Json, type PiHome } from "./pi-harness.js";
+
+let fake: FakeOpenAI;
+let home: PiHome;
+let rpc: PiRpc;
+let guestHost = "";
+
+const call = (action: Record<string, unknown>) =>
+  callAction(action, { env: home.env, cwd: home.workDir }) as Promise<Json>;
+
+const ui =
+  (method: string, match: (e: Json) => boolean = () => true) =>
+  (e: Json) =>
+    e.type === "extension_ui_request" && e.method === method && match(e);
+
+/** Sends a prompt whose tool calls the fake model scripts, and returns their ends once Pi settles. */
+async function run(prompt: string, ...calls: { tool: string; args: Record<string, unknown> }[]): Promise<Json[]> {
+  const before = rpc.events.length;
+  fake.script(...calls);
+  rpc.send({ type: "prompt", message: prompt });
+  await rpc.waitFor((e) => e.type === "agent_settled" && rpc.events.indexOf(e) >= before, 300_000);
+  return rpc.events.slice(before).filter((e) => e.type === "tool_execution_end");
+}
+
+/** The next notify after `from` events. */
+function notifyAfter(from: number, timeoutMs = 120_000): Promise<Json> {
+  return rpc.waitFor((e) => rpc.events.indexOf(e) >= from && ui("notify")(e), timeoutMs);
+}
+
+beforeAll(async () => {
+  fake = await startFakeOpenAI();
+  home = await makePiHome(fake, "pat-");
+  await writeFile(join(home.workDir, "sandbox.yaml"), `version: 1\nimage: ${testImage()}\n${SEED_YAML}`);
+  expect((await call({ action: "create", name: "dev", config: "sandbox.yaml" })).state).toBe("running");
+  guestHost = ((await call({ action: "exec", name: "dev", cmd: "uname -n" })).output as string).trim();
+  rpc = PiRpc.start(home, ["-e", PACKAGE_DIR, "--tools", "read,bash,edit,write,grep,find,ls"]);
+});
+
+afterAll(async () => {
+  if (rpc) await rpc.close();
+  await call({ action: "destroy", name: "dev", confirm: "dev" }).catch(() => undefined);
+  await fake?.close();
+  if (home) await rm(home.dir, { recursive: true, force: true });
+});
+
+test("the footer lists the running instance with its preview, and /sandbox offers it in a pick list", async () => {
+  const footer = await rpc.waitFor(ui("setStatus", (e) => e.statusKey === "pi-sandbox.instances" && !!e.statusText));
+  expect(footer.statusText).toMatch(/^sandbox: dev http:\/\/127\.0\.0\.1:\d+\/$/);
+
+  // Picking opens a terminal (the ssh path has its own test in pi.vm); here the user cancels.
+  const from = rpc.events.length;
+  const requests = fake.requests.length;
+  rpc.send({ id: "pick", type: "prompt", message: "/sandbox" });
+  const pick = await rpc.waitFor((e) => rpc.events.indexOf(e) >= from && ui("select")(e));
+  expect(pick.title).toBe("Open a terminal into which instance?");
+  expect(pick.options).toEqual([expect.stringMatching(/^dev · running · http:\/\/127\.0\.0\.1:\d+\/$/)]);
+  rpc.send({ type: "extension_ui_response", id: pick.id, cancelled: true });
+  await rpc.waitFor((e) => e.id === "pick" && e.type === "response");
+  expect(rpc.events.slice(from).filter(ui("notify"))).toEqual([]);
+  expect(fake.requests.length).toBe(requests);
+});
+
+test("attached, Pi's tools work in the guest; nothing lands on the host", async () => {
+  const from = rpc.events.length;
+  rpc.send({ type: "prompt", message: "/sandbox attach" });
+  const pick = await rpc.waitFor((e) => rpc.events.indexOf(e) >= from && ui("select")(e));
+  rpc.send({ type: "extension_ui_response", id: pick.id, value: pick.options[0] });
+  const attached = await notifyAfter(from);
+  expect(attached.message).toMatch(
+    /^Attached to dev: read, bash, edit, write, grep, find, ls run in the instance \(cwd \/workspace\)/,
+  );
+  await rpc.waitFor(
+    (e) => rpc.events.indexOf(e) >= from && ui("setStatus", (s) => s.statusKey === "pi-sandbox.attach")(e),
+  );
+  expect(rpc.events.filter(ui("setStatus", (s) => s.statusKey === "pi-sandbox.attach")).at(-1)?.statusText).toBe(
+    "attached: dev",
+  );
+
+  const ends = await run(
+    "work in the sandbox",
+    { tool: "bash", args: { command: "uname -n; pwd" } },
+    { tool: "write", args: { path: "notes/todo.txt", content: "one fish\ntwo fish\nred fish\n" } },
+    { tool: "edit", args: { path: "notes/todo.txt", edits: [{ oldText: "two", newText: "2" }] } },
+    { tool: "read", args: { path: "notes/todo.txt" } },
+    { tool: "grep", args: { pattern: "fi.h$", path: "notes" } },
+    { tool: "find", args: { pattern: "*.txt" } },
+    { tool: "ls", args: { path: "notes" } },
+  );
+  const byTool = Object.fromEntries(ends.map((e) => [e.toolName, e]));
+  for (const end of ends)
+    expect({ tool: end.toolName, isError: end.isError }).toEqual({ tool: end.toolName, isError: false });
+  expect(resultText(byTool.bash!)).toBe(`${guestHost}\n/workspace\n`);
+  expect(guestHost).not.toBe(hostname());
+  expect(byTool.bash!.result.details.sandbox).toBe("dev");
+  expect(resultText(byTool.read!)).toBe("one fish\n2 fish\nred fish\n");
+  expect(resultText(byTool.grep!)).toBe("todo.txt:1: one fish\ntodo.txt:2: 2 fish\ntodo.txt:3: red fish");
+  expect(resultText(byTool.find!)).toBe("notes/todo.txt");
+  expect(resultText(byTool.ls!)).toBe("todo.txt");
+  // The file is in the guest workspace, not in Pi's host directory.
+  const inGuest = await call({ action: "read", name: "dev", path: "/workspace/notes/todo.txt" });
+  expect(inGuest.content).toBe("one fish\n2 fish\nred fish\n");
+  expect(existsSync(join(home.workDir, "notes"))).toBe(false);
+  // The model was told where its tools run.
+  const lastRequest = fake.requests.at(-1)!;
+  expect(JSON.stringify(lastRequest.messages)).toContain("attached Pi to the sandbox instance dev");
+});
+
+test("bash in the guest: Pi's truncation of long output, and abort ends the guest command", async () => {
+  const [long] = await run("count", { tool: "bash", args: { command: "seq 1 100000" } });
+  const text = resultText(long!);
+  expect(text).toMatch(/\n99999\n100000\n\s*\[Showing lines \d+-\d+ of \d+\. Full output: /);
+  expect(text.split("\n").length).toBeLessThan(2100);
+
+  const from = rpc.events.length;
+  fake.script({ tool: "bash", args: { command: "touch /tmp/began; sleep 97; touch /tmp/finished" } });
+  rpc.send({ type: "prompt", message: "wait a while" });
+  await rpc.waitFor((e) => rpc.events.indexOf(e) >= from && e.type === "tool_execution_start");
+  for (let i = 0; ; i++) {
+    if ((await call({ action: "exec", name: "dev", cmd: "test -e /tmp/began" })).exitCode === 0) break;
+    if (i > 100) throw new Error("the guest command never started");
+    await new Promise((r) => setTimeout(r, 300));
+  }
+  rpc.send({ type: "abort" });
+  const ended = await rpc.waitFor((e) => rpc.events.indexOf(e) >= from && e.type === "tool_execution_end");
+  expect(ended.isError).toBe(true);
+  expect(resultText(ended)).toContain("Command aborted");
+  await rpc.waitFor((e) => rpc.events.indexOf(e) >= from && e.type === "agent_settled");
+  const left = await call({
+    action: "exec",
+    name: "dev",
+    cmd: "pgrep -f 'sleep 97' || echo none; ls /tmp/finished 2>&1",
+  });
+  expect(left.output).toMatch(/^none\n.*No such file/s);
+});
+
+test("detach returns the tools to the host; a stopped instance detaches Pi and refuses a new attach", async () => {
+  let from = rpc.events.length;
+  rpc.send({ type: "prompt", message: "/sandbox detach" });
+  expect((await notifyAfter(from)).message).toMatch(/^Detached from dev: read, bash/);
+  const [onHost] = await run("where am I", { tool: "bash", args: { command: "uname -n" } });
+  expect(resultText(onHost!).trim()).toBe(hostname());
+  expect(onHost!.result.details?.sandbox).toBeUndefined();
+
+  from = rpc.events.length;
+  rpc.send({ type: "prompt", message: "/sandbox attach dev" });
+  expect((await notifyAfter(from)).message).toMatch(/^Attached to dev/);
+  expect((await call({ action: "stop", name: "dev" })).state).toBe("stopped");
+  // The footer's next look sees it and detaches, telling the user and the model.
+  const gone = await rpc.waitFor(
+    (e) => rpc.events.indexOf(e) >= from && ui("notify", (n) => /Detached from dev/.test(n.message))(e),
+    30_000,
+  );
+  expect(gone.notifyType).toBe("warning");
+  expect(gone.message).toMatch(/^dev is (stopping|stopped)\. Detached from dev: read, bash/);
+  const [afterStop] = await run("where now", { tool: "bash", args: { command: "uname -n" } });
+  expect(resultText(afterStop!).trim()).toBe(hostname());
+  expect(JSON.stringify(fake.requests.at(-1)!.messages)).toMatch(/dev is (stopping|stopped)\. Pi is detached/);
+
+  from = rpc.events.length;
+  rpc.send({ type: "prompt", message: "/sandbox attach dev" });
+  const refused = await notifyAfter(from);
+  expect(refused.notifyType).toBe("error");
+  expect(refused.message).toMatch(/^CONTROLLER_NOT_RUNNING: .*\nHint: .*start/s);
+});
