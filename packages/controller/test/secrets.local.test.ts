@@ -154,6 +154,28 @@ test("the guest sees stable placeholders, the host holds values read at each sta
   for (const value of [ENV_VALUE, FILE_VALUE, ROTATED]) expect(everything).not.toContain(value);
 });
 
+test("the secrets action reads the sources of a running instance again; the placeholders stay", async () => {
+  await call({ action: "create", name: "demo", config: join(dir, "sandbox.yaml") });
+  const before = await guestEnv("demo");
+  await writeFile(join(dir, "npm-token"), ROTATED);
+  expect(await call({ action: "secrets", name: "demo" })).toEqual({
+    secrets: [
+      { name: "API_TOKEN", hosts: ["api.example.com"] },
+      { name: "NPM_TOKEN", hosts: ["*.npm.example.com"] },
+    ],
+  });
+  expect(liveVm().secretValue("NPM_TOKEN")).toBe(ROTATED);
+  expect(await guestEnv("demo")).toBe(before);
+  // A source that fails changes nothing.
+  await rm(join(dir, "npm-token"));
+  await expect(call({ action: "secrets", name: "demo" })).rejects.toMatchObject({
+    code: "CONTROLLER_SECRET_UNAVAILABLE",
+  });
+  expect(liveVm().secretValue("NPM_TOKEN")).toBe(ROTATED);
+
+  await call({ action: "stop", name: "demo" });
+});
+
 test("a missing source fails the start before the boot, naming the secret and its source", async () => {
   await call({ action: "create", name: "demo", config: join(dir, "sandbox.yaml") });
   await call({ action: "stop", name: "demo" });

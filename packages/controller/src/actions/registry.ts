@@ -11,6 +11,7 @@ import { inspect } from "./inspect.js";
 import { create, destroy, prepare, start, stop } from "./lifecycle.js";
 import { list } from "./list.js";
 import { logs } from "./logs.js";
+import { secrets } from "./secrets.js";
 import { preview, serviceStart, services } from "./services.js";
 import { shell } from "./shell.js";
 
@@ -35,6 +36,7 @@ export const ACTIONS = [
   services,
   serviceStart,
   preview,
+  secrets,
   doctor,
   shell,
 ] as const;

@@ -48,4 +48,9 @@ export interface GuestActions {
   openPreview(spec: { port: number; title?: string; description?: string }): Promise<{ previews: PreviewLinkInfo[] }>;
   /** A temporary ssh command into the guest. */
   shell(user: string): Promise<{ command: string; user: string; port: number }>;
+  /**
+   * Reads every `network.secrets` source again and gives the running VM the values from its next
+   * request on (the placeholders stay); CONTROLLER_SECRET_UNAVAILABLE if one fails (none changes then).
+   */
+  reloadSecrets(): Promise<{ secrets: { name: string; hosts: string[] }[] }>;
 }

@@ -10,9 +10,10 @@ import {
 } from "@pi-sandbox/ingress";
 import { ControllerError } from "../errors.js";
 import { isSupervisorError, type ServicesResult } from "@pi-sandbox/supervisor";
-import type { PreviewLinkInfo } from "../state/records.js";
+import { readRecord, type PreviewLinkInfo } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { GuestActions, ServicesView } from "./context.js";
+import { resolveSecrets } from "./secrets.js";
 import { toControllerError, type InstanceState } from "./state.js";
 
 type Progress = (event: ProgressEvent) => void;
@@ -209,6 +210,16 @@ export class GuestOperations implements GuestActions {
   async shell(user: string) {
     const access = await this.state.running().vm.enableSsh({ user });
     return { command: access.command, user: access.user, port: access.port };
+  }
+
+  async reloadSecrets() {
+    const { vm } = this.state.running();
+    const record = await readRecord(this.state.layout, this.state.kind, this.state.name);
+    const secrets =
+      record?.secretSalt !== undefined ? await resolveSecrets(record.config, { salt: record.secretSalt }) : {};
+    for (const [name, secret] of Object.entries(secrets)) vm.updateSecret(name, secret.value);
+    this.state.log.info(`secrets read again: ${Object.keys(secrets).join(", ") || "none"}`);
+    return { secrets: Object.entries(secrets).map(([name, secret]) => ({ name, hosts: [...secret.hosts] })) };
   }
 
   private async withPreviews<T extends object>(work: Promise<T>): Promise<T & { previews: PreviewLinkInfo[] }> {
