@@ -51,7 +51,7 @@ describe("validateAction", () => {
       expect(e.message).toMatch(/colour/);
       expect(e.message).toMatch(/cmd/);
       expect(e.hint).toMatch(
-        /exec takes \{"action":"exec", name: string, cmd: string, cwd\?: string, env\?: object, timeoutMs\?: integer\}/,
+        /exec takes \{"action":"exec", name: string, cmd: string, cwd\?: string, env\?: object, separateStderr\?: boolean, timeoutMs\?: integer\}/,
       );
     }
   });

@@ -146,3 +146,18 @@ test("cp: a directory goes in and comes back recursively; links are skipped and 
   expect((await lstat(join(copy, "sub", "run.sh"))).mode & 0o777).toBe(0o755);
   expect((await lstat(join(copy, "empty"))).isDirectory()).toBe(true);
 });
+
+test("exec: guest stdout goes to stdout and stderr to stderr, each as it comes", async () => {
+  const run = await cli([
+    "exec",
+    NAME,
+    "--",
+    "sh",
+    "-c",
+    "echo out1; echo err1 >&2; sleep 1; echo out2; echo err2 >&2; exit 3",
+  ]);
+  expect(run).toEqual({ code: 3, stdout: "out1\nout2\n", stderr: "err1\nerr2\n" });
+  // -d keeps one result text, both streams in it.
+  const detached = await cli(["exec", NAME, "-d", "--timeout", "20000", "--", "sh", "-c", "echo o; echo e >&2"]);
+  expect(detached).toEqual({ code: 0, stdout: "o\ne\n", stderr: "" });
+});

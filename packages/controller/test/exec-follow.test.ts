@@ -69,6 +69,24 @@ test("streams each call's new output and exits with the command's code", async (
   expect(s.interrupts.listenerCount("SIGINT")).toBe(0);
 });
 
+test("stderr kept apart by the guest goes to stderr, stdout to stdout; --json joins each", async () => {
+  const replies = () => [
+    { ...running("out1\n"), stderr: "err1\n", stderrTruncatedBytes: 0 },
+    { ...exited("out2\n", 0), stderr: "err2\n", stderrTruncatedBytes: 3 },
+  ];
+  const s = script(replies());
+  expect(await followExec(ACTION, { json: false }, s.io)).toBe(0);
+  expect(s.stdout()).toBe("out1\nout2\n");
+  expect(s.stderr()).toBe("err1\nerr2\n");
+  const j = script(replies());
+  await followExec(ACTION, { json: true }, j.io);
+  expect(JSON.parse(j.stdout())).toMatchObject({
+    output: "out1\nout2\n",
+    stderr: "err1\nerr2\n",
+    stderrTruncatedBytes: 3,
+  });
+});
+
 test("--json prints one result when the command ends, with the output of every call", async () => {
   const s = script([running("a\n"), running(""), { ...running("b\n"), truncatedBytes: 3 }, exited("c\n", 2)]);
   expect(await followExec(ACTION, { json: true }, s.io)).toBe(2);

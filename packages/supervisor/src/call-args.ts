@@ -13,6 +13,7 @@ export function toExecResult(raw: CheckedExec): ExecResult {
     ...(raw.signal === undefined ? {} : { signal: raw.signal }),
     output: raw.output ?? "",
     truncatedBytes: raw.truncatedBytes ?? 0,
+    ...(raw.stderr === undefined ? {} : { stderr: raw.stderr, stderrTruncatedBytes: raw.stderrTruncatedBytes ?? 0 }),
     ...(raw.durationMs === undefined ? {} : { durationMs: raw.durationMs }),
   };
 }

@@ -160,6 +160,7 @@ export class SupervisorClient implements AsyncDisposable {
         timeoutMs,
         ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
         ...(options.env === undefined ? {} : { env: options.env }),
+        ...(options.separateStderr ? { separateStderr: true } : {}),
       },
       (result) => parseExec(result),
       { signal: options.signal, timeoutMs: timeoutMs + REPLY_MARGIN_MS },

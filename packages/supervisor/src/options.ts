@@ -42,6 +42,11 @@ export interface ExecOptions extends WaitOptions {
   cwd?: string;
   /** Extra environment for the command. */
   env?: Record<string, string>;
+  /**
+   * Keep stderr apart: results carry it as `stderr` (exec-status of the handle too) and `output`
+   * is stdout only. The command then starts its own login shell (the warm one is not used).
+   */
+  separateStderr?: boolean;
 }
 
 /** Options of `SupervisorClient.ensureServices` and `SupervisorClient.restartServices`. */

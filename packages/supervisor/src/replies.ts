@@ -75,6 +75,13 @@ export function parseExec(
     truncatedBytes: integer(r.truncatedBytes, "result.truncatedBytes") + capped.omittedBytes,
     ...(r.durationMs === undefined ? {} : { durationMs: integer(r.durationMs, "result.durationMs") }),
   };
+  if (r.stderr !== undefined) {
+    // Only an exec that asked for stderr apart carries it: capped like the output.
+    if (typeof r.stderr !== "string") throw new BadReply("result.stderr", "is not a string");
+    const err = capText(r.stderr, LIMITS.outputMaxBytes, options.keep ?? "head-tail", "stderr");
+    result.stderr = err.text;
+    result.stderrTruncatedBytes = integer(r.stderrTruncatedBytes, "result.stderrTruncatedBytes") + err.omittedBytes;
+  }
   if (options.commands) result.steps = parseSteps(r.steps, options.commands);
   return result;
 }

@@ -33,10 +33,17 @@ export interface ExecResult {
   exitCode?: number;
   /** Signal name when the command was killed by one. */
   signal?: string;
-  /** Output (stdout and stderr interleaved) not returned by an earlier call; at most 64 KiB. */
+  /**
+   * Output not returned by an earlier call, at most 64 KiB: stdout and stderr interleaved, or
+   * stdout only when the exec asked for `separateStderr`.
+   */
   output: string;
   /** Bytes of output left out of `output` (an explicit marker shows where); 0 when complete. */
   truncatedBytes: number;
+  /** With `separateStderr`: stderr not returned by an earlier call, at most 64 KiB. */
+  stderr?: string;
+  /** With `separateStderr`: bytes left out of `stderr`. */
+  stderrTruncatedBytes?: number;
   /** Run time in ms, once finished. */
   durationMs?: number;
 }

@@ -17,6 +17,16 @@ test("a finished command returns its interleaved output and exit code", async ()
   expect(result.handle).toMatch(/^x[0-9a-f]+$/);
 });
 
+test("separateStderr keeps stderr apart, in exec and in exec-status of the same handle", async () => {
+  const first = await sup.client.exec("echo out; echo err >&2; sleep 1; echo out2; echo err2 >&2; exit 4", {
+    separateStderr: true,
+    timeoutMs: 300,
+  });
+  expect(first).toMatchObject({ running: true, output: "out\n", stderr: "err\n", stderrTruncatedBytes: 0 });
+  const rest = await sup.client.execStatus(first.handle, { timeoutMs: 10_000 });
+  expect(rest).toMatchObject({ running: false, exitCode: 4, output: "out2\n", stderr: "err2\n" });
+});
+
 test("cwd is relative to the workspace, and a missing one is a typed error", async () => {
   await mkdir(join(sup.workspace, "app"), { recursive: true });
   const result = await sup.client.exec("pwd", { cwd: "app" });

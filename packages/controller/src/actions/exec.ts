@@ -62,6 +62,12 @@ export const exec = defineAction({
     arg("cmd", "string", true, "shell command"),
     arg("cwd", "string", false, "workspace-relative directory, default the workspace"),
     arg("env", "object", false, "NAME -> string, added to the command's environment"),
+    arg(
+      "separateStderr",
+      "boolean",
+      false,
+      "default false: stdout and stderr interleaved in `output`; true: `output` is stdout, `stderr` (with `stderrTruncatedBytes`) is stderr, in this result and in exec-status results of its handle",
+    ),
     timeoutArg,
   ],
   route: "daemon",
@@ -70,6 +76,7 @@ export const exec = defineAction({
     cmd: text,
     cwd: v.optional(v.string()),
     env: v.optional(envSchema),
+    separateStderr: v.optional(v.boolean()),
     timeoutMs: v.optional(waitMs),
   }),
   cli: {
@@ -90,6 +97,8 @@ export const exec = defineAction({
         cmd: commandLine(argv),
         cwd: input.values.cwd,
         env: envOption(input),
+        // Followed, guest stdout goes to stdout and stderr to stderr; a detached result is one text.
+        separateStderr: input.values.detach ? undefined : true,
         // Detached, the one call waits --timeout (default not at all); followed, the CLI picks its waits.
         timeoutMs: input.values.detach ? (intOption(input.values.timeout, "--timeout") ?? 0) : undefined,
       };
@@ -106,12 +115,19 @@ export const exec = defineAction({
       "-w, --cwd dir: workspace-relative working directory. -e, --env NAME=value: repeatable.",
       "--json: one result when following ends, its output that of every call.",
       "Ctrl-C ends the command (its whole process group) and exits 130; a second Ctrl-C detaches.",
-      "Unlike docker exec, stdout and stderr arrive mixed on stdout (the guest merges them), there is",
-      "no stdin or TTY (use shell for that), and control characters in the output are escaped.",
+      "Guest stdout goes to stdout and stderr to stderr (with -d, one text of both). Control characters",
+      "in the output are escaped.",
     ],
   },
   run: async (args, ctx) =>
-    execView(await ctx.guest.supervisor().exec(args.cmd, { cwd: args.cwd, env: args.env, timeoutMs: args.timeoutMs })),
+    execView(
+      await ctx.guest.supervisor().exec(args.cmd, {
+        cwd: args.cwd,
+        env: args.env,
+        timeoutMs: args.timeoutMs,
+        separateStderr: args.separateStderr,
+      }),
+    ),
   formatText: formatExec,
   brief: briefExec,
 });

@@ -13,7 +13,7 @@ export interface FollowIo {
   call(action: Record<string, unknown>, signal: AbortSignal): Promise<unknown>;
   /** Writes command output (the CLI escapes control characters). */
   out(text: string): void;
-  /** Writes notices. */
+  /** Writes notices, and the command's stderr when the exec keeps it apart. */
   err(text: string): void;
   /** Emits `SIGINT` on Ctrl-C (the process). */
   interrupts: Pick<NodeJS.EventEmitter, "on" | "off">;
@@ -47,26 +47,41 @@ export async function followExec(
   let handle: string | undefined;
   let interrupts = 0;
   let killing: Promise<void> | undefined;
-  // A trailing CR is held back until the next chunk, so a CRLF split between two calls stays a
-  // line break instead of being escaped as a lone `\r`.
-  let pendingCr = "";
+  // Per stream, a trailing CR is held back until the next chunk, so a CRLF split between two
+  // calls stays a line break instead of being escaped as a lone `\r`.
+  const pendingCr = { out: "", err: "" };
   // With --json: the last result, holding the output of all.
   let joined: ExecView | undefined;
 
+  const emit = (stream: "out" | "err", chunk: string, running: boolean) => {
+    const text = pendingCr[stream] + chunk;
+    pendingCr[stream] = text.endsWith("\r") && running ? "\r" : "";
+    if (text.length > pendingCr[stream].length) io[stream](pendingCr[stream] ? text.slice(0, -1) : text);
+  };
   const write = (view: ExecView) => {
     if (options.json) {
       joined = !joined
         ? view
-        : { ...view, output: joined.output + view.output, truncatedBytes: joined.truncatedBytes + view.truncatedBytes };
+        : {
+            ...view,
+            output: joined.output + view.output,
+            truncatedBytes: joined.truncatedBytes + view.truncatedBytes,
+            ...(view.stderr === undefined
+              ? {}
+              : {
+                  stderr: (joined.stderr ?? "") + view.stderr,
+                  stderrTruncatedBytes: (joined.stderrTruncatedBytes ?? 0) + (view.stderrTruncatedBytes ?? 0),
+                }),
+          };
       return;
     }
-    const text = pendingCr + view.output;
-    pendingCr = text.endsWith("\r") && view.running ? "\r" : "";
-    if (text.length > pendingCr.length) io.out(pendingCr ? text.slice(0, -1) : text);
+    emit("out", view.output, view.running);
+    if (view.stderr !== undefined) emit("err", view.stderr, view.running);
   };
   const flush = () => {
     if (joined) io.out(`${JSON.stringify(joined, null, 2)}\n`);
-    else if (pendingCr) io.out(pendingCr);
+    if (pendingCr.out) io.out(pendingCr.out);
+    if (pendingCr.err) io.err(pendingCr.err);
   };
   const kill = () => {
     if (handle === undefined || killing) return;

@@ -29,12 +29,15 @@ class Execs:
         cwd = self.ctx.check_cwd(args.get("cwd"))
         timeout_ms = self._wait_ms(args)
         extra_env = check_env(args.get("env"))
-        job = None if extra_env else self._exec_warm(command, cwd)
+        separate = args.get("separateStderr") is True
+        # The warm shell's stderr is its output file; a command that wants stderr apart starts cold.
+        job = None if extra_env or separate else self._exec_warm(command, cwd)
         if job is None:
             env = dict(self.ctx.base_env)
             env.update(extra_env)
             handle = self.jobs.new_handle()
-            job = Job(handle, "exec", os.path.join(self.ctx.state.exec_dir, handle + ".out"))
+            base = os.path.join(self.ctx.state.exec_dir, handle)
+            job = Job(handle, "exec", base + ".out", err_path=base + ".err" if separate else None)
             try:
                 job.spawn(self.ctx.login_shell(command), cwd, env)
             except OSError as err:

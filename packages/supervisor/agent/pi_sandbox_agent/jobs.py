@@ -25,13 +25,53 @@ MAX_OUTPUT_FILE_BYTES = 16 * 1024 * 1024
 OUTPUT_CHECK_S = 2.0
 
 
+class Stream:
+    """A second output file (stderr kept apart): read in capped slices, bounded like the first."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.read_offset = 0
+        self.dropped = 0
+
+    def collect(self, cap: int, tail_only: bool) -> tuple[str, int]:
+        text, omitted = "", 0
+        try:
+            size = os.path.getsize(self.path)
+            text, omitted = read_span_capped(self.path, self.read_offset, size, cap, "stderr", tail_only)
+            self.read_offset = size
+        except OSError:
+            pass
+        if self.dropped:
+            text = "[... pi-sandbox: %d bytes of stderr were dropped unread ...]\n" % self.dropped + text
+            omitted += self.dropped
+            self.dropped = 0
+        return text, omitted
+
+    def bound(self, limit: int) -> None:
+        try:
+            size = os.path.getsize(self.path)
+            if size - self.read_offset <= limit:
+                return
+            if punch_hole(self.path, self.read_offset, size - self.read_offset):
+                self.dropped += size - self.read_offset
+                self.read_offset = size
+                return
+            os.truncate(self.path, 0)
+        except OSError:
+            return
+        self.dropped += size - self.read_offset
+        self.read_offset = 0
+
+
 class Job:
     """A command (or sequence of commands) whose output goes to a file the host reads in slices."""
 
-    def __init__(self, handle: str, kind: str, out_path: str, keep_file: bool = False):
+    def __init__(self, handle: str, kind: str, out_path: str, keep_file: bool = False, err_path: str | None = None):
         self.handle = handle
         self.kind = kind
         self.out_path = out_path
+        # With err_path, stderr goes to its own file and every collect returns it as `stderr`.
+        self.err = Stream(err_path) if err_path is not None else None
         self.keep_file = keep_file
         self.lock = threading.Lock()
         self.done = threading.Event()
@@ -46,17 +86,19 @@ class Job:
         self.cancelled = False
         self.dropped = 0
         self.extra: JsonDict = {}
+        self.extra_out: tuple[str, int] = ("", 0)
 
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        """Starts argv in its own session with stdout and stderr appended to the output file."""
-        with open(self.out_path, "ab") as out:
+        """Starts argv in its own session with stdout (and stderr, unless it has a file of its own)
+        appended to the output file."""
+        with open(self.out_path, "ab") as out, open(self.err.path if self.err else os.devnull, "ab") as err:
             proc = subprocess.Popen(
                 argv,
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
-                stderr=subprocess.STDOUT,
+                stderr=err if self.err else subprocess.STDOUT,
                 start_new_session=True,
             )
         self.proc = proc
@@ -98,14 +140,25 @@ class Job:
                     ) + output
                     omitted += self.dropped
                     self.dropped = 0
+                if self.err is not None:
+                    self.extra_out = self.err.collect(cap, tail_only)
                 if finished:
                     self.freed = True
                     if not self.keep_file:
-                        try:
-                            os.unlink(self.out_path)
-                        except OSError:
-                            pass
-            return self.status(output, omitted)
+                        self.unlink_files()
+            result = self.status(output, omitted)
+            if self.err is not None:
+                result["stderr"], result["stderrTruncatedBytes"] = self.extra_out
+            return result
+
+    def unlink_files(self) -> None:
+        for path in (self.out_path, self.err.path if self.err else None):
+            if path is None:
+                continue
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     def bound_file(self, limit: int) -> None:
         """Keeps the unread output of a running job under `limit` bytes on disk by dropping it.
@@ -118,6 +171,8 @@ class Job:
         with self.lock:
             if self.freed:
                 return
+            if self.err is not None:
+                self.err.bound(limit)
             try:
                 size = os.path.getsize(self.out_path)
                 if size - self.read_offset <= limit:
@@ -180,10 +235,7 @@ class Jobs:
         for job in done[: len(done) - self.keep_completed]:
             del self._jobs[job.handle]
             if not job.keep_file:
-                try:
-                    os.unlink(job.out_path)
-                except OSError:
-                    pass
+                job.unlink_files()
             self._expired[job.handle] = True
             while len(self._expired) > EXPIRED_IDS_REMEMBERED:
                 self._expired.popitem(last=False)
