@@ -13,14 +13,15 @@ import { VmError, isVmError, messageOf } from "./errors.js";
 import { runInGuest } from "./exec-util.js";
 import { GondolinGuest } from "./gondolin-guest.js";
 import { gondolinCertDir, type loadGondolin } from "./gondolin-loader.js";
-import { dialMappedTcpOnConnect } from "./gondolin-private.js";
+import { dialMappedTcpOnConnect, seedVfsInodes } from "./gondolin-private.js";
 import { GuestFault } from "./guest-fault.js";
 import { readonlyMounts } from "./mounts.js";
 import { hostDiskFullError, isNoSpaceError } from "./host-disk.js";
 import { qemuMemory, type AcceleratorChoice } from "./host.js";
-import { writeQemuPidRecord } from "./qemu-process.js";
+import { INCOMING_MARKER, writeQemuPidRecord } from "./qemu-process.js";
 import { QMP_SOCKET_NAME, QmpMonitor, type IoErrorPause } from "./qmp.js";
-import type { RunningVm, StartVmOptions } from "./vm-types.js";
+import { restoreMemory, savedMachineOf, type SuspendState } from "./vm-memory.js";
+import type { RestoreOutcome, RunningVm, StartVmOptions } from "./vm-types.js";
 
 const DEFAULT_START_TIMEOUT_MS = 180_000;
 // `quiet` saves ~0.8 s of serial output per boot on TCG. The root device is Gondolin's default.
@@ -36,9 +37,13 @@ export function startTimeoutOf(options: StartVmOptions): number {
 export interface BootAttempt {
   options: StartVmOptions;
   gondolin: Awaited<ReturnType<typeof loadGondolin>>;
-  launcher: { qemuPath: string };
+  launcher: { qemuPath: string; emulatorPath: string };
   started: number;
   warnings: string[];
+  /** Resume this saved memory state instead of booting (see vm-memory.ts). */
+  memory?: { state: SuspendState; file: string };
+  /** What became of a saved memory state, for `RunningVm.restore`. */
+  restore?: RestoreOutcome;
 }
 
 /**
@@ -98,6 +103,8 @@ export async function bootAttempt(
       ...(options.spec.network.secrets ? { secrets: options.spec.network.secrets } : {}),
     });
     const mounts = await readonlyMounts(gondolin, options.spec.mounts ?? []);
+    // The wrapper starts QEMU with `-incoming defer` when it finds this marker in the run dir.
+    if (attempt.memory) await fsp.writeFile(path.join(runtimeDir, INCOMING_MARKER), "", { mode: 0o600 });
     const image = run.image;
     const vmOptions: VMOptions = {
       sandbox: {
@@ -156,8 +163,17 @@ export async function bootAttempt(
       recorded = writeQemuPidRecord(options.diskDir, pid).catch(() => undefined);
       clearInterval(recorder);
     }, 50);
+    const restoreStarted = performance.now();
     try {
-      await fault.race(startWithSignal(vm, signal));
+      const starting = startWithSignal(vm, signal);
+      if (attempt.memory) {
+        // Gondolin's readiness check is an exec, answered once the restored guest runs.
+        const restoring = resumeMemory(vm, monitor, runtimeDir, attempt.memory, readyTimeoutMs);
+        starting.catch(() => undefined);
+        await fault.race(Promise.all([starting, restoring]));
+      } else {
+        await fault.race(starting);
+      }
     } finally {
       clearInterval(recorder);
     }
@@ -165,18 +181,55 @@ export async function bootAttempt(
     guest = new GondolinGuest(options.name, vm, fault);
     const pid = vm.getHostPid();
     if (pid !== null && !recorded) await writeQemuPidRecord(options.diskDir, pid);
+    let restore = attempt.restore;
+    if (attempt.memory) {
+      await thawRestoredGuest(guest, signal);
+      restore = { warm: true, restoreMs: performance.now() - restoreStarted };
+    }
     let grown = run.pointer.grown;
     if (!grown) {
       await growFilesystem(guest, signal);
       grown = true;
     }
     const bootMs = performance.now() - attempt.started;
-    logger?.info(`[vm ${options.name}] ready in ${Math.round(bootMs)} ms (${accelerator.accel})`);
-    return new BootedVm(options.name, guest, monitor, run, runtimeDir, accelerator, warnings, bootMs, grown, policy);
+    logger?.info(
+      `[vm ${options.name}] ${attempt.memory ? "resumed from saved memory" : "ready"} in ${Math.round(bootMs)} ms (${accelerator.accel})`,
+    );
+    const machine = await savedMachineOf(launcher.emulatorPath, accelerator, options.spec.resources, run.image);
+    return new BootedVm(options.name, guest, monitor, run, runtimeDir, accelerator, warnings, bootMs, grown, policy, {
+      machine,
+      restore,
+    });
   } catch (error) {
     await cleanup();
     if (signal?.aborted) throw signal.reason;
     throw mapStartError(error, options.diskDir, options.name);
+  }
+}
+
+/** Loads a saved memory state into the QEMU Gondolin started (waiting with `-incoming defer`). */
+function resumeMemory(
+  vm: VM,
+  monitor: QmpMonitor,
+  runtimeDir: string,
+  memory: { state: SuspendState; file: string },
+  timeoutMs: number,
+): Promise<void> {
+  return restoreMemory(monitor, runtimeDir, memory.file, timeoutMs, () => {
+    // The guest's FUSE mount names files by the inode numbers the old Gondolin handed out.
+    if (memory.state.vfs) seedVfsInodes(vm, memory.state.vfs);
+  });
+}
+
+/** A restored guest: its filesystem was frozen by the suspend, and its clock stood still since. */
+async function thawRestoredGuest(guest: GondolinGuest, signal: AbortSignal | undefined): Promise<void> {
+  const now = Math.floor(Date.now() / 1000);
+  const script = `fsfreeze -u / 2>/dev/null; date -u -s @${now} >/dev/null 2>&1; echo resumed`;
+  const result = await runInGuest(guest, ["/bin/sh", "-c", script], signal ? { signal } : {});
+  if (!result.stdout.includes("resumed")) {
+    throw new VmError("VM_RESTORE_FAILED", `the restored guest did not answer its thaw (exit ${result.exitCode})`, {
+      details: { reason: result.stderr.trim().slice(0, 300) },
+    });
   }
 }
 

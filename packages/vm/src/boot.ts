@@ -2,10 +2,10 @@
 // ran on it, with one TCG retry of a KVM boot that shows no sign of life), the disk run, then
 // `bootAttempt` (boot-attempt.ts) for the boot itself.
 import path from "node:path";
-import { bootAttempt, startTimeoutOf } from "./boot-attempt.js";
+import { bootAttempt, startTimeoutOf, type BootAttempt } from "./boot-attempt.js";
 import { DiskStore, type DiskRun } from "./disk-store.js";
 import { hostPortsTcp } from "./egress-policy.js";
-import { isVmError } from "./errors.js";
+import { isVmError, messageOf } from "./errors.js";
 import { loadGondolin } from "./gondolin-loader.js";
 import { hostDiskFullError, isNoSpaceError } from "./host-disk.js";
 import {
@@ -14,15 +14,27 @@ import {
   probeHost,
   recordKvmFailure,
   resolveAccelerator,
+  type AcceleratorChoice,
   type ResolvedAccelerator,
 } from "./host.js";
 import { qemuWords } from "./kvm-probe.js";
 import { prepareQemuLauncher, type QemuLauncher } from "./qemu-process.js";
-import type { RunningVm, StartVmOptions } from "./vm-types.js";
+import { checkSuspendState, removeSuspendState, savedMachineOf } from "./vm-memory.js";
+import type { RestoreOutcome, RunningVm, StartVmOptions } from "./vm-types.js";
 
 export { mapStartError } from "./boot-attempt.js";
 export { gondolinVmOf } from "./booted-vm.js";
-export type { RunningVm, StartVmOptions, StopResult, VmLogger, VmMount, VmSecret, VmSpec } from "./vm-types.js";
+export type {
+  RestoreOutcome,
+  RunningVm,
+  StartVmOptions,
+  StopResult,
+  SuspendResult,
+  VmLogger,
+  VmMount,
+  VmSecret,
+  VmSpec,
+} from "./vm-types.js";
 
 /**
  * Boots the instance disk in `diskDir`: checks resources and accelerator, locks the disk and
@@ -76,9 +88,13 @@ export async function startVm(input: StartVmOptions): Promise<RunningVm> {
     await run.discard().catch(() => undefined);
     throw error;
   }
-  const attempt = { options, gondolin, launcher, started, warnings: launcherWarnings(launcher) };
+  let attempt: BootAttempt = { options, gondolin, launcher, started, warnings: launcherWarnings(launcher) };
   for (const warning of attempt.warnings) logger?.warn(`[vm ${options.name}] ${warning}`);
   const accelerator = resolved.choice;
+  const resumed = await resumeSaved(attempt, run, accelerator, openRun);
+  if (resumed.vm) return resumed.vm;
+  run = resumed.run;
+  if (resumed.restore) attempt = { ...attempt, restore: resumed.restore };
   if (accelerator.accel !== "kvm" || forcedAccel?.trim()) return bootAttempt(attempt, run, accelerator);
   // Belt and braces: the kernel probe passed, but a KVM boot that still shows no sign of life
   // within a bound (or that QEMU stops with a KVM error) is retried once on TCG, and the verdict
@@ -102,6 +118,51 @@ export async function startVm(input: StartVmOptions): Promise<RunningVm> {
     return bootAttempt({ ...attempt, warnings: [...attempt.warnings, notice] }, run, quiet);
   }
 }
+
+/**
+ * Resumes the memory a suspend saved with the disk's current checkpoint, when there is one that
+ * fits this machine. Otherwise (or when QEMU refuses it) says why, deletes it, and hands back an
+ * open run for a cold boot of the same checkpoint. A resumed or refused state is deleted either way.
+ */
+async function resumeSaved(
+  attempt: BootAttempt,
+  run: DiskRun,
+  accelerator: AcceleratorChoice,
+  openRun: () => Promise<DiskRun>,
+): Promise<{ vm?: RunningVm; run: DiskRun; restore?: RestoreOutcome }> {
+  const { options } = attempt;
+  const machine = await savedMachineOf(attempt.launcher.emulatorPath, accelerator, options.spec.resources, run.image);
+  const saved = await checkSuspendState(options.diskDir, run.pointer.generation, machine);
+  if (!saved) return { run };
+  let reason: string;
+  if (saved.usable) {
+    options.onProgress?.("resuming from saved memory");
+    try {
+      const readyMs = Math.min(WARM_READY_TIMEOUT_MS, startTimeoutOf(options));
+      const memory = { state: saved.state, file: saved.file };
+      const vm = await bootAttempt({ ...attempt, memory }, run, accelerator, readyMs);
+      await removeSuspendState(options.diskDir).catch(() => undefined);
+      return { vm, run };
+    } catch (error) {
+      if (options.signal?.aborted) throw error;
+      const details = isVmError(error) ? error.details : undefined;
+      reason = `QEMU could not resume it: ${String(details?.reason ?? messageOf(error))
+        .split("\n")[0]!
+        .slice(0, 300)}`;
+      run = await openRun();
+    }
+  } else {
+    reason = saved.reason;
+  }
+  await removeSuspendState(options.diskDir).catch(() => undefined);
+  const notice = `the saved memory was not used (${reason}); booting the same disk checkpoint cold`;
+  options.logger?.warn(`[vm ${options.name}] ${notice}`);
+  options.onProgress?.(notice);
+  return { run, restore: { warm: false, reason } };
+}
+
+/** A restored guest answers in seconds; one that has not within this bound gets a cold boot instead. */
+const WARM_READY_TIMEOUT_MS = 60_000;
 
 /** What the user should know about how QEMU is confined on this host. */
 function launcherWarnings(launcher: QemuLauncher): string[] {

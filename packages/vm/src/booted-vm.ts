@@ -1,20 +1,32 @@
 // A booted VM: guest operations go to its GondolinGuest; `stop()` quiesces the guest and
-// checkpoints the disk run, `close()` discards it.
+// checkpoints the disk run, `suspend()` also saves its memory first, `close()` discards it.
 import fsp from "node:fs/promises";
+import path from "node:path";
 import type { Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
 import type { CheckpointResult, DiskRun } from "./disk-store.js";
 import { VmError, isVmError, messageOf } from "./errors.js";
 import { runInGuest } from "./exec-util.js";
 import type { GondolinGuest } from "./gondolin-guest.js";
+import { vfsInodesOf } from "./gondolin-private.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions } from "./guest-vm.js";
 import { hostDiskFullError, hostSpaceOf } from "./host-disk.js";
 import type { AcceleratorChoice } from "./host.js";
 import { isAlive, waitFor } from "./process-util.js";
 import type { QmpMonitor } from "./qmp.js";
-import type { RunningVm, StopResult } from "./vm-types.js";
+import {
+  memoryTempName,
+  removeSuspendState,
+  saveMemory,
+  writeSuspendState,
+  type SavedMachine,
+  type SuspendState,
+} from "./vm-memory.js";
+import type { RestoreOutcome, RunningVm, StopResult, SuspendResult } from "./vm-types.js";
 
 const DEFAULT_SYNC_TIMEOUT_MS = 120_000;
+/** Bound of QEMU writing the guest's memory (a few GiB at disk speed). */
+const SAVE_MEMORY_TIMEOUT_MS = 300_000;
 // Flush everything, then freeze the root filesystem so nothing more reaches the disk before QEMU
 // goes; fsfreeze is optional (sync alone leaves a consistent, if not clean, file system).
 const QUIESCE_SCRIPT =
@@ -57,7 +69,12 @@ export class BootedVm implements RunningVm {
     readonly bootMs: number,
     private readonly grown: boolean,
     private readonly secrets?: { updateSecret(name: string, value: string): void },
+    private readonly memory?: { machine: SavedMachine; restore: RestoreOutcome | undefined },
   ) {}
+
+  get restore(): RestoreOutcome | undefined {
+    return this.memory?.restore;
+  }
 
   updateSecret(name: string, value: string): void {
     if (!this.secrets) {
@@ -117,11 +134,29 @@ export class BootedVm implements RunningVm {
         }),
       );
     }
-    this.stopping ??= this.stopOnce(options.syncTimeoutMs ?? DEFAULT_SYNC_TIMEOUT_MS);
+    this.stopping ??= this.stopOnce(options.syncTimeoutMs ?? DEFAULT_SYNC_TIMEOUT_MS, false);
     return this.stopping;
   }
 
-  private async stopOnce(syncTimeoutMs: number): Promise<StopResult> {
+  suspend(options: { syncTimeoutMs?: number } = {}): Promise<SuspendResult> {
+    if (this.closing || this.stopping) {
+      return Promise.reject(
+        new VmError("VM_CLOSED", `the VM ${this.name} is already stopping or closed`, { details: { name: this.name } }),
+      );
+    }
+    if (!this.memory) {
+      return Promise.reject(
+        new VmError("VM_UNSUPPORTED", `the VM ${this.name} was started without what a suspend records`, {
+          details: { name: this.name },
+        }),
+      );
+    }
+    const suspending = this.stopOnce(options.syncTimeoutMs ?? DEFAULT_SYNC_TIMEOUT_MS, true);
+    this.stopping = suspending;
+    return suspending as Promise<SuspendResult>;
+  }
+
+  private async stopOnce(syncTimeoutMs: number, keepMemory: boolean): Promise<StopResult | SuspendResult> {
     const started = performance.now();
     const pid = this.guest.hostPid;
     let syncError: unknown;
@@ -142,6 +177,18 @@ export class BootedVm implements RunningVm {
       }
     }
     const syncMs = performance.now() - started;
+    // The guest is synced and frozen: pause it and save its memory before QEMU goes.
+    let saved: { temp: string; bytes: number; ms: number; vfs: SuspendState["vfs"] } | undefined;
+    let memoryError: unknown;
+    if (keepMemory && syncError === undefined) {
+      const temp = path.join(this.diskDir, memoryTempName());
+      try {
+        const vfs = vfsInodesOf(this.guest.gondolin);
+        saved = { temp, vfs, ...(await saveMemory(this.monitor, this.runtimeDir, temp, SAVE_MEMORY_TIMEOUT_MS)) };
+      } catch (error) {
+        memoryError = error;
+      }
+    }
     const closeStarted = performance.now();
     this.monitor.close();
     await this.guest.close().catch(() => undefined);
@@ -159,16 +206,48 @@ export class BootedVm implements RunningVm {
         { cause: syncError, details: { name: this.name, reason: messageOf(syncError) } },
       );
     }
+    // The memory's record names the checkpoint about to be taken: should that never become
+    // current (a crash, a failure), the record names a generation the disk never reaches.
+    const generation = this.run.pointer.generation + 1;
+    if (saved) {
+      try {
+        await writeSuspendState(this.diskDir, saved.temp, this.suspendState(generation, saved));
+      } catch (error) {
+        memoryError = error;
+        saved = undefined;
+        await removeSuspendState(this.diskDir).catch(() => undefined);
+      }
+    }
     let checkpoint: CheckpointResult;
     try {
       checkpoint = await this.run.checkpoint({ grown: this.grown });
     } catch (error) {
+      if (saved) await removeSuspendState(this.diskDir).catch(() => undefined);
       if (isVmError(error, "VM_HOST_DISK_FULL")) {
         throw hostDiskFullError({ dir: this.diskDir, situation: "stop", name: this.name, cause: error });
       }
       throw error;
     }
-    return { ...checkpoint, syncMs, closeMs, totalMs: performance.now() - started };
+    if (memoryError !== undefined) {
+      throw new VmError(
+        "VM_SUSPEND_FAILED",
+        `the memory of ${this.name} could not be saved (${messageOf(memoryError)}); its disk was saved as by a stop, so the next start boots cold`,
+        { cause: memoryError, details: { name: this.name, reason: messageOf(memoryError), diskSaved: true } },
+      );
+    }
+    const result = { ...checkpoint, syncMs, closeMs, totalMs: performance.now() - started };
+    return saved ? { ...result, memoryBytes: saved.bytes, memoryMs: saved.ms } : result;
+  }
+
+  private suspendState(generation: number, saved: { bytes: number; vfs: SuspendState["vfs"] }): SuspendState {
+    return {
+      version: 1,
+      generation,
+      bytes: saved.bytes,
+      savedAt: new Date().toISOString(),
+      machine: this.memory!.machine,
+      ...(saved.vfs ? { vfs: saved.vfs } : {}),
+    };
   }
 
   /**

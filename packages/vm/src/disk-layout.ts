@@ -54,6 +54,8 @@ export interface DiskInfo {
   allocatedBytes: number;
   /** Host bytes of the layers only this directory references (link count 1). */
   exclusiveBytes: number;
+  /** Host bytes of a saved memory state (a suspend's memory file and its record; 0 when none). */
+  memoryBytes: number;
   /** The image the disk depends on. */
   image: RecordedImage;
   /** Whether the guest filesystem fills the disk already. */

@@ -8,6 +8,7 @@ import { acquireDiskLock, acquireDiskLockWaiting, type DiskLock } from "./disk-l
 import { recordImage, resolveImage, verifyRecordedImage, type GuestImage } from "./image.js";
 import { QemuImg } from "./qemu-img.js";
 import { reapStrayQemu } from "./qemu-process.js";
+import { suspendStateBytes } from "./vm-memory.js";
 import {
   POINTER_FILE,
   GiB,
@@ -74,6 +75,7 @@ export class DiskStore {
       layers: [...pointer.layers],
       allocatedBytes: total,
       exclusiveBytes: exclusive,
+      memoryBytes: await suspendStateBytes(dir),
       image: pointer.image,
       grown: pointer.grown,
       generation: pointer.generation,

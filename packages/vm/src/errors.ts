@@ -36,6 +36,16 @@ export type VmErrorCode =
   | "VM_HOST_DISK_FULL"
   /** The stop could not write a new checkpoint; the previous one is still current. */
   | "VM_CHECKPOINT_FAILED"
+  /**
+   * A suspend could not save the guest's memory (`details.reason`); `details.diskSaved` says
+   * whether the disk checkpoint was still taken (the VM is closed either way).
+   */
+  | "VM_SUSPEND_FAILED"
+  /**
+   * QEMU could not load a saved memory state; `startVm` answers it with a cold boot of the same
+   * checkpoint (see `RunningVm.restore`), so callers of `startVm` never see it.
+   */
+  | "VM_RESTORE_FAILED"
   /** The VM is closed (or exited by itself); nothing more can run in it. */
   | "VM_CLOSED"
   /** A guest command could not be run (the guest refused or lost it). */

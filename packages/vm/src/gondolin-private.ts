@@ -93,3 +93,61 @@ export function dialMappedTcpOnConnect(vm: VM): boolean {
   };
   return true;
 }
+
+/** The inode table of the VM's file-system service ({@link vfsInodesOf}). */
+export interface VfsInodeTable {
+  /** The next inode number the service hands out. */
+  nextIno: number;
+  /** Inode number and the VFS paths it names. */
+  entries: Array<[number, string[]]>;
+}
+
+/** The private FsRpcService members the inode table lives in. */
+interface FsRpcInodes {
+  nextIno: number;
+  pathToIno: Map<string, number>;
+  inoToPaths: Map<number, Set<string>>;
+}
+
+function fsInodesOf(vm: VM): FsRpcInodes | undefined {
+  const service = (serverOf(vm) as { fsService?: Partial<FsRpcInodes> | null } | undefined)?.fsService;
+  if (
+    !service ||
+    typeof service.nextIno !== "number" ||
+    !(service.pathToIno instanceof Map) ||
+    !(service.inoToPaths instanceof Map)
+  ) {
+    return undefined;
+  }
+  return service as FsRpcInodes;
+}
+
+/**
+ * The inode numbers Gondolin's file-system service gave the guest's FUSE mount (`/etc/gondolin`,
+ * host mounts). The guest kernel names files by these numbers, and a new Gondolin VM starts its
+ * table afresh, so a guest restored from saved memory gets ENOENT for every file it had looked up
+ * unless the new table is seeded with this one ({@link seedVfsInodes}). Undefined when the VM has
+ * no such service or this Gondolin keeps the table elsewhere.
+ */
+export function vfsInodesOf(vm: VM): VfsInodeTable | undefined {
+  const service = fsInodesOf(vm);
+  if (!service) return undefined;
+  return {
+    nextIno: service.nextIno,
+    entries: [...service.inoToPaths].map(([ino, paths]) => [ino, [...paths]]),
+  };
+}
+
+/** Replaces the VM's inode table with a saved one (before the restored guest runs); false if it has none. */
+export function seedVfsInodes(vm: VM, table: VfsInodeTable): boolean {
+  const service = fsInodesOf(vm);
+  if (!service) return false;
+  service.pathToIno.clear();
+  service.inoToPaths.clear();
+  for (const [ino, paths] of table.entries) {
+    service.inoToPaths.set(ino, new Set(paths));
+    for (const entry of paths) service.pathToIno.set(entry, ino);
+  }
+  service.nextIno = table.nextIno;
+  return true;
+}

@@ -5,6 +5,8 @@ export {
   type StartVmOptions,
   type RunningVm,
   type StopResult,
+  type SuspendResult,
+  type RestoreOutcome,
   type VmSpec,
   type VmSecret,
   type VmMount,
@@ -34,6 +36,7 @@ export {
   type DiskRun,
   type CheckpointResult,
 } from "./disk-store.js";
+export { SUSPEND_STATE_FILE, MEMORY_FILE } from "./vm-memory.js";
 export { QemuImg, mapQemuFailure, type QemuImageInfo, type QemuImgRunner } from "./qemu-img.js";
 
 // Images

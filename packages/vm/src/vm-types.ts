@@ -112,6 +112,21 @@ export interface StopResult extends CheckpointResult {
   totalMs: number;
 }
 
+/** How a suspend went: the disk checkpoint and the saved memory. */
+export interface SuspendResult extends StopResult {
+  /** Bytes of the memory file (only touched guest pages are written). */
+  memoryBytes: number;
+  /** Milliseconds QEMU took to write it. */
+  memoryMs: number;
+}
+
+/** How `startVm` used a saved memory state (see {@link RunningVm.restore}). */
+export type RestoreOutcome =
+  /** The guest resumed from memory: processes run on where they were. */
+  | { warm: true; restoreMs: number }
+  /** The saved memory could not be used; the guest booted cold from the same disk checkpoint. */
+  | { warm: false; reason: string };
+
 /** A booted VM on an instance disk. `stop()` checkpoints; `close()` discards the run. */
 export interface RunningVm extends GuestVm {
   /** The disk directory. */
@@ -122,6 +137,11 @@ export interface RunningVm extends GuestVm {
   readonly warnings: readonly string[];
   /** Milliseconds from `startVm` to the guest being ready. */
   readonly bootMs: number;
+  /**
+   * Set when the disk had a saved memory state (`suspend()`): whether the guest resumed from it or
+   * booted cold, and why. Undefined for a plain boot.
+   */
+  readonly restore: RestoreOutcome | undefined;
   /**
    * Why the guest cannot answer any more while QEMU still runs, else undefined: `VM_HOST_DISK_FULL`
    * when QEMU paused the guest on a write the full host file system refused. Every guest operation
@@ -142,6 +162,17 @@ export interface RunningVm extends GuestVm {
    * refreshed on the host. VM_SECRET_INVALID for a name not in the spec or a bad value.
    */
   updateSecret(name: string, value: string): void;
+  /**
+   * Like `stop()`, but keeps the guest's memory: syncs and freezes the guest filesystem, pauses
+   * the guest, saves its RAM and device state to a file next to the disk, closes QEMU and takes
+   * the disk checkpoint of that same instant. The next `startVm` of the disk resumes from it
+   * (processes keep running; the guest filesystem is thawed and the clock set) or, if it cannot,
+   * boots that checkpoint cold and says why in `restore`. Crash-safe like `stop()`: until the
+   * checkpoint is current the previous one is; a memory file whose checkpoint never became
+   * current is ignored. VM_SUSPEND_FAILED when QEMU could not save the memory (the disk is then
+   * still checkpointed if the guest synced: `details.diskSaved`); otherwise as `stop()`.
+   */
+  suspend(options?: { syncTimeoutMs?: number }): Promise<SuspendResult>;
   /** Closes the VM WITHOUT a checkpoint: everything written since start is dropped. Idempotent. */
   close(): Promise<void>;
   /** Same as `close()`. */

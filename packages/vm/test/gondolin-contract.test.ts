@@ -8,7 +8,14 @@ import { createRequire } from "node:module";
 import * as gondolin from "@earendil-works/gondolin";
 import { VM } from "@earendil-works/gondolin";
 import { egressPolicy } from "../src/egress-policy.js";
-import { dialMappedTcpOnConnect, ingressQueuedBytes, ingressServerOf, onQemuExit } from "../src/gondolin-private.js";
+import {
+  dialMappedTcpOnConnect,
+  ingressQueuedBytes,
+  ingressServerOf,
+  onQemuExit,
+  seedVfsInodes,
+  vfsInodesOf,
+} from "../src/gondolin-private.js";
 import { fakeImage, tempDir } from "./helpers.js";
 
 let dir: string;
@@ -30,6 +37,35 @@ test("a created (not started) VM exposes the ingress connector, its queue and QE
     expect(ingressQueuedBytes(server)).toBe(0);
     expect(server.ingressBridge).toBeDefined();
     expect(onQemuExit(vm, () => undefined)).toBe(true);
+  } finally {
+    await vm.close();
+  }
+});
+
+test("the file-system service's inode table can be read and seeded (a resumed guest's FUSE mount names files by it)", async () => {
+  const vm = await vmWithHostPorts("inodes", []);
+  try {
+    const table = vfsInodesOf(vm)!;
+    expect(table.nextIno).toBeGreaterThanOrEqual(2);
+    expect(table.entries).toContainEqual([1, ["/"]]);
+    expect(
+      seedVfsInodes(vm, {
+        nextIno: 9,
+        entries: [
+          [1, ["/"]],
+          [7, ["/etc/gondolin"]],
+        ],
+      }),
+    ).toBe(true);
+    expect(vfsInodesOf(vm)).toEqual({
+      nextIno: 9,
+      entries: [
+        [1, ["/"]],
+        [7, ["/etc/gondolin"]],
+      ],
+    });
+    const service = (vm as unknown as { server: { fsService: { pathToIno: Map<string, number> } } }).server.fsService;
+    expect(service.pathToIno.get("/etc/gondolin")).toBe(7);
   } finally {
     await vm.close();
   }

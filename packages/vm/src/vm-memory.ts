@@ -1,0 +1,313 @@
+// A guest's memory saved next to its disk and loaded back: QEMU's migration stream sent over a
+// unix socket into a file (QEMU 7.2 has no `file:` migration, and its seccomp sandbox forbids the
+// process an `exec:` migration would start), and fed back into a new QEMU that the wrapper started
+// with `-incoming defer` (qemu-process.ts).
+import { randomBytes } from "node:crypto";
+import { execFile } from "node:child_process";
+import fs from "node:fs";
+import fsp from "node:fs/promises";
+import { createRequire } from "node:module";
+import net from "node:net";
+import path from "node:path";
+import { pipeline } from "node:stream/promises";
+import { promisify } from "node:util";
+import { VmError, messageOf } from "./errors.js";
+import { fsyncDir, fsyncFile, readJsonIfExists, writeFileAtomic } from "./fs-util.js";
+import type { VfsInodeTable } from "./gondolin-private.js";
+import { qemuMemory } from "./host.js";
+import type { QmpMonitor } from "./qmp.js";
+
+/** The record of a saved memory state in a disk directory (absent: nothing saved). */
+export const SUSPEND_STATE_FILE = "suspend.json";
+/** QEMU's migration stream of the guest, next to {@link SUSPEND_STATE_FILE}. */
+export const MEMORY_FILE = "memory.bin";
+
+const MIGRATE_SOCKET = "mig.sock";
+const INCOMING_SOCKET = "in.sock";
+const POLL_MS = 50;
+
+/** What a saved memory state can only be loaded into: the same QEMU, machine and image. */
+export interface SavedMachine {
+  /** `qemu-system-* --version`, first line. */
+  qemu: string;
+  /** `-accel`, `-machine`, `-cpu`. */
+  accel: string;
+  machineType: string;
+  cpu: string;
+  /** Guest memory (QEMU syntax) and vCPUs. */
+  memory: string;
+  cpus: number;
+  /** The kernel, initramfs and rootfs the guest booted from, with sizes and times. */
+  image: string;
+  /** The Gondolin version (its guest helpers hold protocol state in the saved memory). */
+  gondolin: string;
+}
+
+/** Contents of {@link SUSPEND_STATE_FILE}. */
+export interface SuspendState {
+  version: 1;
+  /** The disk checkpoint taken at the same instant (`DiskPointer.generation`). */
+  generation: number;
+  /** Size of {@link MEMORY_FILE} in bytes. */
+  bytes: number;
+  /** ISO time of the suspend. */
+  savedAt: string;
+  machine: SavedMachine;
+  /** Gondolin's file-system inode table at the suspend (see `vfsInodesOf`). */
+  vfs?: VfsInodeTable;
+}
+
+/**
+ * Pauses the guest and streams its memory and device state into `file` (fsynced). The guest stays
+ * paused afterwards; QEMU must then be closed. Throws VM_SUSPEND_FAILED.
+ */
+export async function saveMemory(
+  monitor: QmpMonitor,
+  runtimeDir: string,
+  file: string,
+  timeoutMs: number,
+): Promise<{ bytes: number; ms: number }> {
+  const started = performance.now();
+  const socketPath = path.join(runtimeDir, MIGRATE_SOCKET);
+  const server = net.createServer();
+  let received: Promise<void> | undefined;
+  server.on("connection", (socket) => {
+    if (received) {
+      socket.destroy();
+      return;
+    }
+    received = pipeline(socket, fs.createWriteStream(file, { flags: "wx", mode: 0o600 }));
+  });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(socketPath, () => resolve());
+    });
+    await monitor.command("stop");
+    // QEMU limits migration to 128 MiB/s by default; a local file has no reason for a limit.
+    await monitor.command("migrate-set-parameters", { "max-bandwidth": 64 * 1024 ** 3 });
+    await monitor.command("migrate", { uri: `unix:${socketPath}` });
+    await waitForMigration(monitor, started + timeoutMs);
+    if (!received) throw new Error("QEMU reported the migration complete without connecting");
+    await received;
+    await fsyncFile(file);
+    const { size } = await fsp.stat(file);
+    return { bytes: size, ms: performance.now() - started };
+  } catch (error) {
+    await fsp.rm(file, { force: true }).catch(() => undefined);
+    throw new VmError("VM_SUSPEND_FAILED", `QEMU could not save the guest's memory: ${messageOf(error)}`, {
+      cause: error,
+      details: { reason: messageOf(error) },
+    });
+  } finally {
+    server.close();
+  }
+}
+
+/**
+ * Loads `file` into a QEMU waiting with `-incoming defer`, calls `beforeRun`, and lets the guest
+ * run. Throws VM_RESTORE_FAILED when QEMU refuses the stream (another QEMU, machine or a corrupt
+ * file) or goes away.
+ */
+export async function restoreMemory(
+  monitor: QmpMonitor,
+  runtimeDir: string,
+  file: string,
+  timeoutMs: number,
+  beforeRun: () => void,
+): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  try {
+    if (!(await monitor.connected)) throw new Error("QEMU's monitor did not answer");
+    const socketPath = path.join(runtimeDir, INCOMING_SOCKET);
+    await monitor.command("migrate-incoming", { uri: `unix:${socketPath}` });
+    const feeding = new Promise<void>((resolve, reject) => {
+      const socket = net.createConnection(socketPath, () => {
+        pipeline(fs.createReadStream(file), socket).then(resolve, reject);
+      });
+      socket.once("error", reject);
+    });
+    // QEMU closes the stream when it refuses it; its run state says why, not the write error.
+    feeding.catch(() => undefined);
+    await waitForMigration(monitor, deadline);
+    await feeding.catch(() => undefined);
+    beforeRun();
+    // A guest saved while paused stays paused on arrival (QEMU keeps the source's run state).
+    await monitor.command("cont");
+  } catch (error) {
+    throw new VmError("VM_RESTORE_FAILED", `QEMU could not load the saved memory: ${messageOf(error)}`, {
+      cause: error,
+      details: { reason: messageOf(error) },
+    });
+  }
+}
+
+async function waitForMigration(monitor: QmpMonitor, deadline: number): Promise<void> {
+  for (;;) {
+    const info = (await monitor.command("query-migrate")) as { status?: unknown; "error-desc"?: unknown };
+    if (info.status === "completed") return;
+    if (info.status === "failed" || info.status === "cancelled") {
+      throw new Error(typeof info["error-desc"] === "string" ? info["error-desc"] : `migration ${info.status}`);
+    }
+    if (performance.now() > deadline) throw new Error(`migration still ${String(info.status)} at the deadline`);
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+  }
+}
+
+/** A temp name for a memory file being written (removed as an orphan if the suspend dies). */
+export function memoryTempName(): string {
+  return `.tmp-memory-${randomBytes(4).toString("hex")}`;
+}
+
+/** Publishes a saved memory file and its record; the caller holds the disk. */
+export async function writeSuspendState(dir: string, tempFile: string, state: SuspendState): Promise<void> {
+  await fsp.rename(tempFile, path.join(dir, MEMORY_FILE));
+  await writeFileAtomic(path.join(dir, SUSPEND_STATE_FILE), JSON.stringify(state));
+  await fsyncDir(dir);
+}
+
+/** Deletes a saved memory state (record first, so a half-deleted state is never taken as whole). */
+export async function removeSuspendState(dir: string): Promise<void> {
+  await fsp.rm(path.join(dir, SUSPEND_STATE_FILE), { force: true });
+  await fsp.rm(path.join(dir, MEMORY_FILE), { force: true });
+}
+
+/** Host bytes of a saved memory state in `dir` (0 when there is none). */
+export async function suspendStateBytes(dir: string): Promise<number> {
+  let total = 0;
+  for (const name of [SUSPEND_STATE_FILE, MEMORY_FILE]) {
+    const stat = await fsp.stat(path.join(dir, name)).catch(() => undefined);
+    if (stat?.isFile()) total += stat.blocks * 512;
+  }
+  return total;
+}
+
+/** What {@link checkSuspendState} decided. */
+export type SavedMemory =
+  { usable: true; state: SuspendState; file: string } | { usable: false; reason: string } | undefined;
+
+/**
+ * Reads the saved memory state of `dir` and checks that it can be loaded into the machine about
+ * to boot the disk checkpoint `generation`. Undefined when nothing was saved; otherwise usable, or
+ * the reason it is not (a different QEMU, accelerator, CPU model, memory size or image, another
+ * checkpoint, a missing or truncated memory file).
+ */
+export async function checkSuspendState(dir: string, generation: number, machine: SavedMachine): Promise<SavedMemory> {
+  const raw = await readJsonIfExists(path.join(dir, SUSPEND_STATE_FILE)).catch(() => null);
+  const file = path.join(dir, MEMORY_FILE);
+  if (raw === undefined) {
+    return fs.existsSync(file) ? { usable: false, reason: "the memory file has no record of its suspend" } : undefined;
+  }
+  const state = parseSuspendState(raw);
+  if (!state) return { usable: false, reason: "the record of the suspend is unreadable" };
+  if (state.generation !== generation) {
+    return { usable: false, reason: "the saved memory belongs to another disk checkpoint" };
+  }
+  const stat = await fsp.stat(file).catch(() => undefined);
+  if (!stat) return { usable: false, reason: "the memory file is missing" };
+  if (stat.size !== state.bytes) return { usable: false, reason: "the memory file is truncated or changed" };
+  const saved = state.machine;
+  if (saved.qemu !== machine.qemu) {
+    return { usable: false, reason: `QEMU changed (saved by ${saved.qemu}, now ${machine.qemu})` };
+  }
+  if (saved.accel !== machine.accel || saved.machineType !== machine.machineType || saved.cpu !== machine.cpu) {
+    return {
+      usable: false,
+      reason: `the accelerator or CPU model changed (saved on ${saved.accel}/${saved.machineType}/${saved.cpu}, now ${machine.accel}/${machine.machineType}/${machine.cpu})`,
+    };
+  }
+  if (saved.memory !== machine.memory || saved.cpus !== machine.cpus) {
+    return { usable: false, reason: "the memory size or CPU count changed" };
+  }
+  if (saved.image !== machine.image) return { usable: false, reason: "the guest image changed" };
+  if (saved.gondolin !== machine.gondolin) return { usable: false, reason: "the Gondolin version changed" };
+  return { usable: true, state, file };
+}
+
+function parseSuspendState(raw: unknown): SuspendState | undefined {
+  if (!raw || typeof raw !== "object") return undefined;
+  const value = raw as Partial<SuspendState>;
+  const machine = value.machine as Partial<SavedMachine> | undefined;
+  const strings = ["qemu", "accel", "machineType", "cpu", "memory", "image", "gondolin"] as const;
+  if (
+    value.version !== 1 ||
+    !Number.isSafeInteger(value.generation) ||
+    !Number.isSafeInteger(value.bytes) ||
+    !machine ||
+    !strings.every((key) => typeof machine[key] === "string") ||
+    !Number.isSafeInteger(machine.cpus)
+  ) {
+    return undefined;
+  }
+  const vfs = value.vfs;
+  const vfsOk =
+    vfs === undefined ||
+    (Number.isSafeInteger(vfs.nextIno) &&
+      Array.isArray(vfs.entries) &&
+      vfs.entries.every(
+        (entry) =>
+          Array.isArray(entry) &&
+          Number.isSafeInteger(entry[0]) &&
+          Array.isArray(entry[1]) &&
+          entry[1].every((p) => typeof p === "string"),
+      ));
+  return vfsOk ? (value as SuspendState) : undefined;
+}
+
+const versions = new Map<string, Promise<string>>();
+
+/** The first line of `<emulator> --version`, once per emulator per process. */
+export function qemuVersionOf(emulatorPath: string): Promise<string> {
+  let version = versions.get(emulatorPath);
+  if (!version) {
+    version = promisify(execFile)(emulatorPath, ["--version"], { timeout: 10_000 }).then(
+      ({ stdout }) => stdout.split("\n")[0]!.trim(),
+      () => `unknown QEMU at ${emulatorPath}`,
+    );
+    versions.set(emulatorPath, version);
+  }
+  return version;
+}
+
+/** The identity of the boot files, for {@link SavedMachine.image}. */
+export async function imageIdentity(image: {
+  kernelPath: string;
+  initrdPath: string;
+  rootfsPath: string;
+}): Promise<string> {
+  const parts: string[] = [];
+  for (const file of [image.kernelPath, image.initrdPath, image.rootfsPath]) {
+    const stat = await fsp.stat(file).catch(() => undefined);
+    parts.push(`${file}:${stat?.size ?? "missing"}:${stat?.mtimeMs ?? 0}`);
+  }
+  return parts.join("|");
+}
+
+/** The installed Gondolin's version, for {@link SavedMachine.gondolin}. */
+export function gondolinVersion(): string {
+  try {
+    const manifest = createRequire(import.meta.url)("@earendil-works/gondolin/package.json") as { version?: unknown };
+    return String(manifest.version);
+  } catch {
+    return "unknown";
+  }
+}
+
+/** The {@link SavedMachine} of a boot. */
+export async function savedMachineOf(
+  emulatorPath: string,
+  accelerator: { accel: string; machineType: string; cpu: string },
+  resources: { cpus: number; memoryGiB: number },
+  image: { kernelPath: string; initrdPath: string; rootfsPath: string },
+): Promise<SavedMachine> {
+  return {
+    qemu: await qemuVersionOf(emulatorPath),
+    accel: accelerator.accel,
+    machineType: accelerator.machineType,
+    cpu: accelerator.cpu,
+    memory: qemuMemory(resources.memoryGiB),
+    cpus: resources.cpus,
+    image: await imageIdentity(image),
+    gondolin: gondolinVersion(),
+  };
+}
