@@ -1,13 +1,11 @@
 // How QEMU is confined on a real boot: QEMU's seccomp sandbox, no_new_privs, no core dumps, its
 // run directory as working directory; the KVM probe's command line through the same wrapper; and
 // a host whose QEMU lacks seccomp support, where the VM still boots and says so. Two boots.
-import { execFileSync } from "node:child_process";
 import fs from "node:fs";
-import fsp from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { DiskStore, prepareQemuLauncher, probeKvmKernel, startVm, type RunningVm } from "../src/index.js";
-import { tempDir } from "./helpers.js";
+import { qemuWithoutSeccomp, tempDir } from "./helpers.js";
 import { sh, testImage, vmOptions } from "./vm-support.js";
 
 let root: string;
@@ -70,23 +68,7 @@ test("the KVM probe's command line runs through the sandboxed wrapper (checked o
 });
 
 test("a QEMU without seccomp support still boots the VM, and the warning says why", async () => {
-  // A stand-in on PATH that refuses -sandbox the way a QEMU built without seccomp does, and
-  // otherwise execs the real QEMU in place.
-  const fakeBin = path.join(root, "fake-bin");
-  await fsp.mkdir(fakeBin);
-  const real = execFileSync("sh", ["-c", "command -v qemu-system-x86_64"], { encoding: "utf8" }).trim();
-  await fsp.writeFile(
-    path.join(fakeBin, "qemu-system-x86_64"),
-    [
-      "#!/bin/sh",
-      'for arg in "$@"; do',
-      `  if [ "$arg" = -sandbox ]; then echo "qemu-system-x86_64: -sandbox: There is no option group 'sandbox'" >&2; exit 1; fi`,
-      "done",
-      `exec '${real}' "$@"`,
-      "",
-    ].join("\n"),
-    { mode: 0o755 },
-  );
+  const fakeBin = await qemuWithoutSeccomp(root);
   const previous = process.env.PATH;
   process.env.PATH = `${fakeBin}${path.delimiter}${previous}`;
   let vm: RunningVm;

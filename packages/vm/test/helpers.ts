@@ -1,6 +1,7 @@
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import fsp from "node:fs/promises";
+import { connect } from "node:net";
 import os from "node:os";
 import path from "node:path";
 
@@ -54,3 +55,38 @@ export const TS_NODE_ARGS = [
   "--import",
   path.resolve("../../scripts/register-ts.mjs"),
 ];
+
+/**
+ * A directory with a `qemu-system-x86_64` that refuses `-sandbox` the way a QEMU built without
+ * seccomp does, and otherwise execs the real QEMU in place: put it first on PATH.
+ */
+export async function qemuWithoutSeccomp(dir: string): Promise<string> {
+  const fakeBin = path.join(dir, "fake-bin");
+  await fsp.mkdir(fakeBin);
+  const real = execFileSync("sh", ["-c", "command -v qemu-system-x86_64"], { encoding: "utf8" }).trim();
+  await fsp.writeFile(
+    path.join(fakeBin, "qemu-system-x86_64"),
+    [
+      "#!/bin/sh",
+      'for arg in "$@"; do',
+      `  if [ "$arg" = -sandbox ]; then echo "qemu-system-x86_64: -sandbox: There is no option group 'sandbox'" >&2; exit 1; fi`,
+      "done",
+      `exec '${real}' "$@"`,
+      "",
+    ].join("\n"),
+    { mode: 0o755 },
+  );
+  return fakeBin;
+}
+
+/** Whether a TCP connection to 127.0.0.1:`port` is refused. */
+export function refused(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, "127.0.0.1");
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once("error", (error: NodeJS.ErrnoException) => resolve(error.code === "ECONNREFUSED"));
+  });
+}

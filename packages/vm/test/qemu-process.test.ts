@@ -5,7 +5,7 @@ import net from "node:net";
 import path from "node:path";
 import { QEMU_PID_FILE, prepareQemuLauncher, reapStrayQemu } from "../src/index.js";
 import { QmpMonitor } from "../src/qmp.js";
-import { TS_NODE_ARGS, tempDir } from "./helpers.js";
+import { TS_NODE_ARGS, qemuWithoutSeccomp, tempDir } from "./helpers.js";
 
 let dir: string;
 let cleanup: () => Promise<void>;
@@ -195,22 +195,7 @@ test("the wrapped QEMU: seccomp filter, no_new_privs, no core dumps, umask 077, 
 });
 
 test("a QEMU without seccomp support still gets a working wrapper, without -sandbox, and says why", async () => {
-  // A stand-in on PATH that refuses -sandbox the way a QEMU built without seccomp does.
-  const fakeBin = path.join(dir, "fake-bin");
-  await fsp.mkdir(fakeBin);
-  const real = execFileSync("sh", ["-c", "command -v qemu-system-x86_64"], { encoding: "utf8" }).trim();
-  await fsp.writeFile(
-    path.join(fakeBin, "qemu-system-x86_64"),
-    [
-      "#!/bin/sh",
-      'for arg in "$@"; do',
-      `  if [ "$arg" = -sandbox ]; then echo "qemu-system-x86_64: -sandbox: There is no option group 'sandbox'" >&2; exit 1; fi`,
-      "done",
-      `exec '${real}' "$@"`,
-      "",
-    ].join("\n"),
-    { mode: 0o755 },
-  );
+  const fakeBin = await qemuWithoutSeccomp(dir);
   const previous = process.env.PATH;
   process.env.PATH = `${fakeBin}${path.delimiter}${previous}`;
   try {

@@ -5,6 +5,7 @@ import { connect, createServer, type Server, type Socket } from "node:net";
 import path from "node:path";
 import { isVmError } from "../src/index.js";
 import { parseHostKeys, SshForwarder, type SshForwarderOptions } from "../src/ssh-forwarder.js";
+import { refused } from "./helpers.js";
 
 const KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHrm0vLr6lDcgq9l6R1x3bE8bqX4dOMwzvS5bmDRJ8Hl";
 
@@ -53,17 +54,6 @@ async function session(port: number): Promise<Socket> {
   socket.write("ping");
   expect(await echoed).toBe("ping");
   return socket;
-}
-
-function refused(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(port, "127.0.0.1");
-    socket.once("connect", () => {
-      socket.destroy();
-      resolve(false);
-    });
-    socket.once("error", (error: NodeJS.ErrnoException) => resolve(error.code === "ECONNREFUSED"));
-  });
 }
 
 async function until(check: () => Promise<boolean> | boolean, ms: number): Promise<void> {

@@ -3,10 +3,9 @@
 // with no session open, or when the VM closes. One boot, ~30 s under TCG.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
-import { connect } from "node:net";
 import path from "node:path";
 import { DiskStore, startVm, type GuestSshAccess, type RunningVm } from "../src/index.js";
-import { tempDir } from "./helpers.js";
+import { refused, tempDir } from "./helpers.js";
 import { testImage, vmOptions } from "./vm-support.js";
 
 let root: string;
@@ -49,17 +48,6 @@ function option(command: string, name: string): string {
   const match = new RegExp(`-o ${name}=(\\S+)`).exec(command);
   if (!match) throw new Error(`${name} missing from ${command}`);
   return match[1]!;
-}
-
-function refused(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(port, "127.0.0.1");
-    socket.once("connect", () => {
-      socket.destroy();
-      resolve(false);
-    });
-    socket.once("error", (error: NodeJS.ErrnoException) => resolve(error.code === "ECONNREFUSED"));
-  });
 }
 
 async function until(check: () => Promise<boolean> | boolean, ms: number, state = () => ""): Promise<void> {
