@@ -172,3 +172,15 @@ export async function resolveMounts(
   }
   return mounts;
 }
+
+/** The guest file that gives terminal (ssh) sessions the placeholders: ssh resets the environment. */
+export const GUEST_SECRETS_PROFILE = "/etc/profile.d/pi-sandbox-secrets.sh";
+
+/** The text of {@link GUEST_SECRETS_PROFILE}: one `export NAME='placeholder'` per secret. */
+export function secretsProfile(config: SandboxConfig, salt: string): string {
+  const lines = ["# Written by pi-sandbox: placeholders of network.secrets (the values stay on the host)."];
+  for (const name of Object.keys(config.network.secrets ?? {})) {
+    lines.push(`export ${name}='${placeholderFor(salt, name)}'`);
+  }
+  return lines.join("\n") + "\n";
+}

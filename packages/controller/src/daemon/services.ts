@@ -10,10 +10,11 @@ import {
 } from "@pi-sandbox/ingress";
 import { ControllerError } from "../errors.js";
 import { isSupervisorError, type ServicesResult } from "@pi-sandbox/supervisor";
+import { runInGuest } from "@pi-sandbox/vm";
 import { readRecord, type PreviewLinkInfo } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { GuestActions, ServicesView } from "./context.js";
-import { resolveSecrets } from "./secrets.js";
+import { GUEST_SECRETS_PROFILE, resolveSecrets, secretsProfile } from "./secrets.js";
 import { toControllerError, type InstanceState } from "./state.js";
 
 type Progress = (event: ProgressEvent) => void;
@@ -208,7 +209,22 @@ export class GuestOperations implements GuestActions {
   }
 
   async shell(user: string) {
-    const access = await this.state.running().vm.enableSsh({ user });
+    const { vm } = this.state.running();
+    const access = await vm.enableSsh({ user });
+    // ssh starts sessions with a fresh environment: their login shell reads the placeholders
+    // from /etc/profile.d instead (exec, services and hooks have them from the VM itself).
+    const record = await readRecord(this.state.layout, this.state.kind, this.state.name);
+    if (record?.secretSalt && Object.keys(record.config.network.secrets ?? {}).length > 0) {
+      const written = await runInGuest(
+        vm,
+        ["/bin/sh", "-c", `umask 022 && mkdir -p /etc/profile.d && cat > ${GUEST_SECRETS_PROFILE}`],
+        {
+          stdin: secretsProfile(record.config, record.secretSalt),
+        },
+      );
+      if (written.exitCode !== 0)
+        this.state.log.warn(`writing ${GUEST_SECRETS_PROFILE} failed: exit ${written.exitCode}`);
+    }
     return { command: access.command, user: access.user, port: access.port };
   }
 
