@@ -223,17 +223,17 @@ export function localProviderConfig(server: ModelServer, served: ServedModels): 
 /** The extension file, as shipped next to src/ and dist/. */
 export const LOCAL_MODELS_EXTENSION = new URL("../guest/local-models.ts", import.meta.url);
 
-// Merges the provider into models.json (created 0600 if missing), keeping other providers.
-const MERGE_JS =
-  `const fs=require("fs");const [f,p,id]=process.argv.slice(1);let j={};` +
-  `if(fs.existsSync(f)){j=JSON.parse(fs.readFileSync(f,"utf8"))}` +
+// One node process in the guest: merge the provider into models.json (created 0600 if missing,
+// other providers kept; exit 3 if that fails), then the guest's own request to the server through
+// network.hostPorts (exit 4 if it fails). The last line says why.
+const INSTALL_JS =
+  `const fs=require("fs");const [f,p,id,url]=process.argv.slice(1);` +
+  `try{let j={};if(fs.existsSync(f)){j=JSON.parse(fs.readFileSync(f,"utf8"))}` +
   `j.providers=j.providers||{};j.providers[id]=JSON.parse(fs.readFileSync(p,"utf8"));` +
-  `fs.writeFileSync(f,JSON.stringify(j,null,2)+"\\n",{mode:0o600});fs.rmSync(p)`;
-
-// The guest's own request to the server, through network.hostPorts.
-const PROBE_JS =
-  `fetch(process.argv[1],{signal:AbortSignal.timeout(10000)}).then(r=>{console.log("HTTP "+r.status);process.exit(r.ok?0:1)},` +
-  `e=>{console.log(String((e.cause&&e.cause.code)||e.message||e));process.exit(1)})`;
+  `fs.writeFileSync(f,JSON.stringify(j,null,2)+"\\n",{mode:0o600});fs.rmSync(p)}` +
+  `catch(e){console.log("models.json: "+e.message);process.exit(3)}` +
+  `fetch(url,{signal:AbortSignal.timeout(10000)}).then(r=>{console.log("HTTP "+r.status);process.exit(r.ok?0:4)},` +
+  `e=>{console.log(String((e.cause&&e.cause.code)||e.message||e));process.exit(4)})`;
 
 /**
  * In the guest's agent dir: the `local` provider in models.json, the extension in
@@ -259,13 +259,12 @@ export async function installLocalModels(
   if (made.exitCode !== 0) throw failed(made.output);
   await guest.write(`${extensions}/local-models.ts`, await readFile(LOCAL_MODELS_EXTENSION, "utf8"), { signal });
   await guest.write(pending, JSON.stringify(localProviderConfig(server, served)), { signal });
-  const merged = await guest.exec(
-    `node -e ${shellQuote(MERGE_JS)} ${shellQuote(`${agent}/models.json`)} ${shellQuote(pending)} ${LOCAL_PROVIDER}`,
+  const url = `${server.guestUrl}/models`;
+  const probe = await guest.exec(
+    `node -e ${shellQuote(INSTALL_JS)} ${shellQuote(`${agent}/models.json`)} ${shellQuote(pending)} ${LOCAL_PROVIDER} ${shellQuote(url)}`,
     { signal },
   );
-  if (merged.exitCode !== 0) throw failed(merged.output);
-  const url = `${server.guestUrl}/models`;
-  const probe = await guest.exec(`node -e ${shellQuote(PROBE_JS)} ${shellQuote(url)}`, { signal });
+  if (probe.exitCode !== 0 && probe.exitCode !== 4) throw failed(probe.output);
   if (probe.exitCode !== 0) {
     const why = probe.output.trim().split("\n").pop()?.slice(0, 200) ?? "";
     throw new ReviewSetupError(

@@ -299,7 +299,7 @@ test("a refresh with --model-server seeds models.json, installs the extension, c
 });
 
 test("a guest that cannot reach the server fails the refresh with both URLs", async () => {
-  const guest = new FakeGuest({ failing: { "AbortSignal.timeout(10000)": 1 } });
+  const guest = new FakeGuest({ failing: { "AbortSignal.timeout(10000)": 4 } });
   await expect(
     runReviewSetup({
       name: "review",
@@ -317,6 +317,20 @@ test("a guest that cannot reach the server fails the refresh with both URLs", as
       ),
     ),
   });
+});
+
+test("a guest models.json that cannot be merged fails the local-models step", async () => {
+  const guest = new FakeGuest({ failing: { "AbortSignal.timeout(10000)": 3 } });
+  await expect(
+    runReviewSetup({
+      name: "review",
+      repo,
+      guest,
+      callAction: async () => ({ state: "running", hostPorts: [fake.port] }),
+      lockDir: dir,
+      modelServer: parseModelServer(`http://127.0.0.1:${fake.port}`),
+    }),
+  ).rejects.toMatchObject({ code: "REVIEW_SETUP_STEP_FAILED", details: { step: "local-models" } });
 });
 
 test("an unreachable server stops the refresh before any guest work", async () => {
