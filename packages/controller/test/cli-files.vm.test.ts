@@ -26,7 +26,11 @@ interface CliRun {
 }
 
 /** Runs `pi-sandbox …args`; `onStdout` sees the child and all stdout so far after each chunk. */
-function cli(args: string[], onStdout?: (child: ReturnType<typeof spawn>, stdout: string) => void): Promise<CliRun> {
+function cli(
+  args: string[],
+  onStdout?: (child: ReturnType<typeof spawn>, stdout: string) => void,
+  stdin = "",
+): Promise<CliRun> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [CLI, ...args], { cwd: sandbox.dir, env: sandbox.env });
     const run: CliRun = { code: null, stdout: "", stderr: "" };
@@ -35,7 +39,7 @@ function cli(args: string[], onStdout?: (child: ReturnType<typeof spawn>, stdout
       onStdout?.(child, run.stdout);
     });
     child.stderr.setEncoding("utf8").on("data", (text: string) => (run.stderr += text));
-    child.stdin.end();
+    child.stdin.end(stdin);
     child.once("error", reject);
     child.once("close", (code) => {
       run.code = code;
@@ -160,4 +164,47 @@ test("exec: guest stdout goes to stdout and stderr to stderr, each as it comes",
   // -d keeps one result text, both streams in it.
   const detached = await cli(["exec", NAME, "-d", "--timeout", "20000", "--", "sh", "-c", "echo o; echo e >&2"]);
   expect(detached).toEqual({ code: 0, stdout: "o\ne\n", stderr: "" });
+});
+
+/**
+ * Runs `pi-sandbox …args` on a pseudo-terminal (util-linux `script`), typing `input` once `ready`
+ * matches what the terminal shows. The terminal merges stdout and stderr, with CRLF line ends.
+ */
+function onTerminal(args: string[], ready: RegExp, input: string): Promise<{ code: number | null; screen: string }> {
+  const quote = (word: string) => `'${word.replace(/'/g, "'\\''")}'`;
+  return new Promise((resolve, reject) => {
+    const command = [process.execPath, CLI, ...args].map(quote).join(" ");
+    const child = spawn("script", ["-qefc", command, "/dev/null"], { cwd: sandbox.dir, env: sandbox.env });
+    let screen = "";
+    let typed = false;
+    child.stdout.setEncoding("utf8").on("data", (text: string) => {
+      screen += text;
+      if (!typed && ready.test(screen)) {
+        typed = true;
+        child.stdin.write(input);
+      }
+    });
+    child.stderr.setEncoding("utf8").on("data", (text: string) => (screen += text));
+    child.once("error", reject);
+    child.once("close", (code) => resolve({ code, screen }));
+  });
+}
+
+test("exec -i forwards stdin; -it gives the command a terminal; both in exec's directory with -e", async () => {
+  const piped = await cli(
+    ["exec", "-i", NAME, "-e", "X=1", "--", "sh", "-c", 'tr a-z A-Z; echo "$X $PWD"'],
+    undefined,
+    "hello\n",
+  );
+  expect(piped).toEqual({ code: 0, stdout: "HELLO\n1 /workspace\n", stderr: "" });
+  // -t without a terminal on stdin is refused, as docker does.
+  expect((await cli(["exec", "-it", NAME, "--", "true"])).code).toBe(1);
+  const session = await onTerminal(
+    ["exec", "-it", NAME, "--", "sh", "-c", 'tty; printf "name? "; read name; echo "got:$name"; exit 5'],
+    /name\? /,
+    "abc\r",
+  );
+  expect(session.screen).toMatch(/^\/dev\/pts\/\d+\r?$/m);
+  expect(session.screen).toMatch(/got:abc/);
+  expect(session.code).toBe(5);
 });

@@ -162,8 +162,10 @@ test("--version prints the controller package's version", () => {
 test("each command has its own --help: its usage, notes, options and the action's arguments", () => {
   const exec = cli("exec", "--help");
   expect(exec.status).toBe(0);
-  expect(exec.stdout).toMatch(/^usage: pi-sandbox exec <name> \[-w dir\] \[-e K=V\]… \[-d\] -- <command> \[args…\]\n/);
-  expect(exec.stdout).toMatch(/stdout and stderr arrive mixed/);
+  expect(exec.stdout).toMatch(
+    /^usage: pi-sandbox exec <name> \[-w dir\] \[-e K=V\]… \[-d\] \[-i\] \[-t\] -- <command> \[args…\]\n/,
+  );
+  expect(exec.stdout).toMatch(/Guest stdout goes to stdout and stderr to stderr/);
   expect(exec.stdout).toMatch(/^ {2}-e, --env <value> \(repeatable\)$/m);
   expect(exec.stdout).toMatch(/^ {2}env \(optional\): NAME -> string/m);
   expect(exec.stdout).not.toMatch(/sandbox\.yaml keys/);
@@ -220,7 +222,7 @@ describe("completion", () => {
       "'exec:run a command in a guest login shell; returns output, or a handle if still running'",
     );
     expect(zsh.stdout).toMatch(
-      /^ {4}exec\) opts=\(--cwd -w --env -e --detach -d --timeout --json --help\); names=1 ;;$/m,
+      /^ {4}exec\) opts=\(--cwd -w --env -e --detach -d --interactive -i --tty -t --timeout --json --help\); names=1 ;;$/m,
     );
     expect(zsh.stdout).toMatch(/^ {4}shell\|ssh\) /m);
     const fish = cli("completion", "fish");

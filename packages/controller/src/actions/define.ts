@@ -77,7 +77,9 @@ export type CliRun =
   /** shell: run the returned ssh command on the user's terminal (when stdout is one). */
   | { kind: "session" }
   /** logs -f: print the tail, then read on from the returned cursor until Ctrl-C. */
-  | { kind: "follow-logs" };
+  | { kind: "follow-logs" }
+  /** exec -i / -it: run the command over ssh with the user's stdin (and terminal with `tty`). */
+  | { kind: "interactive"; tty: boolean };
 
 /** How a subcommand of `pi-sandbox` maps onto the action. */
 export interface CliMapping {

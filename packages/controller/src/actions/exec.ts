@@ -80,17 +80,21 @@ export const exec = defineAction({
     timeoutMs: v.optional(waitMs),
   }),
   cli: {
-    usage: "exec <name> [-w dir] [-e K=V]… [-d] -- <command> [args…]",
+    usage: "exec <name> [-w dir] [-e K=V]… [-d] [-i] [-t] -- <command> [args…]",
     options: {
       cwd: { type: "string", short: "w" },
       env: { type: "string", short: "e", multiple: true },
       detach: { type: "boolean", short: "d" },
+      interactive: { type: "boolean", short: "i" },
+      tty: { type: "boolean", short: "t" },
       timeout: { type: "string" },
     },
     toAction: (input) => {
       const instance = positional(input, 0, "a name", "exec");
       const argv = input.positionals.slice(1);
       if (argv.length === 0) throw new UsageError("exec needs a command after --");
+      if (input.values.detach && (input.values.interactive || input.values.tty))
+        throw new UsageError("exec -d cannot take -i or -t");
       return {
         action: "exec",
         name: instance,
@@ -104,7 +108,11 @@ export const exec = defineAction({
       };
     },
     run: (input) =>
-      input.values.detach ? undefined : { kind: "follow", timeoutMs: intOption(input.values.timeout, "--timeout") },
+      input.values.interactive || input.values.tty
+        ? { kind: "interactive", tty: input.values.tty === true }
+        : input.values.detach
+          ? undefined
+          : { kind: "follow", timeoutMs: intOption(input.values.timeout, "--timeout") },
     notes: [
       "Waits until the command ends, streaming its output, and exits with its exit code (128+N after",
       "signal N). Several words after -- are passed as arguments, each quoted for the guest shell; one",
@@ -117,6 +125,9 @@ export const exec = defineAction({
       "Ctrl-C ends the command (its whole process group) and exits 130; a second Ctrl-C detaches.",
       "Guest stdout goes to stdout and stderr to stderr (with -d, one text of both). Control characters",
       "in the output are escaped.",
+      "-i: forward stdin; -t (or -it): a terminal, like shell, which the guest's output reaches raw.",
+      "  Both run the command over the instance's ssh access (see shell) in a login shell, in the same",
+      "  directory and with the same -e variables; the exit code is the command's (255: ssh failed).",
     ],
   },
   run: async (args, ctx) =>

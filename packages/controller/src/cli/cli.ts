@@ -10,6 +10,7 @@ import { findAction, findCliAction } from "../actions/registry.js";
 import { callAction, isControllerError, renderHelp, type ProgressEvent } from "../client/index.js";
 import { COMPLETION_SHELLS, completionScript } from "./completion.js";
 import { followExec } from "./exec-follow.js";
+import { execInteractive, type InteractiveExec } from "./exec-interactive.js";
 import { commandHelp, overview, synopsis, version } from "./help-text.js";
 import { followLogs } from "./logs-follow.js";
 import { progressPrinter } from "./progress-bar.js";
@@ -214,6 +215,14 @@ export async function runCli(argv: string[]): Promise<number> {
           interrupts: process,
         },
       );
+    }
+    if (run?.kind === "interactive" && typeof input !== "string") {
+      return await execInteractive(input as unknown as InteractiveExec, run.tty, {
+        call: (action) => callAction(action, { caller: "user" }),
+        out,
+        err,
+        stdinIsTTY: process.stdin.isTTY === true,
+      });
     }
     if (run?.kind === "follow-logs" && typeof input !== "string") {
       return await followLogs(input, {
