@@ -2,7 +2,9 @@
 // kill, no QEMU may survive, every layer must pass `qemu-img check`, and the next boot must find
 // exactly the pre-stop or the post-stop generation — never a mix, never an unbootable disk.
 // Each trial costs one boot (~10-30 s under TCG): PI_SANDBOX_FAULT_TRIALS sets how many (default
-// 20, the acceptance number; about 3.5 min on an idle 2-core TCG host).
+// 20, the acceptance number; about 3.5 min on an idle 2-core TCG host). The same for a suspend,
+// PI_SANDBOX_SUSPEND_FAULT_TRIALS times (default 3): a boot that resumes saved memory must find
+// the post-suspend generation (the memory belongs to the checkpoint taken with it).
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -12,6 +14,7 @@ import { TS_NODE_ARGS, tempDir } from "./helpers.js";
 import { qemuProcessesUsing, testImage } from "./vm-support.js";
 
 const TRIALS = Number(process.env.PI_SANDBOX_FAULT_TRIALS ?? 20);
+const SUSPEND_TRIALS = Number(process.env.PI_SANDBOX_SUSPEND_FAULT_TRIALS ?? 3);
 const CHILD = path.resolve("test/support/stop-child.ts");
 
 interface ChildEvent {
@@ -20,11 +23,18 @@ interface ChildEvent {
   blob?: string;
   qemuPid?: number;
   totalMs?: number;
+  warm?: boolean;
 }
 
 /** Runs the helper; `onEvent` sees each JSON line; resolves when it exits. */
-function runChild(diskDir: string, stateRoot: string, mode: string, onEvent: (e: ChildEvent, c: ChildProcess) => void) {
-  const child = spawn(process.execPath, [...TS_NODE_ARGS, CHILD, diskDir, stateRoot, mode], {
+function runChild(
+  diskDir: string,
+  stateRoot: string,
+  mode: string,
+  onEvent: (e: ChildEvent, c: ChildProcess) => void,
+  how: "stop" | "suspend" = "stop",
+) {
+  const child = spawn(process.execPath, [...TS_NODE_ARGS, CHILD, diskDir, stateRoot, mode, how], {
     stdio: ["ignore", "pipe", "pipe"],
   });
   let stderr = "";
@@ -57,7 +67,13 @@ function checkLayers(diskDir: string): void {
   }
 }
 
-test(`SIGKILL at ${TRIALS} random moments of a stop leaves one complete checkpoint each time`, async () => {
+test(`SIGKILL at ${TRIALS} random moments of a stop leaves one complete checkpoint each time`, () =>
+  faultTrials("stop", TRIALS));
+
+test(`SIGKILL at ${SUSPEND_TRIALS} random moments of a suspend leaves one complete checkpoint, resumed only with its own memory`, () =>
+  faultTrials("suspend", SUSPEND_TRIALS));
+
+async function faultTrials(how: "stop" | "suspend", trials: number): Promise<void> {
   const { dir, cleanup } = await tempDir("pisb-vmfault-");
   try {
     const diskDir = path.join(dir, "disk");
@@ -66,23 +82,35 @@ test(`SIGKILL at ${TRIALS} random moments of a stop leaves one complete checkpoi
 
     // Generation 0: an uninterrupted stop, which also measures how long a stop takes.
     let stopMs = 0;
-    const calibration = await runChild(diskDir, stateRoot, "0", (e) => {
-      if (e.event === "stopped") stopMs = e.totalMs ?? 0;
-    });
+    const calibration = await runChild(
+      diskDir,
+      stateRoot,
+      "0",
+      (e) => {
+        if (e.event === "stopped") stopMs = e.totalMs ?? 0;
+      },
+      how,
+    );
     if (calibration.code !== 0) throw new Error(`calibration run failed:\n${calibration.stderr.slice(-3000)}`);
     const windowMs = Math.max(600, stopMs * 1.2);
 
     let expected = new Set(["0"]);
     const outcomes: string[] = [];
-    for (let trial = 1; trial <= TRIALS; trial += 1) {
+    for (let trial = 1; trial <= trials; trial += 1) {
       const delayMs = Math.round(Math.random() * windowMs);
       let booted: ChildEvent | undefined;
       let stopped = false;
-      const exit = await runChild(diskDir, stateRoot, String(trial), (e, child) => {
-        if (e.event === "booted") booted = e;
-        if (e.event === "stopping") setTimeout(() => child.kill("SIGKILL"), delayMs);
-        if (e.event === "stopped") stopped = true;
-      });
+      const exit = await runChild(
+        diskDir,
+        stateRoot,
+        String(trial),
+        (e, child) => {
+          if (e.event === "booted") booted = e;
+          if (e.event === "stopping") setTimeout(() => child.kill("SIGKILL"), delayMs);
+          if (e.event === "stopped") stopped = true;
+        },
+        how,
+      );
       if (!booted) {
         throw new Error(
           `trial ${trial}: the helper never booted (exit ${exit.code ?? exit.signal}); trials so far: ${outcomes.join(" ")}\n${exit.stderr.slice(-3000)}`,
@@ -91,7 +119,9 @@ test(`SIGKILL at ${TRIALS} random moments of a stop leaves one complete checkpoi
       // The boot found exactly one of the two generations the previous trial could leave.
       expect(expected.has(booted!.marker!)).toBe(true);
       expect(booted!.blob).toBe(booted!.marker === "none" ? "blob-none" : "blob-ok");
-      outcomes.push(`${delayMs}ms:${stopped ? "after" : "during"}:${booted!.marker}`);
+      // Saved memory is resumed only with the checkpoint taken with it: the newest one.
+      if (booted!.warm) expect(booted!.marker).toBe(String(trial - 1));
+      outcomes.push(`${delayMs}ms:${stopped ? "after" : "during"}:${booted!.marker}${booted!.warm ? ":warm" : ""}`);
       if (!stopped) expect(exit.signal).toBe("SIGKILL");
 
       // QEMU died with its owner (parent-death signal), and every layer is sound.
@@ -113,8 +143,8 @@ test(`SIGKILL at ${TRIALS} random moments of a stop leaves one complete checkpoi
     expect(check).toMatchObject({ code: 0 });
     expect(expected.has(final!.marker!)).toBe(true);
     expect(final!.blob).toBe("blob-ok");
-    console.log(`stop fault trials (window ${Math.round(windowMs)} ms): ${outcomes.join(" ")}`);
+    console.log(`${how} fault trials (window ${Math.round(windowMs)} ms): ${outcomes.join(" ")}`);
   } finally {
     await cleanup();
   }
-});
+}

@@ -1,9 +1,9 @@
 // Helper process for the stop fault test: boots the disk, reports what it finds, writes a new
-// generation of data WITHOUT syncing, and stops (the parent SIGKILLs it somewhere in that stop).
-// Usage: node <ts flags> stop-child.ts <diskDir> <stateRoot> <generation|check>
+// generation of data WITHOUT syncing, and stops or suspends (the parent SIGKILLs it somewhere in
+// that stop). Usage: node <ts flags> stop-child.ts <diskDir> <stateRoot> <generation|check> [stop|suspend]
 import { runInGuest, startVm } from "../../src/index.js";
 
-const [diskDir, stateRoot, mode] = process.argv.slice(2) as [string, string, string];
+const [diskDir, stateRoot, mode, how = "stop"] = process.argv.slice(2) as [string, string, string, string?];
 const say = (event: Record<string, unknown>) => process.stdout.write(JSON.stringify(event) + "\n");
 
 const vm = await startVm({
@@ -20,7 +20,7 @@ const seen = await runInGuest(
   "cat /srv/marker 2>/dev/null || echo none; if [ -f /srv/blob.sha ]; then cd /srv && sha256sum -c --quiet blob.sha && echo blob-ok || echo blob-bad; else echo blob-none; fi",
 );
 const [marker, blob] = seen.stdout.trim().split("\n");
-say({ event: "booted", marker, blob, qemuPid: vm.hostPid });
+say({ event: "booted", marker, blob, qemuPid: vm.hostPid, warm: vm.restore?.warm ?? false });
 if (mode === "check") {
   await vm.close();
   process.exit(0);
@@ -32,6 +32,6 @@ const write = await runInGuest(
 );
 if (write.exitCode !== 0) throw new Error(`guest write failed: ${write.stderr}`);
 say({ event: "stopping" });
-const result = await vm.stop();
+const result = how === "suspend" ? await vm.suspend() : await vm.stop();
 say({ event: "stopped", totalMs: Math.round(result.totalMs) });
 process.exit(0);
