@@ -1,6 +1,7 @@
 // A refresh of THIS repository on a real VM, then the printed launch command runs the candidate's
-// real Pi in the guest. Scope `pi` (what the launch command loads), because the whole workspace's
-// `npm ci` takes longer than a test may under TCG (README, "Install scope").
+// real Pi in the guest, offline (exported: the launch command starts with `cd … &&`, so a prefix
+// would only reach `cd`). Scope `pi` (what the launch command loads), because the whole
+// workspace's `npm ci` takes longer than a test may under TCG (README, "Install scope").
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -89,7 +90,9 @@ test("a refresh of this repository with --scope pi installs from the lockfile, b
 test("the printed launch command runs the candidate's Pi: --version", async () => {
   const lock = JSON.parse(await readFile(join(REPO, "package-lock.json"), "utf8"));
   const version = lock.packages["node_modules/@earendil-works/pi-coding-agent"].version as string;
-  const result = await guest.exec(`PI_OFFLINE=1 PI_SKIP_VERSION_CHECK=1 ${launch} --version`, { deadlineMs: 300_000 });
+  const result = await guest.exec(`export PI_OFFLINE=1 PI_SKIP_VERSION_CHECK=1; ${launch} --version`, {
+    deadlineMs: 300_000,
+  });
   expect(result.output.trim().split("\n").at(-1)).toBe(version);
   expect(result.exitCode).toBe(0);
 });
@@ -119,7 +122,7 @@ test("fixture-backed prompt: the launched Pi loads the extension and its sandbox
     content: JSON.stringify({ retry: { enabled: false } }),
   });
   const result = await guest.exec(
-    `PI_OFFLINE=1 PI_SKIP_VERSION_CHECK=1 ${launch} --no-session --mode json --model fake/fake-model 'use the sandbox tool' ` +
+    `export PI_OFFLINE=1 PI_SKIP_VERSION_CHECK=1; ${launch} --no-session --mode json --model fake/fake-model 'use the sandbox tool' ` +
       "> /tmp/pi-run.jsonl 2> /tmp/pi-run.err; rc=$?; tail -c 2000 /tmp/pi-run.err; exit $rc",
     { deadlineMs: 600_000 },
   );
