@@ -4,8 +4,10 @@
 //   1. create-from-template: time and extra bytes, small vs ~10x larger template (no VM needed)
 //   2. stop after writing 10 MiB: nearly empty disk vs ~1 GiB-filled disk (real VMs)
 //   3. boot to first exec: startVm vs bare Gondolin VM.create + exec of the same image
+//   4. warm start: first byte of a guest web server, start after suspend() vs after stop(), same
+//      disk; suspend vs stop time; memory file vs guest memory
 // Image: PI_SANDBOX_TEST_IMAGE, else `npm run -s test-image` at the workspace root.
-// Skip parts with BENCH_SKIP=templates,stop,boot. Rounds: BENCH_ROUNDS (default 2).
+// Skip parts with BENCH_SKIP=templates,stop,boot,suspend. Rounds: BENCH_ROUNDS (default 2).
 import { execFileSync, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
@@ -183,6 +185,59 @@ if (!skip.has("boot")) {
     ms,
     "≤ 1.15",
   );
+}
+
+// 4. Warm start: the first byte of a guest web server after a suspend (it still runs) vs after a
+// stop (the boot, then the server's own start, as services start after a cold boot).
+if (!skip.has("suspend")) {
+  const dir = path.join(work, "suspend");
+  await store.createDisk(dir, { image, diskGiB: 2 });
+  const serve =
+    "mkdir -p /srv/www && echo hello > /srv/www/index.html && cd /srv/www && " +
+    "setsid nohup python3 -m http.server 8080 --bind 127.0.0.1 >/dev/null 2>&1 &";
+  const firstByte = async (vm) => {
+    for (const deadline = Date.now() + 120_000; Date.now() < deadline;) {
+      const body = await httpGet(vm, 8080).catch(() => "");
+      if (body.includes("hello")) return;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    throw new Error("the guest web server never answered");
+  };
+  let vm = await boot("prep", dir);
+  await sh(vm, serve);
+  await firstByte(vm);
+  const times = { cold: [], warm: [], suspend: [], stop: [], bytes: [] };
+  for (let i = 0; i < rounds; i += 1) {
+    const suspended = await vm.suspend();
+    times.suspend.push(suspended.totalMs);
+    times.bytes.push(suspended.memoryBytes);
+    const warm = await timed(async () => {
+      vm = await boot("warm", dir);
+      await firstByte(vm);
+    });
+    if (!vm.restore?.warm) throw new Error(`the start after suspend was cold: ${vm.restore?.reason}`);
+    times.warm.push(warm.ms);
+    times.stop.push((await vm.stop()).totalMs);
+    const cold = await timed(async () => {
+      vm = await boot("cold", dir);
+      await sh(vm, serve);
+      await firstByte(vm);
+    });
+    times.cold.push(cold.ms);
+  }
+  await vm.close();
+  const first = `start to first byte of a guest web server: after suspend vs after stop (median of ${rounds})`;
+  report(first, median(times.cold), median(times.warm), ms, "≤ 0.25");
+  report(`suspend vs stop time (median of ${rounds})`, median(times.stop), median(times.suspend), ms, "-");
+  report("memory file vs guest memory (1 GiB)", 1024 * MiB, median(times.bytes), mib, "-");
+}
+
+async function httpGet(vm, port) {
+  const stream = await vm.connectTcp(port, { timeoutMs: 10_000 });
+  stream.end("GET / HTTP/1.0\r\nHost: localhost\r\n\r\n");
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  return Buffer.concat(chunks).toString("utf8");
 }
 
 console.log("| measurement | small / empty / bare | large / full / ours | ratio | target |");
