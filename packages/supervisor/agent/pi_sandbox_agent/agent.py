@@ -15,7 +15,7 @@ from .file_tree import file_list, file_mkdir, file_stat
 from .files import Transfers
 from .jobs import Jobs
 from .log_follow import LogFollow
-from .protocol import AgentError, BadRequest, JsonDict, LineReader, LineTooLong, parse_request, request_args
+from .protocol import AgentError, JsonDict, LineReader, next_request, request_args
 from .runs import Runs
 from .services import Services
 from .state import PortBook
@@ -115,16 +115,9 @@ class Agent:
         wire = self.ctx.wire
         self.warm.refill(self.ctx.workspace)
         while not self._shutdown.is_set():
-            try:
-                line = reader.next_line()
-                if line is None:
-                    break
-                req = parse_request(line)
-            except (LineTooLong, BadRequest) as problem:
-                wire.event("protocol-error", {"message": str(problem)})
-                continue
+            req = next_request(reader, wire)
             if req is None:
-                continue
+                break
             if req.get("op") == "shutdown":
                 wire.ok(req["id"], {})
                 break

@@ -16,14 +16,12 @@ from .protocol import (
     AGENT_VERSION,
     PROTOCOL_VERSION,
     AgentError,
-    BadRequest,
     JsonDict,
     Limits,
     LineReader,
-    LineTooLong,
     Wire,
     accept_hello,
-    parse_request,
+    next_request,
     request_args,
 )
 from .state import PortBook, StateDir
@@ -94,16 +92,9 @@ def await_hello(reader: LineReader, wire: Wire) -> tuple[Any, Limits] | None:
     """Reads until the host's hello arrives: (its request id, its limits); None at end of input
     or on shutdown. Anything else is refused with HELLO_REQUIRED."""
     while True:
-        try:
-            line = reader.next_line()
-            if line is None:
-                return None
-            req = parse_request(line)
-        except (LineTooLong, BadRequest) as problem:
-            wire.event("protocol-error", {"message": str(problem)})
-            continue
+        req = next_request(reader, wire)
         if req is None:
-            continue
+            return None
         op = req.get("op")
         if op == "shutdown":
             wire.ok(req["id"], {})

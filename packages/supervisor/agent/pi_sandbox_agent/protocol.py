@@ -191,6 +191,22 @@ class Wire:
         self.send({"event": name, "data": data})
 
 
+def next_request(reader: LineReader, wire: Wire) -> JsonDict | None:
+    """The host's next request; None at the end of its input. A line that is too long or not a
+    request is reported as a `protocol-error` event and skipped, and so is a blank line (silently)."""
+    while True:
+        try:
+            line = reader.next_line()
+            if line is None:
+                return None
+            req = parse_request(line)
+        except (LineTooLong, BadRequest) as problem:
+            wire.event("protocol-error", {"message": str(problem)})
+            continue
+        if req is not None:
+            return req
+
+
 # ---------------------------------------------------------------------------------------------
 # checks of request arguments
 

@@ -20,6 +20,7 @@ from pi_sandbox_agent.protocol import (
     LineTooLong,
     Wire,
     accept_hello,
+    next_request,
     parse_limits,
     parse_request,
     wire_name,
@@ -93,6 +94,19 @@ def test_line_reader_drops_an_oversized_line_whole_and_goes_on() -> None:
         reader.next_line()
     assert reader.next_line() == b"next\n"
     assert reader.next_line() is None
+
+
+def test_next_request_skips_blank_lines_and_reports_bad_ones_as_protocol_errors() -> None:
+    stream = io.BytesIO(b"\n" + b"x" * 100 + b'\n{nope\n{"op": "ping"}\n{"id": 1, "op": "ping"}\n')
+    wire = RecordingWire()
+    reader = LineReader(stream, max_bytes=64)
+    assert next_request(reader, wire) == {"id": 1, "op": "ping"}
+    assert [e["message"] for e in wire.events("protocol-error")] == [
+        "request line longer than 64 bytes dropped",
+        "request is not JSON",
+        "request has no id",
+    ]
+    assert next_request(reader, wire) is None
 
 
 def test_parse_request_tells_blank_lines_garbage_and_requests_apart() -> None:
