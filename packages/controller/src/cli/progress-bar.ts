@@ -16,7 +16,8 @@ export function renderBar(event: ProgressEvent & { done: number; total: number }
   const head = `[${escapeControlChars(event.stage)}] [${"#".repeat(filled)}${".".repeat(BAR_WIDTH - filled)}] ${String(Math.round(ratio * 100)).padStart(3)}%  ${mib(event.done)}/${mib(event.total)}  `;
   const room = Math.max(0, columns - 1 - head.length);
   const label = escapeControlChars(event.message);
-  return head + (label.length > room ? `…${label.slice(label.length - room + 1)}` : label);
+  if (label.length <= room) return head + label;
+  return room < 2 ? head.trimEnd() : `${head}…${label.slice(label.length - room + 1)}`;
 }
 
 /**

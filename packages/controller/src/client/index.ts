@@ -28,7 +28,8 @@ export { validateAction } from "../actions/validate.js";
 export type { ValidatedAction } from "../actions/validate.js";
 export { renderHelp } from "../actions/help.js";
 export type { ExecView } from "../actions/exec.js";
-export type { ControllerLogTail } from "../actions/logs.js";
+export type { ControllerLogTail, ServiceLogRead } from "../actions/logs.js";
+export type { CopyResult } from "../actions/copy-tree.js";
 export type { ServicesView } from "../daemon/context.js";
 // State views
 export { StateLayout, resolveStateRoot } from "../state/layout.js";
