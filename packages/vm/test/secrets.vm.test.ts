@@ -59,6 +59,9 @@ beforeAll(async () => {
   mountDir = path.join(root, "docs");
   await fsp.mkdir(mountDir);
   await fsp.writeFile(path.join(mountDir, "readme.txt"), "from the host\n");
+  // A host symlink out of the mounted directory: the guest must not get through it.
+  await fsp.writeFile(path.join(root, "outside.txt"), "outside the mount\n");
+  await fsp.symlink(path.join(root, "outside.txt"), path.join(mountDir, "escape"));
   const stateRoot = path.join(root, "state");
   diskDir = path.join(root, "disk");
   await new DiskStore({ stateRoot }).createDisk(diskDir, { image: testImage(), diskGiB: 2 });
@@ -130,8 +133,11 @@ test("a value updated on the host is used by the next request; the placeholder s
   expect(() => vm.updateSecret("NOT_GIVEN", "x")).toThrow(expect.objectContaining({ code: "VM_SECRET_INVALID" }));
 });
 
-test("a mount is readable, and every write under it fails with EROFS", async () => {
+test("a mount is readable, a symlink out of it leads nowhere, and every write under it fails with EROFS", async () => {
   expect(await sh(vm, "cat /mnt/docs/readme.txt")).toBe("from the host\n");
+  const escape = await runInGuest(vm, ["/bin/sh", "-c", "cat /mnt/docs/escape"]);
+  expect(escape.exitCode).not.toBe(0);
+  expect(escape.stdout).not.toContain("outside the mount");
   for (const write of [
     "echo x >> /mnt/docs/readme.txt",
     "touch /mnt/docs/new.txt",
@@ -146,7 +152,7 @@ test("a mount is readable, and every write under it fails with EROFS", async () 
       stderr: expect.stringMatching(/Read-only file system/),
     });
   }
-  expect(fs.readdirSync(mountDir)).toEqual(["readme.txt"]);
+  expect(fs.readdirSync(mountDir).sort()).toEqual(["escape", "readme.txt"]);
   expect(fs.readFileSync(path.join(mountDir, "readme.txt"), "utf8")).toBe("from the host\n");
 });
 
