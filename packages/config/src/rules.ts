@@ -7,6 +7,7 @@ import { dottedPath, isPlainRecord, quotePath } from "./describe.js";
 import { LIMITS } from "./limits.js";
 import { findServicePlaceholders } from "./references.js";
 import { HOST_PATTERN, isPathWithin, posixNormal } from "./schema.js";
+import { HOST_SERVICES_HOSTNAME } from "./types.js";
 import type { LocatedIssue } from "./validate.js";
 
 interface Edge {
@@ -103,8 +104,16 @@ function secretIssues(raw: unknown, out: LocatedIssue[]): void {
     if (!isPlainRecord(secret) || !Array.isArray(secret.hosts)) continue;
     secret.hosts.forEach((host: unknown, index) => {
       if (typeof host !== "string" || !HOST_PATTERN.test(host)) return;
-      if (allowed.some((pattern) => hostPatternCovers(pattern, host))) return;
       const segments = ["network", "secrets", name, "hosts", index];
+      if (hostPatternCovers(host, HOST_SERVICES_HOSTNAME)) {
+        out.push({
+          segments,
+          at: "value",
+          message: `${quotePath(dottedPath(segments))} ${escapeControlChars(JSON.stringify(host))} matches ${HOST_SERVICES_HOSTNAME}, whose \`network.hostPorts\` traffic passes as raw TCP and never gets a secret put in; give the host service its credential on the host side instead`,
+        });
+        return;
+      }
+      if (allowed.some((pattern) => hostPatternCovers(pattern, host))) return;
       out.push({
         segments,
         at: "value",

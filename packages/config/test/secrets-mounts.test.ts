@@ -71,6 +71,13 @@ GH: { from: 'env:GH', hosts: [api.github.com, uploads.github.com, b.example.com,
     );
   });
 
+  test("host.sandbox.internal is refused: host-port traffic is raw TCP that no secret is put into", () => {
+    for (const host of ["host.sandbox.internal", "*.sandbox.internal"]) {
+      const error = rejection(withSecrets(`M: { from: 'env:M', hosts: ['${host}'] }`, `['${host}', api.github.com]`));
+      expect(issueAt(error, "network.secrets.M.hosts.0").message).toMatch(/raw TCP and never gets a secret put in/);
+    }
+  });
+
   test("names are environment variable names, not ones the guest needs for itself", () => {
     expect(
       issueAt(rejection(withSecrets("1X: { from: 'env:X', hosts: [api.github.com] }")), "network.secrets.1X"),
