@@ -7,6 +7,8 @@ import type { CallActionFn } from "./tool.js";
 
 /** Raw bytes per read chunk: its base64 (61,440 characters) stays under the 64 KiB output cap. */
 export const READ_CHUNK_BYTES = 45 * 1024;
+/** Read chunks in flight at once for a file of several chunks. */
+const READ_PARALLEL = 4;
 /** Largest file read whole (edit, images, read without streaming). */
 export const READ_MAX_BYTES = 32 * 1024 * 1024;
 /** Raw bytes per write part when a file is larger than the write action takes. */
@@ -218,14 +220,30 @@ export class GuestInstance {
   /** Streams a file in chunks, stopping at `maxBytes` (an error) or when the signal aborts. */
   async *readStream(path: string, options: { signal?: AbortSignal; maxBytes?: number } = {}): AsyncGenerator<Buffer> {
     const max = options.maxBytes ?? READ_MAX_BYTES;
-    let offset = 0;
-    for (;;) {
+    const first = await this.readChunk(path, 0, options.signal);
+    const size = first.size;
+    if (size > max) throw pathError("EFBIG", path, ` (${size} bytes; at most ${max} are read)`);
+    if (first.data.length > 0) yield first.data;
+    if (first.data.length < READ_CHUNK_BYTES) return;
+    // The rest of the size read first, a few chunks in flight at once (the daemon runs execs
+    // side by side), yielded in order. A file that grew meanwhile ends at its first size.
+    const window: Promise<{ data: Buffer }>[] = [];
+    let next = READ_CHUNK_BYTES;
+    const fill = () => {
+      while (window.length < READ_PARALLEL && next < size) {
+        const chunk = this.readChunk(path, next, options.signal);
+        chunk.catch(() => undefined); // awaited in order below; a later failure must not go unhandled
+        window.push(chunk);
+        next += READ_CHUNK_BYTES;
+      }
+    };
+    fill();
+    while (window.length > 0) {
       if (options.signal?.aborted) return;
-      const { size, data } = await this.readChunk(path, offset, options.signal);
-      if (offset === 0 && size > max) throw pathError("EFBIG", path, ` (${size} bytes; at most ${max} are read)`);
+      const { data } = await window.shift()!;
       if (data.length > 0) yield data;
-      offset += data.length;
-      if (data.length < READ_CHUNK_BYTES || offset >= size || offset >= max) return;
+      if (data.length < READ_CHUNK_BYTES) return; // the file shrank
+      fill();
     }
   }
 

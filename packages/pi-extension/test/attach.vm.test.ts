@@ -4,6 +4,7 @@
 // guest command), /sandbox detach returns them to the host, and an instance that stops detaches
 // Pi with a message while a new attach to it is refused with the start hint.
 
+import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { rm, writeFile } from "node:fs/promises";
 import { hostname } from "node:os";
@@ -83,10 +84,9 @@ test("attached, Pi's tools work in the guest; nothing lands on the host", async 
     /^Attached to dev: read, bash, edit, write, grep, find, ls run in the instance \(cwd \/workspace\)/,
   );
   await rpc.waitFor(
-    (e) => rpc.events.indexOf(e) >= from && ui("setStatus", (s) => s.statusKey === "pi-sandbox.attach")(e),
-  );
-  expect(rpc.events.filter(ui("setStatus", (s) => s.statusKey === "pi-sandbox.attach")).at(-1)?.statusText).toBe(
-    "attached: dev",
+    (e) =>
+      rpc.events.indexOf(e) >= from &&
+      ui("setStatus", (st) => st.statusKey === "pi-sandbox.attach" && st.statusText === "attached: dev")(e),
   );
 
   const ends = await run(
@@ -113,9 +113,34 @@ test("attached, Pi's tools work in the guest; nothing lands on the host", async 
   const inGuest = await call({ action: "read", name: "dev", path: "/workspace/notes/todo.txt" });
   expect(inGuest.content).toBe("one fish\n2 fish\nred fish\n");
   expect(existsSync(join(home.workDir, "notes"))).toBe(false);
-  // The model was told where its tools run.
-  const lastRequest = fake.requests.at(-1)!;
-  expect(JSON.stringify(lastRequest.messages)).toContain("attached Pi to the sandbox instance dev");
+  // The model was told where its tools run: a session message, and the prompt's cwd and section.
+  const sent = JSON.stringify(fake.requests.at(-1)!.messages);
+  expect(sent).toContain("attached Pi to the sandbox instance dev");
+  expect(sent).toContain("Pi is attached to the sandbox instance dev");
+  expect(sent).toMatch(/<cwd>\\n\/workspace\\n<\/cwd>/);
+
+  // Past the action limits: a 1.1 MB guest file is edited (read in chunks, written in parts) and
+  // read with an offset (streamed).
+  const row = (i: number) => `row ${String(i).padStart(5, "0")} ${"x".repeat(30)}\n`;
+  await call({
+    action: "exec",
+    name: "dev",
+    cmd: `mkdir -p big && awk 'BEGIN{for(i=1;i<=27000;i++) printf "row %05d %s\\n", i, "${"x".repeat(30)}"}' > big/data.txt`,
+  });
+  const [edited, readBack] = await run(
+    "big file",
+    { tool: "edit", args: { path: "big/data.txt", edits: [{ oldText: "row 20000 x", newText: "row 20000 y" }] } },
+    { tool: "read", args: { path: "big/data.txt", offset: 26_998, limit: 2 } },
+  );
+  expect(edited!.isError).toBe(false);
+  expect(resultText(readBack!)).toMatch(
+    /^row 26998 x{30}\nrow 26999 x{30}\n\n\[2 more lines in file\. Use offset=27000 /,
+  );
+  const expected = Array.from({ length: 27_000 }, (_, i) => row(i + 1))
+    .join("")
+    .replace("row 20000 x", "row 20000 y");
+  const sum = await call({ action: "exec", name: "dev", cmd: "sha256sum big/data.txt; ls -A big" });
+  expect(sum.output).toBe(`${createHash("sha256").update(expected).digest("hex")}  big/data.txt\ndata.txt\n`);
 });
 
 test("bash in the guest: Pi's truncation of long output, and abort ends the guest command", async () => {
@@ -141,7 +166,8 @@ test("bash in the guest: Pi's truncation of long output, and abort ends the gues
   const left = await call({
     action: "exec",
     name: "dev",
-    cmd: "pgrep -f 'sleep 97' || echo none; ls /tmp/finished 2>&1",
+    // [p] keeps this shell's own command line from matching.
+    cmd: "pgrep -f 'slee[p] 97' || echo none; ls /tmp/finished 2>&1",
   });
   expect(left.output).toMatch(/^none\n.*No such file/s);
 });
