@@ -47,6 +47,7 @@ async function readFrom(
   opened: { handle: FileHandle; ino: bigint; size: number },
   offset: number,
   budget: number,
+  rotated = false,
 ): Promise<{ lines: string[]; next: number; more: boolean }> {
   try {
     const start = offset > opened.size ? 0 : offset;
@@ -54,12 +55,19 @@ async function readFrom(
     const buffer = Buffer.alloc(length);
     const { bytesRead } = await opened.handle.read(buffer, 0, length, start);
     const data = buffer.subarray(0, bytesRead);
-    // A line longer than the whole budget is passed on in pieces rather than waited for.
+    // A line longer than the whole budget is passed on in pieces rather than waited for, and so is
+    // the unfinished end of a rotated file (nothing is written to it any more).
+    const whole = (bytesRead === budget && data.indexOf(10) === -1) || (rotated && start + bytesRead === opened.size);
+    const complete = completeLines(data);
     const { lines, bytes } =
-      bytesRead === budget && data.indexOf(10) === -1
-        ? { lines: [data.toString("utf8")], bytes: bytesRead }
-        : completeLines(data);
-    return { lines, next: start + bytes, more: start + bytes < opened.size && bytes > 0 };
+      whole && complete.bytes < bytesRead
+        ? {
+            lines: [...complete.lines, data.subarray(complete.bytes).toString("utf8")],
+            bytes: bytesRead,
+          }
+        : complete;
+    // More is waiting only when the budget cut the read (a partial last line waits for its end).
+    return { lines, next: start + bytes, more: length === budget && bytes > 0 && start + bytes < opened.size };
   } finally {
     await opened.handle.close();
   }
@@ -95,7 +103,7 @@ export async function hostLogSince(file: string, cursor: string): Promise<HostLo
     // Rotated: the rest of the old file is `.1`.
     const old = await openIf(`${file}.1`, inode);
     if (old && offset < old.size) {
-      const read = await readFrom(old, offset, budget);
+      const read = await readFrom(old, offset, budget, true);
       if (read.next < old.size) return { lines: read.lines, cursor: `${inode}:${read.next}`, more: true };
       const current = await openIf(file, undefined);
       if (!current) return { lines: read.lines, cursor: "0:0", more: false };
