@@ -27,7 +27,7 @@ export class GuestFiles {
   constructor(private readonly channel: AgentChannel) {}
 
   /** What `path` is, without following a final symbolic link; FILE_NOT_FOUND when nothing. */
-  stat(path: string, options: CallOptions = {}): Promise<GuestStat> {
+  async stat(path: string, options: CallOptions = {}): Promise<GuestStat> {
     checkAbsolute(path);
     return statThroughAgent(this.channel, path, options);
   }
@@ -36,7 +36,7 @@ export class GuestFiles {
    * Every entry under directory `path` (links not followed), parents before children, at most
    * `maxEntries` (default and at most 20000): `truncated` says the listing stopped there.
    */
-  list(path: string, options: CallOptions & { maxEntries?: number } = {}): Promise<GuestTree> {
+  async list(path: string, options: CallOptions & { maxEntries?: number } = {}): Promise<GuestTree> {
     checkAbsolute(path);
     const maxEntries = options.maxEntries ?? LIST_MAX_ENTRIES;
     checkSize(maxEntries, LIST_MAX_ENTRIES, "maxEntries");
@@ -44,7 +44,7 @@ export class GuestFiles {
   }
 
   /** Creates directory `path` and its missing parents; an existing directory is fine. */
-  mkdir(path: string, options: CallOptions & { mode?: number } = {}): Promise<void> {
+  async mkdir(path: string, options: CallOptions & { mode?: number } = {}): Promise<void> {
     checkAbsolute(path);
     return mkdirThroughAgent(this.channel, path, options);
   }
@@ -70,7 +70,7 @@ export class GuestFiles {
    * Writes a guest file from `source` (at most 256 MiB) chunk by chunk; the agent checks the
    * sha256 before it renames the file into place (atomic; an existing file keeps its owner).
    */
-  writeFrom(
+  async writeFrom(
     path: string,
     source: WriteSource,
     options: CallOptions & { mode?: number; createParents?: boolean } = {},

@@ -51,7 +51,7 @@ function parseFollowed(raw: unknown, service: string): LogFollowed {
  * only what was written after it (at most 64 KiB; `more` when more is waiting), across the log's
  * rotations and the service's restarts.
  */
-export function followLogThroughAgent(
+export async function followLogThroughAgent(
   channel: AgentChannel,
   service: string,
   options: CallOptions & { cursor?: string; lines?: number },

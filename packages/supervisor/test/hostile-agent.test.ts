@@ -5,6 +5,7 @@ import { LIMITS } from "@pi-sandbox/config";
 import { AgentChannel } from "../src/channel.js";
 import { SupervisorClient, isSupervisorError, type SupervisorError } from "../src/index.js";
 import { readThroughAgent } from "../src/file-transfer.js";
+import { listThroughAgent } from "../src/file-tree.js";
 import { MAX_AGENT_LINE_BYTES, TRANSFER_CHUNK_BYTES } from "../src/protocol.js";
 import { ScriptedAgent, scriptedVm } from "./support/scripted-agent.js";
 
@@ -94,6 +95,27 @@ test("a read whose claimed length is larger than asked is refused before any dat
   expect(error.code).toBe("AGENT_PROTOCOL");
   expect(error.message).toContain("result.length");
   expect(agent.requests.map((r) => r.op)).toEqual(["file-read-open"]);
+});
+
+test("a tree listing with names that would leave the destination, or out of order, is refused", async () => {
+  const entry = (path: string, type = "file") => ({ path, type, size: 1, mode: 0o644 });
+  for (const [entries, problem] of [
+    [[entry("../etc/passwd")], "plain relative path"],
+    [[entry("a//b")], "plain relative path"],
+    [[entry("/etc/passwd")], "plain relative path"],
+    [[entry("sub/x")], "before its directory"],
+    [[entry("x"), entry("x")], "listed twice"],
+    [[entry("bad\ud800name")], "well-formed"],
+    [[entry("x", "device")], "entry type"],
+    [[entry("a"), entry("b"), entry("c")], "at most 2 entries"],
+  ] as const) {
+    const agent = new ScriptedAgent();
+    const { channel } = channelOver(agent);
+    agent.onRequest = (req) => agent.reply(req.id, { entries, truncated: false, skippedNames: 0 });
+    const error = await rejection(listThroughAgent(channel, "/workspace", 2, {}));
+    expect(error.code).toBe("AGENT_PROTOCOL");
+    expect(error.message).toContain(problem);
+  }
 });
 
 test("a chunk larger than asked, or a truncated flag that contradicts the sizes, is refused", async () => {
