@@ -94,6 +94,7 @@ export function normaliseConfig(input: SandboxConfigInput, sourcePath: string | 
           {
             from: normaliseSource(secret.from, sourcePath),
             hosts: [...new Set(secret.hosts.map((h) => h.toLowerCase()))],
+            ...(secret.placeholderPrefix === undefined ? {} : { placeholderPrefix: secret.placeholderPrefix }),
           },
         ]),
       ),

@@ -55,7 +55,11 @@ export function renderConfig(config: SandboxConfig): string {
     network.secrets = Object.fromEntries(
       Object.entries(config.network.secrets).map(([name, secret]) => [
         name,
-        { from: secret.from, hosts: [...secret.hosts] },
+        {
+          from: secret.from,
+          hosts: [...secret.hosts],
+          ...(secret.placeholderPrefix === undefined ? {} : { placeholderPrefix: secret.placeholderPrefix }),
+        },
       ]),
     );
   }

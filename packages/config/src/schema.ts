@@ -254,6 +254,10 @@ const secretName = v.pipe(
   ),
 );
 
+/** What a `placeholderPrefix` may hold: a few characters that are safe in any header. */
+export const PLACEHOLDER_PREFIX_PATTERN = /^[A-Za-z0-9._-]{1,32}$/;
+const PLACEHOLDER_PREFIX_RULE = "1 to 32 letters, digits, '.', '_' or '-'";
+
 const secretSchema = v.strictObject({
   from: v.pipe(
     v.string(`must be a reference such as env:GITHUB_TOKEN or file:~/.config/gh/token; ${INLINE_SECRET_HINT}`),
@@ -275,6 +279,16 @@ const secretSchema = v.strictObject({
     ),
     v.minLength(1, "must list at least one host the value is sent to"),
     v.description("Hosts whose requests get the real value; each must be covered by network.allowedHosts."),
+  ),
+  placeholderPrefix: v.optional(
+    v.pipe(
+      // Never quoted: a value pasted here by mistake must not reach a message.
+      v.string(`must be ${PLACEHOLDER_PREFIX_RULE}`),
+      v.regex(PLACEHOLDER_PREFIX_PATTERN, `must be ${PLACEHOLDER_PREFIX_RULE}`),
+      v.description(
+        "Text put before the guest's placeholder, for a client that recognises a credential by its start (e.g. sk-ant-oat01-). Not secret.",
+      ),
+    ),
   ),
 });
 

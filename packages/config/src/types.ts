@@ -93,6 +93,11 @@ export interface SecretConfig {
   from: string;
   /** Host patterns whose requests get the value, lowercased; each covered by `allowedHosts`. */
   hosts: string[];
+  /**
+   * Text the guest's placeholder starts with (1-32 of `A-Za-z0-9._-`), for a client that tells
+   * credentials apart by their start (an Anthropic OAuth token contains `sk-ant-oat`). Not secret.
+   */
+  placeholderPrefix?: string;
 }
 
 /** A host directory shared read-only with the guest. */

@@ -78,6 +78,25 @@ GH: { from: 'env:GH', hosts: [api.github.com, uploads.github.com, b.example.com,
     }
   });
 
+  test("placeholderPrefix: a few header-safe characters, kept and rendered; a bad one is refused unquoted", () => {
+    const config = parseConfig(
+      withSecrets("A: { from: 'env:A', hosts: [api.github.com], placeholderPrefix: sk-ant-oat01- }"),
+    );
+    expect(config.network.secrets.A).toEqual({
+      from: "env:A",
+      hosts: ["api.github.com"],
+      placeholderPrefix: "sk-ant-oat01-",
+    });
+    expect(parseConfig(renderConfig(config))).toEqual(config);
+    for (const bad of ["''", "'a b'", "'x/y'", `'${"a".repeat(33)}'`, "[x]", `'${VALUE}:'`]) {
+      const error = rejection(withSecrets(`A: { from: 'env:A', hosts: [api.github.com], placeholderPrefix: ${bad} }`));
+      expect(issueAt(error, "network.secrets.A.placeholderPrefix").message).toMatch(
+        /must be 1 to 32 letters, digits, '\.', '_' or '-'/,
+      );
+      expect(JSON.stringify(error.issues)).not.toContain(VALUE);
+    }
+  });
+
   test("names are environment variable names, not ones the guest needs for itself", () => {
     expect(
       issueAt(rejection(withSecrets("1X: { from: 'env:X', hosts: [api.github.com] }")), "network.secrets.1X"),

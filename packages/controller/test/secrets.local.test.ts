@@ -13,6 +13,7 @@ import { inspectEntry, type EntryView } from "../src/state/inspect.js";
 import { readRecord } from "../src/state/records.js";
 import { InstanceController, createFileLogger, createLocalRuntime, type LocalRuntime } from "../src/testing.js";
 import type { LocalRuntimeVm } from "../src/testing-runtime.js";
+import { secretsProfile } from "../src/daemon/secrets.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
 type Loose = Record<string, any>;
@@ -173,6 +174,22 @@ test("the secrets action reads the sources of a running instance again; the plac
   });
   expect(liveVm().secretValue("NPM_TOKEN")).toBe(ROTATED);
 
+  await call({ action: "stop", name: "demo" });
+});
+
+test("a placeholderPrefix starts the placeholder, in exec and the terminal profile", async () => {
+  await writeFile(
+    join(dir, "sandbox.yaml"),
+    yaml().replace("hosts: [api.example.com] }", "hosts: [api.example.com], placeholderPrefix: sk-ant-oat01- }"),
+  );
+  await call({ action: "create", name: "demo", config: join(dir, "sandbox.yaml") });
+  const env = await guestEnv("demo");
+  const api = /^API=(sk-ant-oat01-PI_SANDBOX_SECRET_[0-9a-f]{40})$/m.exec(env)?.[1];
+  expect(api).toBeDefined();
+  expect(env).toMatch(/^NPM=PI_SANDBOX_SECRET_[0-9a-f]{40}$/m);
+  expect(liveVm().secretValue("API_TOKEN")).toBe(ENV_VALUE);
+  const record = await readRecord(layout, "instances", "demo");
+  expect(secretsProfile(record!.config, record!.secretSalt!)).toContain(`export API_TOKEN='${api}'\n`);
   await call({ action: "stop", name: "demo" });
 });
 

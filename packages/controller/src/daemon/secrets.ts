@@ -26,11 +26,12 @@ export function newSecretSalt(): string {
 /**
  * The placeholder the guest sees for secret `name`: derived from the entry's salt, so it is the
  * same at every start (a guest file that stored it keeps working) and differs between entries
- * that do not share a disk.
+ * that do not share a disk. `prefix` (the secret's `placeholderPrefix`, checked by the config)
+ * goes in front.
  */
-export function placeholderFor(salt: string, name: string): string {
+export function placeholderFor(salt: string, name: string, prefix = ""): string {
   const digest = createHash("sha256").update(`pi-sandbox secret\0${salt}\0${name}`).digest("hex");
-  return `PI_SANDBOX_SECRET_${digest.slice(0, 40)}`;
+  return `${prefix}PI_SANDBOX_SECRET_${digest.slice(0, 40)}`;
 }
 
 /** Where `resolveSecrets` reads: the environment and the home directory for `~/`. */
@@ -53,7 +54,7 @@ export async function resolveSecrets(
   for (const [name, secret] of Object.entries(config.network.secrets ?? {})) {
     out[name] = {
       value: await readSecretValue(name, secret, options),
-      placeholder: placeholderFor(options.salt, name),
+      placeholder: placeholderFor(options.salt, name, secret.placeholderPrefix),
       hosts: [...secret.hosts],
     };
   }
@@ -179,8 +180,8 @@ export const GUEST_SECRETS_PROFILE = "/etc/profile.d/pi-sandbox-secrets.sh";
 /** The text of {@link GUEST_SECRETS_PROFILE}: one `export NAME='placeholder'` per secret. */
 export function secretsProfile(config: SandboxConfig, salt: string): string {
   const lines = ["# Written by pi-sandbox: placeholders of network.secrets (the values stay on the host)."];
-  for (const name of Object.keys(config.network.secrets ?? {})) {
-    lines.push(`export ${name}='${placeholderFor(salt, name)}'`);
+  for (const [name, secret] of Object.entries(config.network.secrets ?? {})) {
+    lines.push(`export ${name}='${placeholderFor(salt, name, secret.placeholderPrefix)}'`);
   }
   return lines.join("\n") + "\n";
 }
