@@ -44,7 +44,7 @@ export interface ExecOptions extends WaitOptions {
   env?: Record<string, string>;
   /**
    * Keep stderr apart: results carry it as `stderr` (exec-status of the handle too) and `output`
-   * is stdout only. The command then starts its own login shell (the warm one is not used).
+   * is stdout only.
    */
   separateStderr?: boolean;
 }

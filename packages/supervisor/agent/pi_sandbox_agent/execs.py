@@ -30,8 +30,7 @@ class Execs:
         timeout_ms = self._wait_ms(args)
         extra_env = check_env(args.get("env"))
         separate = args.get("separateStderr") is True
-        # The warm shell's stderr is its output file; a command that wants stderr apart starts cold.
-        job = None if extra_env or separate else self._exec_warm(command, cwd)
+        job = None if extra_env else self._exec_warm(command, cwd, separate)
         if job is None:
             env = dict(self.ctx.base_env)
             env.update(extra_env)
@@ -49,7 +48,7 @@ class Execs:
         finally:
             self.warm.refill(cwd)
 
-    def _exec_warm(self, command: str, cwd: str) -> Job | None:
+    def _exec_warm(self, command: str, cwd: str, separate: bool) -> Job | None:
         """Gives the command to the warm shell; None when there is none to use."""
         shell = self.warm.take(cwd)
         if shell is None:
@@ -58,10 +57,16 @@ class Execs:
             data: bytes | None = os.fsencode(command)
         except UnicodeError:
             data = None  # the cold path reports it the way it always did
-        if data is None or b"\0" in data or not shell.send(data):
+        if data is None or b"\0" in data or not shell.send(data, separate):
             self.warm.retire(shell)
             return None
-        job = Job(shell.handle, "exec", shell.out_path)
+        if not separate:
+            # Its stderr now goes to the output file; the shell's own, unused, goes.
+            try:
+                os.unlink(shell.err_path)
+            except OSError:
+                pass
+        job = Job(shell.handle, "exec", shell.out_path, err_path=shell.err_path if separate else None)
         job.proc = shell.proc
         job.pid = shell.proc.pid
         return job

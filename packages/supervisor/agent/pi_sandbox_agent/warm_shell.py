@@ -15,7 +15,9 @@ from .procs import kill_group, mono
 
 # The script a warm shell runs: everything before the first `read` happens ahead of time (exec of
 # bash, dynamic linking, shell start-up); then it blocks until the agent writes
-# "<bytes>\n<command>\0" on its stdin. Only then does it read the login files, in bash's own order
+# "<bytes> <apart>\n<command>\0" on its stdin. Its stderr is a file of its own; unless <apart> is
+# 1 (the exec keeps stderr apart) it first joins stderr to stdout, as a cold start's Popen does.
+# Only then does it read the login files, in bash's own order
 # (/etc/profile, then the first of ~/.bash_profile, ~/.bash_login, ~/.profile), and run the command
 # with stdin on /dev/null (opened read-write, like the DEVNULL of a cold start). The login files
 # are read after the command is known, exactly as `bash -lc` would, so edits to them always count.
@@ -24,11 +26,12 @@ from .procs import kill_group, mono
 # without running anything. BASH_EXECUTION_STRING holds the command, as it does in `bash -c`; the
 # eval stays on line 1 so $LINENO counts from 1.
 WARM_BOOTSTRAP = (
-    "read -r __pi_sandbox_n || exit 0; "
+    "read -r __pi_sandbox_n __pi_sandbox_s || exit 0; "
     "if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 401)); "
     'then LC_ALL=C IFS= read -r -N "$__pi_sandbox_n" BASH_EXECUTION_STRING || exit 0; '
     'else IFS= read -r -d "" BASH_EXECUTION_STRING || exit 0; fi; '
-    "unset -v __pi_sandbox_n; exec 0<>/dev/null; SECONDS=0; "
+    '[ "$__pi_sandbox_s" = 1 ] || exec 2>&1; '
+    "unset -v __pi_sandbox_n __pi_sandbox_s; exec 0<>/dev/null; SECONDS=0; "
     "if [ -e /etc/profile ]; then . /etc/profile; fi; "
     "if [ -e ~/.bash_profile ]; then . ~/.bash_profile; elif [ -e ~/.bash_login ]; then . ~/.bash_login; "
     "elif [ -e ~/.profile ]; then . ~/.profile; fi; "
@@ -42,6 +45,7 @@ class WarmShell:
     def __init__(self, handle: str, out_path: str, proc: subprocess.Popen[bytes], cwd: str, host: str):
         self.handle = handle
         self.out_path = out_path
+        self.err_path = err_path_of(out_path)
         self.proc = proc
         self.cwd = cwd
         self.host = host
@@ -59,10 +63,11 @@ class WarmShell:
         assert self.proc.stdin is not None  # started with stdin=PIPE
         return self.proc.stdin
 
-    def send(self, data: bytes) -> bool:
-        """Hands over the command; False when the shell is gone (someone killed it while idle)."""
+    def send(self, data: bytes, apart: bool = False) -> bool:
+        """Hands over the command (with stderr kept `apart` in its own file, else joined to the
+        output); False when the shell is gone (someone killed it while idle)."""
         try:
-            self._stdin().write(b"%d\n" % len(data) + data + b"\0")
+            self._stdin().write(b"%d %d\n" % (len(data), 1 if apart else 0) + data + b"\0")
             self._stdin().close()
             return True
         except OSError:
@@ -76,10 +81,11 @@ class WarmShell:
         except OSError:
             pass
         self.proc.wait()
-        try:
-            os.unlink(self.out_path)
-        except OSError:
-            pass
+        for path in (self.out_path, self.err_path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 class WarmShells:
@@ -193,24 +199,30 @@ class WarmShells:
         handle = self.jobs.new_handle()
         out_path = os.path.join(self.ctx.state.exec_dir, handle + ".out")
         try:
-            with open(out_path, "ab") as out:
+            with open(out_path, "ab") as out, open(err_path_of(out_path), "ab") as err:
                 proc = subprocess.Popen(
                     [self.ctx.shell, "--noprofile", "-l", "-c", WARM_BOOTSTRAP],
                     cwd=cwd,
                     env=self.ctx.base_env,
                     stdin=subprocess.PIPE,
                     stdout=out,
-                    stderr=subprocess.STDOUT,
+                    stderr=err,
                     start_new_session=True,
                 )
         except OSError:
             # The exec that follows starts its own shell and reports whatever went wrong.
-            try:
-                os.unlink(out_path)
-            except OSError:
-                pass
+            for path in (out_path, err_path_of(out_path)):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
             return None
         return WarmShell(handle, out_path, proc, cwd, socket.gethostname())
+
+
+def err_path_of(out_path: str) -> str:
+    """The stderr file next to an output file (`<handle>.out` -> `<handle>.err`)."""
+    return out_path[: -len(".out")] + ".err" if out_path.endswith(".out") else out_path + ".err"
 
 
 def usable(shell: str) -> bool:

@@ -107,10 +107,10 @@ def test_kill_stops_the_whole_group(ctx: Context, tmp_path: Path) -> None:
 
 def test_stderr_apart_when_asked_merged_otherwise(ctx: Context) -> None:
     execs = make_execs(ctx)
-    command = "echo out; echo err >&2; sleep 0.5; echo out2; echo err2 >&2"
-    merged = execs.exec({"command": command, "timeoutMs": 5000})
+    command = "echo out; echo err >&2; sleep 3; echo out2; echo err2 >&2"
+    merged = execs.exec({"command": command, "timeoutMs": 10000})
     assert merged["output"] == "out\nerr\nout2\nerr2\n" and "stderr" not in merged
-    first = execs.exec({"command": command, "timeoutMs": 200, "separateStderr": True})
+    first = execs.exec({"command": command, "timeoutMs": 2000, "separateStderr": True})
     assert first["running"] and first["output"] == "out\n" and first["stderr"] == "err\n"
     rest = execs.status({"handle": first["handle"], "timeoutMs": 5000})
     assert rest["output"] == "out2\n" and rest["stderr"] == "err2\n" and rest["stderrTruncatedBytes"] == 0
