@@ -3,7 +3,13 @@
 // attach, never at load, and while nothing is attached they are Pi's own host tools. The attach
 // is kept as a session entry, so it survives /reload and a resumed session.
 
-import type { ExtensionAPI, ExtensionContext, ToolRenderResultOptions, Theme } from "@earendil-works/pi-coding-agent";
+import type {
+  BashOperations,
+  ExtensionAPI,
+  ExtensionContext,
+  ToolRenderResultOptions,
+  Theme,
+} from "@earendil-works/pi-coding-agent";
 import { Container, Text } from "@earendil-works/pi-tui";
 import { escapeControlChars, isControllerError } from "@pi-sandbox/controller/client";
 import { SandboxExtensionError } from "./errors.js";
@@ -218,6 +224,19 @@ export class Attachments {
       tellUser(ctx, `Could not re-attach to ${name}; the tools stay on the host.\n${why}`, "warning");
       this.onChange(ctx);
     }
+  }
+
+  /**
+   * The user's own `!command` while attached runs in the guest workspace too; undefined leaves
+   * it to Pi (the host). The host's environment is not passed, as for the tool.
+   */
+  userBashOperations(): BashOperations | undefined {
+    const guest = this.#guest;
+    if (!guest) return undefined;
+    return {
+      exec: (command, _hostCwd, { onData, signal, timeout }) =>
+        guest.stream(command, guest.facts.workspace, { onData, signal, timeoutSeconds: timeout }),
+    };
   }
 
   /** Tells the model, in its system prompt, where the tools run while attached. */

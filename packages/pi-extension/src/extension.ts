@@ -25,6 +25,10 @@ export function createSandboxExtension(deps: SandboxDependencies): ExtensionFact
       await attachments.restore(ctx);
     });
     pi.on("session_shutdown", () => status.stop());
+    pi.on("user_bash", () => {
+      const operations = attachments.userBashOperations();
+      return operations ? { operations } : undefined;
+    });
     pi.on("before_agent_start", (event) => {
       attachments.promptSection(event.systemPromptOptions);
     });

@@ -111,20 +111,29 @@ export class GuestInstance {
   }
 
   /**
-   * Runs a short helper command and returns its whole output and exit code. Output is at most
-   * 64 KiB (the caller bounds it in the command); a command still running after a minute is
-   * killed and reported as an error.
+   * Runs a helper command (probe, stat, listing, search, file chunk) in the workspace and returns
+   * its output and exit code. The caller bounds the output in the command. Abort, or a minute
+   * without an end, kills the command's process group in the guest.
    */
   async run(cmd: string, signal?: AbortSignal): Promise<{ exitCode: number; output: string }> {
-    if (signal?.aborted) throw new Error("Operation aborted");
-    const first = await this.call<ExecView>({ action: "exec", cmd, timeoutMs: HELPER_WAIT_MS }, signal);
-    if (first.running) {
-      await this.kill(first.pid);
-      throw new Error(
-        `a helper command in ${this.name} did not finish within ${HELPER_WAIT_MS / 1000} s and was ended`,
-      );
+    const chunks: Buffer[] = [];
+    try {
+      const { exitCode } = await this.stream(cmd, this.facts.workspace, {
+        onData: (data) => chunks.push(data),
+        signal,
+        timeoutSeconds: HELPER_WAIT_MS / 1000,
+      });
+      return { exitCode: exitCode ?? -1, output: Buffer.concat(chunks).toString("utf8") };
+    } catch (error) {
+      const message = error instanceof Error ? error.message : "";
+      if (message === "aborted") throw new Error("Operation aborted");
+      if (message.startsWith("timeout:")) {
+        throw new Error(
+          `a helper command in ${this.name} did not finish within ${HELPER_WAIT_MS / 1000} s and was ended`,
+        );
+      }
+      throw error;
     }
-    return { exitCode: typeof first.exitCode === "number" ? first.exitCode : -1, output: first.output };
   }
 
   /** Learns the workspace and which search tools the guest has. */
@@ -168,11 +177,13 @@ export class GuestInstance {
     let pid: string | undefined;
     try {
       const cmd = cwd === this.facts.workspace ? command : `cd -- ${shellQuote(cwd)} || exit 1\n${command}`;
-      let view = await this.call<ExecView>({ action: "exec", cmd, timeoutMs: STREAM_WAIT_MS }, stop.signal);
+      // The first call is waited for even after an abort: only its answer names the command to kill.
+      let view = await this.call<ExecView>({ action: "exec", cmd, timeoutMs: STREAM_WAIT_MS });
       pid = view.pid;
       for (;;) {
         if (view.output) onData(Buffer.from(view.output, "utf8"));
         if (!view.running) return { exitCode: typeof view.exitCode === "number" ? view.exitCode : null };
+        stop.signal.throwIfAborted();
         view = await this.call<ExecView>({ action: "exec-status", pid, timeoutMs: STREAM_WAIT_MS }, stop.signal);
       }
     } catch (error) {

@@ -89,6 +89,11 @@ test("attached, Pi's tools work in the guest; nothing lands on the host", async 
       ui("setStatus", (st) => st.statusKey === "pi-sandbox.attach" && st.statusText === "attached: dev")(e),
   );
 
+  // The user's own !command runs there too.
+  rpc.send({ id: "ub", type: "bash", command: "uname -n" });
+  const userBash = await rpc.waitFor((e) => e.id === "ub" && e.type === "response");
+  expect(userBash.data).toMatchObject({ output: `${guestHost}\n`, exitCode: 0 });
+
   const ends = await run(
     "work in the sandbox",
     { tool: "bash", args: { command: "uname -n; pwd" } },
