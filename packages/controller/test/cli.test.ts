@@ -205,8 +205,10 @@ describe("completion", () => {
       "--detach",
       "--env",
       "--help",
+      "--interactive",
       "--json",
       "--timeout",
+      "--tty",
     ]);
     expect(complete("pi-sandbox", "ssh", "demo", "--p")).toEqual(["--print"]);
     expect(complete("pi-sandbox", "completion", "")).toEqual(["bash", "zsh"]);
