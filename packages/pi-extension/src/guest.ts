@@ -20,6 +20,8 @@ const WRITE_ACTION_MAX_BYTES = 1024 * 1024;
 const EXEC_WAIT_MAX_MS = 60_000;
 /** How long one exec or exec-status call waits while a command streams, in ms. */
 const STREAM_WAIT_MS = 1_000;
+/** The same for helper commands, whose output nobody watches: fewer round trips. */
+const HELPER_POLL_MS = 5_000;
 /** Longest a helper command (probe, stat, search) may run. */
 const HELPER_WAIT_MS = EXEC_WAIT_MAX_MS;
 
@@ -48,6 +50,8 @@ export interface StreamOptions {
   signal?: AbortSignal;
   /** Seconds after which the command is killed. */
   timeoutSeconds?: number;
+  /** How long each exec/exec-status call waits, in ms (default 1 s: output shows as it comes). */
+  pollMs?: number;
 }
 
 /** A failure the guest reported about a path (missing, a directory, not readable). */
@@ -122,6 +126,7 @@ export class GuestInstance {
         onData: (data) => chunks.push(data),
         signal,
         timeoutSeconds: HELPER_WAIT_MS / 1000,
+        pollMs: HELPER_POLL_MS,
       });
       return { exitCode: exitCode ?? -1, output: Buffer.concat(chunks).toString("utf8") };
     } catch (error) {
@@ -168,6 +173,7 @@ export class GuestInstance {
    */
   async stream(command: string, cwd: string, options: StreamOptions): Promise<{ exitCode: number | null }> {
     const { signal, onData, timeoutSeconds } = options;
+    const wait = options.pollMs ?? STREAM_WAIT_MS;
     if (signal?.aborted) throw new Error("aborted");
     const deadline = timeoutSeconds && timeoutSeconds > 0 ? Date.now() + timeoutSeconds * 1000 : undefined;
     const stop = new AbortController();
@@ -178,13 +184,13 @@ export class GuestInstance {
     try {
       const cmd = cwd === this.facts.workspace ? command : `cd -- ${shellQuote(cwd)} || exit 1\n${command}`;
       // The first call is waited for even after an abort: only its answer names the command to kill.
-      let view = await this.call<ExecView>({ action: "exec", cmd, timeoutMs: STREAM_WAIT_MS });
+      let view = await this.call<ExecView>({ action: "exec", cmd, timeoutMs: wait });
       pid = view.pid;
       for (;;) {
         if (view.output) onData(Buffer.from(view.output, "utf8"));
         if (!view.running) return { exitCode: typeof view.exitCode === "number" ? view.exitCode : null };
         stop.signal.throwIfAborted();
-        view = await this.call<ExecView>({ action: "exec-status", pid, timeoutMs: STREAM_WAIT_MS }, stop.signal);
+        view = await this.call<ExecView>({ action: "exec-status", pid, timeoutMs: wait }, stop.signal);
       }
     } catch (error) {
       if (!stop.signal.aborted) throw error;
