@@ -14,6 +14,7 @@ export {
   type LocalRuntimeVm,
 } from "./testing-runtime.js";
 export { InstanceController } from "./daemon/instance.js";
+export { createVmRuntime } from "./daemon/runtime.js";
 export { createFileLogger } from "./daemon/log.js";
 
 /** Loose JSON result of an action, as tests read it. */

@@ -39,8 +39,9 @@ Options:
   --name <instance>              instance to refresh (required)
   --config <sandbox.yaml>        create the instance from this file first
                                  (see packages/review-setup/sandbox.review.yaml)
-  --live-model <provider/model>  copy that provider's access token from the host's Pi login into
-                                 the instance's private agent directory and require one real
+  --live-model <provider/model>  use that provider's credential from the host's Pi login, kept on
+                                 the host (a network.secrets entry the instance got at --config;
+                                 the guest holds only a placeholder), and require one real
                                  generated response; without it the run is an offline snapshot
   --model-server <url>           run the guest's Pi on this host's OpenAI-compatible model server
                                  (oMLX, llama.cpp, Ollama, LM Studio), e.g. http://127.0.0.1:8000:

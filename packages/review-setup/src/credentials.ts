@@ -1,18 +1,19 @@
-// Host side of live mode: the provider's access token from the host's Pi login (auth.json).
+// Host side of live mode: the provider's access token or API key from the host's Pi login
+// (auth.json), refreshed through Pi when it is about to expire. It stays on the host.
 import { readFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { ReviewSetupError } from "./errors.js";
 import { refreshHostLoginWithPi, type HostLoginRefresher } from "./pi-login.js";
 
-/** A credential prepared for the guest: never includes a refresh token. */
-export interface GuestCredential {
+/** The host's credential for a provider: stays on the host, never includes a refresh token. */
+export interface HostCredential {
   /** Provider id as in Pi's auth.json. */
   provider: string;
   /** `oauth` (short-lived access token) or `api_key`. */
   kind: "oauth" | "api_key";
-  /** The auth.json entry to store in the guest agent directory. */
-  entry: Record<string, unknown>;
+  /** The access token or API key: written only to the host's secret file, never to the guest. */
+  value: string;
   /** Access-token expiry (ms since epoch); undefined for API keys. */
   expiresAt: number | undefined;
   /** True when the host login was refreshed through Pi first (the token was expiring). */
@@ -43,22 +44,25 @@ export interface ResolveHostCredentialOptions {
   refreshLogin?: HostLoginRefresher;
   /** Cancels waiting for auth.json's lock. */
   signal?: AbortSignal;
+  /** Called with the stored login's kind before any refresh; throws to refuse it. */
+  accept?: (kind: "oauth" | "api_key") => void;
 }
 
 /**
- * Reads `provider`'s credential from the host's Pi auth storage and returns what the guest may
- * hold: the access token and its expiry, with the refresh token removed (it stays on the host).
- * An OAuth token with less than REFRESH_BELOW_MS left is first refreshed through Pi, which
- * writes the new tokens to the host's auth.json as a Pi session would.
+ * Reads `provider`'s credential from the host's Pi auth storage: the access token and its expiry
+ * (the refresh token is never taken), or the API key. An OAuth token with less than
+ * REFRESH_BELOW_MS left is first refreshed through Pi, which writes the new tokens to the host's
+ * auth.json as a Pi session would.
  */
 export async function resolveHostCredential(
   provider: string,
   options: ResolveHostCredentialOptions = {},
-): Promise<GuestCredential> {
+): Promise<HostCredential> {
   const env = options.env ?? process.env;
   const now = options.now ?? Date.now();
   const authPath = join(hostAgentDir(env), "auth.json");
   const first = await readStored(provider, authPath);
+  if (first.type === "oauth" || first.type === "api_key") options.accept?.(first.type);
   if (first.type !== "oauth" || typeof first.access !== "string" || first.access === "") {
     return credentialFrom(provider, authPath, first, now, false);
   }
@@ -104,7 +108,7 @@ function credentialFrom(
   stored: Record<string, unknown>,
   now: number,
   refreshed: boolean,
-): GuestCredential {
+): HostCredential {
   const loginHint = `Log in on the host first: run \`pi\`, then /login and choose ${provider}.`;
   if (stored.type === "oauth" && typeof stored.access === "string" && stored.access !== "") {
     const expiresAt = typeof stored.expires === "number" ? stored.expires : undefined;
@@ -119,8 +123,7 @@ function credentialFrom(
         },
       );
     }
-    const entry: Record<string, unknown> = { ...stored, refresh: "" };
-    return { provider, kind: "oauth", entry, expiresAt, refreshed };
+    return { provider, kind: "oauth", value: stored.access, expiresAt, refreshed };
   }
   if (stored.type === "api_key" && typeof stored.key === "string" && stored.key !== "") {
     if (stored.key.startsWith("!")) {
@@ -133,7 +136,7 @@ function credentialFrom(
     return {
       provider,
       kind: "api_key",
-      entry: { type: "api_key", key: stored.key },
+      value: stored.key,
       expiresAt: undefined,
       refreshed: false,
     };

@@ -24,6 +24,10 @@ export type ReviewSetupErrorCode =
   | "REVIEW_SETUP_LOGIN_MISSING"
   /** The host's credential for the provider cannot be used (a refresh failed, a `!command` key…). */
   | "REVIEW_SETUP_TOKEN_UNUSABLE"
+  /** `--live-model`: the provider, or its kind of login, cannot be kept on the host (no API host known, or a token a placeholder cannot stand for). */
+  | "REVIEW_SETUP_PROVIDER_UNSUPPORTED"
+  /** `--live-model`: the instance declares no `network.secrets` entry for the provider's credential (made before this, or without `--config`). */
+  | "REVIEW_SETUP_SECRET_MISSING"
   /** The live check did not produce a generated response. */
   | "REVIEW_SETUP_LIVE_CHECK_FAILED"
   /** `--model-server`: the server did not answer (the host's request, or the guest's). */

@@ -40,10 +40,14 @@ interface ExecReply {
   output?: string;
 }
 
-/** A GuestSession for instance `name`, through `callAction`. */
-export function controllerGuest(name: string, options: ControllerOptions = {}): GuestSession {
+/** A GuestSession for instance `name`, through `callAction` (or `call`, a seam for tests). */
+export function controllerGuest(
+  name: string,
+  options: ControllerOptions = {},
+  callController: (input: unknown, options?: CallActionOptions) => Promise<unknown> = callAction,
+): GuestSession {
   const call = (action: Record<string, unknown>, signal?: AbortSignal) =>
-    callAction({ ...action, name }, { ...options, signal });
+    callController({ ...action, name }, { ...options, signal });
   return {
     async exec(cmd, { deadlineMs = 30 * 60_000, signal } = {}) {
       const started = Date.now();

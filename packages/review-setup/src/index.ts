@@ -10,7 +10,7 @@ export type { CliIo } from "./main.js";
 export { runReviewSetup } from "./refresh.js";
 export type { ReviewSetupOptions, ReviewSetupResult, StepEvent, StepName } from "./refresh.js";
 export { ensureInstance, GUEST_TOOLS, MIN_GUEST_NODE_MAJOR } from "./instance.js";
-export type { EnsureInstanceOptions } from "./instance.js";
+export type { EnsureInstanceOptions, InstanceView } from "./instance.js";
 // Install scope
 export {
   scopeCommands,
@@ -35,7 +35,17 @@ export { launchCommand } from "./launch.js";
 export type { LaunchCommandOptions } from "./launch.js";
 // Live mode
 export { resolveHostCredential, hostAgentDir, MIN_TOKEN_LIFETIME_MS, REFRESH_BELOW_MS } from "./credentials.js";
-export type { GuestCredential, ResolveHostCredentialOptions } from "./credentials.js";
+export type { HostCredential, ResolveHostCredentialOptions } from "./credentials.js";
+export { LIVE_PROVIDERS, liveSecret, providerSecrets, secretDeclaration } from "./providers.js";
+export type { LiveProvider, LiveSecret } from "./providers.js";
+export {
+  declareLiveSecrets,
+  pushLiveSecret,
+  hostLoginProviders,
+  secretsDir,
+  unsetValue,
+  writeSecretFile,
+} from "./host-secrets.js";
 export { refreshHostLoginWithPi } from "./pi-login.js";
 export type { HostLoginRefresher, HostLoginRefreshRequest, PiLoginOptions } from "./pi-login.js";
 export { storeGuestCredential, runLiveCheck, parseLiveOutput, LIVE_PROMPT } from "./live.js";

@@ -1,8 +1,16 @@
-// The instance step: create the instance (`--config`) or require a running one (with
-// `--model-server`, listing the server's host port), then check the guest's tools.
+// The instance step: create the instance (`--config`, with the model server's host port and the
+// live credentials' secrets added) or require a running one, then check the guest's tools.
 import { chmod, mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { isConfigError, LIMITS, loadConfig, renderConfig } from "@pi-sandbox/config";
+import {
+  hostPatternCovers,
+  isConfigError,
+  LIMITS,
+  loadConfig,
+  renderConfig,
+  type SandboxConfig,
+  type SecretConfig,
+} from "@pi-sandbox/config";
 import { callAction, isControllerError, type CallActionOptions } from "@pi-sandbox/controller/client";
 import { ReviewSetupError } from "./errors.js";
 import type { ControllerOptions } from "./guest.js";
@@ -15,22 +23,36 @@ export interface EnsureInstanceOptions {
   config?: string;
   /** A host port the instance must list in `network.hostPorts` (added to `config` when creating). */
   hostPort?: number;
-  /** Directory for a config with the added port (`<dir>/<name>.sandbox.yaml`). */
+  /**
+   * `network.secrets` to add to `config`, asked for only when creating (live credentials kept on
+   * the host); their hosts are added to `network.allowedHosts` where not covered.
+   */
+  secrets?: () => Promise<Record<string, SecretConfig>>;
+  /** Directory for a derived config (`<dir>/<name>.sandbox.yaml`). */
   configDir: string;
   /** Controller call; default `callAction`. */
   callAction?: (input: unknown, options?: CallActionOptions) => Promise<unknown>;
   signal?: AbortSignal;
 }
 
+/** What the instance declares, as `inspect` (or `create`) shows it. */
+export interface InstanceView {
+  state?: string;
+  hostPorts?: number[];
+  /** `network.secrets`: names and hosts (never a source or value). */
+  secrets?: { name: string; hosts: string[] }[];
+}
+
 /**
  * Creates the instance from `config`, or requires an existing one to be running. With `hostPort`,
- * a created instance gets it added to `network.hostPorts` and an existing one must list it.
+ * a created instance gets it added to `network.hostPorts` and an existing one must list it; with
+ * `secrets`, a created instance gets them added. Resolves with the instance's view.
  */
 export async function ensureInstance(
   options: EnsureInstanceOptions,
   controller: ControllerOptions,
   info: (message: string) => void,
-): Promise<void> {
+): Promise<InstanceView> {
   const { name, signal, hostPort } = options;
   const call = (action: Record<string, unknown>) =>
     (options.callAction ?? callAction)(action, {
@@ -38,9 +60,9 @@ export async function ensureInstance(
       signal,
       onProgress: (event) => info(`${event.stage}: ${event.message}`),
     });
-  let view: { state?: string; hostPorts?: number[] } | undefined;
+  let view: InstanceView | undefined;
   try {
-    view = (await call({ action: "inspect", name })) as { state?: string; hostPorts?: number[] };
+    view = (await call({ action: "inspect", name })) as InstanceView;
   } catch (error) {
     if (!isControllerError(error) || error.code !== "CONTROLLER_NOT_FOUND") throw error;
   }
@@ -51,12 +73,8 @@ export async function ensureInstance(
         details: { state: view.state },
       });
     }
-    let config = options.config;
-    if (hostPort !== undefined) {
-      config = await configWithHostPort(resolve(controller.cwd ?? process.cwd(), config), hostPort, options, info);
-    }
-    await call({ action: "create", name, config });
-    return;
+    const derived = await derivedConfig(resolve(controller.cwd ?? process.cwd(), options.config), options, info);
+    return (await call({ action: "create", name, config: derived ?? options.config })) as InstanceView;
   }
   if (!view) {
     throw new ReviewSetupError("REVIEW_SETUP_INSTANCE_MISSING", `instance ${name} does not exist`, {
@@ -82,49 +100,75 @@ export async function ensureInstance(
       },
     );
   }
+  return view;
 }
 
 /**
- * The config to create from: `path` itself when it already lists `port`, else the same config
- * plus the port, written to `<configDir>/<name>.sandbox.yaml` (0600) and kept there. A config that
- * does not load is passed on as it is, so that `create` reports it as usual.
+ * The config to create from when something needs adding: the config at `path` plus the host port
+ * and the secrets (with their hosts in `allowedHosts`), written to `<configDir>/<name>.sandbox.yaml`
+ * (0600) and kept there. Undefined when nothing needs adding, or for a config that does not load
+ * (`create` reports it as usual).
  */
-async function configWithHostPort(
+async function derivedConfig(
   path: string,
-  port: number,
   options: EnsureInstanceOptions,
   info: (message: string) => void,
-): Promise<string> {
-  let config;
+): Promise<string | undefined> {
+  const port = options.hostPort;
+  let config: SandboxConfig;
   try {
     config = await loadConfig(path, { signal: options.signal });
   } catch (error) {
-    if (isConfigError(error)) return path;
+    if (isConfigError(error)) return undefined;
     throw error;
   }
-  if (config.network.hostPorts.includes(port)) return path;
-  if (config.network.hostPorts.length >= LIMITS.hostPortsMax) {
+  const secrets = (await options.secrets?.()) ?? {};
+  const addPort = port !== undefined && !config.network.hostPorts.includes(port);
+  if (!addPort && Object.keys(secrets).length === 0) return undefined;
+  if (addPort && config.network.hostPorts.length >= LIMITS.hostPortsMax) {
     throw new ReviewSetupError(
       "REVIEW_SETUP_USAGE",
       `${path} already lists ${LIMITS.hostPortsMax} host ports, the most a sandbox.yaml may; --model-server needs ${port} too`,
       { hint: `Remove a port from network.hostPorts in ${path}, or list ${port} there in place of one.` },
     );
   }
+  const taken = Object.keys(secrets).filter((secret) => Object.hasOwn(config.network.secrets, secret));
+  if (taken.length > 0) {
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_USAGE",
+      `${path} declares network.secrets ${taken.join(", ")}, which review-setup declares itself for the host's Pi login`,
+      {
+        hint: `Remove ${taken.join(", ")} from network.secrets in ${path}: live mode keeps that credential on the host and fills it in.`,
+        details: { secrets: taken },
+      },
+    );
+  }
+  const allowedHosts = [...config.network.allowedHosts];
+  for (const secret of Object.values(secrets)) {
+    for (const host of secret.hosts) {
+      if (!allowedHosts.some((pattern) => hostPatternCovers(pattern, host))) allowedHosts.push(host);
+    }
+  }
   const derived = join(options.configDir, `${options.name}.sandbox.yaml`);
   await mkdir(options.configDir, { recursive: true, mode: 0o700 });
   const text = renderConfig({
     ...config,
-    network: { ...config.network, hostPorts: [...config.network.hostPorts, port] },
-  });
-  await writeFile(
-    derived,
-    `# ${path} plus network.hostPorts ${port}, written by sandbox:setup --model-server\n${text}`,
-    {
-      mode: 0o600,
+    network: {
+      ...config.network,
+      allowedHosts,
+      hostPorts: addPort ? [...config.network.hostPorts, port] : config.network.hostPorts,
+      secrets: { ...config.network.secrets, ...secrets },
     },
-  );
+  });
+  const added = [
+    ...(addPort ? [`network.hostPorts ${port} (the model server)`] : []),
+    ...(Object.keys(secrets).length > 0
+      ? [`network.secrets ${Object.keys(secrets).join(", ")} (the host's Pi login, kept on the host)`]
+      : []),
+  ].join(" and ");
+  await writeFile(derived, `# ${path} plus ${added}, written by sandbox:setup\n${text}`, { mode: 0o600 });
   await chmod(derived, 0o600);
-  info(`creating from ${derived}: ${path} plus network.hostPorts ${port} (the model server)`);
+  info(`creating from ${derived}: ${path} plus ${added}`);
   return derived;
 }
 

@@ -1,5 +1,4 @@
-// Guest side of live mode: the credential in the private agent dir, then one real response.
-import type { GuestCredential } from "./credentials.js";
+// Guest side of live mode: the placeholder in the private agent dir, then one real response.
 import { ReviewSetupError } from "./errors.js";
 import { shellQuote, type GuestSession } from "./guest.js";
 import { launchCommand } from "./launch.js";
@@ -32,44 +31,42 @@ export interface LiveCheck {
 /** The prompt of the live check. */
 export const LIVE_PROMPT = "Reply with the single word: ready";
 
+// In the guest: the provider's entry in auth.json becomes an API-key entry holding the placeholder
+// the guest sees in the secret's variable (an API-key entry, so Pi never tries to refresh it; the
+// placeholder's prefix tells Pi an Anthropic OAuth token from a key), and a models.json override
+// of the provider goes. Exit 3: the variable is not set (the instance lacks the secret).
+const STORE_JS =
+  `const fs=require("fs");const [f,m,p,n]=process.argv.slice(1);const key=process.env[n];` +
+  `if(!key){console.log("the guest has no "+n+" in its environment");process.exit(3)}` +
+  `let j={};try{j=JSON.parse(fs.readFileSync(f,"utf8"))}catch{}if(!j||typeof j!=="object"||Array.isArray(j))j={};` +
+  `j[p]={type:"api_key",key};fs.writeFileSync(f,JSON.stringify(j,null,2)+"\\n",{mode:0o600});fs.chmodSync(f,0o600);` +
+  `if(fs.existsSync(m)){const x=JSON.parse(fs.readFileSync(m,"utf8"));` +
+  `if(x.providers&&x.providers[p]){delete x.providers[p];fs.writeFileSync(m,JSON.stringify(x,null,2))}}` +
+  `console.log("stored "+fs.statSync(f).mode.toString(8).slice(-3))`;
+
 /**
- * Stores the credential in `<agentDir>/auth.json` (0600, directory 0700), keeping other
- * providers' guest credentials, and drops a guest models.json override of that provider so the
- * candidate uses the provider's normal backend.
+ * Points the guest's Pi at the secret: `<agentDir>/auth.json` (0600, directory 0700) gets
+ * `provider` as an API-key entry holding the placeholder of `secretName` (other providers'
+ * entries kept), and a guest models.json override of that provider is dropped so the candidate
+ * uses the provider's normal backend. No credential reaches the guest.
  */
 export async function storeGuestCredential(
   guest: GuestSession,
   layout: ReviewLayout,
-  credential: GuestCredential,
+  credential: { provider: string; secretName: string },
   signal?: AbortSignal,
 ): Promise<void> {
   const dir = shellQuote(layout.agentDir);
   const auth = `${layout.agentDir}/auth.json`;
-  // Create the file 0600 before any secret is written to it.
-  const prepared = await guest.exec(
-    `umask 077 && mkdir -p ${dir} && chmod 700 ${dir} && { [ -s ${shellQuote(auth)} ] || printf '{}' > ${shellQuote(auth)}; } && chmod 600 ${shellQuote(auth)}`,
-    { signal },
-  );
-  if (prepared.exitCode !== 0) throw stepFailed("credentials", prepared.output);
-  let existing: Record<string, unknown> = {};
-  try {
-    existing = JSON.parse(await guest.read(auth, { signal })) as Record<string, unknown>;
-  } catch {
-    existing = {};
-  }
-  existing[credential.provider] = credential.entry;
-  await guest.write(auth, JSON.stringify(existing, null, 2) + "\n", { signal });
   const models = `${layout.agentDir}/models.json`;
-  const dropOverride =
-    `const fs=require("fs");const [f,p]=process.argv.slice(1);const j=JSON.parse(fs.readFileSync(f,"utf8"));` +
-    `if(j.providers&&j.providers[p]){delete j.providers[p];fs.writeFileSync(f,JSON.stringify(j,null,2))}`;
-  const fixed = await guest.exec(
-    `chmod 600 ${shellQuote(auth)} && stat -c %a ${shellQuote(auth)} && ` +
-      `{ [ ! -f ${shellQuote(models)} ] || node -e ${shellQuote(dropOverride)} ${shellQuote(models)} ${shellQuote(credential.provider)}; }`,
+  const result = await guest.exec(
+    `umask 077 && mkdir -p ${dir} && chmod 700 ${dir} && node -e ${shellQuote(STORE_JS)} ` +
+      `${shellQuote(auth)} ${shellQuote(models)} ${shellQuote(credential.provider)} ${shellQuote(credential.secretName)}`,
     { signal },
   );
-  if (fixed.exitCode !== 0 || fixed.output.trim().split("\n")[0] !== "600")
-    throw stepFailed("credentials", fixed.output);
+  if (result.exitCode !== 0 || result.output.trim().split("\n").pop() !== "stored 600") {
+    throw stepFailed("credentials", result.output);
+  }
 }
 
 /** Runs the candidate's Pi once in JSON mode and requires a generated response with usage. */
@@ -140,7 +137,7 @@ export function parseLiveOutput(output: string): { response: string; usage: Toke
 
 function stepFailed(step: string, output: string): ReviewSetupError {
   return new ReviewSetupError("REVIEW_SETUP_STEP_FAILED", `${step} failed: ${output.trim().slice(-2000)}`, {
-    hint: "The candidate was refreshed but no credential is stored; rerun the command.",
+    hint: "The candidate was refreshed but the guest's Pi was not pointed at the credential; rerun the command.",
     details: { step, output },
   });
 }

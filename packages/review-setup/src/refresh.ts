@@ -3,16 +3,18 @@
 import { resolve } from "node:path";
 import type { CallActionOptions } from "@pi-sandbox/controller/client";
 import type { ReviewSetupArgs } from "./args.js";
-import { resolveHostCredential, type GuestCredential } from "./credentials.js";
+import { resolveHostCredential, type HostCredential } from "./credentials.js";
 import { ReviewSetupError } from "./errors.js";
 import { controllerGuest, shellQuote, type ControllerOptions, type GuestSession } from "./guest.js";
-import { checkGuestTools, ensureInstance, GUEST_PROBE } from "./instance.js";
+import { declareLiveSecrets, hostLoginProviders, pushLiveSecret } from "./host-secrets.js";
+import { checkGuestTools, ensureInstance, GUEST_PROBE, type InstanceView } from "./instance.js";
 import { launchCommand } from "./launch.js";
 import type { HostLoginRefresher } from "./pi-login.js";
 import { acquireRefreshLock, defaultLockDir, refreshLockPath } from "./lock.js";
 import { reviewLayout, type ReviewLayout } from "./layout.js";
 import { runLiveCheck, storeGuestCredential, type LiveCheck } from "./live.js";
 import { installLocalModels, LOCAL_PROVIDER, readServedModels, type ServedModels } from "./model-server.js";
+import { liveSecret, type LiveSecret } from "./providers.js";
 import { scopeCommands, type InstallScope } from "./scope.js";
 import { createSnapshot, type Vcs } from "./snapshot.js";
 
@@ -128,14 +130,19 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
   const guest = options.guest ?? controllerGuest(name, controller);
 
   // Host login problems should surface before minutes of guest work.
-  const credential = options.liveModel
-    ? await resolveHostCredential(options.liveModel.provider, {
+  const liveProvider = options.liveModel?.provider;
+  if (liveProvider) liveSecret(liveProvider);
+  const credential = liveProvider
+    ? await resolveHostCredential(liveProvider, {
         env: options.hostEnv,
         now: now(),
         refreshLogin: options.refreshLogin,
         signal,
+        accept: (kind) => void liveSecret(liveProvider, kind),
       })
     : undefined;
+  const secret = credential ? liveSecret(credential.provider, credential.kind) : undefined;
+  const stateDir = options.lockDir ?? defaultLockDir(controller.env ?? process.env);
 
   const server = options.modelServer;
   let served: ServedModels | undefined;
@@ -150,18 +157,24 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
   }
 
   emit("instance", "start", options.config ? `creating ${name} from ${options.config}` : `checking ${name}`);
-  await ensureInstance(
+  const view = await ensureInstance(
     {
       name,
       config: options.config,
       hostPort: server?.port,
-      configDir: options.lockDir ?? defaultLockDir(controller.env ?? process.env),
+      secrets: async () =>
+        declareLiveSecrets(stateDir, name, [
+          ...(await hostLoginProviders(options.hostEnv ?? process.env)),
+          ...(liveProvider ? [liveProvider] : []),
+        ]),
+      configDir: stateDir,
       callAction: options.callAction,
       signal,
     },
     controller,
     (message) => emit("instance", "info", message),
   );
+  if (secret) requireSecret(name, view, secret, options.liveModel!.provider);
   const probe = await guest.exec(GUEST_PROBE, { signal });
   const workspace = probe.output.split("\n")[0]?.trim() ?? "";
   if (probe.exitCode !== 0 || !workspace.startsWith("/")) {
@@ -174,14 +187,14 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
   const layout = reviewLayout(workspace);
   emit("instance", "done", `${name} is running; workspace ${workspace}`);
 
-  const lockFile = refreshLockPath(options.lockDir ?? defaultLockDir(controller.env ?? process.env), name);
+  const lockFile = refreshLockPath(stateDir, name);
   const release = await acquireRefreshLock(lockFile, {
     instance: name,
     repo: resolve(options.repo ?? controller.cwd ?? process.cwd()),
     now: now(),
   });
   try {
-    return await refreshLocked(options, { guest, layout, credential, served, emit, now });
+    return await refreshLocked(options, { guest, layout, credential, secret, stateDir, served, emit, now });
   } finally {
     await release();
   }
@@ -190,7 +203,11 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
 interface RefreshContext {
   guest: GuestSession;
   layout: ReviewLayout;
-  credential: GuestCredential | undefined;
+  credential: HostCredential | undefined;
+  /** The secret that carries `credential`. */
+  secret: LiveSecret | undefined;
+  /** review-setup's host directory (locks, derived configs, secret files). */
+  stateDir: string;
   served: ServedModels | undefined;
   emit: (step: StepName, status: StepEvent["status"], message: string) => void;
   now: () => number;
@@ -199,7 +216,7 @@ interface RefreshContext {
 /** The refresh proper, run while holding the instance's refresh lock. */
 async function refreshLocked(options: ReviewSetupOptions, context: RefreshContext): Promise<ReviewSetupResult> {
   const { name, signal } = options;
-  const { guest, layout, credential, served, emit, now } = context;
+  const { guest, layout, credential, secret, served, emit, now } = context;
   const controller = options.controller ?? {};
 
   emit("snapshot", "start", `snapshotting ${resolve(options.repo ?? controller.cwd ?? process.cwd())}`);
@@ -337,16 +354,32 @@ async function refreshLocked(options: ReviewSetupOptions, context: RefreshContex
         ? `${LOCAL_PROVIDER}/${served.model}`
         : undefined;
     let live: LiveCheck | undefined;
-    if (credential && model) {
-      emit("credentials", "start", `storing the ${credential.provider} access token in ${layout.agentDir} (0600)`);
-      await storeGuestCredential(guest, layout, credential, signal);
+    if (credential && secret && model) {
+      const what = credential.kind === "oauth" ? "access token" : "API key";
+      emit(
+        "credentials",
+        "start",
+        `keeping the ${credential.provider} ${what} on the host: secret ${secret.name} for ${secret.hosts.join(", ")}`,
+      );
+      await pushLiveSecret({
+        dir: context.stateDir,
+        instance: name,
+        provider: credential.provider,
+        secret,
+        value: credential.value,
+        controller,
+        callAction: options.callAction,
+        signal,
+      });
+      await storeGuestCredential(guest, layout, { provider: credential.provider, secretName: secret.name }, signal);
       emit(
         "credentials",
         "done",
-        credential.expiresAt === undefined
-          ? "stored an API key (it does not expire)"
-          : `stored; the token expires at ${new Date(credential.expiresAt).toISOString()}` +
-              (credential.refreshed ? " (the host's login was refreshed through Pi first)" : ""),
+        `the VM puts it into requests to ${secret.hosts.join(", ")}; the guest's auth.json holds the placeholder of ${secret.name}` +
+          (credential.expiresAt === undefined
+            ? " (an API key: it does not expire)"
+            : `; the token expires at ${new Date(credential.expiresAt).toISOString()}` +
+              (credential.refreshed ? " (the host's login was refreshed through Pi first)" : "")),
       );
       emit("live-check", "start", `asking ${model} for one generated response`);
       live = await runLiveCheck(guest, layout, {
@@ -407,4 +440,25 @@ async function mustSucceed(guest: GuestSession, step: StepName, cmd: string, sig
     );
   }
   return result;
+}
+
+/**
+ * The instance must declare the secret that carries the credential, for all its hosts: secrets are
+ * fixed when an instance is created, and the credential is never copied into the guest instead.
+ */
+function requireSecret(name: string, view: InstanceView, secret: LiveSecret, provider: string): void {
+  const declared = view.secrets?.find((s) => s.name === secret.name);
+  if (declared && secret.hosts.every((host) => declared.hosts.includes(host))) return;
+  throw new ReviewSetupError(
+    "REVIEW_SETUP_SECRET_MISSING",
+    `instance ${name} declares no network.secrets ${secret.name} for ${secret.hosts.join(", ")}, which live mode needs to keep ` +
+      `the ${provider} credential on the host (it was created without --config, before review-setup kept credentials on the host, ` +
+      `or while the host had no ${provider} login); the credential is never copied into the guest instead`,
+    {
+      hint:
+        `Secrets are fixed when an instance is created: destroy it (npx pi-sandbox destroy ${name} --confirm ${name}), make sure ` +
+        `the host's Pi is logged in to ${provider}, then create it again with --config <sandbox.yaml> --live-model ${provider}/<model>.`,
+      details: { secret: secret.name, hosts: [...secret.hosts], declared: view.secrets ?? [] },
+    },
+  );
 }

@@ -27,11 +27,30 @@ test("an OAuth login yields the access token and expiry, never the refresh token
   expect(credential).toEqual({
     provider: "p",
     kind: "oauth",
-    entry: { type: "oauth", access: "A", refresh: "", expires: NOW + 3_600_000, accountId: "acct" },
+    value: "A",
     expiresAt: NOW + 3_600_000,
     refreshed: false,
   });
   expect(JSON.stringify(credential)).not.toContain('"R"');
+});
+
+test("accept sees the stored kind before any refresh and can refuse it", async () => {
+  await auth({ p: { type: "oauth", access: "OLD", refresh: "R", expires: NOW - 1000 } });
+  const refused = new Error("refused");
+  let refreshed = false;
+  const seen: string[] = [];
+  await expect(
+    resolveHostCredential("p", {
+      env: env(),
+      now: NOW,
+      refreshLogin: async () => void (refreshed = true),
+      accept: (kind) => {
+        seen.push(kind);
+        throw refused;
+      },
+    }),
+  ).rejects.toBe(refused);
+  expect({ seen, refreshed }).toEqual({ seen: ["oauth"], refreshed: false });
 });
 
 test("an API key is passed as is, without expiry", async () => {
@@ -39,7 +58,7 @@ test("an API key is passed as is, without expiry", async () => {
   expect(await resolveHostCredential("p", { env: env(), now: NOW })).toEqual({
     provider: "p",
     kind: "api_key",
-    entry: { type: "api_key", key: "K" },
+    value: "K",
     expiresAt: undefined,
     refreshed: false,
   });
@@ -105,7 +124,7 @@ describe("an expiring OAuth login is refreshed on the host through Pi's SDK (fix
     expect(credential).toEqual({
       provider: "fx",
       kind: "oauth",
-      entry: { type: "oauth", access: "NEW", refresh: "", expires: later },
+      value: "NEW",
       expiresAt: later,
       refreshed: true,
     });
@@ -117,10 +136,10 @@ describe("an expiring OAuth login is refreshed on the host through Pi's SDK (fix
   test("a token with less than REFRESH_BELOW_MS left is refreshed too; one with more is not", async () => {
     const fx = fixture(async (c) => ({ ...c, access: "NEW", expires: Date.now() + 3_600_000 }));
     await auth({ fx: { type: "oauth", access: "SOON", refresh: "R1", expires: Date.now() + REFRESH_BELOW_MS / 2 } });
-    expect((await resolveHostCredential("fx", { env: env(), refreshLogin: fx.refreshLogin })).entry.access).toBe("NEW");
+    expect((await resolveHostCredential("fx", { env: env(), refreshLogin: fx.refreshLogin })).value).toBe("NEW");
     await auth({ fx: { type: "oauth", access: "FINE", refresh: "R1", expires: Date.now() + 2 * REFRESH_BELOW_MS } });
     const fine = await resolveHostCredential("fx", { env: env(), refreshLogin: fx.refreshLogin });
-    expect(fine).toMatchObject({ entry: { access: "FINE" }, refreshed: false });
+    expect(fine).toMatchObject({ value: "FINE", refreshed: false });
     expect(fx.calls).toEqual(["R1"]);
   });
 

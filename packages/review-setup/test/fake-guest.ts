@@ -15,6 +15,8 @@ export interface FakeGuestOptions {
   missing?: string[];
   /** `node --version` in the guest (default v24.22.3; not reported when node is missing). */
   nodeVersion?: string;
+  /** The guest's environment (secret placeholders), as the live step's auth.json writer reads it. */
+  env?: Record<string, string>;
   /** Called when a step command containing this text starts; the step waits for the promise. */
   blockOn?: { needle: string; until: Promise<void>; started: () => void };
 }
@@ -47,6 +49,16 @@ export class FakeGuest implements GuestSession {
     }
     if (cmd.includes("--mode json")) return { exitCode: 0, output: this.options.liveOutput ?? "" };
     if (cmd.includes("stat -c %a")) return { exitCode: 0, output: "600\n" };
+    if (cmd.includes('{type:"api_key",key}')) {
+      // The live step's auth.json writer: `node -e … <auth.json> <models.json> <provider> <NAME>`.
+      const [, auth, , provider, name] = / (\S+) (\S+) (\S+) (\S+)$/.exec(cmd)!;
+      const key = this.options.env?.[name!];
+      if (!key) return { exitCode: 3, output: `the guest has no ${name} in its environment\n` };
+      const stored = this.files.has(auth!) ? (JSON.parse(this.files.get(auth!)!) as Record<string, unknown>) : {};
+      stored[provider!] = { type: "api_key", key };
+      this.files.set(auth!, JSON.stringify(stored));
+      return { exitCode: 0, output: "stored 600\n" };
+    }
     if (cmd.includes("command -v herdr")) return { exitCode: 0, output: "herdr:absent\n" };
     for (const [needle, code] of Object.entries(this.options.failing ?? {})) {
       if (cmd.includes(needle)) return { exitCode: code, output: `npm error ${needle} failed\n` };

@@ -25,7 +25,8 @@ fs.writeFileSync("dist/out.txt", lines.join("\\n") + "\\n");
 `;
 
 // launch.js stands in for Pi: plain launch prints where it runs; with --mode json it does what the
-// live check needs (one chat request with the stored token) against a fake OpenAI-style server.
+// live check needs: one chat request to $FAKE_URL with the key of the provider's auth.json entry
+// (the placeholder: the VM puts the real credential in on the host).
 const LAUNCH_JS = `const fs = require("fs");
 const args = process.argv.slice(2);
 const agent = process.env.PI_CODING_AGENT_DIR;
@@ -36,9 +37,9 @@ if (!args.includes("--mode")) {
 const model = args[args.indexOf("--model") + 1];
 const [provider, id] = [model.slice(0, model.indexOf("/")), model.slice(model.indexOf("/") + 1)];
 const auth = JSON.parse(fs.readFileSync(agent + "/auth.json", "utf8"))[provider];
-fetch("http://127.0.0.1:18080/v1/chat/completions", {
+fetch(process.env.FAKE_URL + "/v1/chat/completions", {
   method: "POST",
-  headers: { "content-type": "application/json", authorization: "Bearer " + auth.access },
+  headers: { "content-type": "application/json", authorization: "Bearer " + auth.key },
   body: JSON.stringify({ model: id, messages: [{ role: "user", content: args[args.length - 1] }] }),
 }).then(async (res) => {
   const body = await res.json();
@@ -48,23 +49,6 @@ fetch("http://127.0.0.1:18080/v1/chat/completions", {
     content: [{ type: "text", text: body.choices[0].message.content }],
     usage: { input: u.prompt_tokens, output: u.completion_tokens, totalTokens: u.total_tokens } } }));
 });
-`;
-
-/** Guest-side fake provider: answers with the sha256 prefix of the bearer token it received. */
-export const FAKE_PROVIDER_PY = `import hashlib, json, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-class H(BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        token = self.headers.get("authorization", "")[len("Bearer "):]
-        body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "ready " + hashlib.sha256(token.encode()).hexdigest()[:12]}}],
-                           "usage": {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13}}).encode()
-        self.send_response(200 if token else 401)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 `;
 
 function git(repo: string, ...args: string[]): string {

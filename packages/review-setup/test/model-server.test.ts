@@ -238,7 +238,7 @@ describe("the instance's host port", () => {
       { cwd: dir },
       () => undefined,
     );
-    expect(created).toEqual([{ action: "create", name: "review", config }]);
+    expect(created).toEqual([{ action: "create", name: "review", config: "sandbox.yaml" }]);
   });
 
   test("an existing instance must already list the port", async () => {

@@ -1,7 +1,9 @@
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { loadConfig } from "@pi-sandbox/config";
 import { ControllerError } from "@pi-sandbox/controller/client";
+import { unsetValue } from "../src/host-secrets.js";
 import { runReviewSetup, type ReviewSetupOptions, type StepEvent } from "../src/refresh.js";
 import { FakeGuest } from "./fake-guest.js";
 import { makeFixtureRepo } from "./fixture.js";
@@ -221,48 +223,208 @@ describe("live mode", () => {
     },
   });
 
-  test("stores only the access token in the guest agent dir and requires a generated response", async () => {
-    const expires = Date.UTC(2026, 0, 2, 5, 0, 0);
+  const PLACEHOLDER = "sk-ant-oat01-PI_SANDBOX_SECRET_0123456789abcdef0123456789abcdef01234567";
+  const declared = [
+    { name: "ANTHROPIC_API_KEY", hosts: ["api.anthropic.com"] },
+    { name: "ANTHROPIC_OAUTH_TOKEN", hosts: ["api.anthropic.com"] },
+  ];
+  /** A controller whose instance declares `secrets`; records every call. */
+  const controller = (secrets: unknown[] | undefined, calls: unknown[]) => async (input: unknown) => {
+    calls.push(input);
+    return (input as { action: string }).action === "secrets" ? { secrets } : { state: "running", secrets };
+  };
+  const login = async (entry: Record<string, unknown>) => {
     await mkdir(hostAgent, { recursive: true });
-    await writeFile(
-      join(hostAgent, "auth.json"),
-      JSON.stringify({ codex: { type: "oauth", access: "acc-1", refresh: "ref-1", expires, accountId: "a1" } }),
-    );
-    const guest = new FakeGuest({ liveOutput: `${liveLine}\n` });
+    await writeFile(join(hostAgent, "auth.json"), JSON.stringify({ anthropic: entry }));
+  };
+
+  test("keeps the access token on the host: its secret file, then the secrets action; the guest gets the placeholder", async () => {
+    const expires = Date.UTC(2026, 0, 2, 5, 0, 0);
+    await login({ type: "oauth", access: "sk-ant-oat01-acc-1", refresh: "ref-1", expires });
+    const guest = new FakeGuest({ liveOutput: `${liveLine}\n`, env: { ANTHROPIC_OAUTH_TOKEN: PLACEHOLDER } });
     guest.files.set("/workspace/.review/agent/auth.json", JSON.stringify({ other: { type: "api_key", key: "k" } }));
+    const calls: unknown[] = [];
+    const events: StepEvent[] = [];
     const result = await runReviewSetup(
       options(guest, {
-        liveModel: { provider: "codex", model: "m-1" },
+        liveModel: { provider: "anthropic", model: "m-1" },
         hostEnv: { PI_CODING_AGENT_DIR: hostAgent, PATH: process.env.PATH },
+        callAction: controller(declared, calls),
+        onProgress: (e) => events.push(e),
       }),
     );
     expect(result.mode).toBe("live-ready");
-    expect(result.live).toMatchObject({
-      model: "codex/m-1",
-      response: "ready",
-      usage: { input: 5, output: 1, totalTokens: 6 },
-      expiresAt: expires,
-    });
+    expect(result.live).toMatchObject({ model: "anthropic/m-1", response: "ready", expiresAt: expires });
+    // The host's secret files: the token in its own, the unset line in the provider's other one.
+    const secrets = join(lockDir, "secrets", "review");
+    expect((await stat(secrets)).mode & 0o777).toBe(0o700);
+    expect((await stat(join(secrets, "ANTHROPIC_OAUTH_TOKEN"))).mode & 0o777).toBe(0o600);
+    expect(await readFile(join(secrets, "ANTHROPIC_OAUTH_TOKEN"), "utf8")).toBe("sk-ant-oat01-acc-1\n");
+    expect(await readFile(join(secrets, "ANTHROPIC_API_KEY"), "utf8")).toBe(`${unsetValue("ANTHROPIC_API_KEY")}\n`);
+    expect(calls).toContainEqual({ action: "secrets", name: "review" });
+    // The guest's auth.json: an API-key entry holding the placeholder, which Pi never refreshes.
     expect(JSON.parse(guest.files.get("/workspace/.review/agent/auth.json")!)).toEqual({
       other: { type: "api_key", key: "k" },
-      codex: { type: "oauth", access: "acc-1", refresh: "", expires, accountId: "a1" },
+      anthropic: { type: "api_key", key: PLACEHOLDER },
     });
+    const seen = [...guest.commands, ...guest.files.values(), JSON.stringify(events), JSON.stringify(result)].join(
+      "\n",
+    );
+    expect(seen).not.toContain("acc-1");
+    expect(seen).not.toContain("ref-1");
     expect([...guest.uploads.values()].some((bytes) => bytes.includes("acc-1"))).toBe(false);
-    expect(guest.commands.join("\n")).not.toContain("acc-1");
     expect(result.launchCommand).toBe(
-      "cd /workspace/.review/current && PI_CODING_AGENT_DIR=/workspace/.review/agent node_modules/.bin/pi -e ./packages/pi-extension --model codex/m-1",
+      "cd /workspace/.review/current && PI_CODING_AGENT_DIR=/workspace/.review/agent node_modules/.bin/pi -e ./packages/pi-extension --model anthropic/m-1",
     );
   });
 
+  test("an instance without the secret is refused before any guest work, naming the fix", async () => {
+    await login({ type: "api_key", key: "sk-ant-api-KEY" });
+    for (const secrets of [undefined, [{ name: "ANTHROPIC_OAUTH_TOKEN", hosts: ["api.anthropic.com"] }]]) {
+      const guest = new FakeGuest({ liveOutput: `${liveLine}\n` });
+      const calls: unknown[] = [];
+      await expect(
+        runReviewSetup(
+          options(guest, {
+            liveModel: { provider: "anthropic", model: "m" },
+            hostEnv: { PI_CODING_AGENT_DIR: hostAgent },
+            callAction: controller(secrets, calls),
+          }),
+        ),
+      ).rejects.toMatchObject({
+        code: "REVIEW_SETUP_SECRET_MISSING",
+        message: expect.stringMatching(
+          /declares no network\.secrets ANTHROPIC_API_KEY for api\.anthropic\.com.*never copied into the guest/,
+        ),
+        hint: expect.stringMatching(
+          /destroy it .* then create it again with --config <sandbox\.yaml> --live-model anthropic\/<model>/,
+        ),
+      });
+      expect(guest.commands).toEqual([]);
+      expect(calls).toEqual([{ action: "inspect", name: "review" }]);
+    }
+  });
+
+  test("a provider whose token no placeholder can stand for is refused before the login is read or refreshed", async () => {
+    await mkdir(hostAgent, { recursive: true });
+    await writeFile(
+      join(hostAgent, "auth.json"),
+      JSON.stringify({
+        "openai-codex": { type: "oauth", access: "a.b.c", refresh: "r", expires: 0 },
+        openrouter: { type: "oauth", access: "or-1", refresh: "r", expires: 0 },
+      }),
+    );
+    const cases: [string, RegExp, RegExp][] = [
+      ["openai-codex", /decodes its access token as a JWT/, /OpenAI API key.*--live-model openai\/<model>/],
+      ["openrouter", /cannot keep a openrouter OAuth login/, /with an API key on the host/],
+      ["fixture", /does not know the API hosts of fixture/, /anthropic, openai/],
+    ];
+    for (const [provider, message, hint] of cases) {
+      const guest = new FakeGuest();
+      let refreshed = false;
+      await expect(
+        runReviewSetup(
+          options(guest, {
+            liveModel: { provider, model: "m" },
+            hostEnv: { PI_CODING_AGENT_DIR: hostAgent },
+            refreshLogin: async () => void (refreshed = true),
+          }),
+        ),
+      ).rejects.toMatchObject({ code: "REVIEW_SETUP_PROVIDER_UNSUPPORTED", message, hint });
+      expect({ provider, commands: guest.commands, refreshed }).toEqual({ provider, commands: [], refreshed: false });
+    }
+  });
+
+  test("--config declares a secret per credential of the host's logins, unset until a live refresh", async () => {
+    await mkdir(hostAgent, { recursive: true });
+    await writeFile(
+      join(hostAgent, "auth.json"),
+      JSON.stringify({
+        anthropic: { type: "api_key", key: "sk-ant-api-K" },
+        openai: { type: "api_key", key: "sk-O" },
+        zzz: {},
+      }),
+    );
+    const config = join(lockDir, "user.sandbox.yaml");
+    await writeFile(config, "version: 1\nnetwork:\n  allowedHosts: [registry.npmjs.org, '*.openai.com']\n");
+    const calls: unknown[] = [];
+    const events: StepEvent[] = [];
+    const guest = new FakeGuest();
+    await runReviewSetup(
+      options(guest, {
+        name: "fresh",
+        config,
+        hostEnv: { PI_CODING_AGENT_DIR: hostAgent, PATH: process.env.PATH },
+        callAction: async (input) => {
+          calls.push(input);
+          if ((input as { action: string }).action === "inspect")
+            throw new ControllerError("CONTROLLER_NOT_FOUND", "no");
+          return { state: "running" };
+        },
+        onProgress: (e) => events.push(e),
+      }),
+    );
+    const derived = join(lockDir, "fresh.sandbox.yaml");
+    expect(calls).toContainEqual({ action: "create", name: "fresh", config: derived });
+    const secrets = join(lockDir, "secrets", "fresh");
+    const made = await loadConfig(derived);
+    expect(made.network).toEqual({
+      allowedHosts: ["registry.npmjs.org", "*.openai.com", "api.anthropic.com"],
+      hostPorts: [],
+      secrets: {
+        ANTHROPIC_API_KEY: { from: `file:${secrets}/ANTHROPIC_API_KEY`, hosts: ["api.anthropic.com"] },
+        ANTHROPIC_OAUTH_TOKEN: {
+          from: `file:${secrets}/ANTHROPIC_OAUTH_TOKEN`,
+          hosts: ["api.anthropic.com"],
+          placeholderPrefix: "sk-ant-oat01-",
+        },
+        OPENAI_API_KEY: { from: `file:${secrets}/OPENAI_API_KEY`, hosts: ["api.openai.com"] },
+      },
+    });
+    for (const name of ["ANTHROPIC_API_KEY", "ANTHROPIC_OAUTH_TOKEN", "OPENAI_API_KEY"]) {
+      expect(await readFile(join(secrets, name), "utf8")).toBe(`${unsetValue(name)}\n`);
+      expect((await stat(join(secrets, name))).mode & 0o777).toBe(0o600);
+    }
+    const text = (await readFile(derived, "utf8")) + JSON.stringify(events);
+    expect(text).not.toContain("sk-ant-api-K");
+    expect(text).not.toContain("sk-O");
+
+    // A config that declares one of those names itself is refused, naming it.
+    await writeFile(
+      config,
+      "version: 1\nnetwork:\n  allowedHosts: [api.openai.com]\n  secrets:\n    OPENAI_API_KEY: { from: 'env:K', hosts: [api.openai.com] }\n",
+    );
+    await expect(
+      runReviewSetup(
+        options(new FakeGuest(), {
+          name: "other",
+          config,
+          hostEnv: { PI_CODING_AGENT_DIR: hostAgent, PATH: process.env.PATH },
+          callAction: async (input) => {
+            if ((input as { action: string }).action === "inspect")
+              throw new ControllerError("CONTROLLER_NOT_FOUND", "no");
+            return { state: "running" };
+          },
+        }),
+      ),
+    ).rejects.toMatchObject({
+      code: "REVIEW_SETUP_USAGE",
+      message: expect.stringContaining("declares network.secrets OPENAI_API_KEY"),
+    });
+  });
+
   test("no generated response: LIVE_CHECK_FAILED, and the result is never live-ready", async () => {
+    await login({ type: "api_key", key: "sk-ant-api-KEY" });
     const guest = new FakeGuest({
       liveOutput: '{"type":"message_end","message":{"role":"assistant","stopReason":"error","content":[]}}\n',
+      env: { ANTHROPIC_API_KEY: "PI_SANDBOX_SECRET_x" },
     });
     await expect(
       runReviewSetup(
         options(guest, {
-          liveModel: { provider: "codex", model: "m-1" },
+          liveModel: { provider: "anthropic", model: "m-1" },
           hostEnv: { PI_CODING_AGENT_DIR: hostAgent, PATH: process.env.PATH },
+          callAction: controller(declared, []),
         }),
       ),
     ).rejects.toMatchObject({
@@ -275,7 +437,7 @@ describe("live mode", () => {
     const guest = new FakeGuest();
     await expect(
       runReviewSetup(
-        options(guest, { liveModel: { provider: "nope", model: "m" }, hostEnv: { PI_CODING_AGENT_DIR: hostAgent } }),
+        options(guest, { liveModel: { provider: "openai", model: "m" }, hostEnv: { PI_CODING_AGENT_DIR: hostAgent } }),
       ),
     ).rejects.toMatchObject({ code: "REVIEW_SETUP_LOGIN_MISSING" });
     expect(guest.commands).toEqual([]);

@@ -1,11 +1,10 @@
 // The refresh on a real VM, driven through the CLI entry as a user runs it, against a fixture repo.
-import { createHash } from "node:crypto";
-import { mkdtemp, readFile, rm, unlink, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction } from "@pi-sandbox/controller/client";
 import { main } from "../src/main.js";
-import { FAKE_PROVIDER_PY, FIXTURE_LOCK, makeFixtureRepo } from "./fixture.js";
+import { FIXTURE_LOCK, makeFixtureRepo } from "./fixture.js";
 
 const NAME = "rev";
 // Guest places a token could leak to (the rootfs is too large to grep whole under TCG).
@@ -148,56 +147,20 @@ test("a broken lockfile fails at install, names the log, and the previous candid
   expect((await guestRun("cat /workspace/.review/current/dist/out.txt")).output).toBe("a.txt: alpha edited\n");
 });
 
-test("fixture-backed live mode (not live acceptance): token only in the private agent dir, one response", async () => {
-  const token = `fixture-token-${Date.now()}`;
-  const refresh = "host-refresh-secret-never-copied";
-  const expires = Date.now() + 3_600_000;
-  await rm(join(dir, "host-agent"), { recursive: true, force: true });
-  await writeFile(join(dir, "fake.py"), FAKE_PROVIDER_PY);
-  await import("node:fs/promises").then((fs) => fs.mkdir(join(dir, "host-agent")));
-  await writeFile(
-    join(dir, "host-agent", "auth.json"),
-    JSON.stringify({
-      fixture: { type: "oauth", access: token, refresh, expires },
-      other: { type: "api_key", key: "x" },
-    }),
-  );
-  await call({ action: "write", path: "/tmp/fake_provider.py", content: FAKE_PROVIDER_PY });
-  await call({
-    action: "service-start",
-    service: "fake-provider",
-    command: "python3 /tmp/fake_provider.py 18080",
-    port: 18080,
-  });
-
-  const run = await setup("--live-model", "fixture/fake-model");
-  expect(run.code).toBe(0);
-  const tokenHash = createHash("sha256").update(token).digest("hex").slice(0, 12);
-  expect(run.stdout).toContain("LIVE-READY");
-  expect(run.stdout).toContain(`answered "ready ${tokenHash}" using 11 input + 2 output = 13 tokens`);
-  expect(run.stdout).toContain(`expires ${new Date(expires).toISOString()}`);
-  expect(run.stdout + run.stderr).not.toContain(token);
-  expect(run.stdout).toContain("--model fixture/fake-model");
-
-  const auth = "/workspace/.review/agent/auth.json";
-  expect((await guestRun(`stat -c %a ${auth}`)).output.trim()).toBe("600");
-  const stored = JSON.parse((await call({ action: "read", path: auth })).content);
-  expect(stored.fixture.access).toBe(token);
-  expect(stored.fixture.refresh).toBe("");
-  expect(stored.other).toBeUndefined();
-  // Only the agent dir holds the token: not the candidates, the verified archive, logs or setup.
-  const holders = await guestRun(`grep -rl ${token} ${SEARCHED} 2>/dev/null`);
-  expect(holders.output.trim().split("\n")).toEqual([auth]);
-  const archive = await guestRun(
-    `for a in /workspace/.review/incoming/*/snapshot.tar.gz; do tar -xzOf "$a" | grep -c ${token}; done`,
-  );
-  expect(
-    archive.output
-      .trim()
-      .split("\n")
-      .every((n) => n === "0"),
-  ).toBe(true);
-  expect((await guestRun(`grep -rl ${refresh} ${SEARCHED} 2>/dev/null`)).output).toBe("");
+test("live mode on an instance created without the host's login: refused, nothing copied into the guest", async () => {
+  // The instance was created while the host had no Pi login, so it declares no secrets.
+  const key = `sk-ant-api03-fixture-${Date.now()}`;
+  await mkdir(join(dir, "host-agent"), { recursive: true });
+  await writeFile(join(dir, "host-agent", "auth.json"), JSON.stringify({ anthropic: { type: "api_key", key } }));
+  const run = await setup("--live-model", "anthropic/claude-x");
+  expect(run.code).toBe(1);
+  expect(run.stderr).toContain("REVIEW_SETUP_SECRET_MISSING");
+  expect(run.stderr).toMatch(/hint: .*create it again with --config/);
+  const unsupported = await setup("--live-model", "openai-codex/gpt-5.4");
+  expect(unsupported.code).toBe(1);
+  expect(unsupported.stderr).toContain("REVIEW_SETUP_PROVIDER_UNSUPPORTED");
+  expect(run.stdout + run.stderr + unsupported.stdout + unsupported.stderr).not.toContain(key);
+  expect((await guestRun(`grep -rl ${key} ${SEARCHED} 2>/dev/null`)).output).toBe("");
 });
 
 test("a stopped instance is refused with the fix", async () => {

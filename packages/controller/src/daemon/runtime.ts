@@ -62,8 +62,15 @@ export interface InstanceRuntime {
   openGateway(vm: RuntimeVm, options: { portsFile: string; logger: DaemonLogger }): PreviewGateway;
 }
 
-/** The real runtime: Gondolin VMs, the Python agent in the guest, localhost previews. */
-export function createVmRuntime(options: { stateRoot: string }): InstanceRuntime {
+/**
+ * The real runtime: Gondolin VMs, the Python agent in the guest, localhost previews.
+ * `allowedInternalHosts` is a test seam (a host-side fake API under an allowed name); the daemon
+ * never passes it.
+ */
+export function createVmRuntime(options: {
+  stateRoot: string;
+  allowedInternalHosts?: readonly string[];
+}): InstanceRuntime {
   const disks = new DiskStore({ stateRoot: options.stateRoot });
   return {
     disks,
@@ -80,6 +87,7 @@ export function createVmRuntime(options: { stateRoot: string }): InstanceRuntime
         logger,
         diskStore: disks,
         onProgress,
+        ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
       }),
     startAgent: (vm, { workspace, logger }) => SupervisorClient.start({ vm, workspace, logger }),
     openGateway: (vm, { portsFile, logger }) =>

@@ -1,0 +1,66 @@
+// The live provider table against Pi itself: each provider's API hosts are the hosts of Pi's base
+// URLs for it, each secret name is the variable Pi reads its key from, and the Anthropic OAuth
+// placeholder is one Pi sends as an OAuth token.
+import { builtinProviders, getBuiltinModels } from "@earendil-works/pi-ai/providers/all";
+import { LIVE_PROVIDERS, liveSecret, providerSecrets, secretDeclaration } from "../src/providers.js";
+
+const pi = new Map(builtinProviders().map((provider) => [provider.id, provider]));
+
+test.each(Object.entries(LIVE_PROVIDERS))("%s: Pi's base URLs and key variable", async (id, entry) => {
+  const provider = pi.get(id);
+  expect(provider).toBeDefined();
+  const hosts = new Set(
+    getBuiltinModels(id as Parameters<typeof getBuiltinModels>[0]).map((model) => new URL(model.baseUrl).hostname),
+  );
+  if (provider!.baseUrl) hosts.add(new URL(provider!.baseUrl).hostname);
+  expect([...hosts].sort()).toEqual([...entry.hosts].sort());
+  // Pi's API-key auth reads the key from the variable the guest sees as the secret's placeholder.
+  const resolved = await provider!.auth.apiKey!.resolve({
+    ctx: { env: async (name: string) => (name === entry.apiKey ? "from-env" : undefined) },
+    signal: new AbortController().signal,
+  } as never);
+  expect(resolved?.auth).toEqual({ apiKey: "from-env" });
+});
+
+test("anthropic: the OAuth placeholder is one Pi sends as an OAuth token, and Pi reads it from that variable", async () => {
+  const secret = liveSecret("anthropic", "oauth");
+  expect(secret).toEqual({
+    name: "ANTHROPIC_OAUTH_TOKEN",
+    hosts: ["api.anthropic.com"],
+    placeholderPrefix: "sk-ant-oat01-",
+  });
+  expect(`${secret.placeholderPrefix}PI_SANDBOX_SECRET_x`).toContain("sk-ant-oat"); // Pi's isOAuthToken test
+  const resolved = await pi.get("anthropic")!.auth.apiKey!.resolve({
+    ctx: { env: async (name: string) => (name === secret.name ? "sk-ant-oat01-P" : undefined) },
+    signal: new AbortController().signal,
+  } as never);
+  expect(resolved?.auth).toEqual({ apiKey: "sk-ant-oat01-P" });
+  expect(liveSecret("anthropic", "api_key")).toEqual({ name: "ANTHROPIC_API_KEY", hosts: ["api.anthropic.com"] });
+});
+
+test("providers the table refuses: typed, with what to use instead", () => {
+  expect(() => liveSecret("openai-codex")).toThrow(
+    expect.objectContaining({
+      code: "REVIEW_SETUP_PROVIDER_UNSUPPORTED",
+      hint: expect.stringContaining("an OpenAI API key"),
+    }),
+  );
+  expect(() => liveSecret("github-copilot")).toThrow(
+    expect.objectContaining({ code: "REVIEW_SETUP_PROVIDER_UNSUPPORTED" }),
+  );
+  expect(() => liveSecret("toString")).toThrow(expect.objectContaining({ code: "REVIEW_SETUP_PROVIDER_UNSUPPORTED" }));
+  expect(liveSecret("openai")).toBeUndefined();
+  expect(() => liveSecret("openai", "oauth")).toThrow(
+    expect.objectContaining({ code: "REVIEW_SETUP_PROVIDER_UNSUPPORTED", hint: expect.stringContaining("API key") }),
+  );
+  // Pi has OAuth for these, whose tokens the table does not take.
+  for (const id of ["openai-codex", "github-copilot"]) expect(pi.get(id)?.auth.oauth).toBeDefined();
+});
+
+test("declarations: one file source per secret, the prefix only where Pi needs it", () => {
+  expect(providerSecrets("nope")).toEqual([]);
+  expect(providerSecrets("openai").map((s) => secretDeclaration(s, `/d/${s.name}`))).toEqual([
+    { from: "file:/d/OPENAI_API_KEY", hosts: ["api.openai.com"] },
+  ]);
+  expect(providerSecrets("anthropic").map((s) => s.name)).toEqual(["ANTHROPIC_API_KEY", "ANTHROPIC_OAUTH_TOKEN"]);
+});
