@@ -203,7 +203,7 @@ export async function upload(
   to: string,
   options: CopyOptions,
 ): Promise<CopyResult> {
-  const { progress, signal } = options;
+  const { signal } = options;
   const dest = await files.stat(to, { signal }).catch((error: { code?: string }) => {
     if (error.code === "FILE_NOT_FOUND") return undefined;
     throw error;
@@ -213,24 +213,10 @@ export async function upload(
   for (const [i, target] of targets(sources, to, toIsDir, posix.join).entries()) {
     plan.steps.push(...(await planUpload(sources[i]!, target, plan.skipped)));
   }
-  const total = plan.steps.reduce((sum, step) => sum + step.size, 0);
-  const tick = ticker(progress, total);
-  const result = emptyResult(name, "upload", to, plan);
-  for (const step of plan.steps) {
-    signal?.throwIfAborted();
-    if (step.kind === "directory") {
-      await files.mkdir(step.to, { mode: step.mode & 0o777, signal });
-      result.directories++;
-    } else {
-      const copied = await uploadFile(files, step, tick, signal);
-      result.files++;
-      result.bytes += copied.bytes;
-      result.sha256 = copied.sha256;
-    }
-  }
-  tick.add(0, "done", true);
-  if (result.files !== 1) delete result.sha256;
-  return result;
+  return runPlan(name, "upload", to, plan, options, {
+    directory: (step) => files.mkdir(step.to, { mode: step.mode & 0o777, signal }),
+    file: (step, tick) => uploadFile(files, step, tick, signal),
+  });
 }
 
 function isGuestDir(st: GuestStat | undefined): boolean {
@@ -367,7 +353,7 @@ export async function download(
   to: string,
   options: CopyOptions,
 ): Promise<CopyResult> {
-  const { progress, signal } = options;
+  const { signal } = options;
   const dest = await stat(to).catch((error: NodeJS.ErrnoException) => {
     if (error.code === "ENOENT") return undefined;
     throw error;
@@ -377,16 +363,34 @@ export async function download(
   for (const [i, target] of targets(sources, to, toIsDir, join).entries()) {
     plan.steps.push(...(await planDownload(files, sources[i]!, target, plan.skipped, signal)));
   }
+  return runPlan(name, "download", to, plan, options, {
+    directory: (step) => hostDirectory(step.to, step.mode),
+    file: (step, tick) => downloadFile(files, step, tick, signal),
+  });
+}
+
+/** Runs a planned copy in order: directories before what they hold, progress by bytes. */
+async function runPlan(
+  name: string,
+  direction: CopyResult["direction"],
+  to: string,
+  plan: Plan,
+  { progress, signal }: CopyOptions,
+  copy: {
+    directory: (step: Step) => Promise<unknown>;
+    file: (step: Step, tick: ReturnType<typeof ticker>) => Promise<{ bytes: number; sha256: string }>;
+  },
+): Promise<CopyResult> {
   const total = plan.steps.reduce((sum, step) => sum + step.size, 0);
   const tick = ticker(progress, total);
-  const result = emptyResult(name, "download", to, plan);
+  const result = emptyResult(name, direction, to, plan);
   for (const step of plan.steps) {
     signal?.throwIfAborted();
     if (step.kind === "directory") {
-      await hostDirectory(step.to, step.mode);
+      await copy.directory(step);
       result.directories++;
     } else {
-      const copied = await downloadFile(files, step, tick, signal);
+      const copied = await copy.file(step, tick);
       result.files++;
       result.bytes += copied.bytes;
       result.sha256 = copied.sha256;
