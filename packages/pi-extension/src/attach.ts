@@ -158,18 +158,21 @@ export class Attachments {
     const previous = this.#guest;
     this.#guest = guest;
     this.#register();
-    if (!options.restoring) this.pi.appendEntry(ATTACH_ENTRY, { name });
     const workspace = guest.facts.workspace;
-    this.pi.sendMessage(
-      {
-        customType: ATTACH_MESSAGE,
-        content:
-          `The user attached Pi to the sandbox instance ${name}${previous ? ` (was ${previous.name})` : ""}: ${toolList} now run inside it, ` +
-          `in its working directory ${workspace}. The host's files are not reachable through them until the user detaches.`,
-        display: true,
-      },
-      { deliverAs: "steer" },
-    );
+    // A restored attach is already in the session (entry and message); only the user is told again.
+    if (!options.restoring) {
+      this.pi.appendEntry(ATTACH_ENTRY, { name });
+      this.pi.sendMessage(
+        {
+          customType: ATTACH_MESSAGE,
+          content:
+            `The user attached Pi to the sandbox instance ${name}${previous ? ` (was ${previous.name})` : ""}: ${toolList} now run inside it, ` +
+            `in its working directory ${workspace}. The host's files are not reachable through them until the user detaches.`,
+          display: true,
+        },
+        { deliverAs: "steer" },
+      );
+    }
     tellUser(
       ctx,
       `Attached to ${name}: ${toolList} run in the instance (cwd ${workspace}). /sandbox detach returns them to the host.`,
