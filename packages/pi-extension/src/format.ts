@@ -71,7 +71,7 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 
 function summarize(action: string, result: Record<string, unknown>): string | undefined {
   try {
-    return findAction(action)?.brief?.(result as never);
+    return findAction(action)?.brief?.(result);
   } catch {
     return undefined; // a result of an unexpected shape has no summary
   }

@@ -75,7 +75,7 @@ export function validateAction(input: unknown): ValidatedAction {
   if (args.name !== undefined) assertName(args.name);
   if (args.template !== undefined) assertName(args.template, "template");
   try {
-    spec.refine?.(args as never);
+    spec.refine?.(args);
   } catch (error) {
     if (error instanceof ControllerError && error.hint === undefined) {
       throw new ControllerError(error.code, error.message, {

@@ -89,7 +89,7 @@ function dropUndefined(action: Record<string, unknown>): Record<string, unknown>
 export function formatResult(action: string, result: unknown, input?: Record<string, unknown>): string {
   const spec = findAction(action);
   try {
-    if (spec?.formatText) return spec.formatText(result as never, input);
+    if (spec?.formatText) return spec.formatText(result, input);
   } catch {
     // an unexpected shape: fall back to JSON
   }

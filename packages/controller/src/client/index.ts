@@ -93,8 +93,8 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
   for (const key of spec.hostPaths ?? []) args[key] = resolveHostPaths(cwd, args[key]);
   const layout = StateLayout.fromEnv(env);
   const local = { layout, cwd, env };
-  if (spec.route === "local") return spec.run(args as never, local);
-  const answered = spec.runLocally?.(args as never, local);
+  if (spec.route === "local") return spec.run(args, local);
+  const answered = spec.runLocally?.(args, local);
   if (answered) return answered;
   await layout.ensurePrivate();
   const kind = entryKindOf(args);

@@ -86,8 +86,8 @@ export class InstanceController {
       lifecycle: this.#lifecycle.actions(ctx.progress, (work) => this.#enqueue(work)),
       guest: this.#guest,
     };
-    if (LIFECYCLE.has(spec.name)) return spec.run(args as never, context);
-    return this.#duringLife(args.action, () => spec.run(args as never, context));
+    if (LIFECYCLE.has(spec.name)) return spec.run(args, context);
+    return this.#duringLife(args.action, () => spec.run(args, context));
   }
 
   /**
