@@ -3,6 +3,8 @@
 // stopped (typed error, detach, back on the host), and an attach that survives /reload.
 
 import { fauxAssistantMessage, fauxToolCall } from "@earendil-works/pi-ai";
+import { initTheme } from "@earendil-works/pi-coding-agent";
+import { visibleWidth } from "@earendil-works/pi-tui";
 import { ControllerError, type CallActionOptions } from "@pi-sandbox/controller/client";
 import { done, startSdkSession, type SdkSession } from "./sdk-session.js";
 import type { Json } from "./pi-harness.js";
@@ -61,6 +63,19 @@ test("an attached bash runs in the guest; a stopped instance fails the call with
   expect(first).toMatchObject({ toolName: "bash", isError: false });
   expect(textOf(first!)).toBe("guest ran: echo one\n");
   expect(first!.result.details.sandbox).toBe("demo");
+  // Pi's own bash renderer draws the result, plus a line naming the instance.
+  initTheme("dark", false);
+  const plainTheme = new Proxy({}, { get: () => (a: unknown, b?: unknown) => String(b ?? a) }) as never;
+  const context = { args: { command: "echo one" }, toolCallId: "t", invalidate: () => undefined, state: {} } as never;
+  const rendered = s.session.getToolDefinition("bash")!.renderResult!(
+    first!.result,
+    { expanded: false, isPartial: false },
+    plainTheme,
+    context,
+  ).render(80);
+  expect(rendered.at(-1)?.trimEnd()).toBe("in sandbox demo");
+  expect(rendered.every((line) => visibleWidth(line) <= 80)).toBe(true);
+  expect(rendered.join("\n")).toContain("guest ran: echo one");
   // The host's environment did not travel with the command.
   expect(guest.state.calls.at(-1)).not.toHaveProperty("env");
 
