@@ -262,7 +262,10 @@ test("an instance from a template keeps the template's placeholders", async () =
 
 test("help documents both keys with an example", () => {
   const help = renderHelp();
-  expect(help).toContain("network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host]}}");
+  expect(help).toContain(
+    "network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host], placeholderPrefix?: text}}",
+  );
+  expect(help).toContain("after placeholderPrefix, for a client that tells credentials apart by their start");
   expect(help).toContain("secrets: {GITHUB_TOKEN: {from: env:GITHUB_TOKEN, hosts: [api.github.com]}}");
   expect(help).toContain("mounts: [{host: dir relative to the YAML, guest: /abs/path}]");
 });

@@ -29,7 +29,10 @@ export function renderHelp(options: { includeUserOnly?: boolean } = {}): string 
     `  network.hostPorts: [port], at most ${LIMITS.hostPortsMax}; the guest reaches host 127.0.0.1:<port> over TCP as ${HOST_SERVICES_HOSTNAME}:<port>, nothing else of the host`,
   );
   lines.push(
-    `  network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host]}}, at most ${LIMITS.secretsMax}; the guest sees a placeholder in $NAME,`,
+    `  network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host], placeholderPrefix?: text}}, at most ${LIMITS.secretsMax}; the guest sees a placeholder in $NAME`,
+  );
+  lines.push(
+    "    (after placeholderPrefix, for a client that tells credentials apart by their start, e.g. sk-ant-oat01-),",
   );
   lines.push(
     "    the host puts the value (read at each start) into request headers to those hosts only; hosts must be in allowedHosts",
