@@ -67,8 +67,11 @@ export class SupervisorClient implements AsyncDisposable {
   }
 
   /**
-   * Installs the agent into the guest (one exec with the zipapp on stdin), starts it over a
-   * long-lived exec and exchanges hellos (the host's carries the limits). Call once per boot.
+   * Installs the agent into the guest (one exec with the zipapp on stdin), attaches to it over a
+   * long-lived exec (a bridge to the agent daemon, started by the first one; see the README's
+   * "A channel the agent outlives") and exchanges hellos (the host's carries the limits). A new
+   * client of a guest whose agent runs already (a lost channel, a resumed guest) gets that agent,
+   * its services and exec handles.
    */
   static async start(options: StartSupervisorOptions): Promise<SupervisorClient> {
     const { vm, signal } = options;
@@ -90,6 +93,8 @@ export class SupervisorClient implements AsyncDisposable {
         'exec "$0" -u "$@"',
         python,
         agentPath,
+        // A bridge to the agent daemon (started by the first bridge), which outlives this channel.
+        "--attach",
         "--state-dir",
         stateDir,
         "--workspace",
@@ -103,8 +108,14 @@ export class SupervisorClient implements AsyncDisposable {
     const channel = new AgentChannel(execution, logger, label, (reason) => stopChannel.abort(reason));
     try {
       const hello = await exchangeHello(channel, options.startTimeoutMs ?? 60_000, signal);
-      logger.info(`${label} agent ${hello.version} up (python ${hello.python}, cleanup by ${hello.cleanup})`);
-      return new SupervisorClient(channel, stopChannel, hello, workspace, logger);
+      const client = new SupervisorClient(channel, stopChannel, hello, workspace, logger);
+      if (hello.sessions > 0) {
+        await client.services.adoptRunning(signal);
+        logger.info(`${label} attached to the running agent ${hello.version} (pid ${hello.pid})`);
+      } else {
+        logger.info(`${label} agent ${hello.version} up (python ${hello.python}, cleanup by ${hello.cleanup})`);
+      }
+      return client;
     } catch (error) {
       stopChannel.abort(new Error("supervisor start failed"));
       await channel.shutdown(2_000);

@@ -35,6 +35,7 @@ export function parseHello(raw: unknown): AgentHello {
     shell: text(r.shell, "hello.shell"),
     cleanup: text(r.cleanup, "hello.cleanup", 64),
     warmShell: boolean(r.warmShell, "hello.warmShell"),
+    sessions: r.sessions === undefined ? 0 : integer(r.sessions, "hello.sessions", 0),
   };
 }
 

@@ -3,7 +3,7 @@ import type { AgentChannel } from "./channel.js";
 import { SupervisorError, isSupervisorError } from "./errors.js";
 import type { CallOptions, ServiceOpOptions } from "./options.js";
 import { parseEnsure, parseLogs, parseRestart, parseStart, parseStatuses, parseStop } from "./replies.js";
-import { record } from "./reply-checks.js";
+import { list, record, text } from "./reply-checks.js";
 import { buildServiceSpecs, guestServices, type AgentServiceSpec } from "./service-specs.js";
 import { mergeStatuses, readinessBudget } from "./service-status.js";
 import type { AdHocServiceSpec, LogTail, ServiceFailure, ServiceStatus, ServicesResult } from "./types.js";
@@ -223,6 +223,24 @@ export class ServiceControl {
       }),
       { signal, timeoutMs: REPLY_MARGIN_MS },
     );
+  }
+
+  /**
+   * For a client attached to an agent that already ran (its hello's `sessions` > 0): the names of
+   * the services that agent runs, which an earlier host process sent it, become names its replies
+   * may list. Bounded like a guest YAML (`LIMITS.servicesMax` valid names).
+   */
+  async adoptRunning(signal: AbortSignal | undefined): Promise<void> {
+    const names = await this.channel.request(
+      "service-status",
+      {},
+      (result) =>
+        list(record(result, "result").services, "result.services", LIMITS.servicesMax).map((item, i) =>
+          text(record(item, `result.services[${i}]`).name, `result.services[${i}].name`, 64),
+        ),
+      { signal, timeoutMs: REPLY_MARGIN_MS },
+    );
+    for (const name of names) if (isValidServiceName(name)) this.serviceNames.add(name);
   }
 
   /** Records names about to be sent to the agent; returns them as the set a reply may name. */

@@ -21,6 +21,11 @@ export interface AgentHello {
   cleanup: string;
   /** Whether execs start in a login bash launched ahead of time (see the README's "Exec start-up"). */
   warmShell: boolean;
+  /**
+   * Host sessions this agent served before this one: above 0 when the client attached to an agent
+   * that was already running (see the README's "A channel the agent outlives").
+   */
+  sessions: number;
 }
 
 /** What a command run or status call reports. */

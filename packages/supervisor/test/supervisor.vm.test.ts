@@ -137,6 +137,23 @@ test("file writes and reads go through the agent while a service and a 60 s comm
   await client.execKill(long.handle);
 });
 
+test("the agent outlives its channel: a new client gets the same agent, its services and exec handles", async () => {
+  const web = await status("web");
+  expect(web.state).toBe("running");
+  const long = await client.exec("sleep 600", { timeoutMs: 0 });
+  const agentPid = client.hello.pid;
+  // The first client's channel goes without a shutdown, as when its host process dies.
+  const first = client;
+  const lost = new Promise((resolve) => first.onClosed(resolve));
+  client = await SupervisorClient.start({ vm: testVm!.vm, workspace: WORKSPACE });
+  await lost; // the newer session replaced it
+  expect(client.hello).toMatchObject({ pid: agentPid, sessions: 1 });
+  expect(await status("web")).toMatchObject({ state: "running", pid: web.pid, port: web.port });
+  expect(await guestGet(web.port!)).toBe(200);
+  expect((await client.execStatus(long.handle, { timeoutMs: 0 })).running).toBe(true);
+  await client.execKill(long.handle);
+});
+
 test("a 30 s resume hook returns a handle after about 10 s, and exec-status follows it", async () => {
   await client.writeFile(`${WORKSPACE}/.agents/resume`, "#!/bin/sh\necho resume-start\nsleep 30\necho resume-end\n", {
     createParents: true,

@@ -15,7 +15,7 @@ from .file_tree import file_list, file_mkdir, file_stat
 from .files import Transfers
 from .jobs import Jobs
 from .log_follow import LogFollow
-from .protocol import AgentError, JsonDict, LineReader, next_request, request_args
+from .protocol import AgentError, JsonDict, LineReader, Wire, next_request, request_args
 from .runs import Runs
 from .services import Services
 from .state import PortBook
@@ -24,6 +24,8 @@ from .warm_shell import WarmShells
 MAX_IN_FLIGHT = 512
 
 Handler = Callable[[JsonDict], JsonDict]
+# A request and the wire of the session it came from (its reply must never reach another session).
+Item = tuple[JsonDict, Wire]
 
 
 class WorkerPool:
@@ -31,14 +33,14 @@ class WorkerPool:
     per request (a thread start costs milliseconds in an emulated guest). Threads beyond
     `keep_idle` idle ones end after their item, so a burst does not leave hundreds behind."""
 
-    def __init__(self, fn: Callable[[JsonDict], None], keep_idle: int = 8):
+    def __init__(self, fn: Callable[[Item], None], keep_idle: int = 8):
         self._fn = fn
         self._keep_idle = keep_idle
-        self._queue: queue.SimpleQueue[JsonDict] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Item] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0
 
-    def submit(self, item: JsonDict) -> None:
+    def submit(self, item: Item) -> None:
         with self._lock:
             spawn = self._idle == 0
             if not spawn:
@@ -111,8 +113,11 @@ class Agent:
 
     # -- dispatch
 
-    def serve(self, reader: LineReader) -> None:
-        wire = self.ctx.wire
+    def serve(self, reader: LineReader, wire: Wire | None = None, outlive: bool = False) -> bool:
+        """Serves one host session until its input ends or it asks for shutdown. Without `outlive`
+        the end of input shuts the agent down too; with it (daemon.py) the agent and its services
+        go on for the next session. Returns whether the agent was shut down."""
+        wire = wire or self.ctx.wire
         self.warm.refill(self.ctx.workspace)
         while not self._shutdown.is_set():
             req = next_request(reader, wire)
@@ -120,27 +125,32 @@ class Agent:
                 break
             if req.get("op") == "shutdown":
                 wire.ok(req["id"], {})
-                break
+                self.shutdown()
+                return True
             if not self._in_flight.acquire(blocking=False):
                 wire.error(req["id"], AgentError("AGENT_BUSY", "more than %d requests in flight" % MAX_IN_FLIGHT))
                 continue
-            self._workers.submit(req)
+            self._workers.submit((req, wire))
+        if outlive and not self._shutdown.is_set():
+            return False
         self.shutdown()
+        return True
 
-    def _handle(self, req: JsonDict) -> None:
+    def _handle(self, item: Item) -> None:
+        req, wire = item
         req_id: Any = req["id"]
         try:
             op = req.get("op")
             handler = self.handlers.get(op) if isinstance(op, str) else None
             if handler is None:
                 raise AgentError("UNKNOWN_OP", "unknown operation %r" % (op,))
-            self.ctx.wire.ok(req_id, handler(request_args(req)))
+            wire.ok(req_id, handler(request_args(req)))
         except AgentError as err:
-            self.ctx.wire.error(req_id, err)
+            wire.error(req_id, err)
         except Exception as err:  # a bug in one request must not kill the channel
             sys.stderr.write(traceback.format_exc())
             sys.stderr.flush()
-            self.ctx.wire.error(req_id, AgentError("AGENT_INTERNAL", "agent error: %s" % err))
+            wire.error(req_id, AgentError("AGENT_INTERNAL", "agent error: %s" % err))
         finally:
             self._in_flight.release()
 

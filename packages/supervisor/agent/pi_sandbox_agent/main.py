@@ -7,22 +7,19 @@ import os
 import signal
 import sys
 from types import FrameType
-from typing import IO, Any
 
 from .agent import Agent
 from .cleanup import Cleanup, maybe_mount_cgroup2
 from .context import Context
+from .daemon import attach, serve_daemon, socket_path, take_protocol_streams
 from .protocol import (
     AGENT_VERSION,
     PROTOCOL_VERSION,
-    AgentError,
     JsonDict,
     Limits,
     LineReader,
     Wire,
-    accept_hello,
-    next_request,
-    request_args,
+    await_hello,
 )
 from .state import PortBook, StateDir
 from .warm_shell import usable
@@ -63,6 +60,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="keep a login bash started ahead of the next exec (see warm_shell.WARM_BOOTSTRAP)",
     )
     parser.add_argument(
+        "--attach",
+        action="store_true",
+        help="bridge stdin/stdout to the agent daemon of --state-dir, starting it if none runs (see daemon.py)",
+    )
+    parser.add_argument("--daemon", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
         "--port-range",
         type=parse_port_range,
         default=parse_port_range(env("PI_SANDBOX_AGENT_PORT_RANGE", "20000-29999")),
@@ -74,82 +77,74 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return opts
 
 
-def take_protocol_streams() -> tuple[IO[bytes], IO[bytes]]:
-    """Keeps the protocol streams to ourselves: children must never inherit the channel, and a
-    stray print must not corrupt it, so fd 0 becomes /dev/null and fd 1 points at stderr."""
-    inp = os.fdopen(os.dup(0), "rb")
-    out = os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)
-    sys.stdin = open(os.devnull)
-    sys.stdout = sys.stderr
-    return inp, out
+class Setup:
+    """What every mode of the agent prepares before the first host session."""
 
-
-def await_hello(reader: LineReader, wire: Wire) -> tuple[Any, Limits] | None:
-    """Reads until the host's hello arrives: (its request id, its limits); None at end of input
-    or on shutdown. Anything else is refused with HELLO_REQUIRED."""
-    while True:
-        req = next_request(reader, wire)
-        if req is None:
-            return None
-        op = req.get("op")
-        if op == "shutdown":
-            wire.ok(req["id"], {})
-            return None
+    def __init__(self, opts: argparse.Namespace):
+        self.opts = opts
+        self.state = StateDir(opts.state_dir)
+        # Raises OSError when the state dir cannot be prepared.
+        self.state.reset()
+        self.workspace = os.path.abspath(opts.workspace)
+        # A fresh disk has no workspace yet; commands, services and hooks all run in it.
         try:
-            if op != "hello":
-                raise AgentError(
-                    "HELLO_REQUIRED",
-                    "%r before hello: the host must send its hello (protocol %d) first" % (op, PROTOCOL_VERSION),
-                )
-            return req["id"], accept_hello(request_args(req))
-        except AgentError as err:
-            wire.error(req["id"], err)
+            os.makedirs(self.workspace, exist_ok=True)
+        except OSError:
+            pass
+        low, high = opts.port_range
+        self.ports = PortBook(self.state.ports_file, low, high)
+        self.cleanup = Cleanup(opts.cgroup_root)
+        self.facts: JsonDict = {
+            "protocol": PROTOCOL_VERSION,
+            "version": AGENT_VERSION,
+            "pid": os.getpid(),
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "stateDir": self.state.root,
+            "workspace": self.workspace,
+            "shell": opts.shell,
+            "cleanup": self.cleanup.method,
+            "warmShell": opts.warm_shell and usable(opts.shell),
+            # Host sessions served before this one (daemon.py counts them).
+            "sessions": 0,
+        }
+
+    def agent(self, wire: Wire, limits: Limits) -> Agent:
+        ctx = Context(wire, limits, self.state, self.workspace, self.opts.shell)
+        return Agent(ctx, self.cleanup, self.ports, self.opts.warm_shell, self.facts)
+
+
+def state_dir_problem(opts: argparse.Namespace, err: OSError) -> JsonDict:
+    return {"code": "AGENT_STATE_DIR", "message": "cannot prepare %s: %s" % (opts.state_dir, err)}
 
 
 def run(argv: list[str]) -> int:
     opts = parse_args(argv)
+    if opts.attach:
+        return attach(opts.state_dir, [arg for arg in argv if arg != "--attach"])
     if opts.cgroup_root == "/sys/fs/cgroup":
         maybe_mount_cgroup2(opts.cgroup_root)
+    if opts.daemon:
+        try:
+            setup = Setup(opts)
+        except OSError as err:
+            sys.stderr.write("%s\n" % state_dir_problem(opts, err)["message"])
+            return 2
+        return serve_daemon(setup.facts, setup.agent, socket_path(opts.state_dir))
     inp, out = take_protocol_streams()
     wire = Wire(out)
-    state = StateDir(opts.state_dir)
     try:
-        state.reset()
+        setup = Setup(opts)
     except OSError as err:
-        wire.event("fatal", {"code": "AGENT_STATE_DIR", "message": "cannot prepare %s: %s" % (opts.state_dir, err)})
+        wire.event("fatal", state_dir_problem(opts, err))
         return 2
-    workspace = os.path.abspath(opts.workspace)
-    # A fresh disk has no workspace yet; commands, services and hooks all run in it.
-    try:
-        os.makedirs(workspace, exist_ok=True)
-    except OSError:
-        pass
-    low, high = opts.port_range
-    ports = PortBook(state.ports_file, low, high)
-    cleanup = Cleanup(opts.cgroup_root)
-    facts: JsonDict = {
-        "protocol": PROTOCOL_VERSION,
-        "version": AGENT_VERSION,
-        "pid": os.getpid(),
-        "python": "%d.%d.%d" % sys.version_info[:3],
-        "stateDir": state.root,
-        "workspace": workspace,
-        "shell": opts.shell,
-        "cleanup": cleanup.method,
-        "warmShell": opts.warm_shell and usable(opts.shell),
-    }
-    wire.event("hello", facts)
+    wire.event("hello", setup.facts)
     reader = LineReader(inp)
     hello = await_hello(reader, wire)
     if hello is None:
-        cleanup.close()
+        setup.cleanup.close()
         return 0
     hello_id, limits = hello
-    agent = Agent(Context(wire, limits, state, workspace, opts.shell), cleanup, ports, opts.warm_shell, facts)
+    agent = setup.agent(wire, limits)
     wire.ok(hello_id, {"protocol": PROTOCOL_VERSION})
 
     def on_term(_signum: int, _frame: FrameType | None) -> None:

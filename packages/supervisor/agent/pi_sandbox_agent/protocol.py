@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import threading
 from typing import IO, Any
 
@@ -191,6 +192,26 @@ class Wire:
         self.send({"event": name, "data": data})
 
 
+class SwitchWire(Wire):
+    """The wire of whichever host session is attached (see daemon.py): events of the agent's own
+    (a service started or exited) go there, and are dropped while no host is attached."""
+
+    def __init__(self) -> None:
+        super().__init__(open(os.devnull, "wb"))
+        self._target: Wire | None = None
+        self._switch = threading.Lock()
+
+    def attach(self, wire: Wire | None) -> None:
+        with self._switch:
+            self._target = wire
+
+    def send(self, message: JsonDict) -> None:
+        with self._switch:
+            target = self._target
+        if target is not None:
+            target.send(message)
+
+
 def next_request(reader: LineReader, wire: Wire) -> JsonDict | None:
     """The host's next request; None at the end of its input. A line that is too long or not a
     request is reported as a `protocol-error` event and skipped, and so is a blank line (silently)."""
@@ -246,3 +267,25 @@ def check_abs_path(args: JsonDict, key: str = "path") -> str:
     if not path.startswith("/") or "\0" in path:
         raise AgentError("INVALID_ARGUMENT", "%s must be an absolute guest path, got %r" % (key, path), {"key": key})
     return path
+
+
+def await_hello(reader: LineReader, wire: Wire) -> tuple[Any, Limits] | None:
+    """Reads until the host's hello arrives: (its request id, its limits); None at end of input
+    or on shutdown. Anything else is refused with HELLO_REQUIRED."""
+    while True:
+        req = next_request(reader, wire)
+        if req is None:
+            return None
+        op = req.get("op")
+        if op == "shutdown":
+            wire.ok(req["id"], {})
+            return None
+        try:
+            if op != "hello":
+                raise AgentError(
+                    "HELLO_REQUIRED",
+                    "%r before hello: the host must send its hello (protocol %d) first" % (op, PROTOCOL_VERSION),
+                )
+            return req["id"], accept_hello(request_args(req))
+        except AgentError as err:
+            wire.error(req["id"], err)
