@@ -15,15 +15,14 @@ export const READ_MAX_BYTES = 32 * 1024 * 1024;
 const WRITE_PART_BYTES = 600 * 1024;
 /** Largest file written. */
 export const WRITE_MAX_BYTES = 32 * 1024 * 1024;
-/** The write action's limit (1 MiB) and the longest exec wait (60 s), as the controller's help states them. */
+/** The write action's limit (1 MiB), as the controller's help states it. */
 const WRITE_ACTION_MAX_BYTES = 1024 * 1024;
-const EXEC_WAIT_MAX_MS = 60_000;
 /** How long one exec or exec-status call waits while a command streams, in ms. */
 const STREAM_WAIT_MS = 1_000;
 /** The same for helper commands, whose output nobody watches: fewer round trips. */
 const HELPER_POLL_MS = 5_000;
-/** Longest a helper command (probe, stat, search) may run. */
-const HELPER_WAIT_MS = EXEC_WAIT_MAX_MS;
+/** Longest a helper command (probe, stat, listing, search, file chunk) may run before it is killed. */
+const HELPER_WAIT_MS = 60_000;
 
 /** Quotes one word for the guest shell. */
 export function shellQuote(value: string): string {
