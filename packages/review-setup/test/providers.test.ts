@@ -1,6 +1,8 @@
 // The live provider table against Pi itself: each provider's API hosts are the hosts of Pi's base
 // URLs for it, each secret name is the variable Pi reads its key from, and the Anthropic OAuth
-// placeholder is one Pi sends as an OAuth token.
+// placeholder is one Pi's own Anthropic client sends as an OAuth token.
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { builtinProviders, getBuiltinModels } from "@earendil-works/pi-ai/providers/all";
 import { LIVE_PROVIDERS, liveSecret, providerSecrets, secretDeclaration } from "../src/providers.js";
 
@@ -63,4 +65,35 @@ test("declarations: one file source per secret, the prefix only where Pi needs i
     { from: "file:/d/OPENAI_API_KEY", hosts: ["api.openai.com"] },
   ]);
   expect(providerSecrets("anthropic").map((s) => s.name)).toEqual(["ANTHROPIC_API_KEY", "ANTHROPIC_OAUTH_TOKEN"]);
+});
+
+test("Pi's Anthropic client sends the prefixed placeholder as an OAuth token, the plain one as a key", async () => {
+  const seen: http.IncomingHttpHeaders[] = [];
+  const server = http.createServer((req, res) => {
+    seen.push(req.headers);
+    req.resume();
+    req.on("end", () => res.writeHead(401, { "content-type": "application/json" }).end('{"type":"error"}'));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  try {
+    const anthropic = pi.get("anthropic")!;
+    const model = {
+      ...getBuiltinModels("anthropic")[0]!,
+      baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    };
+    for (const apiKey of [
+      `${liveSecret("anthropic", "oauth").placeholderPrefix}PI_SANDBOX_SECRET_ab`,
+      "PI_SANDBOX_SECRET_cd",
+    ]) {
+      const context = { messages: [{ role: "user", content: "hi", timestamp: 0 }] };
+      const events = anthropic.stream(model, context as never, { apiKey, maxRetries: 0 } as never);
+      for await (const event of events) if (event.type === "error" || event.type === "done") break;
+    }
+  } finally {
+    server.close();
+  }
+  expect(seen.map((h) => [h.authorization, h["x-api-key"], String(h["anthropic-beta"]).includes("oauth")])).toEqual([
+    ["Bearer sk-ant-oat01-PI_SANDBOX_SECRET_ab", undefined, true],
+    [undefined, "PI_SANDBOX_SECRET_cd", false],
+  ]);
 });
