@@ -7,7 +7,9 @@ import { join } from "node:path";
 import type { SecretConfig } from "@pi-sandbox/config";
 import { callAction, type CallActionOptions } from "@pi-sandbox/controller/client";
 import { hostAgentDir } from "./credentials.js";
+import { ReviewSetupError } from "./errors.js";
 import type { ControllerOptions } from "./guest.js";
+import type { InstanceView } from "./instance.js";
 import { providerSecrets, secretDeclaration, type LiveSecret } from "./providers.js";
 
 /** `<dir>/secrets/<instance>`: the instance's secret files. */
@@ -95,5 +97,26 @@ export async function pushLiveSecret(options: {
   await (options.callAction ?? callAction)(
     { action: "secrets", name: options.instance },
     { ...options.controller, signal: options.signal },
+  );
+}
+
+/**
+ * The instance must declare the secret that carries the credential, for all its hosts: secrets are
+ * fixed when an instance is created, and the credential is never copied into the guest instead.
+ */
+export function requireSecret(name: string, view: InstanceView, secret: LiveSecret, provider: string): void {
+  const declared = view.secrets?.find((s) => s.name === secret.name);
+  if (declared && secret.hosts.every((host) => declared.hosts.includes(host))) return;
+  throw new ReviewSetupError(
+    "REVIEW_SETUP_SECRET_MISSING",
+    `instance ${name} declares no network.secrets ${secret.name} for ${secret.hosts.join(", ")}, which live mode needs to keep ` +
+      `the ${provider} credential on the host (it was created without --config, before review-setup kept credentials on the host, ` +
+      `or while the host had no ${provider} login); the credential is never copied into the guest instead`,
+    {
+      hint:
+        `Secrets are fixed when an instance is created: destroy it (npx pi-sandbox destroy ${name} --confirm ${name}), make sure ` +
+        `the host's Pi is logged in to ${provider}, then create it again with --config <sandbox.yaml> --live-model ${provider}/<model>.`,
+      details: { secret: secret.name, hosts: [...secret.hosts], declared: view.secrets ?? [] },
+    },
   );
 }

@@ -41,6 +41,7 @@ export type { LiveProvider, LiveSecret } from "./providers.js";
 export {
   declareLiveSecrets,
   pushLiveSecret,
+  requireSecret,
   hostLoginProviders,
   secretsDir,
   unsetValue,
@@ -48,7 +49,7 @@ export {
 } from "./host-secrets.js";
 export { refreshHostLoginWithPi } from "./pi-login.js";
 export type { HostLoginRefresher, HostLoginRefreshRequest, PiLoginOptions } from "./pi-login.js";
-export { storeGuestCredential, runLiveCheck, parseLiveOutput, LIVE_PROMPT } from "./live.js";
+export { storeGuestCredential, keepCredentialOnHost, runLiveCheck, parseLiveOutput, LIVE_PROMPT } from "./live.js";
 export type { LiveCheck, TokenUsage } from "./live.js";
 // Local model server
 export {

@@ -1,8 +1,12 @@
 // Guest side of live mode: the placeholder in the private agent dir, then one real response.
+import type { CallActionOptions } from "@pi-sandbox/controller/client";
+import type { HostCredential } from "./credentials.js";
 import { ReviewSetupError } from "./errors.js";
-import { shellQuote, type GuestSession } from "./guest.js";
+import { shellQuote, type ControllerOptions, type GuestSession } from "./guest.js";
+import { pushLiveSecret } from "./host-secrets.js";
 import { launchCommand } from "./launch.js";
 import type { ReviewLayout } from "./layout.js";
+import type { LiveSecret } from "./providers.js";
 
 /** Token usage of the live check's response, as Pi reports it. */
 export interface TokenUsage {
@@ -67,6 +71,42 @@ export async function storeGuestCredential(
   if (result.exitCode !== 0 || result.output.trim().split("\n").pop() !== "stored 600") {
     throw stepFailed("credentials", result.output);
   }
+}
+
+/** The `credentials` step's start line: which credential, kept as which secret. */
+export function credentialStartMessage(credential: HostCredential, secret: LiveSecret): string {
+  const what = credential.kind === "oauth" ? "access token" : "API key";
+  return `keeping the ${credential.provider} ${what} on the host: secret ${secret.name} for ${secret.hosts.join(", ")}`;
+}
+
+/**
+ * The `credentials` step: the value into the host's secret file and the running VM
+ * (`pushLiveSecret`), the placeholder into the guest's auth.json (`storeGuestCredential`).
+ * Resolves with the step's done line.
+ */
+export async function keepCredentialOnHost(
+  guest: GuestSession,
+  layout: ReviewLayout,
+  options: {
+    credential: HostCredential;
+    secret: LiveSecret;
+    dir: string;
+    instance: string;
+    controller: ControllerOptions;
+    callAction?: (input: unknown, options?: CallActionOptions) => Promise<unknown>;
+    signal?: AbortSignal;
+  },
+): Promise<string> {
+  const { credential, secret, signal } = options;
+  await pushLiveSecret({ ...options, provider: credential.provider, value: credential.value });
+  await storeGuestCredential(guest, layout, { provider: credential.provider, secretName: secret.name }, signal);
+  return (
+    `the VM puts it into requests to ${secret.hosts.join(", ")}; the guest's auth.json holds the placeholder of ${secret.name}` +
+    (credential.expiresAt === undefined
+      ? " (an API key: it does not expire)"
+      : `; the token expires at ${new Date(credential.expiresAt).toISOString()}` +
+        (credential.refreshed ? " (the host's login was refreshed through Pi first)" : ""))
+  );
 }
 
 /** Runs the candidate's Pi once in JSON mode and requires a generated response with usage. */

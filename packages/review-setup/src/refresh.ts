@@ -6,13 +6,13 @@ import type { ReviewSetupArgs } from "./args.js";
 import { resolveHostCredential, type HostCredential } from "./credentials.js";
 import { ReviewSetupError } from "./errors.js";
 import { controllerGuest, shellQuote, type ControllerOptions, type GuestSession } from "./guest.js";
-import { declareLiveSecrets, hostLoginProviders, pushLiveSecret } from "./host-secrets.js";
-import { checkGuestTools, ensureInstance, GUEST_PROBE, type InstanceView } from "./instance.js";
+import { declareLiveSecrets, hostLoginProviders, requireSecret } from "./host-secrets.js";
+import { checkGuestTools, ensureInstance, GUEST_PROBE } from "./instance.js";
 import { launchCommand } from "./launch.js";
 import type { HostLoginRefresher } from "./pi-login.js";
 import { acquireRefreshLock, defaultLockDir, refreshLockPath } from "./lock.js";
 import { reviewLayout, type ReviewLayout } from "./layout.js";
-import { runLiveCheck, storeGuestCredential, type LiveCheck } from "./live.js";
+import { credentialStartMessage, keepCredentialOnHost, runLiveCheck, type LiveCheck } from "./live.js";
 import { installLocalModels, LOCAL_PROVIDER, readServedModels, type ServedModels } from "./model-server.js";
 import { liveSecret, type LiveSecret } from "./providers.js";
 import { scopeCommands, type InstallScope } from "./scope.js";
@@ -355,32 +355,17 @@ async function refreshLocked(options: ReviewSetupOptions, context: RefreshContex
         : undefined;
     let live: LiveCheck | undefined;
     if (credential && secret && model) {
-      const what = credential.kind === "oauth" ? "access token" : "API key";
-      emit(
-        "credentials",
-        "start",
-        `keeping the ${credential.provider} ${what} on the host: secret ${secret.name} for ${secret.hosts.join(", ")}`,
-      );
-      await pushLiveSecret({
+      emit("credentials", "start", credentialStartMessage(credential, secret));
+      const stored = await keepCredentialOnHost(guest, layout, {
+        credential,
+        secret,
         dir: context.stateDir,
         instance: name,
-        provider: credential.provider,
-        secret,
-        value: credential.value,
         controller,
         callAction: options.callAction,
         signal,
       });
-      await storeGuestCredential(guest, layout, { provider: credential.provider, secretName: secret.name }, signal);
-      emit(
-        "credentials",
-        "done",
-        `the VM puts it into requests to ${secret.hosts.join(", ")}; the guest's auth.json holds the placeholder of ${secret.name}` +
-          (credential.expiresAt === undefined
-            ? " (an API key: it does not expire)"
-            : `; the token expires at ${new Date(credential.expiresAt).toISOString()}` +
-              (credential.refreshed ? " (the host's login was refreshed through Pi first)" : "")),
-      );
+      emit("credentials", "done", stored);
       emit("live-check", "start", `asking ${model} for one generated response`);
       live = await runLiveCheck(guest, layout, {
         piCommand,
@@ -440,25 +425,4 @@ async function mustSucceed(guest: GuestSession, step: StepName, cmd: string, sig
     );
   }
   return result;
-}
-
-/**
- * The instance must declare the secret that carries the credential, for all its hosts: secrets are
- * fixed when an instance is created, and the credential is never copied into the guest instead.
- */
-function requireSecret(name: string, view: InstanceView, secret: LiveSecret, provider: string): void {
-  const declared = view.secrets?.find((s) => s.name === secret.name);
-  if (declared && secret.hosts.every((host) => declared.hosts.includes(host))) return;
-  throw new ReviewSetupError(
-    "REVIEW_SETUP_SECRET_MISSING",
-    `instance ${name} declares no network.secrets ${secret.name} for ${secret.hosts.join(", ")}, which live mode needs to keep ` +
-      `the ${provider} credential on the host (it was created without --config, before review-setup kept credentials on the host, ` +
-      `or while the host had no ${provider} login); the credential is never copied into the guest instead`,
-    {
-      hint:
-        `Secrets are fixed when an instance is created: destroy it (npx pi-sandbox destroy ${name} --confirm ${name}), make sure ` +
-        `the host's Pi is logged in to ${provider}, then create it again with --config <sandbox.yaml> --live-model ${provider}/<model>.`,
-      details: { secret: secret.name, hosts: [...secret.hosts], declared: view.secrets ?? [] },
-    },
-  );
 }
