@@ -10,7 +10,18 @@ import { done, startSdkSession, type SdkSession } from "./sdk-session.js";
 import type { Json } from "./pi-harness.js";
 
 const sessions: SdkSession[] = [];
+/** What the extension told the user: without a UI (the SDK session has none) it goes to stderr. */
+let told: string[] = [];
+const realWrite = process.stderr.write.bind(process.stderr);
+beforeEach(() => {
+  told = [];
+  process.stderr.write = ((chunk: string | Uint8Array) => {
+    told.push(String(chunk));
+    return true;
+  }) as typeof process.stderr.write;
+});
 afterEach(async () => {
+  process.stderr.write = realWrite;
   for (const s of sessions.splice(0)) await s.close();
 });
 
@@ -54,6 +65,11 @@ test("an attached bash runs in the guest; a stopped instance fails the call with
   sessions.push(s);
   const activeBefore = s.session.getActiveToolNames();
   await s.session.prompt("/sandbox attach demo");
+  expect(told).toContainEqual(
+    expect.stringMatching(
+      /^Attached to demo: read, bash, edit, write, grep, find, ls run in the instance \(cwd \/workspace\)/,
+    ),
+  );
   expect(guest.state.calls[0]).toMatchObject({ action: "exec", name: "demo" });
   // Attaching registered the overrides without switching on tools the user had off.
   expect(s.session.getActiveToolNames().sort()).toEqual([...activeBefore].sort());
@@ -86,6 +102,8 @@ test("an attached bash runs in the guest; a stopped instance fails the call with
   expect(textOf(second)).toMatch(
     /^CONTROLLER_NOT_RUNNING: instance demo is not running \(stopped\)\nHint: Start it with .*\nPi detached from demo: read, bash, edit, write, grep, find, ls act on the host again/s,
   );
+
+  expect(told.at(-1)).toMatch(/^demo is no longer running \(CONTROLLER_NOT_RUNNING: .*\)\. Detached from demo: /);
 
   await s.session.prompt("third");
   const third = ends(s)[2]!;
