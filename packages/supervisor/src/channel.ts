@@ -226,6 +226,22 @@ export class AgentChannel {
     if (!this.closedError) {
       await this.request("shutdown", {}, () => undefined, { timeoutMs: deadlineMs }).catch(() => undefined);
     }
+    await this.end(deadlineMs, "the supervisor client was closed; start a new one to talk to the guest");
+  }
+
+  /**
+   * Ends stdin without asking anything: the bridge exec ends and the agent daemon behind it keeps
+   * running with its services. Never throws.
+   */
+  async detach(deadlineMs: number): Promise<void> {
+    // Shut first: the bridge's own exit that follows is not the agent's.
+    const message = "the supervisor client detached; start a new one to talk to the guest";
+    this.shut(new SupervisorError("AGENT_CLOSED", message));
+    await this.end(deadlineMs, message);
+  }
+
+  /** Ends stdin, waits (bounded) for the exec to end, then shuts the channel with AGENT_CLOSED. */
+  private async end(deadlineMs: number, message: string): Promise<void> {
     this.endStdin();
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<void>((resolve) => {
@@ -233,9 +249,7 @@ export class AgentChannel {
     });
     await Promise.race([this.finished, deadline]);
     if (timer) clearTimeout(timer);
-    this.shut(
-      new SupervisorError("AGENT_CLOSED", "the supervisor client was closed; start a new one to talk to the guest"),
-    );
+    this.shut(new SupervisorError("AGENT_CLOSED", message));
   }
 
   /** Exit status of the agent process, once it exited. */

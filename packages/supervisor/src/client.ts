@@ -434,6 +434,20 @@ export class SupervisorClient implements AsyncDisposable {
     return this.closing;
   }
 
+  /**
+   * Ends this client's channel WITHOUT asking the agent to exit: the agent daemon keeps its
+   * services and exec handles running, and the next {@link SupervisorClient.start} in the guest
+   * reattaches to them (e.g. after the VM was suspended and resumed). Bounded: the bridge exec is
+   * killed after 5 s. Later calls fail with AGENT_CLOSED. Idempotent, and a no-op after close().
+   */
+  detach(): Promise<void> {
+    this.closing ??= (async () => {
+      await this.channel.detach(5_000);
+      if (!this.channel.exitStatus) this.stopChannel.abort(new Error("supervisor detached"));
+    })();
+    return this.closing;
+  }
+
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }

@@ -68,6 +68,29 @@ test("close is idempotent, stops what the agent ran, and later calls fail with A
   await waitFor(() => vm.running === 0, 5_000, "agent exec to end");
 });
 
+test("detach ends the channel but not the agent: a new client reattaches to the same agent and command", async () => {
+  const client = await SupervisorClient.start(options());
+  const pidFile = join(dir, "cmd.pid");
+  await client.exec(`echo $$ > ${pidFile}; exec sleep 600`, { timeoutMs: 0 });
+  const pid = Number((await waitFor(() => readFile(pidFile, "utf8").catch(() => undefined))).trim());
+  await Promise.all([client.detach(), client.detach()]);
+  expect(client.closed).toBe(true);
+  await expect(client.exec("true")).rejects.toMatchObject({
+    code: "AGENT_CLOSED",
+    message: expect.stringContaining("detached"),
+  });
+  await waitFor(() => vm.running === 0, 5_000, "bridge exec to end");
+  expect(await processAlive(pid)).toBe(true);
+  expect(await processAlive(client.hello.pid)).toBe(true);
+
+  const again = await SupervisorClient.start(options());
+  expect(again.hello.pid).toBe(client.hello.pid);
+  expect(again.hello.sessions).toBeGreaterThan(0);
+  await again.close();
+  expect(await processAlive(pid)).toBe(false);
+  await waitFor(async () => !(await processAlive(client.hello.pid)), 5_000, "agent gone");
+});
+
 test("an agent that dies fails pending and later calls with AGENT_CLOSED", async () => {
   const client = await SupervisorClient.start(options());
   const waiting = client.exec("sleep 600", { timeoutMs: 60_000 });
