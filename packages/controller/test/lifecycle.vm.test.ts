@@ -17,12 +17,22 @@ afterAll(async () => {
 
 test("create → preview → exec → files → stop → start keeps the URL and the files", async () => {
   const stages: string[] = [];
+  const messages: string[] = [];
   const created = await call(
     { action: "create", name: "demo", config: "sandbox.yaml" },
-    { onProgress: (e) => stages.push(e.stage) },
+    {
+      onProgress: (e) => {
+        stages.push(e.stage);
+        messages.push(`[${e.stage}] ${e.message}`);
+      },
+    },
   );
   expect(created.state).toBe("running");
   expect(stages).toEqual(expect.arrayContaining(["disk", "boot", "setup", "services", "done"]));
+  // Setup shows each command as it runs (the agent's setup log, followed by the daemon).
+  expect(messages).toContainEqual(
+    expect.stringMatching(/^\[setup\] \$ printf 'Hello from the guest.*index\.html \(1\/1\)$/),
+  );
   const url = created.previews[0].url as string;
   expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
   expect(await fetchText(url)).toBe("200 Hello from the guest\n");

@@ -5,7 +5,7 @@ import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
 import { readThroughAgent, writeThroughAgent } from "./file-transfer.js";
 import { GuestFiles } from "./guest-files.js";
 import { exchangeHello, installAgent } from "./launch.js";
-import { followLogThroughAgent, type LogFollowed } from "./log-follow.js";
+import { followLogThroughAgent, followSetupThroughAgent, type LogFollowed, type SetupFollowed } from "./log-follow.js";
 import { silentLogger, type SupervisorLogger } from "./logger.js";
 import type {
   CallOptions,
@@ -365,6 +365,14 @@ export class SupervisorClient implements AsyncDisposable {
    */
   followLogs(service: string, options: CallOptions & { cursor?: string; lines?: number } = {}): Promise<LogFollowed> {
     return followLogThroughAgent(this.channel, service, options);
+  }
+
+  /**
+   * What the setup run in progress (or the last one) wrote after `cursor`, from its start without
+   * one: its step lines (`[pi-sandbox <time>] setup step i/n: <command>`) and the commands' output.
+   */
+  followSetup(options: CallOptions & { cursor?: string } = {}): Promise<SetupFollowed> {
+    return followSetupThroughAgent(this.channel, options);
   }
 
   // -- setup and resume

@@ -32,7 +32,7 @@ export type {
   LogTail,
   AdHocServiceSpec,
 } from "./types.js";
-export type { LogFollowed } from "./log-follow.js";
+export type { LogFollowed, SetupFollowed } from "./log-follow.js";
 export { GuestFiles, LIST_MAX_ENTRIES } from "./guest-files.js";
 export type { GuestStat, GuestTree, GuestTreeEntry, GuestEntryType } from "./file-tree.js";
 export type { ReadSink, WriteSource } from "./file-transfer.js";

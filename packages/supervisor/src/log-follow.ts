@@ -73,3 +73,49 @@ export async function followLogThroughAgent(
     timeoutMs: REPLY_MARGIN_MS,
   });
 }
+
+/** One read of the setup run's log. */
+export interface SetupFollowed {
+  /** Whether a setup run is in progress. */
+  running: boolean;
+  /** What the run wrote after the cursor (from its start without one); at most 64 KiB. */
+  text: string;
+  /** Pass back as `cursor` to get what is written next. */
+  cursor: string;
+  /** More is already waiting after `cursor`: read again at once. */
+  more: boolean;
+}
+
+function parseSetupFollowed(raw: unknown): SetupFollowed {
+  const r = record(raw, "result");
+  if (r.kind !== "setup") throw new BadReply("result.kind", "is not setup");
+  if (typeof r.text !== "string") throw new BadReply("result.text", "is not a string");
+  const cursor = text(r.cursor, "result.cursor", 41);
+  if (!CURSOR.test(cursor)) throw new BadReply("result.cursor", "is not a log cursor");
+  return {
+    running: boolean(r.running, "result.running"),
+    text: capText(r.text, LIMITS.outputMaxBytes, "head", "log").text,
+    cursor,
+    more: boolean(r.more, "result.more"),
+  };
+}
+
+/**
+ * What the setup run in progress (or the last one) wrote after `cursor`: from its start without
+ * one. Lets a caller show setup's commands and output while `runSetup` waits.
+ */
+export async function followSetupThroughAgent(
+  channel: AgentChannel,
+  options: CallOptions & { cursor?: string },
+): Promise<SetupFollowed> {
+  const cursor = options.cursor ?? "0:0";
+  if (!CURSOR.test(cursor)) {
+    throw new SupervisorError("INVALID_ARGUMENT", "cursor must be the cursor of an earlier read of the setup log", {
+      details: { key: "cursor" },
+    });
+  }
+  return channel.request("run-follow", { kind: "setup", cursor }, parseSetupFollowed, {
+    signal: options.signal,
+    timeoutMs: REPLY_MARGIN_MS,
+  });
+}

@@ -1,5 +1,5 @@
 // followLogs through the real agent (a host process): the tail and a cursor, then only what came
-// after it, across a restart of the service.
+// after it, across a restart of the service; followSetup likewise for a setup run.
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { startLocal, waitFor, type LocalSupervisor } from "./support/local.js";
@@ -41,4 +41,27 @@ test("a followed log gives only new lines, across a restart of the service", asy
   expect(seen).toMatch(/stopped \(signal SIGTERM\)\n.*started pid/);
   await expect(sup.client.followLogs("feed", { cursor: "../x" })).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
   await expect(sup.client.followLogs("ghost")).rejects.toMatchObject({ code: "SERVICE_NOT_FOUND" });
+});
+
+test("followSetup reads a running setup from its start, step lines and output, then its end", async () => {
+  expect(await sup.client.followSetup()).toMatchObject({ running: false, text: "" });
+  const gate = join(sup.workspace, "gate");
+  const setup = sup.client.runSetup({
+    commands: ["echo one", `while [ ! -e ${gate} ]; do sleep 0.05; done; echo two`],
+  });
+  let cursor: string | undefined;
+  let seen = "";
+  await waitFor(async () => {
+    const next = await sup.client.followSetup(cursor === undefined ? {} : { cursor });
+    cursor = next.cursor;
+    seen += next.text;
+    return next.running && seen.includes("\none\n");
+  });
+  expect(seen).toMatch(/^\[pi-sandbox [^\]]+\] setup step 1\/2: echo one\none\n/);
+  await writeFile(gate, "");
+  expect((await setup).ok).toBe(true);
+  const end = await sup.client.followSetup({ cursor: cursor! });
+  expect(end.running).toBe(false);
+  expect(`${seen}${end.text}`).toMatch(/setup step 2\/2: [^\n]*echo two\ntwo\n/);
+  await expect(sup.client.followSetup({ cursor: "x" })).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
 });

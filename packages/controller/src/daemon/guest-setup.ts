@@ -5,6 +5,7 @@ import { posix } from "node:path";
 import { parseConfig, readConfigText, type SandboxConfig } from "@pi-sandbox/config";
 import type { SetupResult, SupervisorClient } from "@pi-sandbox/supervisor";
 import type { ProgressEvent } from "../wire.js";
+import { withSetupProgress } from "./setup-progress.js";
 
 /** Reads a host sandbox.yaml once: the validated config, and its text for the guest's own copy (comments kept). */
 export async function readConfigFile(path: string): Promise<{ config: SandboxConfig; text: string }> {
@@ -23,14 +24,14 @@ export async function installGuestConfig(supervisor: SupervisorClient, text: str
   await supervisor.writeFile(posix.join(supervisor.workspace, ".sandbox.yaml"), text);
 }
 
-/** Runs the config's setup commands in the guest, reporting start and end. */
+/** Runs the config's setup commands in the guest, reporting start, each command and its output, and end. */
 export async function runSetup(
   supervisor: SupervisorClient,
   config: SandboxConfig,
   progress: (event: ProgressEvent) => void,
 ): Promise<SetupResult> {
   progress({ stage: "setup", message: `running setup (${config.setup.length} command(s), 20 min deadline)` });
-  const setup = await supervisor.runSetup({ commands: config.setup });
+  const setup = await withSetupProgress(supervisor, progress, supervisor.runSetup({ commands: config.setup }));
   progress({
     stage: "setup",
     message: setup.ok

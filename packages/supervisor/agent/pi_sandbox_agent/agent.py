@@ -106,6 +106,7 @@ class Agent:
             "run-setup": self.runs.setup,
             "run-resume": self.runs.resume,
             "run-cancel": self.runs.cancel,
+            "run-follow": self.runs.follow,
         }
 
     def op_hello_again(self, args: JsonDict) -> JsonDict:

@@ -16,6 +16,7 @@ from typing import Any
 from .cleanup import RUN_MARKER_ENV, Cleanup
 from .context import Context
 from .jobs import KILL_GRACE_S, Job, Jobs
+from .log_follow import log_since
 from .procs import ExitInfo, exit_info, mono, now_iso, stop_group, wait_child
 from .protocol import AgentError, JsonDict, need_int
 
@@ -23,13 +24,15 @@ Step = dict[str, Any]
 
 
 class Runs:
-    """run-setup, run-resume and run-cancel. At most one setup runs at a time."""
+    """run-setup, run-resume, run-cancel and run-follow. At most one setup runs at a time."""
 
     def __init__(self, ctx: Context, jobs: Jobs, cleanup: Cleanup):
         self.ctx = ctx
         self.jobs = jobs
         self.cleanup = cleanup
         self._setup_lock = threading.Lock()
+        # The log of the latest setup run (kept after it ends, so a follower can read its end).
+        self._setup_log: str | None = None
 
     def setup(self, args: JsonDict) -> JsonDict:
         limit = self.ctx.limits.setup_deadline_ms
@@ -37,8 +40,10 @@ class Runs:
         steps, notes, cwd = self._steps(args, ".agents/setup")
         if not self._setup_lock.acquire(blocking=False):
             raise AgentError("RUN_IN_PROGRESS", "a setup run is already in progress; wait for it or cancel it")
+        self._setup_log = None
         try:
             job = self._start("setup", steps, notes, cwd, deadline_ms, cleanup=True)
+            self._setup_log = job.extra["logPath"]
             job.done.wait()
         finally:
             self._setup_lock.release()
@@ -51,6 +56,22 @@ class Runs:
         job = self._start("resume", steps, notes, cwd, None, cleanup=False)
         job.done.wait(wait_ms / 1000.0)
         return job.collect(limits.output_max_bytes)
+
+    def follow(self, args: JsonDict) -> JsonDict:
+        """run-follow: what the setup run wrote after `cursor` ("0:0", the default, is its start),
+        with `running` telling whether it still runs. Nothing while no setup has started."""
+        if args.get("kind") != "setup":
+            raise AgentError("INVALID_ARGUMENT", "kind must be setup")
+        cursor = args.get("cursor", "0:0")
+        if not isinstance(cursor, str):
+            raise AgentError("INVALID_ARGUMENT", "cursor must be a string", {"key": "cursor"})
+        running = self._setup_lock.locked()
+        path = self._setup_log
+        if path is None:
+            return {"kind": "setup", "running": running, "text": "", "cursor": cursor, "more": False}
+        result = log_since(path, cursor, self.ctx.limits.output_max_bytes)
+        del result["truncatedBytes"]
+        return {"kind": "setup", "running": running, **result}
 
     def cancel(self, args: JsonDict) -> JsonDict:
         kind = args.get("kind")
