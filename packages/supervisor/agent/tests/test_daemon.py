@@ -103,9 +103,16 @@ def test_the_daemon_outlives_its_bridge_and_serves_the_next_with_the_same_jobs(
     second = Bridge(tmp_path)
     again = second.hello()
     assert again["pid"] == daemon and again["sessions"] == 1
-    status = second.request(2, "exec-status", {"handle": handle, "timeoutMs": 0})["result"]
-    assert status["running"] is True
-    sleeper = int(status["output"].strip())
+    # Each read returns only new output: collect until `echo $!` has come (in the exec's own reply
+    # or later; it races the timeoutMs 0 answer).
+    output = started["output"]
+    for attempt in range(100):
+        status = second.request(3 + attempt, "exec-status", {"handle": handle, "timeoutMs": 100})["result"]
+        assert status["running"] is True
+        output += status["output"]
+        if output.endswith("\n"):
+            break
+    sleeper = int(output.strip())
     assert alive(sleeper)
 
     # A newer bridge replaces this session; the older one's channel ends.
