@@ -129,7 +129,8 @@ services:
   let logs: CliOutput | undefined;
   for (let attempt = 0; attempt < 20; attempt++) {
     logs = await clean(["logs", NAME, "noisy"]);
-    if (logs.stdout.includes("noise")) break;
+    // The output itself, not the "started … printf …noise" line that announces the command.
+    if (logs.stdout.includes("\\x1b]52")) break;
     await new Promise((r) => setTimeout(r, 500));
   }
   expect(logs!.stdout).toContain("\\x1b]52;c;aGk=\\x07noise");
