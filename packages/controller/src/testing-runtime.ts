@@ -1,6 +1,11 @@
 // A runtime for fast tests of the daemon's logic: the "VM" is host processes in a directory
 // (`createLocalGuestVm`), the agent is the real Python agent running on the host, previews are
-// real localhost listeners, and a "disk" is a directory. No QEMU.
+// real localhost listeners, and a "disk" is a directory. No QEMU. A `suspend` ends the "VM"'s
+// execs (the agent's bridge) but leaves the processes they started (the agent daemon, its
+// services, background commands) running, with a marker file in the disk directory: the next
+// boot of that disk in the same runtime "resumes" them (`restore` warm), as a real resume finds
+// them in memory. A marker without those processes (another runtime, or the test deleted them)
+// gives a cold boot with the reason, as a real start whose saved memory cannot be used.
 
 import { cp, mkdir, readdir, readlink, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -29,8 +34,10 @@ export interface LocalRuntimeHooks {
 export interface LocalRuntime extends InstanceRuntime {
   /** Boots begun. */
   boots: number;
-  /** VMs booted and not yet stopped or closed. */
+  /** VMs booted and not yet stopped, suspended or closed. */
   readonly live: Set<LocalRuntimeVm>;
+  /** Suspended VMs by disk directory, their processes still running; `close()` ends them. */
+  readonly suspended: Map<string, LocalRuntimeVm>;
   /** Hooks; change them between calls. */
   hooks: LocalRuntimeHooks;
 }
@@ -38,9 +45,11 @@ export interface LocalRuntime extends InstanceRuntime {
 /** The local runtime. `hooks` may be changed later through the returned object. */
 export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime {
   const live = new Set<LocalRuntimeVm>();
+  const suspended = new Map<string, LocalRuntimeVm>();
   const runtime: LocalRuntime = {
     boots: 0,
     live,
+    suspended,
     hooks,
     disks: {
       async createDisk(dir) {
@@ -56,10 +65,11 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
       },
       async destroy(dir) {
         if (!(await exists(dir))) throw new VmError("VM_DISK_NOT_FOUND", `no disk in ${dir}`, { details: { dir } });
+        await suspended.get(dir)?.close();
         await rm(dir, { recursive: true, force: true });
       },
     },
-    async bootVm({ name, diskDir, secrets }) {
+    async bootVm({ name, diskDir, secrets, onProgress }) {
       runtime.boots++;
       const started = performance.now();
       await runtime.hooks.beforeBoot?.(name, diskDir);
@@ -74,6 +84,14 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
       );
       for (const [key, secret] of Object.entries(secrets)) env[key] = secret.placeholder;
       const local = await createLocalGuestVm({ root: join(diskDir, "root"), name, env });
+      const marker = join(diskDir, LOCAL_SUSPEND_MARKER);
+      const frozen = suspended.get(diskDir);
+      suspended.delete(diskDir);
+      let restore: LocalRuntimeVm["restore"];
+      if (frozen) restore = { warm: true, restoreMs: 0 };
+      else if (await exists(marker)) restore = { warm: false, reason: "the suspended processes are gone" };
+      await rm(marker, { force: true });
+      if (restore && !restore.warm) onProgress(`the saved memory was not used (${restore.reason}); booting the same disk checkpoint cold`);
       const values = new Map(Object.entries(secrets).map(([key, secret]) => [key, secret.value]));
       const bootMs = performance.now() - started;
       const vm: LocalRuntimeVm = {
@@ -83,6 +101,7 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         warnings: [],
         bootMs,
         fault: undefined,
+        restore,
         get hostPid() {
           return local.hostPid;
         },
@@ -109,8 +128,17 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
           await powerOff(local);
           return { totalMs: performance.now() - t };
         },
+        async suspend() {
+          const t = performance.now();
+          live.delete(vm);
+          await local.close();
+          suspended.set(diskDir, vm);
+          await writeFile(marker, "");
+          return { totalMs: performance.now() - t, memoryBytes: 0 };
+        },
         async close() {
           live.delete(vm);
+          if (suspended.get(diskDir) === vm) suspended.delete(diskDir);
           await powerOff(local);
         },
       };
@@ -160,6 +188,9 @@ async function powerOff(local: LocalGuestVm): Promise<void> {
     }
   }
 }
+
+/** The file a local "suspend" leaves in the disk directory. */
+export const LOCAL_SUSPEND_MARKER = "suspended.local";
 
 async function exists(path: string): Promise<boolean> {
   return stat(path).then(

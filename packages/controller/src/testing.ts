@@ -123,7 +123,7 @@ export async function teardown(sandbox: Sandbox | undefined, options: { keep?: b
   const list = await sandbox.call({ action: "list" }).catch(() => ({ instances: [] }));
   await Promise.all(
     (list.instances as { name: string; state: string }[])
-      .filter((v) => v.state === "running" || v.state === "starting" || v.state === "stopping")
+      .filter((v) => ["running", "starting", "stopping", "suspending"].includes(v.state))
       .map((v) => sandbox.call({ action: "stop", name: v.name }).catch(() => undefined)),
   );
   const left = await qemuGone(sandbox.home);

@@ -198,7 +198,7 @@ describe("completion", () => {
       return run.stdout.split("\n").filter(Boolean).sort();
     };
     expect(complete("pi-sandbox", "ex")).toEqual(["exec", "exec-kill", "exec-status"]);
-    expect(complete("pi-sandbox", "s")).toEqual(["secrets", "services", "shell", "ssh", "start", "stop"]);
+    expect(complete("pi-sandbox", "s")).toEqual(["secrets", "services", "shell", "ssh", "start", "stop", "suspend"]);
     expect(complete("pi-sandbox", "--v")).toEqual(["--version"]);
     expect(complete("pi-sandbox", "exec", "demo", "--")).toEqual([
       "--cwd",

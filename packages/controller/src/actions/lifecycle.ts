@@ -67,7 +67,8 @@ export const create = defineAction({
 /** `start`: reopen the last checkpoint. */
 export const start = defineAction({
   name: "start",
-  summary: "reconnect to a running instance, or reopen its last checkpoint, run resume hooks and services",
+  summary:
+    "reconnect to a running instance, resume a suspended one, or reopen its last checkpoint, run resume hooks and services",
   args: [nameArg],
   route: "spawn",
   long: true,

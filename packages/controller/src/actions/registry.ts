@@ -14,6 +14,7 @@ import { logs } from "./logs.js";
 import { secrets } from "./secrets.js";
 import { preview, serviceStart, services } from "./services.js";
 import { shell } from "./shell.js";
+import { suspend } from "./suspend.js";
 
 /** Every action module. The single source of validation, routing, handlers, CLI mapping and help. */
 export const ACTIONS = [
@@ -24,6 +25,7 @@ export const ACTIONS = [
   create,
   start,
   stop,
+  suspend,
   destroy,
   exec,
   execStatus,

@@ -58,6 +58,12 @@ export function formatView(view: EntryView): string {
     );
   for (const p of view.previews)
     lines.push(`preview:     ${oneLine(p.url)}  ${oneLine(p.title)}${p.folder ? ` [${oneLine(p.folder)}]` : ""}`);
+  if (view.restore)
+    lines.push(
+      view.restore.warm
+        ? `restore:     resumed from saved memory in ${(view.restore.restoreMs / 1000).toFixed(1)} s`
+        : `restore:     booted cold: ${indented(view.restore.reason, INDENT)}`,
+    );
   if (view.resumePid) lines.push(`resume:      still running, handle ${oneLine(view.resumePid)}`);
   for (const e of view.errors)
     lines.push(

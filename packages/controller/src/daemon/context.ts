@@ -16,6 +16,8 @@ export interface LifecycleActions {
   start(): Promise<EntryView>;
   /** Cuts clients, stops services, checkpoints the disk. */
   stop(): Promise<EntryView>;
+  /** Cuts clients, saves the guest's memory with a checkpoint; the next start resumes it. */
+  suspend(): Promise<EntryView>;
   /** Removes the entry for good; `confirm` must equal the name. */
   destroy(confirm: string): Promise<{ destroyed: string; kind: EntryKind }>;
 }

@@ -21,7 +21,7 @@ export interface CallContext {
   signal?: AbortSignal;
 }
 
-const LIFECYCLE: ReadonlySet<string> = new Set(["create", "prepare", "start", "stop", "destroy"]);
+const LIFECYCLE: ReadonlySet<string> = new Set(["create", "prepare", "start", "stop", "suspend", "destroy"]);
 
 /**
  * Owns one instance (or, for prepare, one template) inside its daemon: the VM, the supervisor

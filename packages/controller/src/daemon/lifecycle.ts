@@ -1,4 +1,4 @@
-// Create, prepare, start, stop and destroy of one entry, and the boot they share. Each runs alone
+// Create, prepare, start, stop, suspend and destroy of one entry, and the boot they share. Each runs alone
 // in the entry's queue (instance.ts); guest operations do not wait behind them.
 
 import { copyFile, mkdir, readFile, rm } from "node:fs/promises";
@@ -9,7 +9,7 @@ import { isVmError } from "@pi-sandbox/vm";
 import { ControllerError } from "../errors.js";
 import type { EntryView } from "../state/inspect.js";
 import type { EntryKind } from "../state/layout.js";
-import { readRecord, readStatus, writeRecord, type EntryRecord } from "../state/records.js";
+import { readRecord, readStatus, writeRecord, type EntryRecord, type EntryStatus } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { LifecycleActions } from "./context.js";
 import { installGuestConfig, readConfigFile, runSetup } from "./guest-setup.js";
@@ -17,6 +17,7 @@ import { assertHostPortsFree, hostPortsOf } from "./host-ports.js";
 import { newSecretSalt, resolveMounts, resolveSecrets } from "./secrets.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import type { GuestOperations } from "./services.js";
+import { finishWarmStart, noteRestore, suspendInstance, type SuspendTeardown } from "./suspend.js";
 import { toControllerError, type InstanceState } from "./state.js";
 
 type Progress = (event: ProgressEvent) => void;
@@ -36,6 +37,7 @@ export class Lifecycle {
       prepare: (source) => queue(() => this.prepare(source, progress)),
       start: () => queue(() => this.start(progress)),
       stop: () => queue(() => this.stop(progress)),
+      suspend: () => queue(() => suspendInstance(this.state, (options) => this.teardown(options), progress)),
       destroy: (confirm) => queue(() => this.destroy(confirm, progress)),
     };
   }
@@ -226,6 +228,7 @@ export class Lifecycle {
       await this.boot(record.config, progress, {
         ...(record.pendingCreate ? { pendingCreate: record.pendingCreate } : {}),
         secretSalt,
+        ...(previous?.state === "suspended" ? { suspended: previous } : {}),
       });
     } catch (error) {
       await this.failStart(error);
@@ -246,12 +249,23 @@ export class Lifecycle {
   private async boot(
     config: SandboxConfig,
     progress: Progress,
-    options: { pendingCreate?: NonNullable<EntryRecord["pendingCreate"]>; setupDone?: boolean; secretSalt: string },
+    options: {
+      pendingCreate?: NonNullable<EntryRecord["pendingCreate"]>;
+      setupDone?: boolean;
+      secretSalt: string;
+      /** The status a suspend left: its previews come back on a warm start. */
+      suspended?: EntryStatus;
+    },
   ): Promise<void> {
     const { state } = this;
     await state.setState("starting");
     const vm = await this.bootVm(state.layout.diskDir("instances", this.name), config, progress, options.secretSalt);
+    const warm = await noteRestore(state, vm, progress);
     const supervisor = await this.startAgent(vm, config, progress);
+    if (warm) {
+      options.setupDone = true;
+      return finishWarmStart(state, this.guest, options.suspended, progress);
+    }
     const configText = options.pendingCreate?.configText;
     if (configText !== undefined) {
       await installGuestConfig(supervisor, configText);
@@ -363,15 +377,20 @@ export class Lifecycle {
     return state.view();
   }
 
-  /** Cuts previews and the agent, then checkpoints (or discards) the VM run. */
-  async teardown(options: { checkpoint: boolean }): Promise<{ totalMs: number } | undefined> {
+  /**
+   * Cuts previews and the agent, then checkpoints (or discards) the VM run. With `keepMemory` (a
+   * suspend) the agent is only detached, its services running on in the saved memory.
+   */
+  async teardown(options: { checkpoint: boolean; keepMemory?: boolean }): Promise<SuspendTeardown | undefined> {
     const { state } = this;
     const { gateway, supervisor, vm } = state;
     state.gateway = undefined;
     state.supervisor = undefined;
     state.vm = undefined;
     await gateway?.closeAll().catch((e: unknown) => state.log.warn(`closing previews: ${String(e)}`));
-    if (supervisor) {
+    if (supervisor && options.keepMemory) {
+      await supervisor.detach().catch((e: unknown) => state.log.warn(`detaching the agent: ${String(e)}`));
+    } else if (supervisor) {
       await supervisor.stopServices().catch((e: unknown) => state.log.warn(`stopping services: ${String(e)}`));
       await supervisor.close().catch(() => undefined);
     }
@@ -380,7 +399,7 @@ export class Lifecycle {
       await vm.close();
       return undefined;
     }
-    const result = await vm.stop();
+    const result = options.keepMemory ? await vm.suspend() : await vm.stop();
     // The checkpoint holds the first boot's work now: a later start need not redo the create.
     const record = state.kind === "instances" ? await readRecord(state.layout, "instances", this.name) : undefined;
     if (record?.pendingCreate) {

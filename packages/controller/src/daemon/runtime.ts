@@ -21,6 +21,14 @@ export interface RuntimeVm extends GuestVm {
   readonly fault: VmError | undefined;
   /** Saves the disk (a checkpoint) and ends the VM. */
   stop(): Promise<{ totalMs: number }>;
+  /**
+   * Saves the guest's memory next to a checkpoint of the same instant and ends the VM: the next
+   * boot of the disk resumes it (see {@link restore}). A runtime that cannot keep memory may
+   * checkpoint only (`memoryBytes` 0), and its next boot is cold.
+   */
+  suspend(): Promise<{ totalMs: number; memoryBytes: number }>;
+  /** Set when the boot found saved memory: resumed (`warm`), or booted cold and why. */
+  readonly restore: { warm: true; restoreMs: number } | { warm: false; reason: string } | undefined;
   /** Ends the VM without saving anything since the boot. */
   close(): Promise<void>;
   /** Replaces a secret's value from the next request on; the guest's placeholder stays. */

@@ -16,6 +16,7 @@ import type { ProgressEvent } from "../wire.js";
 import type { GuestActions, ServicesView } from "./context.js";
 import { GUEST_SECRETS_PROFILE, resolveSecrets, secretsProfile } from "./secrets.js";
 import { toControllerError, type InstanceState } from "./state.js";
+import { previewsToReopen } from "./suspend.js";
 
 type Progress = (event: ProgressEvent) => void;
 
@@ -66,6 +67,16 @@ function previewInfoToLinks(info: PreviewInfo): PreviewLinkInfo[] {
     if (l.folder !== undefined) out.folder = l.folder;
     return out;
   });
+}
+
+/** A recorded link as a preview spec's link: a path on the (same, leased) origin, or external. */
+function toPreviewLink(info: PreviewLinkInfo): PreviewLink {
+  const url = new URL(info.url);
+  const local = url.hostname === "127.0.0.1" || url.hostname === "localhost";
+  const link: PreviewLink = { url: local ? `${url.pathname}${url.search}${url.hash}` : info.url, title: info.title };
+  if (info.description !== undefined) link.description = info.description;
+  if (info.folder !== undefined) link.folder = info.folder;
+  return link;
 }
 
 /** The guest operations of one instance. */
@@ -183,6 +194,31 @@ export class GuestOperations implements GuestActions {
     }
     await this.savePreviews();
     return result;
+  }
+
+  /**
+   * After a warm start (ensure reopened the declared services' previews): reopens the other
+   * previews of the suspended run, an ad-hoc port's or an ad-hoc service's, on their leased ports.
+   * One that cannot be reopened is reported and left closed.
+   */
+  async reopenPreviews(recorded: readonly PreviewLinkInfo[], progress: Progress): Promise<void> {
+    const { supervisor, gateway } = this.state.running();
+    const missing = previewsToReopen(recorded, new Set(gateway.list().map((info) => info.key)));
+    if (missing.size === 0) return;
+    const services = await supervisor.serviceStatus();
+    for (const [key, links] of missing) {
+      const adHocPort = /^port-(\d+)$/.exec(key)?.[1];
+      const guestPort = adHocPort ? Number(adHocPort) : services.find((s) => s.name === key && s.state === "running")?.port;
+      if (!guestPort) continue;
+      try {
+        await openLimited(gateway, { key, guestPort, links: links.map(toPreviewLink) });
+      } catch (error) {
+        const e = toControllerError(error);
+        this.state.recordError(e.code, e.message, e.hint);
+        progress({ stage: "preview", message: `${key}: ${e.message}` });
+      }
+    }
+    await this.savePreviews();
   }
 
   async startService(

@@ -10,6 +10,7 @@ import {
   type EntryStatus,
   type PreviewLinkInfo,
   type RecordedError,
+  type RestoreInfo,
 } from "./records.js";
 
 /** What `inspect` returns (and `list` returns one of per entry). */
@@ -44,6 +45,8 @@ export interface EntryView {
   errors: RecordedError[];
   /** Setup outcome. */
   setup?: EntryStatus["setup"];
+  /** Whether the last start resumed the memory a suspend saved, or booted cold and why. */
+  restore?: RestoreInfo;
   /** Background resume handle for exec-status. */
   resumePid?: string;
   /** Daemon pid when live. */
@@ -52,7 +55,7 @@ export interface EntryView {
   hint?: string;
 }
 
-const ACTIVE: ReadonlySet<EntryState> = new Set(["starting", "running", "stopping"]);
+const ACTIVE: ReadonlySet<EntryState> = new Set(["starting", "running", "stopping", "suspending"]);
 
 /** Builds the view of one entry from its files and the daemon's liveness; never trusts a stale status. */
 export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: string): Promise<EntryView> {
@@ -115,6 +118,8 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
   if (status?.accelerator) view.accelerator = status.accelerator;
   if (status?.acceleratorReason) view.acceleratorReason = status.acceleratorReason;
   if (status?.setup) view.setup = status.setup;
+  // Of the last start; a suspend since then makes it moot.
+  if (status?.restore && state !== "suspended" && state !== "suspending") view.restore = status.restore;
   if (status?.resumePid && state === "running") view.resumePid = status.resumePid;
   if (liveness.live && liveness.pid) view.daemonPid = liveness.pid;
   if (hint) view.hint = hint;

@@ -5,7 +5,22 @@ import type { EntryKind, StateLayout } from "./layout.js";
 
 /** Lifecycle states of an entry. */
 export type EntryState =
-  "starting" | "running" | "stopping" | "stopped" | "prepared" | "failed" | "interrupted" | "unavailable";
+  | "starting"
+  | "running"
+  | "stopping"
+  | "stopped"
+  | "suspending"
+  | "suspended"
+  | "prepared"
+  | "failed"
+  | "interrupted"
+  | "unavailable";
+
+/**
+ * How the last start used the memory a `suspend` saved: resumed (`warm`, processes ran on), or
+ * booted cold from the same checkpoint, with the reason the memory could not be used.
+ */
+export type RestoreInfo = { warm: true; restoreMs: number } | { warm: false; reason: string };
 
 /** What an instance or template is: written once at creation. */
 export interface EntryRecord {
@@ -75,8 +90,10 @@ export interface EntryStatus {
   accelerator?: string;
   /** Why that accelerator (e.g. why not KVM). */
   acceleratorReason?: string;
-  /** Preview links while running. */
+  /** Preview links while running; while suspended, the ones a warm start reopens. */
   previews?: PreviewLinkInfo[];
+  /** Set by a start that found saved memory (after a suspend): whether it resumed, else why not. */
+  restore?: RestoreInfo;
   /** Startup, setup, resume or readiness problems. */
   errors?: RecordedError[];
   /** Setup result at creation; `logPath` is its full output in the guest (the newest 3 setup logs are kept). */

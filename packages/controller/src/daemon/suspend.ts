@@ -1,0 +1,109 @@
+// Suspend, and the warm start after it. A suspend is a stop that keeps the guest's memory: the
+// agent's channel is detached (not shut down), so the agent and its services stay in that memory,
+// and the next start of the disk resumes them; see the vm package's "Suspend and resume".
+
+import type { EntryView } from "../state/inspect.js";
+import type { EntryStatus, PreviewLinkInfo } from "../state/records.js";
+import type { ProgressEvent } from "../wire.js";
+import type { RuntimeVm } from "./runtime.js";
+import type { GuestOperations } from "./services.js";
+import { toControllerError, type InstanceState } from "./state.js";
+
+type Progress = (event: ProgressEvent) => void;
+
+/** What a suspend's teardown reports. */
+export interface SuspendTeardown {
+  totalMs: number;
+  memoryBytes?: number;
+}
+
+/**
+ * Cuts previews and terminal clients, detaches the agent, saves memory and checkpoint, and leaves
+ * the entry `suspended` with the preview links a warm start reopens. Not running: nothing to do.
+ * The daemon exits after it, as after a stop.
+ */
+export async function suspendInstance(
+  state: InstanceState,
+  teardown: (options: { checkpoint: true; keepMemory: true }) => Promise<SuspendTeardown | undefined>,
+  progress: Progress,
+): Promise<EntryView> {
+  if (!state.vm) {
+    state.finish();
+    return state.view();
+  }
+  const previews = state.status.previews ?? [];
+  try {
+    await state.setState("suspending").catch((e: unknown) => state.log.warn(`writing status: ${String(e)}`));
+    progress({ stage: "suspend", message: "closing previews and terminal clients; services keep running" });
+    const result = await teardown({ checkpoint: true, keepMemory: true });
+    const mib = ((result?.memoryBytes ?? 0) / 2 ** 20).toFixed(0);
+    progress({
+      stage: "checkpoint",
+      message: `memory (${mib} MiB) and checkpoint saved in ${((result?.totalMs ?? 0) / 1000).toFixed(1)} s`,
+    });
+    await state.setState("suspended", { previews });
+  } catch (error) {
+    const e = toControllerError(error);
+    if (e.code === "VM_SUSPEND_FAILED" && e.details?.diskSaved === true) {
+      // The disk was still checkpointed: the instance is stopped, and its next start is cold.
+      state.recordError(e.code, e.message, e.hint ?? "The disk was checkpointed without memory: start boots it cold.");
+      await state.setState("stopped", { previews: [] }).catch(() => undefined);
+    } else {
+      state.recordError(e.code, e.message, e.hint ?? "The previous checkpoint is kept; start reopens it.");
+      await state.setState("failed").catch(() => undefined);
+    }
+    throw e;
+  } finally {
+    state.finish();
+  }
+  return state.view();
+}
+
+/**
+ * Records how a boot used saved memory (for inspect) and tells the user; true when the guest
+ * resumed, its agent, services and processes running on. A cold fall-back's reason was already
+ * reported by the boot.
+ */
+export async function noteRestore(state: InstanceState, vm: RuntimeVm, progress: Progress): Promise<boolean> {
+  const restore = vm.restore;
+  if (!restore) return false;
+  await state.setState("starting", { restore });
+  if (!restore.warm) return false;
+  progress({
+    stage: "boot",
+    message: `resumed from saved memory in ${(restore.restoreMs / 1000).toFixed(1)} s; services and processes run on`,
+  });
+  return true;
+}
+
+/**
+ * The rest of a warm start, once the agent is reattached: its services and processes ran on, so
+ * no setup or resume hooks; services ensure reopens the declared previews on their leased ports
+ * (and starts only what is missing), then the suspended run's other previews are reopened.
+ */
+export async function finishWarmStart(
+  state: InstanceState,
+  guest: GuestOperations,
+  suspended: EntryStatus | undefined,
+  progress: Progress,
+): Promise<void> {
+  progress({ stage: "services", message: "reopening previews" });
+  await guest.ensureWithProgress(progress);
+  await guest.reopenPreviews(suspended?.previews ?? [], progress);
+  const resumePid = suspended?.resumePid;
+  await state.setState("running", resumePid ? { resumePid } : {});
+  progress({ stage: "done", message: `${state.name} is running` });
+}
+
+/** The previews recorded at the suspend that no declared service reopened: ad-hoc ones. */
+export function previewsToReopen(
+  recorded: readonly PreviewLinkInfo[],
+  open: ReadonlySet<string>,
+): Map<string, PreviewLinkInfo[]> {
+  const byKey = new Map<string, PreviewLinkInfo[]>();
+  for (const link of recorded) {
+    if (open.has(link.service)) continue;
+    byKey.set(link.service, [...(byKey.get(link.service) ?? []), link]);
+  }
+  return byKey;
+}

@@ -1,0 +1,163 @@
+// Suspend and the start after it, without QEMU: the daemon's InstanceController in-process over
+// the local runtime, whose suspend leaves the "guest"'s processes running (the agent daemon, its
+// services, background commands) for the next boot to "resume", as a real resume finds them in
+// memory; without them that boot is cold, with the reason. The real thing: suspend.vm.test.ts.
+import { mkdir, mkdtemp, rm, stat, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { StateLayout } from "../src/client/index.js";
+import { formatView } from "../src/actions/text.js";
+import { inspectEntry } from "../src/state/inspect.js";
+import { readStatus } from "../src/state/records.js";
+import { LOCAL_SUSPEND_MARKER } from "../src/testing-runtime.js";
+import {
+  InstanceController,
+  createFileLogger,
+  createLocalRuntime,
+  fetchText,
+  type LocalRuntime,
+} from "../src/testing.js";
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
+type Loose = Record<string, any>;
+
+const YAML = `version: 1
+profile: tiny
+diskGiB: 4
+setup:
+  - printf 'Hello from setup\\n' > index.html
+resume:
+  - date +%s%N >> resumed.txt
+services:
+  web:
+    command: python3 -m http.server $PORT --bind 127.0.0.1
+    health: /
+    preview: true
+`;
+
+let dir: string;
+let layout: StateLayout;
+let runtime: LocalRuntime;
+const daemons = new Map<string, InstanceController>();
+const servers: Server[] = [];
+
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), "pisb-susp-"));
+  layout = new StateLayout(join(dir, "state"));
+  await layout.ensurePrivate();
+  runtime = createLocalRuntime();
+  await writeFile(join(dir, "sandbox.yaml"), YAML);
+});
+
+afterEach(async () => {
+  for (const vm of [...runtime.live, ...runtime.suspended.values()]) await vm.close();
+  daemons.clear();
+  for (const server of servers.splice(0)) server.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** The instance's daemon: a fresh one once the last finished, as the client spawns them. */
+async function daemon(name: string): Promise<InstanceController> {
+  const current = daemons.get(name);
+  if (current && !current.exiting) return current;
+  await mkdir(layout.entryDir("instances", name), { recursive: true, mode: 0o700 });
+  // Liveness as inspect judges it: a pid file naming a live process and a socket that answers.
+  await writeFile(layout.pidFile("instances", name), `${process.pid}\n`);
+  await rm(layout.socketPath("instances", name), { force: true });
+  const server = createServer((socket) => {
+    socket.on("data", (chunk) => {
+      for (const line of chunk.toString().split("\n").filter(Boolean)) {
+        const message = JSON.parse(line) as { id: number };
+        socket.write(`${JSON.stringify({ id: message.id, type: "pong", pid: process.pid, state: "running" })}\n`);
+      }
+    });
+    socket.on("error", () => undefined);
+  });
+  await new Promise<void>((resolve) => server.listen(layout.socketPath("instances", name), resolve));
+  servers.push(server);
+  const log = createFileLogger(layout.logFile("instances", name), `[${name}]`);
+  const controller = new InstanceController(layout, "instances", name, log, runtime);
+  daemons.set(name, controller);
+  return controller;
+}
+
+async function call(action: Loose, progress: string[] = []): Promise<Loose> {
+  const controller = await daemon(action.name as string);
+  return (await controller.call(action as Loose & { action: string }, {
+    progress: (e) => progress.push(`[${e.stage}] ${e.message}`),
+  })) as Loose;
+}
+
+const exec = async (name: string, cmd: string) => (await call({ action: "exec", name, cmd })).output as string;
+
+test("suspend keeps processes, services and previews; start resumes them without resume hooks", async () => {
+  const created = await call({ action: "create", name: "warm", config: join(dir, "sandbox.yaml") });
+  const url = created.previews[0].url as string;
+  const sleeper = (await exec("warm", "sleep 1000 > /dev/null 2>&1 & echo $!")).trim();
+  const servicePid = (await call({ action: "services", name: "warm" })).services[0].pid as number;
+  expect(await exec("warm", "wc -l < resumed.txt")).toBe("1\n");
+  const controller = await daemon("warm");
+
+  const progress: string[] = [];
+  const suspended = await call({ action: "suspend", name: "warm" }, progress);
+  expect(suspended).toMatchObject({ state: "suspended", previews: [] });
+  expect(progress).toContain("[suspend] closing previews and terminal clients; services keep running");
+  expect(progress.some((p) => p.startsWith("[checkpoint] memory ("))).toBe(true);
+  expect(controller.exiting).toBe(true); // the daemon exits, as after a stop
+  await expect(fetch(url)).rejects.toThrow();
+  expect((await readStatus(layout, "instances", "warm"))?.previews?.[0]?.url).toBe(url);
+  // A stop of a suspended instance changes nothing (the real client answers CONTROLLER_NOT_RUNNING).
+  expect(await call({ action: "stop", name: "warm" })).toMatchObject({ state: "suspended" });
+
+  const started: string[] = [];
+  const view = await call({ action: "start", name: "warm" }, started);
+  expect(view).toMatchObject({ state: "running", restore: { warm: true } });
+  expect(view.previews[0].url).toBe(url);
+  expect(await fetchText(url)).toBe("200 Hello from setup\n");
+  expect(started.some((p) => p.startsWith("[boot] resumed from saved memory"))).toBe(true);
+  expect(started.some((p) => p.startsWith("[resume]") || p.startsWith("[setup]"))).toBe(false);
+  expect(await exec("warm", "wc -l < resumed.txt")).toBe("1\n");
+  expect(await exec("warm", `kill -0 ${sleeper} && echo alive`)).toBe("alive\n");
+  expect((await call({ action: "services", name: "warm" })).services[0]).toMatchObject({
+    pid: servicePid,
+    state: "running",
+  });
+  expect(formatView(view as never)).toMatch(/^restore: {5}resumed from saved memory in \d+\.\d s$/m);
+
+  // A stop after a warm start is a normal stop: the next start is cold and runs resume hooks.
+  await call({ action: "stop", name: "warm" });
+  const cold = await call({ action: "start", name: "warm" });
+  expect(cold.restore).toBeUndefined();
+  expect(await exec("warm", "wc -l < resumed.txt")).toBe("2\n");
+  await call({ action: "stop", name: "warm" });
+});
+
+test("a suspend whose processes are gone starts cold with the reason; suspend then destroy leaves nothing", async () => {
+  await call({ action: "create", name: "cold", config: join(dir, "sandbox.yaml") });
+  await call({ action: "suspend", name: "cold" });
+  const diskDir = layout.diskDir("instances", "cold");
+  await stat(join(diskDir, LOCAL_SUSPEND_MARKER));
+  // What a lost memory file is to a real VM: the suspended processes are gone.
+  await runtime.suspended.get(diskDir)!.close();
+
+  const progress: string[] = [];
+  const view = await call({ action: "start", name: "cold" }, progress);
+  const reason = "the suspended processes are gone";
+  expect(view).toMatchObject({ state: "running", restore: { warm: false, reason } });
+  expect(progress).toContain(`[boot] the saved memory was not used (${reason}); booting the same disk checkpoint cold`);
+  expect(progress.some((p) => p.startsWith("[resume]"))).toBe(true);
+  expect(await fetchText(view.previews[0].url as string)).toBe("200 Hello from setup\n");
+  expect(formatView(view as never)).toContain(`restore:     booted cold: ${reason}`);
+  await expect(stat(join(diskDir, LOCAL_SUSPEND_MARKER))).rejects.toMatchObject({ code: "ENOENT" });
+
+  await call({ action: "suspend", name: "cold" });
+  expect((await inspectEntry(layout, "instances", "cold")).state).toBe("suspended");
+  expect(await call({ action: "destroy", name: "cold", confirm: "cold" })).toEqual({
+    destroyed: "cold",
+    kind: "instances",
+  });
+  expect(runtime.suspended.size).toBe(0);
+  await expect(stat(layout.entryDir("instances", "cold"))).rejects.toMatchObject({ code: "ENOENT" });
+  await expect(stat(diskDir)).rejects.toMatchObject({ code: "ENOENT" });
+});
