@@ -95,7 +95,7 @@ test("suspend keeps processes, services and previews; start resumes them without
   const created = await call({ action: "create", name: "warm", config: join(dir, "sandbox.yaml") });
   const url = created.previews[0].url as string;
   const sleeper = (await exec("warm", "sleep 1000 > /dev/null 2>&1 & echo $!")).trim();
-  const servicePid = (await call({ action: "services", name: "warm" })).services[0].pid as number;
+  const servicePid = (await call({ action: "services", name: "warm", op: "status" })).services[0].pid as number;
   expect(await exec("warm", "wc -l < resumed.txt")).toBe("1\n");
   const controller = await daemon("warm");
 
@@ -119,7 +119,7 @@ test("suspend keeps processes, services and previews; start resumes them without
   expect(started.some((p) => p.startsWith("[resume]") || p.startsWith("[setup]"))).toBe(false);
   expect(await exec("warm", "wc -l < resumed.txt")).toBe("1\n");
   expect(await exec("warm", `kill -0 ${sleeper} && echo alive`)).toBe("alive\n");
-  expect((await call({ action: "services", name: "warm" })).services[0]).toMatchObject({
+  expect((await call({ action: "services", name: "warm", op: "status" })).services[0]).toMatchObject({
     pid: servicePid,
     state: "running",
   });

@@ -1,0 +1,76 @@
+// Suspend and warm start on a real VM through the client API: one instance, three starts.
+import { rm, stat } from "node:fs/promises";
+import { join } from "node:path";
+import { StateLayout } from "../src/client/index.js";
+import { fetchText, makeSandbox, qemuFor, SEED_YAML, teardown, type Sandbox } from "../src/testing.js";
+
+let sandbox: Sandbox;
+let call: Sandbox["call"];
+
+beforeAll(async () => {
+  sandbox = await makeSandbox("psu-");
+  await sandbox.writeConfig(SEED_YAML);
+  call = sandbox.call;
+});
+
+afterAll(async () => {
+  expect(await teardown(sandbox)).toEqual([]);
+});
+
+const exec = async (cmd: string) => (await call({ action: "exec", name: "warm", cmd })).output as string;
+const webPid = async () => (await call({ action: "services", name: "warm", op: "status" })).services[0].pid as number;
+
+test("a suspended instance resumes with its processes and previews; without its memory it boots cold and says why; destroy leaves nothing", async () => {
+  const created = await call({ action: "create", name: "warm", config: "sandbox.yaml" });
+  const url = created.previews[0].url as string;
+  const sleeper = (await exec("sleep 1000 > /dev/null 2>&1 & echo $!")).trim();
+  expect(sleeper).toMatch(/^\d+$/);
+  const servicePid = await webPid();
+  const diskDir = new StateLayout(sandbox.home).diskDir("instances", "warm");
+
+  const suspended = await call({ action: "suspend", name: "warm" });
+  expect(suspended).toMatchObject({ state: "suspended", previews: [] });
+  await expect(fetch(url)).rejects.toThrow();
+  expect(qemuFor(sandbox.home)).toEqual([]);
+  await stat(join(diskDir, "memory.bin"));
+
+  const progress: string[] = [];
+  const warm = await call(
+    { action: "start", name: "warm" },
+    { onProgress: (e) => progress.push(`[${e.stage}] ${e.message}`) },
+  );
+  expect(warm).toMatchObject({ state: "running", restore: { warm: true } });
+  expect(progress).toContainEqual(expect.stringMatching(/^\[boot\] resumed from saved memory in \d+\.\d s/));
+  expect(progress.some((p) => p.startsWith("[resume]"))).toBe(false);
+  expect(warm.previews[0].url).toBe(url);
+  expect(await fetchText(url)).toBe("200 Hello from the guest\n");
+  expect(await exec(`kill -0 ${sleeper} && echo alive`)).toBe("alive\n");
+  expect(await webPid()).toBe(servicePid);
+  await expect(stat(join(diskDir, "memory.bin"))).rejects.toMatchObject({ code: "ENOENT" });
+
+  await call({ action: "suspend", name: "warm" });
+  await rm(join(diskDir, "memory.bin"));
+  const coldProgress: string[] = [];
+  const cold = await call(
+    { action: "start", name: "warm" },
+    { onProgress: (e) => coldProgress.push(`[${e.stage}] ${e.message}`) },
+  );
+  const reason = "the memory file is missing";
+  expect(cold).toMatchObject({ state: "running", restore: { warm: false, reason } });
+  expect(coldProgress).toContainEqual(expect.stringContaining(reason));
+  expect((await call({ action: "inspect", name: "warm" })).restore).toEqual({ warm: false, reason });
+  expect(cold.previews[0].url).toBe(url);
+  expect(await fetchText(url)).toBe("200 Hello from the guest\n");
+  expect(await exec(`kill -0 ${sleeper} 2>/dev/null && echo alive || echo gone`)).toBe("gone\n");
+
+  await call({ action: "suspend", name: "warm" });
+  await stat(join(diskDir, "memory.bin"));
+  expect(await call({ action: "destroy", name: "warm", confirm: "warm" })).toEqual({
+    destroyed: "warm",
+    kind: "instances",
+  });
+  await expect(stat(new StateLayout(sandbox.home).entryDir("instances", "warm"))).rejects.toMatchObject({
+    code: "ENOENT",
+  });
+  expect(qemuFor(sandbox.home)).toEqual([]);
+});
