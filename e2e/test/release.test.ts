@@ -1,14 +1,15 @@
 // Release check: every publishable package is packed as `npm publish` would pack it (prepack
 // builds it and adds the LICENSE), the tarballs are installed into an empty directory with
 // third-party dependencies from the registry, and the installed CLI works from there: --version,
-// doctor, and a real instance created, reached and destroyed by the daemon that the install
-// itself ships. (`pi install` of the packed extension is pi-extension's install.test.ts.)
+// and doctor with a config, which parses it and proves the accelerator by booting the image's
+// kernel with the installed vm package. (`pi install` of the packed extension is pi-extension's
+// install.test.ts; creating instances is every other suite's business.)
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { fetchText, makeSandbox, qemuFor, SEED_YAML, teardown, type Sandbox } from "@pi-sandbox/controller/testing";
+import { makeSandbox, SEED_YAML, teardown, type Sandbox } from "@pi-sandbox/controller/testing";
 
 const run = promisify(execFile);
 const ROOT = resolve(import.meta.dirname, "..", "..");
@@ -117,21 +118,8 @@ test("the installed packages load, and the installed CLI answers --version and d
   const doctor = await cli(["doctor", "-c", "sandbox.yaml"]);
   expect({ code: doctor.code, stderr: doctor.code === 0 ? "" : doctor.stderr }).toEqual({ code: 0, stderr: "" });
   expect(doctor.stdout).toMatch(/^ok +qemu: QEMU emulator version/m);
+  expect(doctor.stdout).toMatch(/^ok +config: .*sandbox\.yaml is valid$/m);
+  // KVM proven by the kernel, or TCG with the reason: either way the probe ran from the install.
+  expect(doctor.stdout).toMatch(/^(ok|warn) +accelerator: (kvm|tcg): /m);
+  expect(doctor.stdout).toMatch(/^ok +image:python3: python3 present$/m);
 }, 120_000);
-
-test("the installed CLI creates an instance whose preview serves, then destroys it", async () => {
-  const created = await cli(["create", "rel", "-c", "sandbox.yaml", "--json"]);
-  expect({ code: created.code, stderr: created.code === 0 ? "" : created.stderr }).toEqual({ code: 0, stderr: "" });
-  const result = JSON.parse(created.stdout) as { state: string; previews: { url: string }[] };
-  expect(result.state).toBe("running");
-  // The daemon that runs it is the installed one, not this checkout's.
-  const daemons = (await run("pgrep", ["-af", "--", `--root ${sandbox.home} --kind`])).stdout;
-  expect(daemons).toContain(join(install, "node_modules", "@pi-sandbox", "controller", "dist"));
-  expect(await fetchText(result.previews[0]!.url)).toBe("200 Hello from the guest\n");
-  const destroyed = await cli(["destroy", "rel", "--confirm", "rel"]);
-  expect({ code: destroyed.code, stderr: destroyed.code === 0 ? "" : destroyed.stderr }).toEqual({
-    code: 0,
-    stderr: "",
-  });
-  expect(qemuFor(sandbox.home)).toEqual([]);
-}, 300_000);
