@@ -97,6 +97,12 @@ test("suspend keeps processes, services and previews; start resumes them without
   const sleeper = (await exec("warm", "sleep 1000 > /dev/null 2>&1 & echo $!")).trim();
   const servicePid = (await call({ action: "services", name: "warm", op: "status" })).services[0].pid as number;
   expect(await exec("warm", "wc -l < resumed.txt")).toBe("1\n");
+  // An ad-hoc preview of a port a background command serves (the local guest shares host ports).
+  const port = 20_000 + Math.floor(Math.random() * 10_000);
+  await exec("warm", `python3 -m http.server ${port} --bind 127.0.0.1 > /dev/null 2>&1 &`);
+  const adHoc = (await call({ action: "preview", name: "warm", port, title: "docs" })).previews[0].url as string;
+  for (let i = 0; i < 50 && !(await fetchText(adHoc).catch(() => "")).startsWith("200"); i++)
+    await new Promise((r) => setTimeout(r, 100));
   const controller = await daemon("warm");
 
   const progress: string[] = [];
@@ -115,6 +121,8 @@ test("suspend keeps processes, services and previews; start resumes them without
   expect(view).toMatchObject({ state: "running", restore: { warm: true } });
   expect(view.previews[0].url).toBe(url);
   expect(await fetchText(url)).toBe("200 Hello from setup\n");
+  expect(view.previews).toContainEqual({ service: `port-${port}`, url: adHoc, title: "docs" });
+  expect(await fetchText(adHoc)).toMatch(/^200 /);
   expect(started.some((p) => p.startsWith("[boot] resumed from saved memory"))).toBe(true);
   expect(started.some((p) => p.startsWith("[resume]") || p.startsWith("[setup]"))).toBe(false);
   expect(await exec("warm", "wc -l < resumed.txt")).toBe("1\n");
