@@ -56,6 +56,19 @@ describe("validateAction", () => {
     }
   });
 
+  test("a missing argument is called missing, an extra one unexpected", () => {
+    const messageOf = (input: unknown) => {
+      try {
+        validateAction(input);
+      } catch (error) {
+        return (error as ControllerError).message;
+      }
+      throw new Error("no error");
+    };
+    expect(messageOf({ action: "services", name: "demo" })).toBe('services: missing argument "op"');
+    expect(messageOf({ action: "stop", name: "demo", colour: "red" })).toBe('stop: unexpected argument "colour"');
+  });
+
   test("limits are enforced", () => {
     expect(codeOf(() => validateAction({ action: "exec", name: "d", cmd: "x", timeoutMs: 60_001 }))).toBe(
       "CONTROLLER_BAD_INPUT",

@@ -61,6 +61,10 @@ export function validateAction(input: unknown): ValidatedAction {
   if (!result.success) {
     const problems = result.issues.map((issue) => {
       const path = v.getDotPath(issue);
+      // A strict object reports an extra key (expected "never") and a missing one alike.
+      if (issue.type === "strict_object" && issue.received === "undefined") {
+        return `missing argument "${path ?? "input"}"`;
+      }
       if (issue.type === "strict_object" || (issue.kind === "schema" && issue.expected === "never")) {
         return `unexpected argument "${path ?? issue.input}"`;
       }
