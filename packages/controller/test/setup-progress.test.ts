@@ -16,6 +16,7 @@ test("step lines become commands, output is indented, a line split across reads 
   const lines = setupLogLines((e) => events.push(e));
   lines.push(`${T} setup step 1/2: npm ci\nadded 3 pack`);
   lines.push(`ages\n${T} setup step 2/2: make\n`);
+  lines.push(`${T} stopped 0 leftover process(es) (environ)\n`);
   lines.push("no newline at the end");
   lines.end();
   expect(messages()).toEqual(["$ npm ci (1/2)", "  added 3 packages", "$ make (2/2)", "  no newline at the end"]);
@@ -48,7 +49,7 @@ test("withSetupProgress follows the run from its cursor, skips an earlier run's 
     { running: false, text: `${T} setup step 1/1: old run\n`, cursor: "9:30", more: false },
     { running: true, text: `${T} setup step 1/1: echo hi\n`, cursor: "7:40", more: false },
     { running: true, text: "hi\n", cursor: "7:43", more: false },
-    { running: false, text: `${T} stopped 0 leftover process(es) (cgroup)\n`, cursor: "7:90", more: false },
+    { running: false, text: `${T} stopped 2 leftover process(es) (cgroup)\n`, cursor: "7:90", more: false },
   ];
   const supervisor = {
     followSetup: async (options: { cursor?: string } = {}) => {
@@ -60,7 +61,7 @@ test("withSetupProgress follows the run from its cursor, skips an earlier run's 
   };
   const result = await withSetupProgress(supervisor, (e) => events.push(e), run, 5);
   expect(result).toBe("done");
-  expect(events.map((e) => e.message)).toEqual(["$ echo hi (1/1)", "  hi", "stopped 0 leftover process(es) (cgroup)"]);
+  expect(events.map((e) => e.message)).toEqual(["$ echo hi (1/1)", "  hi", "stopped 2 leftover process(es) (cgroup)"]);
   // The skipped read did not move the cursor; each later read starts where the last ended.
   expect(reads).toEqual([undefined, undefined, "7:40", "7:43"]);
 });

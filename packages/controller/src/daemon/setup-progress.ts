@@ -37,8 +37,10 @@ export function setupLogLines(progress: (event: ProgressEvent) => void): {
       const step = STEP.exec(line);
       const note = step ? undefined : NOTE.exec(line);
       if (step) progress({ stage: "setup", message: `$ ${cut(step[3]!)} (${step[1]}/${step[2]})` });
-      else if (note) progress({ stage: "setup", message: cut(note[1]!) });
-      else if (shown < OUTPUT_LINES_PER_READ) {
+      else if (note) {
+        // "stopped 0 leftover process(es)" says nothing worth a line.
+        if (!/^stopped 0 leftover/.test(note[1]!)) progress({ stage: "setup", message: cut(note[1]!) });
+      } else if (shown < OUTPUT_LINES_PER_READ) {
         progress({ stage: "setup", message: `  ${cut(line)}` });
         shown++;
       } else skipped++;
