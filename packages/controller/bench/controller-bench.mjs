@@ -1,6 +1,7 @@
 // Controller benchmark (run on demand: npm run bench). Measures, side by side in one run:
 // inspect and `exec true` through the CLI and through ./client vs the in-process library call,
-// `list` over 50 stopped instance records, and the daemon's RSS (QEMU excluded).
+// `list` over 50 stopped instance records, the daemon's RSS (QEMU excluded), and a warm start:
+// start to the first preview byte after `suspend` vs after `stop`, same instance.
 // Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows for the summary.
 import { spawnSync, execFileSync } from "node:child_process";
 import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -68,8 +69,64 @@ try {
   const rssMiB = Number(/VmRSS:\s+(\d+)/.exec(status)[1]) / 1024;
   row("daemon RSS (QEMU excluded)", rssMiB, undefined, "MiB", "<= 100");
   await callAction({ action: "stop", name: "bench" }, { env });
+
+  // Warm start: the demo's Python server as a previewed service; each round stops (cold start
+  // next) and suspends (warm start next) the same instance, timing start to the first preview byte.
+  writeFileSync(
+    join(dir, "web.yaml"),
+    `version: 1\nprofile: tiny\ndiskGiB: 4\nimage: ${image}\nsetup:\n  - printf 'warm\\n' > /workspace/index.html\n` +
+      "services:\n  web:\n    command: python3 -m http.server $PORT --bind 127.0.0.1\n    health: /\n    preview: true\n",
+  );
+  const web = await callAction({ action: "create", name: "warm", config: "web.yaml" }, { env, cwd: dir });
+  const url = web.previews[0].url;
+  const firstByte = async () => {
+    const deadline = Date.now() + 180_000;
+    for (;;) {
+      try {
+        const res = await fetch(url, { signal: AbortSignal.timeout(5_000) });
+        if (res.status === 200 && (await res.text()) === "warm\n") return;
+      } catch {
+        // not serving yet
+      }
+      if (Date.now() > deadline) throw new Error(`${url} never served`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+  const cold = [];
+  const warm = [];
+  const stops = [];
+  const suspends = [];
+  const restores = [];
+  for (let round = 0; round < 2; round++) {
+    let t = performance.now();
+    await callAction({ action: "stop", name: "warm" }, { env });
+    stops.push(performance.now() - t);
+    t = performance.now();
+    await callAction({ action: "start", name: "warm" }, { env });
+    await firstByte();
+    cold.push(performance.now() - t);
+    t = performance.now();
+    await callAction({ action: "suspend", name: "warm" }, { env });
+    suspends.push(performance.now() - t);
+    t = performance.now();
+    const started = await callAction({ action: "start", name: "warm" }, { env });
+    await firstByte();
+    warm.push(performance.now() - t);
+    restores.push(started.restore?.warm === true ? "warm" : `cold (${started.restore?.reason ?? "no restore"})`);
+  }
+  row(
+    "start to first preview byte: after suspend vs after stop (median of 2)",
+    median(warm),
+    median(cold),
+    "ms",
+    "<= 0.25",
+    `starts after suspend: ${restores.join(", ")}`,
+  );
+  row("suspend vs stop (median of 2)", median(suspends), median(stops), "ms");
+  await callAction({ action: "stop", name: "warm" }, { env });
 } finally {
   await callAction({ action: "stop", name: "bench" }, { env }).catch(() => undefined);
+  await callAction({ action: "stop", name: "warm" }, { env }).catch(() => undefined);
   rmSync(dir, { recursive: true, force: true });
 }
 
