@@ -15,7 +15,7 @@ import os from "node:os";
 import path from "node:path";
 import { DiskStore, runInGuest, startVm, type RunningVm } from "../src/index.js";
 import { tempDir } from "./helpers.js";
-import { sh, testImage, vmOptions } from "./vm-support.js";
+import { loopbackLookup, sh, testImage, vmOptions } from "./vm-support.js";
 
 const NAME = "host.sandbox.internal";
 /** Gondolin's gateway, where it maps the host's 127.0.0.1 for HTTP. */
@@ -54,19 +54,6 @@ function hostAddress(): string | undefined {
     for (const entry of list ?? []) if (entry.family === "IPv4" && !entry.internal) return entry.address;
   }
   return undefined;
-}
-
-function fakeLookup(hostname: string, options: unknown, callback?: (...args: unknown[]) => void): void {
-  const done = (typeof options === "function" ? options : callback) as (...args: unknown[]) => void;
-  const all = typeof options === "object" && options !== null && (options as { all?: boolean }).all === true;
-  lookups.push(hostname);
-  const address = net.isIP(hostname) ? hostname : hostname === "pisb-allowed.test" ? "127.0.0.1" : undefined;
-  if (!address) {
-    process.nextTick(done, Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: "ENOTFOUND" }));
-    return;
-  }
-  if (all) process.nextTick(done, null, [{ address, family: 4 }]);
-  else process.nextTick(done, null, address, 4);
 }
 
 beforeAll(async () => {
@@ -132,7 +119,7 @@ beforeAll(async () => {
     }),
     "127.0.0.1",
   );
-  (dns as { lookup: unknown }).lookup = fakeLookup;
+  (dns as { lookup: unknown }).lookup = loopbackLookup(new Set(["pisb-allowed.test"]), lookups);
 
   const stateRoot = path.join(root, "state");
   const diskDir = path.join(root, "disk");

@@ -11,7 +11,7 @@ import net from "node:net";
 import path from "node:path";
 import { DiskStore, runInGuest, startVm, type RunningVm } from "../src/index.js";
 import { tempDir } from "./helpers.js";
-import { memoryLogger, sh, testImage, vmOptions } from "./vm-support.js";
+import { loopbackLookup, memoryLogger, sh, testImage, vmOptions } from "./vm-support.js";
 
 const VALUE = "pisb-real-token-7d1e4c9a0b";
 const ROTATED = "pisb-rotated-token-52f8e3";
@@ -31,18 +31,6 @@ const originalLookup = dns.lookup;
 let mountDir: string;
 let diskDir: string;
 
-function fakeLookup(hostname: string, options: unknown, callback?: (...args: unknown[]) => void): void {
-  const done = (typeof options === "function" ? options : callback) as (...args: unknown[]) => void;
-  const all = typeof options === "object" && options !== null && (options as { all?: boolean }).all === true;
-  const address = net.isIP(hostname) ? hostname : NAMES.has(hostname) ? "127.0.0.1" : undefined;
-  if (!address) {
-    process.nextTick(done, Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: "ENOTFOUND" }));
-    return;
-  }
-  if (all) process.nextTick(done, null, [{ address, family: 4 }]);
-  else process.nextTick(done, null, address, 4);
-}
-
 beforeAll(async () => {
   ({ dir: root, cleanup } = await tempDir("pisb-secrets-"));
   server = http.createServer((req, res) => {
@@ -55,7 +43,7 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   port = (server.address() as net.AddressInfo).port;
-  (dns as { lookup: unknown }).lookup = fakeLookup;
+  (dns as { lookup: unknown }).lookup = loopbackLookup(NAMES);
   mountDir = path.join(root, "docs");
   await fsp.mkdir(mountDir);
   await fsp.writeFile(path.join(mountDir, "readme.txt"), "from the host\n");

@@ -1,4 +1,5 @@
 import fs from "node:fs";
+import net from "node:net";
 import path from "node:path";
 import { runInGuest, type RunningVm, type StartVmOptions, type VmLogger } from "../src/index.js";
 
@@ -66,4 +67,24 @@ export async function sh(vm: RunningVm, script: string): Promise<string> {
   const result = await runInGuest(vm, script);
   if (result.exitCode !== 0) throw new Error(`guest command failed (${result.exitCode}): ${script}\n${result.stderr}`);
   return result.stdout;
+}
+
+/**
+ * A `dns.lookup` stand-in for tests that put it in place of Node's (Gondolin resolves allowed
+ * hosts with it): `names` resolve to 127.0.0.1, IP literals to themselves, anything else is
+ * ENOTFOUND. Every name asked is appended to `asked`.
+ */
+export function loopbackLookup(names: ReadonlySet<string>, asked: string[] = []) {
+  return (hostname: string, options: unknown, callback?: (...args: unknown[]) => void): void => {
+    const done = (typeof options === "function" ? options : callback) as (...args: unknown[]) => void;
+    const all = typeof options === "object" && options !== null && (options as { all?: boolean }).all === true;
+    asked.push(hostname);
+    const address = net.isIP(hostname) ? hostname : names.has(hostname) ? "127.0.0.1" : undefined;
+    if (!address) {
+      process.nextTick(done, Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: "ENOTFOUND" }));
+      return;
+    }
+    if (all) process.nextTick(done, null, [{ address, family: 4 }]);
+    else process.nextTick(done, null, address, 4);
+  };
 }
