@@ -3,47 +3,31 @@
 // whose subject is the offending path ("`services.web.port` must be between 1 and 65535; got 0").
 // Rules that involve more than one field (port uniqueness, references, folders) live in rules.ts.
 import * as v from "valibot";
-import { hasControlChars } from "./control-chars.js";
-import { describeValue } from "./describe.js";
 import { LIMITS } from "./limits.js";
 import { PROFILE_NAMES } from "./profiles.js";
+import {
+  ENV_NAME_PATTERN,
+  HOST_PATTERN,
+  PREVIEW_URL_PATTERN,
+  got,
+  noAmpEmail,
+  noControlChars,
+  noControlCharsButLines,
+} from "./schema-checks.js";
+import { mountSchema, secretName, secretSchema } from "./schema-secrets-mounts.js";
 
-/** Builds a message that ends with "; got <the offending value>". */
-function got(text: string) {
-  return (issue: { input: unknown }) => `${text}; got ${describeValue(issue.input)}`;
-}
-
-/** Amp's identity placeholder, in both `$X` and `${X}` spellings. */
-export const AMP_EMAIL_PLACEHOLDER = /\$\{?AMP_USER_EMAIL\b/;
-
-/** App paths (`/`, `/docs?x=1`, not `//host`) or absolute http(s) URLs. */
-export const PREVIEW_URL_PATTERN = /^(?:\/(?:[^/\s]\S*)?|https?:\/\/[^/\s?#]+(?:[/?#]\S*)?)$/;
-
-/** An exact host name or a `*.` wildcard over one; labels of letters, digits and inner hyphens. */
-export const HOST_PATTERN =
-  /^(?:\*\.)?(?=[^\s]{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
-
-/** Names a shell accepts as environment variables. */
-export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
+export { AMP_EMAIL_PLACEHOLDER, ENV_NAME_PATTERN, HOST_PATTERN, PREVIEW_URL_PATTERN } from "./schema-checks.js";
+export {
+  INLINE_SECRET_HINT,
+  PLACEHOLDER_PREFIX_PATTERN,
+  RESERVED_MOUNT_PATHS,
+  RESERVED_SECRET_NAMES,
+  SECRET_SOURCE_PATTERN,
+  isPathWithin,
+  posixNormal,
+} from "./schema-secrets-mounts.js";
 
 const SERVICE_NAME_PATTERN = /^[a-z0-9][a-z0-9-]{0,31}$/;
-
-const noAmpEmail = v.check(
-  (text: string) => !AMP_EMAIL_PLACEHOLDER.test(text),
-  "uses $AMP_USER_EMAIL, an Amp identity placeholder that does not exist in a local sandbox; write the text out instead",
-);
-
-// Preview labels are printed by the CLI and shown in Pi, and the guest's own .sandbox.yaml may be
-// written by a prompt-injected model: terminal escape sequences are refused at the source (and
-// escaped again wherever text is printed). A description may span lines; nothing else may.
-const noControlChars = v.check(
-  (text: string) => !hasControlChars(text),
-  got("must not contain control characters (such as ESC, BEL or a line break); write plain text"),
-);
-const noControlCharsButLines = v.check(
-  (text: string) => !hasControlChars(text, { multiline: true }),
-  got("must not contain control characters (such as ESC or BEL) other than line breaks and tabs; write plain text"),
-);
 
 const shellCommand = v.pipe(
   v.string(got("must be a shell command (a string)")),
@@ -229,117 +213,6 @@ const positiveWhole = (what: string) =>
   );
 
 const commandList = v.array(shellCommand, got("must be a list of shell commands"));
-
-// `network.secrets`: credentials named by where the host reads them, never by value. No message
-// here quotes what was written: a value pasted in by mistake must not reach an error or a log.
-/** A secret's source: `env:NAME` (the host environment at start) or `file:PATH` (a host file). */
-export const SECRET_SOURCE_PATTERN = /^(?:env:[A-Za-z_][A-Za-z0-9_]*|file:\S(?:.*\S)?)$/;
-
-/** What a message says instead of a value written where a secret's reference belongs. */
-export const INLINE_SECRET_HINT =
-  "a credential is never written in sandbox.yaml (it would reach the guest, templates and logs); name where the host reads it at each start: `from: env:NAME` or `from: file:~/path`";
-
-/** Environment names the guest needs for itself; a secret may not take them. */
-export const RESERVED_SECRET_NAMES = Object.freeze(["PATH", "HOME", "PORT", "PUBLIC_URL", "SHELL", "USER", "TERM"]);
-
-const secretName = v.pipe(
-  v.string(),
-  v.regex(
-    ENV_NAME_PATTERN,
-    "is not a valid environment variable name; use letters, digits and underscores, not starting with a digit",
-  ),
-  v.check(
-    (name: string) => !RESERVED_SECRET_NAMES.includes(name),
-    `names a variable the guest needs for itself (${RESERVED_SECRET_NAMES.join(", ")}); pick another name`,
-  ),
-);
-
-/** What a `placeholderPrefix` may hold: a few characters that are safe in any header. */
-export const PLACEHOLDER_PREFIX_PATTERN = /^[A-Za-z0-9._-]{1,32}$/;
-const PLACEHOLDER_PREFIX_RULE = "1 to 32 letters, digits, '.', '_' or '-'";
-
-const secretSchema = v.strictObject({
-  from: v.pipe(
-    v.string(`must be a reference such as env:GITHUB_TOKEN or file:~/.config/gh/token; ${INLINE_SECRET_HINT}`),
-    v.regex(
-      SECRET_SOURCE_PATTERN,
-      `must be a reference such as env:GITHUB_TOKEN or file:~/.config/gh/token; ${INLINE_SECRET_HINT}`,
-    ),
-    v.description(
-      "Where the host reads the value at each start: env:NAME, or file:PATH (relative to this file, ~/ for home).",
-    ),
-  ),
-  hosts: v.pipe(
-    v.array(
-      v.pipe(
-        v.string(got("must be a host name")),
-        v.regex(HOST_PATTERN, got("must be a host name like api.github.com or a wildcard like *.example.com")),
-      ),
-      got("must be a list of host names"),
-    ),
-    v.minLength(1, "must list at least one host the value is sent to"),
-    v.description("Hosts whose requests get the real value; each must be covered by network.allowedHosts."),
-  ),
-  placeholderPrefix: v.optional(
-    v.pipe(
-      // Never quoted: a value pasted here by mistake must not reach a message.
-      v.string(`must be ${PLACEHOLDER_PREFIX_RULE}`),
-      v.regex(PLACEHOLDER_PREFIX_PATTERN, `must be ${PLACEHOLDER_PREFIX_RULE}`),
-      v.description(
-        "Text put before the guest's placeholder, for a client that recognises a credential by its start (e.g. sk-ant-oat01-). Not secret.",
-      ),
-    ),
-  ),
-});
-
-/** Guest paths a mount may not be at or under: the guest's own system and Gondolin's file system mount. */
-export const RESERVED_MOUNT_PATHS = Object.freeze([
-  "/bin",
-  "/boot",
-  "/data",
-  "/dev",
-  "/etc",
-  "/lib",
-  "/lib64",
-  "/proc",
-  "/run",
-  "/sbin",
-  "/sys",
-  "/usr",
-]);
-
-/** True when `path` is `base` or lies under it (both absolute and normalised). */
-export function isPathWithin(path: string, base: string): boolean {
-  return base === "/" || path === base || path.startsWith(base + "/");
-}
-
-const mountSchema = v.strictObject({
-  host: v.pipe(
-    v.string(got("must be a host directory")),
-    v.regex(/\S/, "must not be empty; give a host directory (relative to this file, or ~/…)"),
-    noControlChars,
-    v.description("Host directory, relative to this file (or ~/…); shared read-only."),
-  ),
-  guest: v.pipe(
-    v.string(got("must be an absolute guest path such as /mnt/docs")),
-    v.regex(/^\/./, got("must be an absolute guest path such as /mnt/docs (not /)")),
-    noControlChars,
-    v.check((path: string) => !path.split("/").includes(".."), got("must not contain ..")),
-    v.check(
-      (path: string) => !RESERVED_MOUNT_PATHS.some((base) => isPathWithin(posixNormal(path), base)),
-      got(
-        `must not be at or under ${RESERVED_MOUNT_PATHS.join(", ")} (the guest's own system); use a path such as /mnt/docs`,
-      ),
-    ),
-    v.description("Absolute guest path where the directory appears, read-only."),
-  ),
-});
-
-/** A guest path without repeated or trailing slashes. */
-export function posixNormal(path: string): string {
-  const normal = path.replace(/\/+/g, "/").replace(/\/\.(?=\/|$)/g, "");
-  return normal.length > 1 ? normal.replace(/\/+$/, "") : normal;
-}
 
 /** The whole sandbox.yaml document. */
 export const sandboxConfigSchema = v.pipe(

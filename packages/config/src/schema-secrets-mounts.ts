@@ -1,0 +1,114 @@
+// The `network.secrets` and `mounts` parts of the sandbox.yaml schema (see schema.ts).
+import * as v from "valibot";
+import { ENV_NAME_PATTERN, HOST_PATTERN, got, noControlChars } from "./schema-checks.js";
+
+// `network.secrets`: credentials named by where the host reads them, never by value. No message
+// here quotes what was written: a value pasted in by mistake must not reach an error or a log.
+/** A secret's source: `env:NAME` (the host environment at start) or `file:PATH` (a host file). */
+export const SECRET_SOURCE_PATTERN = /^(?:env:[A-Za-z_][A-Za-z0-9_]*|file:\S(?:.*\S)?)$/;
+
+/** What a message says instead of a value written where a secret's reference belongs. */
+export const INLINE_SECRET_HINT =
+  "a credential is never written in sandbox.yaml (it would reach the guest, templates and logs); name where the host reads it at each start: `from: env:NAME` or `from: file:~/path`";
+
+/** Environment names the guest needs for itself; a secret may not take them. */
+export const RESERVED_SECRET_NAMES = Object.freeze(["PATH", "HOME", "PORT", "PUBLIC_URL", "SHELL", "USER", "TERM"]);
+
+export const secretName = v.pipe(
+  v.string(),
+  v.regex(
+    ENV_NAME_PATTERN,
+    "is not a valid environment variable name; use letters, digits and underscores, not starting with a digit",
+  ),
+  v.check(
+    (name: string) => !RESERVED_SECRET_NAMES.includes(name),
+    `names a variable the guest needs for itself (${RESERVED_SECRET_NAMES.join(", ")}); pick another name`,
+  ),
+);
+
+/** What a `placeholderPrefix` may hold: a few characters that are safe in any header. */
+export const PLACEHOLDER_PREFIX_PATTERN = /^[A-Za-z0-9._-]{1,32}$/;
+const PLACEHOLDER_PREFIX_RULE = "1 to 32 letters, digits, '.', '_' or '-'";
+
+export const secretSchema = v.strictObject({
+  from: v.pipe(
+    v.string(`must be a reference such as env:GITHUB_TOKEN or file:~/.config/gh/token; ${INLINE_SECRET_HINT}`),
+    v.regex(
+      SECRET_SOURCE_PATTERN,
+      `must be a reference such as env:GITHUB_TOKEN or file:~/.config/gh/token; ${INLINE_SECRET_HINT}`,
+    ),
+    v.description(
+      "Where the host reads the value at each start: env:NAME, or file:PATH (relative to this file, ~/ for home).",
+    ),
+  ),
+  hosts: v.pipe(
+    v.array(
+      v.pipe(
+        v.string(got("must be a host name")),
+        v.regex(HOST_PATTERN, got("must be a host name like api.github.com or a wildcard like *.example.com")),
+      ),
+      got("must be a list of host names"),
+    ),
+    v.minLength(1, "must list at least one host the value is sent to"),
+    v.description("Hosts whose requests get the real value; each must be covered by network.allowedHosts."),
+  ),
+  placeholderPrefix: v.optional(
+    v.pipe(
+      // Never quoted: a value pasted here by mistake must not reach a message.
+      v.string(`must be ${PLACEHOLDER_PREFIX_RULE}`),
+      v.regex(PLACEHOLDER_PREFIX_PATTERN, `must be ${PLACEHOLDER_PREFIX_RULE}`),
+      v.description(
+        "Text put before the guest's placeholder, for a client that recognises a credential by its start (e.g. sk-ant-oat01-). Not secret.",
+      ),
+    ),
+  ),
+});
+
+/** Guest paths a mount may not be at or under: the guest's own system and Gondolin's file system mount. */
+export const RESERVED_MOUNT_PATHS = Object.freeze([
+  "/bin",
+  "/boot",
+  "/data",
+  "/dev",
+  "/etc",
+  "/lib",
+  "/lib64",
+  "/proc",
+  "/run",
+  "/sbin",
+  "/sys",
+  "/usr",
+]);
+
+/** True when `path` is `base` or lies under it (both absolute and normalised). */
+export function isPathWithin(path: string, base: string): boolean {
+  return base === "/" || path === base || path.startsWith(base + "/");
+}
+
+export const mountSchema = v.strictObject({
+  host: v.pipe(
+    v.string(got("must be a host directory")),
+    v.regex(/\S/, "must not be empty; give a host directory (relative to this file, or ~/…)"),
+    noControlChars,
+    v.description("Host directory, relative to this file (or ~/…); shared read-only."),
+  ),
+  guest: v.pipe(
+    v.string(got("must be an absolute guest path such as /mnt/docs")),
+    v.regex(/^\/./, got("must be an absolute guest path such as /mnt/docs (not /)")),
+    noControlChars,
+    v.check((path: string) => !path.split("/").includes(".."), got("must not contain ..")),
+    v.check(
+      (path: string) => !RESERVED_MOUNT_PATHS.some((base) => isPathWithin(posixNormal(path), base)),
+      got(
+        `must not be at or under ${RESERVED_MOUNT_PATHS.join(", ")} (the guest's own system); use a path such as /mnt/docs`,
+      ),
+    ),
+    v.description("Absolute guest path where the directory appears, read-only."),
+  ),
+});
+
+/** A guest path without repeated or trailing slashes. */
+export function posixNormal(path: string): string {
+  const normal = path.replace(/\/+/g, "/").replace(/\/\.(?=\/|$)/g, "");
+  return normal.length > 1 ? normal.replace(/\/+$/, "") : normal;
+}
