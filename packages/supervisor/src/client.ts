@@ -17,7 +17,8 @@ import type {
   WaitOptions,
 } from "./options.js";
 import { MAX_READ_BYTES, MAX_WRITE_BYTES } from "./protocol.js";
-import { parseExec, parseHello, parseKill, parseSetupExtras } from "./replies.js";
+import { parseExec, parseHello, parseKill } from "./replies.js";
+import { runResumeThroughAgent, runSetupThroughAgent } from "./runs.js";
 import { ServiceControl } from "./service-control.js";
 import type {
   AdHocServiceSpec,
@@ -375,40 +376,15 @@ export class SupervisorClient implements AsyncDisposable {
     return followSetupThroughAgent(this.channel, options);
   }
 
-  // -- setup and resume
+  // -- setup and resume (runs.ts)
 
   /**
    * Runs setup: the commands, then an executable `<workspace>/.agents/setup`, under one deadline
    * (20 min). Afterwards every process the run left behind is stopped, detached ones included.
    * A failing step is reported in the result (`ok: false`), not thrown.
    */
-  async runSetup(options: SetupOptions = {}): Promise<SetupResult> {
-    const deadlineMs = checkWait(options.deadlineMs ?? LIMITS.setupDeadlineMs, "deadlineMs", LIMITS.setupDeadlineMs);
-    const commands = options.commands ?? (await this.tryGuestConfig(options.signal))?.setup ?? [];
-    const raw = await this.channel.request(
-      "run-setup",
-      { commands, deadlineMs },
-      (result) => ({ ...parseExec(result, { keep: "tail", commands }), ...parseSetupExtras(result) }),
-      {
-        signal: options.signal,
-        timeoutMs: deadlineMs + 2 * REPLY_MARGIN_MS,
-        onAbort: () =>
-          void this.channel.request("run-cancel", { kind: "setup" }, () => undefined).catch(() => undefined),
-      },
-    );
-    return {
-      ok: raw.ok,
-      handle: raw.handle,
-      exitCode: raw.exitCode ?? -1,
-      ...(raw.signal === undefined ? {} : { signal: raw.signal }),
-      timedOut: raw.timedOut,
-      steps: raw.steps ?? [],
-      output: raw.output,
-      truncatedBytes: raw.truncatedBytes,
-      cleanup: raw.cleanup,
-      logPath: raw.logPath,
-      durationMs: raw.durationMs ?? 0,
-    };
+  runSetup(options: SetupOptions = {}): Promise<SetupResult> {
+    return runSetupThroughAgent(this.channel, options, async (signal) => (await this.tryGuestConfig(signal))?.setup);
   }
 
   /**
@@ -416,16 +392,8 @@ export class SupervisorClient implements AsyncDisposable {
    * `waitMs` (10 s); if still running it continues in the background and the result carries a
    * handle for execStatus/execKill.
    */
-  async runResume(options: ResumeOptions = {}): Promise<ResumeResult> {
-    const waitMs = checkWait(options.waitMs ?? LIMITS.resumeWaitMs, "waitMs");
-    const commands = options.commands ?? (await this.tryGuestConfig(options.signal))?.resume ?? [];
-    const raw = await this.channel.request(
-      "run-resume",
-      { commands, waitMs },
-      (result) => parseExec(result, { commands }),
-      { signal: options.signal, timeoutMs: waitMs + REPLY_MARGIN_MS },
-    );
-    return { ...toExecResult(raw), steps: raw.steps ?? [] };
+  runResume(options: ResumeOptions = {}): Promise<ResumeResult> {
+    return runResumeThroughAgent(this.channel, options, async (signal) => (await this.tryGuestConfig(signal))?.resume);
   }
 
   // -- lifecycle
