@@ -7,14 +7,15 @@ import { GuestFiles } from "./guest-files.js";
 import { exchangeHello, installAgent } from "./launch.js";
 import { followLogThroughAgent, followSetupThroughAgent, type LogFollowed, type SetupFollowed } from "./log-follow.js";
 import { silentLogger, type SupervisorLogger } from "./logger.js";
-import type {
-  CallOptions,
-  ExecOptions,
-  ResumeOptions,
-  ServiceOpOptions,
-  SetupOptions,
-  StartSupervisorOptions,
-  WaitOptions,
+import {
+  type CallOptions,
+  type ExecOptions,
+  type ResumeOptions,
+  type ServiceOpOptions,
+  type SetupOptions,
+  type StartSupervisorOptions,
+  type WaitOptions,
+  REPLY_MARGIN_MS,
 } from "./options.js";
 import { MAX_READ_BYTES, MAX_WRITE_BYTES } from "./protocol.js";
 import { parseExec, parseHello, parseKill } from "./replies.js";
@@ -40,8 +41,6 @@ export const DEFAULT_AGENT_STATE_DIR = "/var/lib/pi-sandbox-agent";
 export const DEFAULT_AGENT_PATH = "/usr/local/lib/pi-sandbox/sandbox_agent.pyz";
 /** Name of the editable guest copy of the config, inside the workspace. */
 export const GUEST_CONFIG_NAME = ".sandbox.yaml";
-
-const REPLY_MARGIN_MS = 60_000;
 
 /**
  * Host side of the guest agent: one long-lived exec channel per boot, carrying commands, file

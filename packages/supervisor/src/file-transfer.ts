@@ -4,8 +4,8 @@ import { SupervisorError } from "./errors.js";
 import { TRANSFER_CHUNK_BYTES } from "./protocol.js";
 import { BadReply, base64Bytes, boolean, integer, record, text } from "./reply-checks.js";
 import type { WriteResult } from "./types.js";
+import { REPLY_MARGIN_MS } from "./options.js";
 
-const REPLY_MARGIN_MS = 60_000;
 const SHA256 = /^[0-9a-f]{64}$/;
 const TOKEN = /^[A-Za-z0-9_-]{1,64}$/;
 

@@ -5,9 +5,7 @@
 
 import type { AgentChannel } from "./channel.js";
 import { BadReply, boolean, integer, record, text } from "./reply-checks.js";
-import type { CallOptions } from "./options.js";
-
-const REPLY_MARGIN_MS = 60_000;
+import { type CallOptions, REPLY_MARGIN_MS } from "./options.js";
 
 /** Kinds of guest file-system entries; symbolic links are never followed. */
 export type GuestEntryType = "file" | "directory" | "symlink" | "other";

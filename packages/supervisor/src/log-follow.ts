@@ -5,10 +5,9 @@
 import { LIMITS } from "@pi-sandbox/config";
 import type { AgentChannel } from "./channel.js";
 import { SupervisorError } from "./errors.js";
-import type { CallOptions } from "./options.js";
+import { type CallOptions, REPLY_MARGIN_MS } from "./options.js";
 import { BadReply, boolean, capText, integer, record, text } from "./reply-checks.js";
 
-const REPLY_MARGIN_MS = 60_000;
 /** `<inode>:<offset>`, as the agent makes them. */
 const CURSOR = /^[0-9]{1,20}:[0-9]{1,20}$/;
 

@@ -70,3 +70,6 @@ export interface ResumeOptions extends CallOptions {
   /** How long to wait before continuing in the background, in ms; default 10000. */
   waitMs?: number;
 }
+
+/** How much longer than a request's own wait the host gives the agent to answer, in ms. */
+export const REPLY_MARGIN_MS = 60_000;

@@ -6,10 +6,8 @@ import { LIMITS } from "@pi-sandbox/config";
 import { checkWait, toExecResult } from "./call-args.js";
 import type { AgentChannel } from "./channel.js";
 import { parseExec, parseSetupExtras } from "./replies.js";
-import type { ResumeOptions, SetupOptions } from "./options.js";
+import { type ResumeOptions, type SetupOptions, REPLY_MARGIN_MS } from "./options.js";
 import type { ResumeResult, SetupResult } from "./types.js";
-
-const REPLY_MARGIN_MS = 60_000;
 
 /** The guest YAML's commands of a run, when the caller gave none (undefined: none there either). */
 type GuestCommands = (signal: AbortSignal | undefined) => Promise<readonly string[] | undefined>;

@@ -1,14 +1,13 @@
 import { LIMITS, isValidServiceName, type SandboxConfig } from "@pi-sandbox/config";
 import type { AgentChannel } from "./channel.js";
 import { SupervisorError, isSupervisorError } from "./errors.js";
-import type { CallOptions, ServiceOpOptions } from "./options.js";
+import { type CallOptions, type ServiceOpOptions, REPLY_MARGIN_MS } from "./options.js";
 import { parseEnsure, parseLogs, parseRestart, parseStart, parseStatuses, parseStop } from "./replies.js";
 import { list, record, text } from "./reply-checks.js";
 import { buildServiceSpecs, guestServices, type AgentServiceSpec } from "./service-specs.js";
 import { mergeStatuses, readinessBudget } from "./service-status.js";
 import type { AdHocServiceSpec, LogTail, ServiceFailure, ServiceStatus, ServicesResult } from "./types.js";
 
-const REPLY_MARGIN_MS = 60_000;
 const SERVICE_STOP_BUDGET_MS = 10_000;
 
 /** Where the service calls read the guest config from (the client). */
@@ -53,7 +52,9 @@ export class ServiceControl {
     // Every declared spec goes to the agent, so a port it picks for one avoids the fixed ports of
     // the others; `only` says which of them to start.
     const built = buildServiceSpecs(declared, options.previewOrigins ?? {});
-    const specs = only ? built.specs.filter((spec) => only.includes(spec.name) || spec.port !== undefined) : built.specs;
+    const specs = only
+      ? built.specs.filter((spec) => only.includes(spec.name) || spec.port !== undefined)
+      : built.specs;
     const failures = only ? built.failures.filter((f) => only.includes(f.service)) : built.failures;
     this.sending(specs.map((spec) => spec.name));
     const asked = new Set(only ?? specs.map((spec) => spec.name));

@@ -1,11 +1,10 @@
 import { LIMITS, type SandboxConfig } from "@pi-sandbox/config";
 import { guestServices, type AgentServiceSpec } from "./service-specs.js";
 import type { ServiceStatus } from "./types.js";
+import { REPLY_MARGIN_MS } from "./options.js";
 
 /** A service status as the agent sends it (its `state` is a plain string on the wire). */
 export type RawStatus = Omit<ServiceStatus, "state"> & { state: string };
-
-const REPLY_MARGIN_MS = 60_000;
 
 /** How long a service request may take: the longest readiness deadline plus a reply margin. */
 export function readinessBudget(specs: readonly (AgentServiceSpec | { name: string })[]): number {
