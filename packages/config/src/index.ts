@@ -24,6 +24,7 @@ export type {
 
 // Secrets and mounts
 export { parseSecretSource, expandHome } from "./secrets.js";
+export { HOST_SERVICE_SECRET_HOST, isHostServiceEntry, secretHostPorts, secretHttpHosts } from "./host-services.js";
 export type { SecretSource } from "./secrets.js";
 export { RESERVED_MOUNT_PATHS, RESERVED_SECRET_NAMES, isPathWithin } from "./schema.js";
 export { hostPatternCovers } from "./rules.js";

@@ -6,7 +6,8 @@ import { escapeControlChars } from "./control-chars.js";
 import { dottedPath, isPlainRecord, quotePath } from "./describe.js";
 import { LIMITS } from "./limits.js";
 import { findServicePlaceholders } from "./references.js";
-import { HOST_PATTERN, isPathWithin, posixNormal } from "./schema.js";
+import { HOST_SERVICE_SECRET_HOST, SECRET_HOST_PATTERN } from "./host-services.js";
+import { isPathWithin, posixNormal } from "./schema.js";
 import { HOST_SERVICES_HOSTNAME } from "./types.js";
 import type { LocatedIssue } from "./validate.js";
 
@@ -98,18 +99,36 @@ function secretIssues(raw: unknown, out: LocatedIssue[]): void {
   const allowed = Array.isArray(allowedRaw)
     ? allowedRaw.filter((host): host is string => typeof host === "string")
     : [];
+  const hostPorts = Array.isArray(raw.network.hostPorts)
+    ? raw.network.hostPorts.filter((port): port is number => typeof port === "number")
+    : [];
   // The count is refused by the schema; a hostile file gets no issue per entry beyond it.
   if (Object.keys(raw.network.secrets).length > LIMITS.secretsMax) return;
   for (const [name, secret] of Object.entries(raw.network.secrets)) {
     if (!isPlainRecord(secret) || !Array.isArray(secret.hosts)) continue;
     secret.hosts.forEach((host: unknown, index) => {
-      if (typeof host !== "string" || !HOST_PATTERN.test(host)) return;
+      if (typeof host !== "string" || !SECRET_HOST_PATTERN.test(host)) return;
       const segments = ["network", "secrets", name, "hosts", index];
+      const where = `${quotePath(dottedPath(segments))} ${escapeControlChars(JSON.stringify(host))}`;
+      const service = HOST_SERVICE_SECRET_HOST.exec(host);
+      if (service) {
+        const port = service[1] === undefined ? undefined : Number(service[1]);
+        if (port === undefined ? hostPorts.length > 0 : hostPorts.includes(port)) return;
+        out.push({
+          segments,
+          at: "value",
+          message:
+            port === undefined
+              ? `${where} sends the value to the host ports of \`network.hostPorts\`, which lists none; list the host service's port there`
+              : `${where} names host port ${port}, which \`network.hostPorts\` does not list; add ${port} there too`,
+        });
+        return;
+      }
       if (hostPatternCovers(host, HOST_SERVICES_HOSTNAME)) {
         out.push({
           segments,
           at: "value",
-          message: `${quotePath(dottedPath(segments))} ${escapeControlChars(JSON.stringify(host))} matches ${HOST_SERVICES_HOSTNAME}, whose \`network.hostPorts\` traffic passes as raw TCP and never gets a secret put in; give the host service its credential on the host side instead`,
+          message: `${where} is a wildcard over ${HOST_SERVICES_HOSTNAME}; name the host services exactly: ${HOST_SERVICES_HOSTNAME} (every port of \`network.hostPorts\`) or ${HOST_SERVICES_HOSTNAME}:<port>`,
         });
         return;
       }
@@ -117,7 +136,7 @@ function secretIssues(raw: unknown, out: LocatedIssue[]): void {
       out.push({
         segments,
         at: "value",
-        message: `${quotePath(dottedPath(segments))} ${escapeControlChars(JSON.stringify(host))} is not covered by \`network.allowedHosts\`; add it there too (the guest reaches only allowed hosts)`,
+        message: `${where} is not covered by \`network.allowedHosts\`; add it there too (the guest reaches only allowed hosts)`,
       });
     });
   }

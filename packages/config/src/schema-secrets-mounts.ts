@@ -1,6 +1,7 @@
 // The `network.secrets` and `mounts` parts of the sandbox.yaml schema (see schema.ts).
 import * as v from "valibot";
-import { ENV_NAME_PATTERN, HOST_PATTERN, got, noControlChars } from "./schema-checks.js";
+import { SECRET_HOST_PATTERN } from "./host-services.js";
+import { ENV_NAME_PATTERN, got, noControlChars } from "./schema-checks.js";
 
 // `network.secrets`: credentials named by where the host reads them, never by value. No message
 // here quotes what was written: a value pasted in by mistake must not reach an error or a log.
@@ -45,12 +46,19 @@ export const secretSchema = v.strictObject({
     v.array(
       v.pipe(
         v.string(got("must be a host name")),
-        v.regex(HOST_PATTERN, got("must be a host name like api.github.com or a wildcard like *.example.com")),
+        v.regex(
+          SECRET_HOST_PATTERN,
+          got(
+            "must be a host name like api.github.com, a wildcard like *.example.com, or host.sandbox.internal[:<port>] for network.hostPorts",
+          ),
+        ),
       ),
       got("must be a list of host names"),
     ),
     v.minLength(1, "must list at least one host the value is sent to"),
-    v.description("Hosts whose requests get the real value; each must be covered by network.allowedHosts."),
+    v.description(
+      "Hosts whose requests get the real value; each must be covered by network.allowedHosts, except host.sandbox.internal (every network.hostPorts port) and host.sandbox.internal:<port> (that listed port).",
+    ),
   ),
   placeholderPrefix: v.optional(
     v.pipe(

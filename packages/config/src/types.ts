@@ -91,7 +91,11 @@ export interface SecretConfig {
    * directory of the host user at start. Never a value.
    */
   from: string;
-  /** Host patterns whose requests get the value, lowercased; each covered by `allowedHosts`. */
+  /**
+   * Where the value goes, lowercased: host patterns whose HTTP(S) requests get it (each covered by
+   * `allowedHosts`), and `host.sandbox.internal` (HTTP requests to every `hostPorts` port) or
+   * `host.sandbox.internal:<port>` (to that listed port only); see `secretHostPorts`.
+   */
   hosts: string[];
   /**
    * Text the guest's placeholder starts with (1-32 of `A-Za-z0-9._-`), for a client that tells

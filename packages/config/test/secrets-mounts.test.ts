@@ -7,6 +7,8 @@ import {
   parseSecretSource,
   renderConfig,
   sandboxJsonSchema,
+  secretHostPorts,
+  secretHttpHosts,
 } from "../src/index.js";
 import { issueAt, rejection } from "./helpers.js";
 
@@ -71,30 +73,35 @@ GH: { from: 'env:GH', hosts: [api.github.com, uploads.github.com, b.example.com,
     );
   });
 
-  test("host.sandbox.internal is refused: host-port traffic is raw TCP that no secret is put into", () => {
-    for (const host of ["host.sandbox.internal", "*.sandbox.internal"]) {
-      const error = rejection(withSecrets(`M: { from: 'env:M', hosts: ['${host}'] }`, `['${host}', api.github.com]`));
-      expect(issueAt(error, "network.secrets.M.hosts.0").message).toMatch(/raw TCP and never gets a secret put in/);
+  test("host.sandbox.internal sends a value to the host ports (all, or one with :<port>), not through allowedHosts", () => {
+    const text = (hosts: string, hostPorts = "[8000, 9000]") =>
+      `version: 1\nnetwork:\n  hostPorts: ${hostPorts}\n  secrets:\n    M: { from: 'env:M', hosts: ${hosts} }\n`;
+    expect(parseConfig(text("[Host.Sandbox.Internal]")).network.secrets.M!.hosts).toEqual(["host.sandbox.internal"]);
+    const one = parseConfig(text("['host.sandbox.internal:9000']"));
+    expect(one.network.secrets.M!.hosts).toEqual(["host.sandbox.internal:9000"]);
+    expect(parseConfig(renderConfig(one))).toEqual(one);
+    expect(secretHostPorts(["host.sandbox.internal"], [8000, 9000])).toEqual([8000, 9000]);
+    expect(secretHostPorts(["api.github.com", "host.sandbox.internal:9000"], [8000, 9000])).toEqual([9000]);
+    expect(secretHostPorts(["api.github.com"], [8000])).toEqual([]);
+    expect(secretHttpHosts(["api.github.com", "host.sandbox.internal:9000", "host.sandbox.internal"])).toEqual([
+      "api.github.com",
+    ]);
+    expect(issueAt(rejection(text("['host.sandbox.internal:7000']")), "network.secrets.M.hosts.0").message).toMatch(
+      /names host port 7000, which `network.hostPorts` does not list; add 7000 there too/,
+    );
+    expect(issueAt(rejection(text("[host.sandbox.internal]", "[]")), "network.secrets.M.hosts.0").message).toMatch(
+      /`network.hostPorts`, which lists none/,
+    );
+    for (const bad of ["'host.sandbox.internal:0'", "'host.sandbox.internal:123456'", "'api.github.com:443'"]) {
+      expect(issueAt(rejection(text(`[${bad}]`)), "network.secrets.M.hosts.0").message).toMatch(/host.sandbox.internal\[:<port>\]/);
     }
   });
 
-  test("placeholderPrefix: a few header-safe characters, kept and rendered; a bad one is refused unquoted", () => {
-    const config = parseConfig(
-      withSecrets("A: { from: 'env:A', hosts: [api.github.com], placeholderPrefix: sk-ant-oat01- }"),
+  test("a wildcard over host.sandbox.internal is refused: the host services are named exactly", () => {
+    const error = rejection(withSecrets(`M: { from: 'env:M', hosts: ['*.sandbox.internal'] }`, `['*.sandbox.internal']`));
+    expect(issueAt(error, "network.secrets.M.hosts.0").message).toMatch(
+      /is a wildcard over host.sandbox.internal; name the host services exactly/,
     );
-    expect(config.network.secrets.A).toEqual({
-      from: "env:A",
-      hosts: ["api.github.com"],
-      placeholderPrefix: "sk-ant-oat01-",
-    });
-    expect(parseConfig(renderConfig(config))).toEqual(config);
-    for (const bad of ["''", "'a b'", "'x/y'", `'${"a".repeat(33)}'`, "[x]", `'${VALUE}:'`]) {
-      const error = rejection(withSecrets(`A: { from: 'env:A', hosts: [api.github.com], placeholderPrefix: ${bad} }`));
-      expect(issueAt(error, "network.secrets.A.placeholderPrefix").message).toMatch(
-        /must be 1 to 32 letters, digits, '\.', '_' or '-'/,
-      );
-      expect(JSON.stringify(error.issues)).not.toContain(VALUE);
-    }
   });
 
   test("names are environment variable names, not ones the guest needs for itself", () => {
