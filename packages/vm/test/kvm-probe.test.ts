@@ -13,6 +13,8 @@ const SHAPES = {
   pvm: `printf 'Probing EDD (edd=off to disable)... ok\\r\\n'; exec sleep 30`,
   // QEMU aborts at vCPU reset.
   abort: `echo "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69" >&2; echo "qemu-system-x86_64: ../target/i386/kvm/kvm.c:3080: kvm_buf_set_msrs: Assertion failed." >&2; kill -ABRT $$`,
+  // KVM stops the vCPU with an internal error: QEMU says so on stderr and stays up, the guest silent.
+  internal: `echo "KVM internal error. Suberror: 1" >&2; echo "emulation failure" >&2; exec sleep 30`,
   // QEMU gives up at once (no module, no permission).
   exits: `exit 1`,
   // KVM works: the banner comes, then the kernel panics for want of a root and QEMU exits.
@@ -68,6 +70,20 @@ describe("probeKvmKernel: a guest kernel's banner is the only proof", () => {
     const verdict = await probeKvmKernel({ qemuPath: qemu.path, kernelPath: await kernel(), machineType: "q35" });
     expect(verdict).toMatchObject({ usable: false });
     expect(verdict.problem).toContain("error: failed to set MSR 0x10a to 0x69");
+  });
+
+  test("a KVM internal error with a silent guest is refused in QEMU's own words", async () => {
+    const qemu = await fakeQemu("qemu-internal", SHAPES.internal);
+    const verdict = await probeKvmKernel({
+      qemuPath: qemu.path,
+      kernelPath: await kernel(),
+      machineType: "microvm",
+      timeoutMs: 1000,
+    });
+    expect(verdict.usable).toBe(false);
+    expect(verdict.problem).toMatch(
+      /^the guest kernel printed nothing within 1 s; QEMU said: KVM internal error\. Suberror: 1/,
+    );
   });
 
   test("a QEMU that exits without a word is refused with its exit", async () => {

@@ -133,6 +133,67 @@ test("QmpMonitor reports a guest paused on a disk error, also one that paused be
   }
 });
 
+test("QmpMonitor reports a KVM internal error (a STOP whose run state is internal-error), not a plain pause", async () => {
+  // QEMU stops the guest on a KVM internal error with only a STOP event; the run state tells why.
+  // This is what turns such a KVM boot into VM_KVM_FAILED, which startVm retries on TCG.
+  const socketPath = path.join(dir, "fake-qmp-kvm.sock");
+  let status = "running";
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.write(JSON.stringify({ QMP: { version: {}, capabilities: [] } }) + "\r\n");
+    let buffer = "";
+    socket.on("data", (chunk) => {
+      buffer += String(chunk);
+      for (let i = buffer.indexOf("\n"); i !== -1; i = buffer.indexOf("\n")) {
+        const request = JSON.parse(buffer.slice(0, i)) as { execute: string; id: string };
+        buffer = buffer.slice(i + 1);
+        const answer = request.execute === "query-status" ? { status, running: status === "running" } : {};
+        socket.write(JSON.stringify({ return: answer, id: request.id }) + "\r\n");
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+  let internalErrors = 0;
+  const pauses: unknown[] = [];
+  const monitor = new QmpMonitor(socketPath, {
+    onIoErrorPause: (pause) => pauses.push(pause),
+    onInternalError: () => internalErrors++,
+  });
+  const stop = () => {
+    for (const socket of sockets) socket.write(JSON.stringify({ event: "STOP", data: {} }) + "\r\n");
+  };
+  try {
+    await expect(monitor.connected).resolves.toBe(true);
+    status = "paused"; // a pause asked for (stop, a checkpoint) is no KVM problem
+    stop();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(internalErrors).toBe(0);
+    status = "internal-error";
+    stop();
+    expect(await eventually(() => internalErrors === 1)).toBe(true);
+    expect(pauses).toEqual([]);
+  } finally {
+    monitor.close();
+    for (const socket of sockets) socket.destroy();
+    await new Promise((resolve) => server.close(resolve));
+  }
+  // A guest already stopped on the error when the monitor connects is reported too.
+  const again = new QmpMonitor(socketPath, {
+    onIoErrorPause: () => undefined,
+    onInternalError: () => internalErrors++,
+  });
+  await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+  try {
+    await expect(again.connected).resolves.toBe(true);
+    expect(internalErrors).toBe(2);
+  } finally {
+    again.close();
+    for (const socket of sockets) socket.destroy();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
+
 /** Feeds QMP commands to `qemu` on stdin (then quit) and resolves with how it exited. */
 function runQmp(
   qemu: string,
