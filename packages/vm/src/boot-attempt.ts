@@ -15,6 +15,7 @@ import { GondolinGuest } from "./gondolin-guest.js";
 import { gondolinCertDir, type loadGondolin } from "./gondolin-loader.js";
 import { dialMappedTcpOnConnect, seedVfsInodes } from "./gondolin-private.js";
 import { GuestFault } from "./guest-fault.js";
+import { HostPortProxies, hostPortRoutes } from "./host-port-proxy.js";
 import { readonlyMounts } from "./mounts.js";
 import { hostDiskFullError, isNoSpaceError } from "./host-disk.js";
 import { qemuMemory, type AcceleratorChoice } from "./host.js";
@@ -67,9 +68,11 @@ export async function bootAttempt(
   let guest: GondolinGuest | undefined;
   let runtimeDir: string | undefined;
   let monitor: QmpMonitor | undefined;
+  let proxies: HostPortProxies | undefined;
   const fault = new GuestFault();
   const cleanup = async () => {
     monitor?.close();
+    await proxies?.close();
     const pid = vm?.getHostPid() ?? undefined;
     await guest?.close().catch(() => undefined);
     if (!guest) await vm?.close().catch(() => undefined);
@@ -96,11 +99,14 @@ export async function bootAttempt(
         );
       },
     });
+    const { hostPorts = [], secrets = {} } = options.spec.network;
+    proxies = await HostPortProxies.open(hostPortRoutes(hostPorts, secrets), secrets);
     const policy = egressPolicy(gondolin, {
       allowedHosts: options.spec.network.allowedHosts,
       ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
       ...(options.spec.network.hostPorts ? { hostPorts: options.spec.network.hostPorts } : {}),
       ...(options.spec.network.secrets ? { secrets: options.spec.network.secrets } : {}),
+      ...(proxies ? { proxies } : {}),
     });
     const mounts = await readonlyMounts(gondolin, options.spec.mounts ?? []);
     // The wrapper starts QEMU with `-incoming defer` when it finds this marker in the run dir.

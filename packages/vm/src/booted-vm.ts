@@ -68,7 +68,7 @@ export class BootedVm implements RunningVm {
     readonly warnings: readonly string[],
     readonly bootMs: number,
     private readonly grown: boolean,
-    private readonly secrets?: { updateSecret(name: string, value: string): void },
+    private readonly secrets?: { updateSecret(name: string, value: string): void; close?(): Promise<void> },
     private readonly memory?: { machine: SavedMachine; restore: RestoreOutcome | undefined },
   ) {}
 
@@ -192,6 +192,7 @@ export class BootedVm implements RunningVm {
     const closeStarted = performance.now();
     this.monitor.close();
     await this.guest.close().catch(() => undefined);
+    await this.secrets?.close?.().catch(() => undefined);
     await ensureQemuGone(pid);
     const closeMs = performance.now() - closeStarted;
     await fsp.rm(this.runtimeDir, { recursive: true, force: true }).catch(() => undefined);
@@ -278,6 +279,7 @@ export class BootedVm implements RunningVm {
       this.monitor.close();
       const pid = this.guest.hostPid;
       await this.guest.close().catch(() => undefined);
+      await this.secrets?.close?.().catch(() => undefined);
       await ensureQemuGone(pid);
       await fsp.rm(this.runtimeDir, { recursive: true, force: true }).catch(() => undefined);
       await this.run.discard();

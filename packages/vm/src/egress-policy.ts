@@ -1,5 +1,5 @@
 import type { DnsOptions, HttpHooks, TcpOptions } from "@earendil-works/gondolin";
-import { HOST_SERVICES_HOSTNAME } from "@pi-sandbox/config";
+import { HOST_SERVICES_HOSTNAME, secretHttpHosts } from "@pi-sandbox/config";
 import { VmError, messageOf } from "./errors.js";
 import type { GondolinModule } from "./gondolin-loader.js";
 import type { VmSecret } from "./vm-types.js";
@@ -30,6 +30,13 @@ import type { VmSecret } from "./vm-types.js";
  * header (also inside a Basic `Authorization`) with the value if the request's host matches the
  * secret's hosts, and refuses the request (it never leaves the host) if not. A request that
  * carries the value itself to another host is refused too. URLs and bodies are left alone.
+ *
+ * A secret that lists `host.sandbox.internal` (every host port) or `host.sandbox.internal:<port>`
+ * goes to those host ports through the HTTP/1.1 proxies of `HostPortProxies`
+ * (host-port-proxy.ts): `tcp.hosts` maps such a port to its proxy's loopback port, which puts the
+ * value in place of the placeholder in the request headers and forwards to `127.0.0.1:<port>`.
+ * Gondolin gets only the secret's other hosts. A placeholder sent to a host port the secret does
+ * not list passes unchanged; host ports no secret lists stay raw TCP.
  */
 export interface EgressPolicy {
   /** Gondolin's HTTP hooks. */
@@ -42,6 +49,18 @@ export interface EgressPolicy {
   dns: DnsOptions;
   /** Gondolin's host-mapped TCP egress: present only with `hostPorts`. */
   tcp?: TcpOptions;
+  /** Closes the host-port proxies, if any (the VM's end). */
+  close(): Promise<void>;
+}
+
+/** What the policy needs of the host-port proxies (`HostPortProxies`). */
+export interface HostPortProxyHandle {
+  /** Host port → the loopback port of its proxy. */
+  targets(): ReadonlyMap<number, number>;
+  /** Puts a new value in from now on. */
+  updateSecret(name: string, value: string): void;
+  /** Stops the proxies. */
+  close(): Promise<void>;
 }
 
 /** Host patterns of an {@link EgressPolicy}. */
@@ -54,6 +73,8 @@ export interface EgressPolicyOptions {
   hostPorts?: readonly number[];
   /** Credentials by guest environment variable name (see {@link VmSecret}). */
   secrets?: Readonly<Record<string, VmSecret>>;
+  /** The proxies of the host ports a secret is sent to (`HostPortProxies.open`), if any. */
+  proxies?: HostPortProxyHandle;
 }
 
 /** Builds the policy with Gondolin's `createHttpHooks`, plus the name check described below. */
@@ -68,7 +89,7 @@ export function egressPolicy(
     policy = gondolin.createHttpHooks({
       allowedHosts: [...options.allowedHosts],
       ...(options.allowedInternalHosts ? { allowedInternalHosts: [...options.allowedInternalHosts] } : {}),
-      ...(Object.keys(secrets).length > 0 ? { secrets } : {}),
+      ...(Object.keys(secrets).length > 0 ? { secrets: gondolinSecrets(secrets) } : {}),
       // Gondolin 0.12 resolves a request's host name with the host's resolver *before* it matches
       // the name against the list (both happen in isIpAllowed), so any name a guest writes into a
       // Host header or a URL would be looked up on the host: a DNS channel out of the sandbox. This
@@ -97,16 +118,29 @@ export function egressPolicy(
         details: { secret: name },
       });
     }
+    options.proxies?.updateSecret(name, value);
   };
-  const tcp = hostPortsTcp(options.hostPorts ?? []);
-  if (!tcp) return { httpHooks: policy.httpHooks, env: policy.env, updateSecret, dns: { mode: "synthetic" } };
+  const proxies = options.proxies;
+  const close = async (): Promise<void> => proxies?.close();
+  const tcp = hostPortsTcp(options.hostPorts ?? [], proxies?.targets());
+  if (!tcp) return { httpHooks: policy.httpHooks, env: policy.env, updateSecret, dns: { mode: "synthetic" }, close };
   return {
     httpHooks: policy.httpHooks,
     env: policy.env,
     updateSecret,
     dns: { mode: "synthetic", syntheticHostMapping: "per-host" },
     tcp,
+    close,
   };
+}
+
+/** The secrets as Gondolin gets them: only their HTTP(S) hosts (host ports go through the proxies). */
+function gondolinSecrets(
+  secrets: Record<string, { hosts: string[]; value: string; placeholder: string }>,
+): Record<string, { hosts: string[]; value: string; placeholder: string }> {
+  return Object.fromEntries(
+    Object.entries(secrets).map(([name, secret]) => [name, { ...secret, hosts: secretHttpHosts(secret.hosts) }]),
+  );
 }
 
 const SECRET_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -159,12 +193,16 @@ function checkValue(name: string, value: string): void {
 }
 
 /**
- * Gondolin's `tcp.hosts` for host ports: `host.sandbox.internal:<port>` → `127.0.0.1:<port>`, each
- * key with its port (a key without one would map every port of the name). Undefined for none.
+ * Gondolin's `tcp.hosts` for host ports: `host.sandbox.internal:<port>` → `127.0.0.1:<port>`, or
+ * to the port of its proxy in `targets`; each key with its port (a key without one would map every
+ * port of the name). Undefined for none.
  * Refuses anything but unique whole ports 1-65535 (the config checks this too; this is the VM's
  * own guard, since a bad entry would open something other than what was asked).
  */
-export function hostPortsTcp(hostPorts: readonly number[]): TcpOptions | undefined {
+export function hostPortsTcp(
+  hostPorts: readonly number[],
+  targets?: ReadonlyMap<number, number>,
+): TcpOptions | undefined {
   if (hostPorts.length === 0) return undefined;
   const hosts: Record<string, string> = {};
   for (const port of hostPorts) {
@@ -176,7 +214,7 @@ export function hostPortsTcp(hostPorts: readonly number[]): TcpOptions | undefin
         { details: { hostPorts: [...hostPorts] } },
       );
     }
-    hosts[key] = `127.0.0.1:${port}`;
+    hosts[key] = `127.0.0.1:${targets?.get(port) ?? port}`;
   }
   return { hosts };
 }

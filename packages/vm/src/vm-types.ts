@@ -39,7 +39,11 @@ export interface VmSecret {
   value: string;
   /** What the guest sees instead; unique, not inside another placeholder, never equal to the value. */
   placeholder: string;
-  /** Host patterns (Gondolin's matching: `*` wildcards) whose requests get the value. */
+  /**
+   * Host patterns (Gondolin's matching: `*` wildcards) whose requests get the value; also
+   * `host.sandbox.internal` (every `hostPorts` port) or `host.sandbox.internal:<port>` (that one),
+   * whose HTTP requests then go through a proxy on the host that puts the value in.
+   */
   hosts: readonly string[];
 }
 

@@ -55,6 +55,32 @@ test("host ports map host.sandbox.internal:<port> to the host's 127.0.0.1:<port>
   await expect(policy.httpHooks.isRequestAllowed!(new Request("https://pisb-allowed.test/"))).resolves.toBe(true);
 });
 
+test("a host port a secret is sent to maps to its proxy; Gondolin gets only the secret's HTTP hosts", async () => {
+  const gondolin = await loadGondolin();
+  const updates: string[] = [];
+  let closed = false;
+  const proxies = {
+    targets: () => new Map([[8000, 41000]]),
+    updateSecret: (name: string, value: string) => void updates.push(`${name}=${value}`),
+    close: async () => void (closed = true),
+  };
+  const secret = { value: "real-1", placeholder: "PI_SANDBOX_SECRET_abc", hosts: ["host.sandbox.internal:8000"] };
+  const policy = egressPolicy(gondolin, {
+    allowedHosts: [],
+    hostPorts: [8000, 9000],
+    secrets: { KEY: secret },
+    proxies,
+  });
+  expect(policy.tcp).toEqual({
+    hosts: { "host.sandbox.internal:8000": "127.0.0.1:41000", "host.sandbox.internal:9000": "127.0.0.1:9000" },
+  });
+  expect(policy.env).toEqual({ KEY: "PI_SANDBOX_SECRET_abc" });
+  policy.updateSecret("KEY", "real-2");
+  expect(updates).toEqual(["KEY=real-2"]);
+  await policy.close();
+  expect(closed).toBe(true);
+});
+
 test.each([[[0]], [[65536]], [[80.5]], [[8000, 8000]], [[Number.NaN]]])(
   "host ports %j are refused with VM_RESOURCES_UNSUPPORTED",
   (hostPorts) => {

@@ -28,9 +28,23 @@ const originalLookup = dns.lookup;
 const lookups: string[] = [];
 const servers: net.Server[] = [];
 /** What each host server saw: HTTP request paths, or raw connections. */
-const seen = { web: [] as string[], unlisted: [] as string[], unlistedAccepts: 0, allowed: [] as string[] };
+const seen = {
+  web: [] as string[],
+  webAuth: [] as string[],
+  unlisted: [] as string[],
+  unlistedAccepts: 0,
+  allowed: [] as string[],
+  keyed: [] as string[],
+};
 const seenByBanner = { accepts: 0 };
-const ports = { web: 0, echo: 0, digest: 0, banner: 0, dead: 0, unlisted: 0, allowed: 0 };
+const ports = { web: 0, echo: 0, digest: 0, banner: 0, dead: 0, unlisted: 0, allowed: 0, keyed: 0 };
+/** The key the keyed host service wants, and the secret the guest has a placeholder of. */
+const KEY = {
+  value: "sk-host-only-7f3a9c1e5b",
+  rotated: "sk-host-only-rotated-2d8e",
+  placeholder: "PI_SANDBOX_SECRET_hostports0123",
+};
+let keyWanted = KEY.value;
 
 /** Listens on `host` with an OS-chosen port and returns it. */
 async function listen(server: net.Server, host: string): Promise<number> {
@@ -62,10 +76,25 @@ beforeAll(async () => {
   // digest server (plain TCP, client speaks first), a server that speaks first, a dead port.
   ports.web = await listen(
     http.createServer((req, res) => {
-      seen.web.push(`${req.url} from ${req.socket.remoteAddress}`);
+      if (req.headers.authorization) seen.webAuth.push(req.headers.authorization);
+      else seen.web.push(`${req.url} from ${req.socket.remoteAddress}`);
       res.end(`host service at ${req.url}`);
     }),
     "0.0.0.0",
+  );
+  // Listed, and wants a key: a model server run with key checks.
+  ports.keyed = await listen(
+    http.createServer((req, res) => {
+      seen.keyed.push(`${req.url} ${req.headers.authorization === `Bearer ${keyWanted}` ? "key" : "no key"}`);
+      if (req.headers.authorization !== `Bearer ${keyWanted}`) {
+        res.writeHead(401).end("a key is needed");
+        return;
+      }
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write("data: first\n\n");
+      setTimeout(() => res.end("data: done\n\n"), 200);
+    }),
+    "127.0.0.1",
   );
   ports.echo = await listen(
     net.createServer((socket) => {
@@ -131,7 +160,10 @@ beforeAll(async () => {
       ...options.spec,
       network: {
         allowedHosts: ["pisb-allowed.test"],
-        hostPorts: [ports.web, ports.echo, ports.digest, ports.banner, ports.dead],
+        hostPorts: [ports.web, ports.echo, ports.digest, ports.banner, ports.dead, ports.keyed],
+        secrets: {
+          MODEL_KEY: { value: KEY.value, placeholder: KEY.placeholder, hosts: [`${NAME}:${ports.keyed}`] },
+        },
       },
     },
   });
@@ -274,4 +306,34 @@ test("a listed port with nothing listening fails at once, not after a timeout", 
   process.stdout.write(
     `[host-ports] dead listed port: curl exit ${reply.exitCode} after ${reply.seconds.toFixed(3)} s in the guest (${Math.round(hostMs)} ms with the exec)\n`,
   );
+});
+
+test("a secret for one host port: the keyed service gets the value, the guest only the placeholder", async () => {
+  const keyed = (args: string) =>
+    runInGuest(vm, [
+      "/bin/sh",
+      "-c",
+      `curl -sS -m 20 -w '\n%{http_code}' ${args} http://${NAME}:${ports.keyed}/v1/chat`,
+    ]);
+  const answer = await keyed('-N -H "Authorization: Bearer $MODEL_KEY"');
+  expect(answer.stdout).toBe("data: first\n\ndata: done\n\n\n200");
+  expect((await keyed("")).stdout).toBe("a key is needed\n401");
+  expect(seen.keyed).toEqual(["/v1/chat key", "/v1/chat no key"]);
+
+  // Sent to a listed port the secret does not name, the placeholder stays a placeholder.
+  await runInGuest(vm, [
+    "/bin/sh",
+    "-c",
+    `curl -sS -m 20 -H "Authorization: Bearer $MODEL_KEY" http://${NAME}:${ports.web}/`,
+  ]);
+  expect(seen.webAuth).toEqual([`Bearer ${KEY.placeholder}`]);
+
+  const environ = await runInGuest(vm, ["/bin/sh", "-c", "env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'"]);
+  expect(environ.stdout).toContain(`MODEL_KEY=${KEY.placeholder}`);
+  expect(environ.stdout + answer.stdout + answer.stderr).not.toContain(KEY.value);
+
+  // A rotated value reaches the service from the next request on.
+  vm.updateSecret("MODEL_KEY", KEY.rotated);
+  keyWanted = KEY.rotated;
+  expect((await keyed('-H "Authorization: Bearer $MODEL_KEY"')).stdout).toMatch(/\n200$/);
 });

@@ -35,7 +35,10 @@ export function renderHelp(options: { includeUserOnly?: boolean } = {}): string 
     "    (after placeholderPrefix, for a client that tells credentials apart by their start, e.g. sk-ant-oat01-),",
   );
   lines.push(
-    "    the host puts the value (read at each start) into request headers to those hosts only; hosts must be in allowedHosts",
+    "    the host puts the value (read at each start) into request headers to those hosts only; hosts must be in allowedHosts,",
+  );
+  lines.push(
+    `    or ${HOST_SERVICES_HOSTNAME} (every hostPorts port) or ${HOST_SERVICES_HOSTNAME}:<port> (one): HTTP to that port then goes through a host proxy`,
   );
   lines.push(
     "    e.g. network: {allowedHosts: [api.github.com], secrets: {GITHUB_TOKEN: {from: env:GITHUB_TOKEN, hosts: [api.github.com]}}}",

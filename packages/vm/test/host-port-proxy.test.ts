@@ -1,0 +1,219 @@
+// The HTTP/1.1 proxy that puts a secret into requests to a host port (host-port-proxy.ts), against
+// real host HTTP servers on loopback: what the host service receives, what the client gets back.
+import http from "node:http";
+import net from "node:net";
+import type { AddressInfo } from "node:net";
+import { HostPortProxies, forwardedHeaders, hostPortRoutes, substituteHeader } from "../src/host-port-proxy.js";
+
+const REAL = "sk-real-value-NEVER-in-the-guest";
+const PLACEHOLDER = "PI_SANDBOX_SECRET_0123456789abcdef";
+const OTHER_REAL = "other-real-value";
+const OTHER_PLACEHOLDER = "PI_SANDBOX_SECRET_fedcba9876543210";
+
+interface Upstream {
+  port: number;
+  seen: http.IncomingHttpHeaders[];
+  server: http.Server;
+}
+
+/** A host service that answers each request with the headers it got, as JSON. */
+async function echoServer(handler?: http.RequestListener): Promise<Upstream> {
+  const seen: http.IncomingHttpHeaders[] = [];
+  const server = http.createServer((request, response) => {
+    seen.push(request.headers);
+    if (handler) return handler(request, response);
+    request.resume();
+    request.on("end", () => {
+      response.writeHead(200, { "content-type": "application/json" });
+      response.end(JSON.stringify(request.headers));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { port: (server.address() as AddressInfo).port, seen, server };
+}
+
+/** A loopback port with nothing listening. */
+async function deadPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as AddressInfo).port;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+function get(
+  port: number,
+  headers: Record<string, string>,
+): Promise<{ status: number; body: string; headers: http.IncomingHttpHeaders }> {
+  return new Promise((resolve, reject) => {
+    const request = http.get({ host: "127.0.0.1", port, path: "/v1/models", headers, agent: false }, (response) => {
+      let body = "";
+      response.setEncoding("utf8");
+      response.on("data", (chunk: string) => (body += chunk));
+      response.on("end", () => resolve({ status: response.statusCode!, body, headers: response.headers }));
+    });
+    request.on("error", reject);
+  });
+}
+
+const secrets = {
+  KEY: { placeholder: PLACEHOLDER, value: REAL },
+  OTHER: { placeholder: OTHER_PLACEHOLDER, value: OTHER_REAL },
+};
+
+let upstreams: Upstream[] = [];
+let proxies: HostPortProxies | undefined;
+
+afterEach(async () => {
+  await proxies?.close();
+  proxies = undefined;
+  for (const upstream of upstreams) upstream.server.closeAllConnections();
+  await Promise.all(upstreams.map((u) => new Promise((resolve) => u.server.close(resolve))));
+  upstreams = [];
+});
+
+async function proxyFor(routes: Map<number, string[]>): Promise<HostPortProxies> {
+  proxies = await HostPortProxies.open(routes, secrets);
+  return proxies!;
+}
+
+test("routes: a secret goes to every host port for host.sandbox.internal, to one for :<port>, to none otherwise", () => {
+  const routes = hostPortRoutes([8000, 9000], {
+    ALL: { hosts: ["host.sandbox.internal"] },
+    ONE: { hosts: ["api.example.com", "host.sandbox.internal:9000"] },
+    WEB: { hosts: ["api.example.com"] },
+  });
+  expect([...routes]).toEqual([
+    [8000, ["ALL"]],
+    [9000, ["ALL", "ONE"]],
+  ]);
+});
+
+test("header substitution: plain text anywhere, inside Basic credentials; hop-by-hop headers dropped", () => {
+  const list = [secrets.KEY];
+  expect(substituteHeader("Authorization", `Bearer ${PLACEHOLDER}`, list)).toBe(`Bearer ${REAL}`);
+  expect(substituteHeader("X-Api-Key", `${PLACEHOLDER},${PLACEHOLDER}`, list)).toBe(`${REAL},${REAL}`);
+  const basic = `Basic ${Buffer.from(`user:${PLACEHOLDER}`).toString("base64")}`;
+  expect(substituteHeader("authorization", basic, list)).toBe(
+    `Basic ${Buffer.from(`user:${REAL}`).toString("base64")}`,
+  );
+  // Basic decoding only in credential headers; a header without a placeholder is the same string.
+  expect(substituteHeader("x-other", basic, list)).toBe(basic);
+  expect(substituteHeader("authorization", "Bearer nothing", list)).toBe("Bearer nothing");
+  expect(
+    forwardedHeaders(
+      ["Host", "h", "Connection", "keep-alive, X-Drop", "X-Drop", "1", "Keep-Alive", "5", "X-Keep", "2"],
+      list,
+    ),
+  ).toEqual(["Host", "h", "X-Keep", "2"]);
+});
+
+test("the host service gets the value (Bearer and Basic) on a listed port; a request without it passes unchanged", async () => {
+  const upstream = await echoServer();
+  upstreams.push(upstream);
+  const proxy = await proxyFor(new Map([[upstream.port, ["KEY"]]]));
+  const port = proxy.targets().get(upstream.port)!;
+  expect(port).not.toBe(upstream.port);
+
+  const bearer = await get(port, {
+    authorization: `Bearer ${PLACEHOLDER}`,
+    host: `host.sandbox.internal:${upstream.port}`,
+  });
+  expect(bearer.status).toBe(200);
+  expect(upstream.seen[0]!.authorization).toBe(`Bearer ${REAL}`);
+  expect(upstream.seen[0]!.host).toBe(`host.sandbox.internal:${upstream.port}`);
+
+  await get(port, { authorization: `Basic ${Buffer.from(`u:${PLACEHOLDER}`).toString("base64")}` });
+  expect(Buffer.from(upstream.seen[1]!.authorization!.slice(6), "base64").toString()).toBe(`u:${REAL}`);
+
+  await get(port, { authorization: "Bearer the-guests-own", "x-custom": "kept" });
+  expect(upstream.seen[2]).toMatchObject({ authorization: "Bearer the-guests-own", "x-custom": "kept" });
+
+  proxy.updateSecret("KEY", "rotated-value");
+  await get(port, { authorization: `Bearer ${PLACEHOLDER}` });
+  expect(upstream.seen[3]!.authorization).toBe("Bearer rotated-value");
+});
+
+test("a placeholder sent to a host port its secret does not list is not substituted", async () => {
+  const [a, b] = [await echoServer(), await echoServer()];
+  upstreams.push(a, b);
+  const proxy = await proxyFor(
+    new Map([
+      [a.port, ["KEY"]],
+      [b.port, ["OTHER"]],
+    ]),
+  );
+  await get(proxy.targets().get(b.port)!, { authorization: `Bearer ${PLACEHOLDER}`, "x-other": OTHER_PLACEHOLDER });
+  expect(b.seen[0]).toMatchObject({ authorization: `Bearer ${PLACEHOLDER}`, "x-other": OTHER_REAL });
+});
+
+test("bodies stream both ways: an event reaches the client before the host service ends its answer", async () => {
+  let releaseSecond!: () => void;
+  const second = new Promise<void>((resolve) => (releaseSecond = resolve));
+  let firstUploadChunk!: (text: string) => void;
+  const uploaded = new Promise<string>((resolve) => (firstUploadChunk = resolve));
+  const upstream = await echoServer((request, response) => {
+    request.once("data", (chunk: Buffer) => firstUploadChunk(chunk.toString()));
+    request.resume();
+    response.writeHead(200, { "content-type": "text/event-stream" });
+    response.write("data: one\n\n");
+    void second.then(() => response.end("data: two\n\n"));
+  });
+  upstreams.push(upstream);
+  const proxy = await proxyFor(new Map([[upstream.port, ["KEY"]]]));
+  const received: string[] = [];
+  const done = new Promise<http.IncomingMessage>((resolve, reject) => {
+    const request = http.request(
+      { host: "127.0.0.1", port: proxy.targets().get(upstream.port)!, method: "POST", path: "/v1/chat", agent: false },
+      (response) => {
+        response.setEncoding("utf8");
+        response.on("data", (chunk: string) => {
+          received.push(chunk);
+          if (chunk.includes("one")) releaseSecond();
+        });
+        response.on("end", () => resolve(response));
+      },
+    );
+    request.on("error", reject);
+    request.write("first-chunk");
+    // The upload is still open when the host service sees its first chunk.
+    void uploaded.then(() => request.end("rest"));
+  });
+  expect(await uploaded).toBe("first-chunk");
+  const response = await done;
+  expect(response.headers["content-type"]).toBe("text/event-stream");
+  expect(received.join("")).toBe("data: one\n\ndata: two\n\n");
+  expect(received[0]).toBe("data: one\n\n");
+});
+
+test("a request head over the bound gets 431; nothing listening on the host port gets a quick 502", async () => {
+  const upstream = await echoServer();
+  upstreams.push(upstream);
+  const dead = await deadPort();
+  const proxy = await proxyFor(
+    new Map([
+      [upstream.port, ["KEY"]],
+      [dead, ["KEY"]],
+    ]),
+  );
+  const big = await get(proxy.targets().get(upstream.port)!, { "x-big": "a".repeat(20 * 1024) });
+  expect(big.status).toBe(431);
+  expect(upstream.seen).toHaveLength(0);
+
+  const started = performance.now();
+  const refused = await get(proxy.targets().get(dead)!, { authorization: `Bearer ${PLACEHOLDER}` });
+  expect(refused.status).toBe(502);
+  expect(refused.body).toContain(`host port ${dead} did not answer (ECONNREFUSED)`);
+  expect(refused.body).not.toContain(REAL);
+  expect(performance.now() - started).toBeLessThan(2_000);
+});
+
+test("close stops the proxies; no routes, no proxies", async () => {
+  expect(await HostPortProxies.open(new Map(), secrets)).toBeUndefined();
+  const upstream = await echoServer();
+  upstreams.push(upstream);
+  const proxy = await proxyFor(new Map([[upstream.port, ["KEY"]]]));
+  const port = proxy.targets().get(upstream.port)!;
+  await proxy.close();
+  await expect(get(port, {})).rejects.toMatchObject({ code: "ECONNREFUSED" });
+});
