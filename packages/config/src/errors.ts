@@ -1,3 +1,5 @@
+import { CodedError, brandError, hasBrand, type CodedErrorOptions } from "./coded-error.js";
+
 /** Stable codes of every error this package throws; callers switch on these. */
 export type ConfigErrorCode =
   | "CONFIG_YAML_SYNTAX"
@@ -21,44 +23,29 @@ export interface ConfigIssue {
 }
 
 /** Options of a ConfigError. */
-export interface ConfigErrorOptions {
+export interface ConfigErrorOptions extends CodedErrorOptions {
   /** Every problem found, in document order. */
   issues?: ConfigIssue[];
-  /** What to do next. */
-  hint?: string;
-  /** Structured, JSON-safe facts (for example the source path). */
-  details?: Record<string, unknown>;
-  /** The underlying error. */
-  cause?: unknown;
 }
 
 const brand = Symbol.for("pi-sandbox.ConfigError");
 
 /** Every failure of reading, parsing or validating a config; switch on `code`. */
-export class ConfigError extends Error {
+export class ConfigError extends CodedError<ConfigErrorCode> {
   override readonly name = "ConfigError";
-  /** Stable error code. */
-  readonly code: ConfigErrorCode;
   /** Every problem found; empty when the failure is not about the file's content. */
   readonly issues: ConfigIssue[];
-  /** What to do next. */
-  readonly hint: string | undefined;
-  /** Structured facts. */
-  readonly details: Record<string, unknown>;
-  readonly [brand] = true;
 
   constructor(code: ConfigErrorCode, message: string, options: ConfigErrorOptions = {}) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
-    this.code = code;
+    super(code, message, options);
     this.issues = options.issues ?? [];
-    this.hint = options.hint;
-    this.details = options.details ?? {};
+    brandError(this, brand);
   }
 }
 
 /** True for a ConfigError from any installed copy of this package. */
 export function isConfigError(value: unknown): value is ConfigError {
-  return typeof value === "object" && value !== null && (value as Record<symbol, unknown>)[brand] === true;
+  return hasBrand(value, brand);
 }
 
 /** One issue as a line of text: its message followed by `(line L, column C)` when known. */

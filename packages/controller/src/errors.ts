@@ -1,6 +1,9 @@
+import { CodedError, brandError, hasBrand, type CodedErrorJson, type CodedErrorOptions } from "@pi-sandbox/config";
+
 /** Stable codes of every error the controller reports. */
 export type ControllerErrorCode =
   | "CONTROLLER_BAD_INPUT"
+  | "CONTROLLER_USAGE"
   | "CONTROLLER_UNKNOWN_ACTION"
   | "CONTROLLER_INVALID_NAME"
   | "CONTROLLER_STATE_INSECURE"
@@ -27,48 +30,22 @@ export type ControllerErrorCode =
 
 const brand = Symbol.for("pi-sandbox.ControllerError");
 
-/** Options of a ControllerError. */
-export interface ControllerErrorOptions {
-  /** What to do next, shown to users and models. */
-  hint?: string;
-  /** Structured, JSON-safe facts about the failure. */
-  details?: Record<string, unknown>;
-  /** The underlying error, kept for logs. */
-  cause?: unknown;
-}
+/** Options of a ControllerError: `hint`, `details` and `cause`. */
+export type ControllerErrorOptions = CodedErrorOptions;
 
-/** The wire form of an error: what the daemon sends and the CLI prints. */
-export interface ControllerErrorJson {
-  code: string;
-  message: string;
-  hint?: string;
-  details?: Record<string, unknown>;
-}
+/**
+ * The wire form of an error: what the daemon sends and the CLI prints, `{name, code, message,
+ * hint?, details?}`. `name` is optional when read, for a daemon of an older release.
+ */
+export type ControllerErrorJson = Omit<CodedErrorJson, "name"> & { name?: string };
 
 /** Every failure of the controller and its client; switch on `code`. */
-export class ControllerError extends Error {
+export class ControllerError extends CodedError<ControllerErrorCode> {
   override readonly name = "ControllerError";
-  /** Stable error code. */
-  readonly code: ControllerErrorCode;
-  /** What to do next. */
-  readonly hint: string | undefined;
-  /** Structured facts. */
-  readonly details: Record<string, unknown>;
-  readonly [brand] = true;
 
   constructor(code: ControllerErrorCode, message: string, options: ControllerErrorOptions = {}) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
-    this.code = code;
-    this.hint = options.hint;
-    this.details = options.details ?? {};
-  }
-
-  /** The `{code, message, hint, details}` wire form. */
-  toJSON(): ControllerErrorJson {
-    const json: ControllerErrorJson = { code: this.code, message: this.message };
-    if (this.hint) json.hint = this.hint;
-    if (Object.keys(this.details).length > 0) json.details = this.details;
-    return json;
+    super(code, message, options);
+    brandError(this, brand);
   }
 
   /** Rebuilds an error from its wire form. */
@@ -79,5 +56,5 @@ export class ControllerError extends Error {
 
 /** True for a ControllerError from any installed copy of this package. */
 export function isControllerError(value: unknown): value is ControllerError {
-  return typeof value === "object" && value !== null && (value as Record<symbol, unknown>)[brand] === true;
+  return hasBrand(value, brand);
 }

@@ -6,7 +6,9 @@ export { callAction } from "./client/index.js";
 export type { CallActionOptions } from "./client/index.js";
 // Errors
 export { ControllerError, isControllerError } from "./client/index.js";
-export type { ControllerErrorCode, ControllerErrorJson } from "./client/index.js";
+export type { ControllerErrorCode, ControllerErrorJson, ControllerErrorOptions } from "./client/index.js";
+export { CodedError, isCodedError } from "./client/index.js";
+export type { CodedErrorJson, CodedErrorOptions } from "./client/index.js";
 // Actions and help
 export { ACTIONS, findAction, findCliAction, validateAction, renderHelp } from "./client/index.js";
 export type {

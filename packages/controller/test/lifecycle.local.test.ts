@@ -291,7 +291,7 @@ test("a guest .sandbox.yaml with 3,000 previewed services is refused at once; no
   await writeFile(vm!.local.hostPath("/workspace/.sandbox.yaml"), many);
   const started = performance.now();
   await expect(call({ action: "services", name: "hostile", op: "ensure" })).rejects.toMatchObject({
-    code: "CONFIG_INVALID",
+    code: "SUPERVISOR_GUEST_CONFIG_INVALID",
     message: expect.stringMatching(/declares 3000 services; at most 64/),
   });
   const refusedMs = performance.now() - started;

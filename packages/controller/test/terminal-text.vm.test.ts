@@ -64,7 +64,9 @@ services:
 
   const ensure = await clean(["services", NAME, "ensure"]);
   expect(ensure.code).toBe(1);
-  expect(ensure.stderr).toMatch(/^error CONFIG_INVALID: \/workspace\/\.sandbox\.yaml is not a valid sandbox\.yaml/);
+  expect(ensure.stderr).toMatch(
+    /^error SUPERVISOR_GUEST_CONFIG_INVALID: \/workspace\/\.sandbox\.yaml is not a valid sandbox\.yaml/,
+  );
   expect(ensure.stderr).toContain(
     '`services.web.preview.title` must not contain control characters (such as ESC, BEL or a line break); write plain text; got "x\\u001b]52;c;aGk=\\u0007\\u001b[2Jz" (line 6, column 23)',
   );
@@ -72,7 +74,7 @@ services:
   const json = await clean(["services", NAME, "ensure", "--json"]);
   expect(json.code).toBe(1);
   const error = (JSON.parse(json.stderr) as { error: { code: string; details: { issues: { path: string }[] } } }).error;
-  expect(error.code).toBe("CONFIG_INVALID");
+  expect(error.code).toBe("SUPERVISOR_GUEST_CONFIG_INVALID");
   expect(error.details.issues.map((issue) => issue.path)).toEqual(["services.web.preview.title"]);
 
   const inspect = await clean(["inspect", NAME]);
@@ -137,5 +139,5 @@ services:
 
   // The controller log recorded the refused YAML; every entry is one line without raw controls.
   const controller = await clean(["logs", NAME, "-n", "500"]);
-  expect(controller.stdout).toContain("CONFIG_INVALID");
+  expect(controller.stdout).toContain("SUPERVISOR_GUEST_CONFIG_INVALID");
 });

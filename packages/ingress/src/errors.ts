@@ -1,3 +1,5 @@
+import { CodedError, brandError, hasBrand, type CodedErrorOptions } from "@pi-sandbox/config";
+
 /** Stable codes of every error this package raises. Callers switch on these. */
 export type IngressErrorCode =
   /** The leased host port of a preview is bound by another process. */
@@ -15,33 +17,22 @@ export type IngressErrorCode =
   /** The port lease store could not be read or written. */
   | "INGRESS_LEASE_STORE_FAILED";
 
+/** Options of a {@link IngressError}: `hint`, `details` and `cause`. */
+export type IngressErrorOptions = CodedErrorOptions;
+
 const brand = Symbol.for("pi-sandbox.IngressError");
 
-/** Options of an {@link IngressError}. */
-export interface IngressErrorOptions {
-  /** The underlying error, passed through untouched. */
-  cause?: unknown;
-  /** Structured facts for programs (port, preview key, path, ...). */
-  details?: Record<string, unknown>;
-}
-
-/** The one error class of `@pi-sandbox/ingress`; messages say what happened and what to do next. */
-export class IngressError extends Error {
-  /** Stable machine-readable code. */
-  readonly code: IngressErrorCode;
-  /** Structured facts about the failure. */
-  readonly details: Record<string, unknown>;
+/** The one error class of `@pi-sandbox/ingress`; switch on `code`, show `hint` to the user. */
+export class IngressError extends CodedError<IngressErrorCode> {
+  override readonly name = "IngressError";
 
   constructor(code: IngressErrorCode, message: string, options: IngressErrorOptions = {}) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
-    this.name = "IngressError";
-    this.code = code;
-    this.details = options.details ?? {};
-    Object.defineProperty(this, brand, { value: true });
+    super(code, message, options);
+    brandError(this, brand);
   }
 }
 
 /** True for an {@link IngressError}, also one from another installed copy of this package. */
 export function isIngressError(value: unknown): value is IngressError {
-  return typeof value === "object" && value !== null && (value as Record<symbol, unknown>)[brand] === true;
+  return hasBrand(value, brand);
 }

@@ -13,11 +13,10 @@ import type { AgentToolResult } from "@earendil-works/pi-coding-agent";
 import {
   escapeControlChars,
   findAction,
-  isControllerError,
+  isCodedError,
   type PreviewLinkInfo,
   type ProgressEvent,
 } from "@pi-sandbox/controller/client";
-import { isSandboxExtensionError } from "./errors.js";
 import type { ActionPeek } from "./input.js";
 
 /** Most progress events kept in `details` while a long action runs. */
@@ -147,9 +146,9 @@ export function successResult(peek: ActionPeek, result: unknown): SandboxToolRes
   return { content: text(body), details, structuredContent: record as SandboxToolResult["structuredContent"] };
 }
 
-/** The wire form of any failure the client reported. */
+/** The wire form of any failure the client reported (a ControllerError, a SandboxExtensionError, ...). */
 export function errorJson(error: unknown): { code: string; message: string; hint?: string } {
-  if (isControllerError(error) || isSandboxExtensionError(error)) {
+  if (isCodedError(error)) {
     const json: { code: string; message: string; hint?: string } = { code: error.code, message: error.message };
     if (error.hint) json.hint = error.hint;
     return json;

@@ -1,3 +1,5 @@
+import { CodedError, brandError, hasBrand, type CodedErrorOptions } from "@pi-sandbox/config";
+
 /** Stable codes of review-setup failures; controller errors pass through with their own codes. */
 export type ReviewSetupErrorCode =
   /** The command line is wrong (unknown flag, missing `--name`, bad `--live-model` or `--model-server`). */
@@ -39,38 +41,22 @@ export type ReviewSetupErrorCode =
   /** `--model-server` without `--config`: the existing instance does not list the server's port in `network.hostPorts`. */
   | "REVIEW_SETUP_HOST_PORT_MISSING";
 
-/** Options of a ReviewSetupError. */
-export interface ReviewSetupErrorOptions {
-  /** What to do next. */
-  hint?: string;
-  /** Structured, JSON-safe facts (step, logPath, expected/actual checksums…). */
-  details?: Record<string, unknown>;
-  /** The underlying error. */
-  cause?: unknown;
-}
+/** Options of a ReviewSetupError: `hint`, `details` and `cause`. */
+export type ReviewSetupErrorOptions = CodedErrorOptions;
 
 const brand = Symbol.for("pi-sandbox.ReviewSetupError");
 
 /** Failures of `sandbox:setup`; switch on `code`. */
-export class ReviewSetupError extends Error {
+export class ReviewSetupError extends CodedError<ReviewSetupErrorCode> {
   override readonly name = "ReviewSetupError";
-  /** Stable error code. */
-  readonly code: ReviewSetupErrorCode;
-  /** What to do next. */
-  readonly hint: string | undefined;
-  /** Structured facts. */
-  readonly details: Record<string, unknown>;
-  readonly [brand] = true;
 
   constructor(code: ReviewSetupErrorCode, message: string, options: ReviewSetupErrorOptions = {}) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
-    this.code = code;
-    this.hint = options.hint;
-    this.details = options.details ?? {};
+    super(code, message, options);
+    brandError(this, brand);
   }
 }
 
 /** True for a ReviewSetupError from any installed copy of this package. */
 export function isReviewSetupError(value: unknown): value is ReviewSetupError {
-  return typeof value === "object" && value !== null && (value as Record<symbol, unknown>)[brand] === true;
+  return hasBrand(value, brand);
 }

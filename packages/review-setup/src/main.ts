@@ -1,6 +1,6 @@
-import { escapeControlChars, isControllerError } from "@pi-sandbox/controller/client";
+import { isCodedError } from "@pi-sandbox/config";
+import { escapeControlChars } from "@pi-sandbox/controller/client";
 import { parseCommandLine, USAGE } from "./args.js";
-import { isReviewSetupError } from "./errors.js";
 import type { ControllerOptions } from "./guest.js";
 import { runReviewSetup, type ReviewSetupOptions, type ReviewSetupResult } from "./refresh.js";
 
@@ -105,7 +105,7 @@ export function formatResult(result: ReviewSetupResult): string {
 }
 
 function printError(io: CliIo, error: unknown): void {
-  if (isReviewSetupError(error) || isControllerError(error)) {
+  if (isCodedError(error)) {
     io.stderr(`error ${error.code}: ${error.message}\n`);
     const tail = (error.details as { tail?: unknown } | undefined)?.tail;
     if (typeof tail === "string" && tail.trim() !== "")

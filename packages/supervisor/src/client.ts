@@ -281,11 +281,11 @@ export class SupervisorClient implements AsyncDisposable {
       text = read.data.toString("utf8");
     } catch (error) {
       if (isSupervisorError(error, "FILE_NOT_FOUND")) {
-        throw new SupervisorError(
-          "CONFIG_NOT_FOUND",
-          `the guest has no ${this.configPath}; write one (write action) or recreate the instance`,
-          { cause: error, details: { path: this.configPath } },
-        );
+        throw new SupervisorError("SUPERVISOR_GUEST_CONFIG_NOT_FOUND", `the guest has no ${this.configPath}`, {
+          hint: "write one (write action) or recreate the instance",
+          cause: error,
+          details: { path: this.configPath },
+        });
       }
       throw error;
     }
@@ -293,11 +293,11 @@ export class SupervisorClient implements AsyncDisposable {
       return parseConfig(text, { sourcePath: this.configPath });
     } catch (error) {
       if (!isConfigError(error)) throw error;
-      throw new SupervisorError(
-        "CONFIG_INVALID",
-        `${error.message}\n${error.hint ?? `fix ${this.configPath} in the guest and try again`}`,
-        { cause: error, details: { path: this.configPath, issues: error.issues } },
-      );
+      throw new SupervisorError("SUPERVISOR_GUEST_CONFIG_INVALID", error.message, {
+        hint: error.hint ?? `fix ${this.configPath} in the guest and try again`,
+        cause: error,
+        details: { path: this.configPath, issues: error.issues },
+      });
     }
   }
 
@@ -306,7 +306,10 @@ export class SupervisorClient implements AsyncDisposable {
     try {
       return await this.readGuestConfig({ signal });
     } catch (error) {
-      if (isSupervisorError(error, "CONFIG_NOT_FOUND") || isSupervisorError(error, "CONFIG_INVALID")) {
+      if (
+        isSupervisorError(error, "SUPERVISOR_GUEST_CONFIG_NOT_FOUND") ||
+        isSupervisorError(error, "SUPERVISOR_GUEST_CONFIG_INVALID")
+      ) {
         this.logger.warn(`[supervisor] ${messageOf(error)}`);
         return undefined;
       }

@@ -1,3 +1,4 @@
+import { CodedError, brandError, hasBrand, messageOf, type CodedErrorOptions } from "@pi-sandbox/config";
 import { AGENT_PROTOCOL_CODES } from "./protocol.js";
 
 /** Stable codes of every error this package raises. Callers switch on these. */
@@ -48,9 +49,9 @@ export type SupervisorErrorCode =
   /** A chunked transfer expired or was never opened. */
   | "TRANSFER_NOT_FOUND"
   /** The guest `<workspace>/.sandbox.yaml` does not exist. */
-  | "CONFIG_NOT_FOUND"
+  | "SUPERVISOR_GUEST_CONFIG_NOT_FOUND"
   /** The guest `<workspace>/.sandbox.yaml` is not valid (`cause` is the ConfigError). */
-  | "CONFIG_INVALID"
+  | "SUPERVISOR_GUEST_CONFIG_INVALID"
   /** No service by that name is declared or running. */
   | "SERVICE_NOT_FOUND"
   /** An ad-hoc service-start used a name the guest YAML declares. */
@@ -64,35 +65,24 @@ export type SupervisorErrorCode =
   /** A setup run is already in progress in this guest. */
   | "RUN_IN_PROGRESS";
 
+/** Options of a {@link SupervisorError}: `hint`, `details` and `cause`. */
+export type SupervisorErrorOptions = CodedErrorOptions;
+
 const brand = Symbol.for("pi-sandbox.SupervisorError");
 
-/** Options of a {@link SupervisorError}. */
-export interface SupervisorErrorOptions {
-  /** The underlying error, passed through untouched. */
-  cause?: unknown;
-  /** Structured, JSON-safe facts (service name, handle, path, log path, ...). */
-  details?: Record<string, unknown>;
-}
-
-/** The one error class of `@pi-sandbox/supervisor`; messages say what happened and what to do next. */
-export class SupervisorError extends Error {
-  /** Stable machine-readable code. */
-  readonly code: SupervisorErrorCode;
-  /** Structured facts about the failure. */
-  readonly details: Record<string, unknown>;
+/** The one error class of `@pi-sandbox/supervisor`; switch on `code`, show `hint` to the user. */
+export class SupervisorError extends CodedError<SupervisorErrorCode> {
+  override readonly name = "SupervisorError";
 
   constructor(code: SupervisorErrorCode, message: string, options: SupervisorErrorOptions = {}) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
-    this.name = "SupervisorError";
-    this.code = code;
-    this.details = options.details ?? {};
-    Object.defineProperty(this, brand, { value: true });
+    super(code, message, options);
+    brandError(this, brand);
   }
 }
 
 /** True for a {@link SupervisorError}, also one from another installed copy of this package. */
 export function isSupervisorError(value: unknown, code?: SupervisorErrorCode): value is SupervisorError {
-  if (typeof value !== "object" || value === null || (value as Record<symbol, unknown>)[brand] !== true) return false;
+  if (!hasBrand(value, brand)) return false;
   return code === undefined || (value as SupervisorError).code === code;
 }
 
@@ -118,8 +108,8 @@ const KNOWN_CODES = new Set<string>([
   "FILE_CHECKSUM_MISMATCH",
   "FILE_IO",
   "TRANSFER_NOT_FOUND",
-  "CONFIG_NOT_FOUND",
-  "CONFIG_INVALID",
+  "SUPERVISOR_GUEST_CONFIG_NOT_FOUND",
+  "SUPERVISOR_GUEST_CONFIG_INVALID",
   "SERVICE_NOT_FOUND",
   "SERVICE_DECLARED",
   "SERVICE_NOT_READY",
@@ -136,6 +126,4 @@ export function codeFromAgent(code: unknown): SupervisorErrorCode {
 }
 
 /** The message of any thrown value. */
-export function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
+export { messageOf };

@@ -14,7 +14,7 @@ const SERVICE_STOP_BUDGET_MS = 10_000;
 export interface GuestConfigSource {
   /** Guest path of the config. */
   readonly configPath: string;
-  /** Reads and validates it; throws CONFIG_NOT_FOUND / CONFIG_INVALID. */
+  /** Reads and validates it; throws SUPERVISOR_GUEST_CONFIG_NOT_FOUND / SUPERVISOR_GUEST_CONFIG_INVALID. */
   read(options: CallOptions): Promise<SandboxConfig>;
   /** Reads it, or undefined when it is missing or invalid. */
   tryRead(signal: AbortSignal | undefined): Promise<SandboxConfig | undefined>;
@@ -83,7 +83,7 @@ export class ServiceControl {
     try {
       config = await this.guest.read(options);
     } catch (error) {
-      if (!isSupervisorError(error, "CONFIG_NOT_FOUND")) throw error;
+      if (!isSupervisorError(error, "SUPERVISOR_GUEST_CONFIG_NOT_FOUND")) throw error;
     }
     const declared = config ? guestServices(config) : [];
     const known = (await this.agentStatus(undefined, options.signal)).services;

@@ -326,9 +326,9 @@ test("unknown services and a missing guest YAML are typed errors", async () => {
   await expect(sup.client.stopServices(["ghost"])).rejects.toMatchObject({ code: "SERVICE_NOT_FOUND" });
   await expect(sup.client.logs("ghost")).rejects.toMatchObject({ code: "SERVICE_NOT_FOUND" });
   await sup.writeYaml("version: 1\nservices:\n  web:\n    command: 5\n    bogus: true\n");
-  await expect(sup.client.ensureServices()).rejects.toMatchObject({ code: "CONFIG_INVALID" });
+  await expect(sup.client.ensureServices()).rejects.toMatchObject({ code: "SUPERVISOR_GUEST_CONFIG_INVALID" });
   await sup.client.exec(`rm ${join(sup.workspace, ".sandbox.yaml")}`);
-  await expect(sup.client.ensureServices()).rejects.toMatchObject({ code: "CONFIG_NOT_FOUND" });
+  await expect(sup.client.ensureServices()).rejects.toMatchObject({ code: "SUPERVISOR_GUEST_CONFIG_NOT_FOUND" });
 });
 
 test("logs rotate at 1 MiB and tail by lines", async () => {

@@ -1,3 +1,5 @@
+import { CodedError, brandError, hasBrand, messageOf, type CodedErrorOptions } from "@pi-sandbox/config";
+
 /** Stable codes of every error this package raises. Callers switch on these. */
 export type VmErrorCode =
   /** The guest image directory (or one of its kernel/initramfs/rootfs files) is missing or unreadable. */
@@ -71,39 +73,26 @@ export type VmErrorCode =
   /** A mount cannot be made: the host path is not an absolute, existing directory, or the guest path is not absolute. */
   | "VM_MOUNT_INVALID";
 
+/** Options of a {@link VmError}: `hint`, `details` and `cause`. */
+export type VmErrorOptions = CodedErrorOptions;
+
 const brand = Symbol.for("pi-sandbox.VmError");
 
-/** Options of a {@link VmError}. */
-export interface VmErrorOptions {
-  /** The underlying error (often a raw QEMU or Gondolin error), passed through untouched. */
-  cause?: unknown;
-  /** Structured facts for programs (paths, sizes, raw QEMU output, ...). */
-  details?: Record<string, unknown>;
-}
-
-/** The one error class of `@pi-sandbox/vm`; messages say what happened and what to do next. */
-export class VmError extends Error {
-  /** Stable machine-readable code. */
-  readonly code: VmErrorCode;
-  /** Structured facts about the failure. */
-  readonly details: Record<string, unknown>;
+/** The one error class of `@pi-sandbox/vm`; switch on `code`, show `hint` to the user. */
+export class VmError extends CodedError<VmErrorCode> {
+  override readonly name = "VmError";
 
   constructor(code: VmErrorCode, message: string, options: VmErrorOptions = {}) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
-    this.name = "VmError";
-    this.code = code;
-    this.details = options.details ?? {};
-    Object.defineProperty(this, brand, { value: true });
+    super(code, message, options);
+    brandError(this, brand);
   }
 }
 
 /** True for a {@link VmError}, also one from another installed copy of this package. */
 export function isVmError(value: unknown, code?: VmErrorCode): value is VmError {
-  if (typeof value !== "object" || value === null || (value as Record<symbol, unknown>)[brand] !== true) return false;
+  if (!hasBrand(value, brand)) return false;
   return code === undefined || (value as VmError).code === code;
 }
 
 /** The message of any thrown value. */
-export function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
+export { messageOf };

@@ -5,6 +5,7 @@
 // the VM machinery.
 
 import type * as v from "valibot";
+import { ControllerError, type ControllerErrorOptions } from "../errors.js";
 import type { EntryView } from "../state/inspect.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
 import type { ProgressEvent } from "../wire.js";
@@ -168,8 +169,12 @@ export function defineAction(spec: ActionSpec): ActionSpec {
   return spec;
 }
 
-/** A CLI mistake: exit 2 with usage. */
-export class UsageError extends Error {}
+/** A CLI mistake (code `CONTROLLER_USAGE`): the CLI exits 2 and prints the command's usage. */
+export class UsageError extends ControllerError {
+  constructor(message: string, options: ControllerErrorOptions = {}) {
+    super("CONTROLLER_USAGE", message, options);
+  }
+}
 
 /** The entry view returned by lifecycle actions and inspect. */
 export type { EntryView };

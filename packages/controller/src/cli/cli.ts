@@ -4,10 +4,11 @@
 // opens a session (cli/shell-session.ts).
 
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
-import { escapeControlChars } from "@pi-sandbox/config";
+import { escapeControlChars, isCodedError } from "@pi-sandbox/config";
 import { UsageError, type ActionSpec, type CliInput, type CliMapping, type CliRun } from "../actions/define.js";
 import { findAction, findCliAction } from "../actions/registry.js";
-import { callAction, isControllerError, renderHelp, type ProgressEvent } from "../client/index.js";
+import { callAction, renderHelp, type ProgressEvent } from "../client/index.js";
+import { ControllerError } from "../errors.js";
 import { COMPLETION_SHELLS, completionScript } from "./completion.js";
 import { followExec } from "./exec-follow.js";
 import { execInteractive, type InteractiveExec } from "./exec-interactive.js";
@@ -123,14 +124,11 @@ function usageError(argv: string[], error: Error): number {
 }
 
 function printError(error: unknown, json: boolean): void {
-  const body = isControllerError(error)
+  const body = isCodedError(error)
     ? error.toJSON()
-    : { code: "CONTROLLER_INTERNAL", message: (error as Error).message ?? String(error) };
+    : new ControllerError("CONTROLLER_INTERNAL", (error as Error).message ?? String(error)).toJSON();
   if (json) err(`${JSON.stringify({ error: body })}\n`);
-  else
-    err(
-      `error ${escapeControlChars(body.code)}: ${body.message}${"hint" in body && body.hint ? `\nhint: ${body.hint}` : ""}\n`,
-    );
+  else err(`error ${escapeControlChars(body.code)}: ${body.message}${body.hint ? `\nhint: ${body.hint}` : ""}\n`);
 }
 
 /** What to say when Ctrl-C ends the wait for a long action, whose work the daemon goes on with. */

@@ -12,7 +12,9 @@ import { ensureDaemon } from "./spawn.js";
 
 // Errors
 export { ControllerError, isControllerError } from "../errors.js";
-export type { ControllerErrorCode, ControllerErrorJson } from "../errors.js";
+export type { ControllerErrorCode, ControllerErrorJson, ControllerErrorOptions } from "../errors.js";
+export { CodedError, isCodedError, brandError, hasBrand } from "@pi-sandbox/config";
+export type { CodedErrorJson, CodedErrorOptions } from "@pi-sandbox/config";
 // Actions and help
 export { ACTIONS, findAction, findCliAction } from "../actions/registry.js";
 export type { ActionName, ActionInput, ActionResult } from "../actions/registry.js";

@@ -127,7 +127,7 @@ export class GuestOperations implements GuestActions {
     try {
       config = await supervisor.readGuestConfig();
     } catch (error) {
-      if (!isSupervisorError(error, "CONFIG_NOT_FOUND")) {
+      if (!isSupervisorError(error, "SUPERVISOR_GUEST_CONFIG_NOT_FOUND")) {
         const e = toControllerError(error);
         this.state.recordError(
           e.code,

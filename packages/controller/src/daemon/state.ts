@@ -1,6 +1,7 @@
 // The state one instance's daemon holds, shared by its lifecycle and guest operations: what runs
 // (VM, agent, previews), the status it last wrote, and the errors kept for inspect.
 
+import { isCodedError } from "@pi-sandbox/config";
 import type { PreviewGateway } from "@pi-sandbox/ingress";
 import type { SupervisorClient } from "@pi-sandbox/supervisor";
 import { ControllerError, isControllerError } from "../errors.js";
@@ -20,6 +21,10 @@ export interface RunningParts {
 /** Converts lower-layer errors into the controller's wire form, keeping code and hint. */
 export function toControllerError(error: unknown): ControllerError {
   if (isControllerError(error)) return error;
+  if (isCodedError(error)) {
+    return new ControllerError(error.code, error.message, { hint: error.hint, details: error.details, cause: error });
+  }
+  // Not one of ours but coded all the same (a Node system error's `code`, say): keep what it has.
   const e = error as { code?: unknown; message?: unknown; hint?: unknown; details?: unknown };
   if (e && typeof e.code === "string" && typeof e.message === "string") {
     return new ControllerError(e.code, e.message, {
