@@ -67,7 +67,7 @@ def build(out: Path, force: bool = False) -> bool:
         try:
             # Stored, not deflated: a guest Python without zlib can still import it.
             zipapp.create_archive(
-                stage, tmp, interpreter="/usr/bin/env python3", main="%s.main:entry" % PACKAGE, compressed=False
+                stage, tmp, interpreter="/usr/bin/env python3", main="%s.start:entry" % PACKAGE, compressed=False
             )
             os.replace(tmp, out)
         finally:

@@ -4,7 +4,7 @@ import { AgentChannel, type AgentEvent } from "./channel.js";
 import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
 import { readThroughAgent, writeThroughAgent } from "./file-transfer.js";
 import { GuestFiles } from "./guest-files.js";
-import { exchangeHello, installAgent } from "./launch.js";
+import { attachAgent } from "./launch.js";
 import { followLogThroughAgent, followSetupThroughAgent, type LogFollowed, type SetupFollowed } from "./log-follow.js";
 import { silentLogger, type SupervisorLogger } from "./logger.js";
 import {
@@ -37,7 +37,7 @@ import type {
 
 /** Guest directory the agent keeps its state in (on the root disk, not a tmpfs). */
 export const DEFAULT_AGENT_STATE_DIR = "/var/lib/pi-sandbox-agent";
-/** Guest path the agent zipapp is installed to at every boot. */
+/** Guest path of the agent zipapp, (re)installed whenever it is missing or not this host's. */
 export const DEFAULT_AGENT_PATH = "/usr/local/lib/pi-sandbox/sandbox_agent.pyz";
 /** Name of the editable guest copy of the config, inside the workspace. */
 export const GUEST_CONFIG_NAME = ".sandbox.yaml";
@@ -67,8 +67,8 @@ export class SupervisorClient implements AsyncDisposable {
   }
 
   /**
-   * Installs the agent into the guest (one exec with the zipapp on stdin), attaches to it over a
-   * long-lived exec (a bridge to the agent daemon, started by the first one; see the README's
+   * Installs the agent into the guest (one exec with the zipapp on stdin) unless the guest holds
+   * this host's copy already, attaches to it over a long-lived exec (a bridge to the agent daemon, started by the first one; see the README's
    * "A channel the agent outlives") and exchanges hellos (the host's carries the limits). A new
    * client of a guest whose agent runs already (a lost channel, a resumed guest) gets that agent,
    * its services and exec handles.
@@ -83,31 +83,17 @@ export class SupervisorClient implements AsyncDisposable {
     const python = options.python ?? "python3";
     const label = `[supervisor ${vm.name}]`;
 
-    await installAgent(vm, agentPath, python, signal);
-
-    const stopChannel = new AbortController();
-    const execution = vm.exec(
-      [
-        "/bin/sh",
-        "-c",
-        'exec "$0" -u "$@"',
-        python,
-        agentPath,
-        // A bridge to the agent daemon (started by the first bridge), which outlives this channel.
-        "--attach",
-        "--state-dir",
-        stateDir,
-        "--workspace",
-        workspace,
-        ...(options.agentArgs ?? []),
-      ],
-      { stdin: true, signal: stopChannel.signal },
-    );
-    // Rejections surface through the channel; keep this one from going unhandled after an abort.
-    execution.result.catch(() => undefined);
-    const channel = new AgentChannel(execution, logger, label, (reason) => stopChannel.abort(reason));
+    const { channel, stopChannel, hello } = await attachAgent(vm, {
+      agentPath,
+      python,
+      // A bridge to the agent daemon (started by the first bridge), which outlives this channel.
+      args: ["--attach", "--state-dir", stateDir, "--workspace", workspace, ...(options.agentArgs ?? [])],
+      startTimeoutMs: options.startTimeoutMs ?? 60_000,
+      logger,
+      label,
+      signal,
+    });
     try {
-      const hello = await exchangeHello(channel, options.startTimeoutMs ?? 60_000, signal);
       const client = new SupervisorClient(channel, stopChannel, hello, workspace, logger);
       if (hello.sessions > 0) {
         await client.services.adoptRunning(signal);

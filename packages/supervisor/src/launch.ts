@@ -1,15 +1,96 @@
+import { createHash } from "node:crypto";
 import type { GuestVm } from "@pi-sandbox/vm";
 import { readAgentArchive } from "./agent-script.js";
-import type { AgentChannel } from "./channel.js";
+import { AgentChannel } from "./channel.js";
 import { SupervisorError, isSupervisorError } from "./errors.js";
+import type { SupervisorLogger } from "./logger.js";
 import { PROTOCOL_VERSION, helloArgs } from "./protocol.js";
 import { BadReply } from "./reply-checks.js";
 import { parseHello, parseHelloAck } from "./replies.js";
 import type { AgentHello } from "./types.js";
 
-/** Checks for python3 and writes the agent zipapp into the guest, in one exec fed on stdin. */
-export async function installAgent(vm: GuestVm, agentPath: string, python: string, signal: AbortSignal | undefined) {
+/**
+ * Exit status of the launch script when the guest has no python3 (127, as the shell's own) or its
+ * agent file is missing or is not this host's (97): the host then installs the agent and launches
+ * again. A guest that already holds this host's agent (every start after the first, and every
+ * warm start) is attached in one exec instead of two.
+ */
+const NEEDS_INSTALL_EXITS = new Set([97, 127]);
+
+// Checks python, then (unless the expected hash is "-") that the installed agent is this host's,
+// then replaces the shell with the bridge. $0 python, $1 agent path, $2 sha256 or "-".
+const LAUNCH_SCRIPT = [
+  'command -v "$0" >/dev/null 2>&1 || exit 127',
+  '{ [ "$2" = - ] || [ "$(sha256sum < "$1" 2>/dev/null)" = "$2  -" ]; } || exit 97',
+  "p=$0 a=$1",
+  "shift 2",
+  'exec "$p" -u "$a" "$@"',
+].join("\n");
+
+/** What {@link attachAgent} opened: the channel, its stop switch and the agent's hello. */
+export interface AttachedAgent {
+  channel: AgentChannel;
+  stopChannel: AbortController;
+  hello: AgentHello;
+}
+
+/** Where and how the agent runs in the guest. */
+export interface AgentLaunch {
+  agentPath: string;
+  python: string;
+  /** The bridge's arguments after the agent path. */
+  args: readonly string[];
+  startTimeoutMs: number;
+  logger: SupervisorLogger;
+  label: string;
+  signal: AbortSignal | undefined;
+}
+
+/**
+ * Opens the agent channel: a bridge exec to the guest's agent daemon (started by the first bridge
+ * of a boot), then the hello exchange. Installs the agent first only when the guest lacks this
+ * host's copy.
+ */
+export async function attachAgent(vm: GuestVm, launch: AgentLaunch): Promise<AttachedAgent> {
   const archive = await readAgentArchive();
+  const sha256 = createHash("sha256").update(archive).digest("hex");
+  try {
+    return await openChannel(vm, launch, sha256);
+  } catch (error) {
+    const exitCode = isSupervisorError(error, "AGENT_START_FAILED") ? error.details.exitCode : undefined;
+    if (typeof exitCode !== "number" || !NEEDS_INSTALL_EXITS.has(exitCode)) throw error;
+  }
+  await installAgent(vm, archive, launch.agentPath, launch.python, launch.signal);
+  return openChannel(vm, launch, "-");
+}
+
+async function openChannel(vm: GuestVm, launch: AgentLaunch, sha256: string): Promise<AttachedAgent> {
+  const stopChannel = new AbortController();
+  const execution = vm.exec(["/bin/sh", "-c", LAUNCH_SCRIPT, launch.python, launch.agentPath, sha256, ...launch.args], {
+    stdin: true,
+    signal: stopChannel.signal,
+  });
+  // Rejections surface through the channel; keep this one from going unhandled after an abort.
+  execution.result.catch(() => undefined);
+  const channel = new AgentChannel(execution, launch.logger, launch.label, (reason) => stopChannel.abort(reason));
+  try {
+    const hello = await exchangeHello(channel, launch.startTimeoutMs, launch.signal);
+    return { channel, stopChannel, hello };
+  } catch (error) {
+    stopChannel.abort(new Error("supervisor start failed"));
+    await channel.shutdown(2_000);
+    throw error;
+  }
+}
+
+/** Checks for python3 and writes the agent zipapp into the guest, in one exec fed on stdin. */
+async function installAgent(
+  vm: GuestVm,
+  archive: Buffer,
+  agentPath: string,
+  python: string,
+  signal: AbortSignal | undefined,
+) {
   const dir = agentPath.replace(/\/[^/]*$/, "") || "/";
   // One exec: check python, then write the archive atomically. File ops are avoided on purpose:
   // Gondolin serialises them behind execs, and this keeps install and launch on one path.

@@ -1,5 +1,5 @@
-import { randomBytes } from "node:crypto";
-import { PROTOCOL_VERSION, SupervisorClient, type ServiceStatus } from "../src/index.js";
+import { createHash, randomBytes } from "node:crypto";
+import { PROTOCOL_VERSION, SupervisorClient, readAgentArchive, type ServiceStatus } from "../src/index.js";
 import { bootTestVm, type TestVm } from "@pi-sandbox/vm/testing";
 
 const WORKSPACE = "/workspace";
@@ -152,6 +152,38 @@ test("the agent outlives its channel: a new client gets the same agent, its serv
   expect(await guestGet(web.port!)).toBe(200);
   expect((await client.execStatus(long.handle, { timeoutMs: 0 })).running).toBe(true);
   await client.execKill(long.handle);
+});
+
+test("a guest that holds this host's agent is attached in one exec; a changed agent file is reinstalled", async () => {
+  const execs: string[] = [];
+  const vm = testVm!.vm;
+  const counting = new Proxy(vm, {
+    get(target, prop) {
+      const value: unknown = Reflect.get(target, prop, target);
+      if (prop === "exec") {
+        return (command: readonly string[], options: object) => {
+          execs.push(command.join(" "));
+          return vm.exec(command, options);
+        };
+      }
+      return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  client = await SupervisorClient.start({ vm: counting, workspace: WORKSPACE });
+  expect(execs).toHaveLength(1);
+  expect(execs[0]).toContain("--attach");
+
+  // A guest (root, or a model with it) changed the agent file: the next start puts the host's back.
+  await client.exec("printf 'changed' >> /usr/local/lib/pi-sandbox/sandbox_agent.pyz");
+  execs.length = 0;
+  client = await SupervisorClient.start({ vm: counting, workspace: WORKSPACE });
+  expect(execs).toHaveLength(3); // the launch refused (exit 97), the install, the launch
+  const installed = await client.exec("sha256sum < /usr/local/lib/pi-sandbox/sandbox_agent.pyz");
+  const expected = createHash("sha256")
+    .update(await readAgentArchive())
+    .digest("hex");
+  expect(installed.output.trim()).toBe(`${expected}  -`);
+  expect((await status("web")).state).toBe("running");
 });
 
 test("a 30 s resume hook returns a handle after about 10 s, and exec-status follows it", async () => {

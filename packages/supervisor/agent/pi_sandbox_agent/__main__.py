@@ -1,5 +1,5 @@
 """`python3 -m pi_sandbox_agent` (development); the zipapp has its own __main__ calling the same."""
 
-from .main import entry
+from .start import entry
 
 entry()

@@ -9,9 +9,10 @@ import sys
 from types import FrameType
 
 from .agent import Agent
+from .bridge import DEFAULT_STATE_DIR, attach_main, socket_path, take_protocol_streams
 from .cleanup import Cleanup, maybe_mount_cgroup2
 from .context import Context
-from .daemon import attach, serve_daemon, socket_path, take_protocol_streams
+from .daemon import serve_daemon
 from .protocol import (
     AGENT_VERSION,
     PROTOCOL_VERSION,
@@ -45,7 +46,7 @@ def default_shell() -> str:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     env = os.environ.get
     parser = argparse.ArgumentParser(description="pi-sandbox guest agent (line-delimited JSON on stdin/stdout)")
-    parser.add_argument("--state-dir", default=env("PI_SANDBOX_AGENT_STATE_DIR", "/var/lib/pi-sandbox-agent"))
+    parser.add_argument("--state-dir", default=env("PI_SANDBOX_AGENT_STATE_DIR", DEFAULT_STATE_DIR))
     parser.add_argument("--workspace", default=env("PI_SANDBOX_AGENT_WORKSPACE", "/workspace"))
     parser.add_argument("--shell", default=env("PI_SANDBOX_AGENT_SHELL") or default_shell())
     parser.add_argument(
@@ -120,7 +121,8 @@ def state_dir_problem(opts: argparse.Namespace, err: OSError) -> JsonDict:
 def run(argv: list[str]) -> int:
     opts = parse_args(argv)
     if opts.attach:
-        return attach(opts.state_dir, [arg for arg in argv if arg != "--attach"])
+        # start.py sends bridges to bridge.py directly; this keeps `run` complete.
+        return attach_main(argv)
     if opts.cgroup_root == "/sys/fs/cgroup":
         maybe_mount_cgroup2(opts.cgroup_root)
     if opts.daemon:

@@ -16,7 +16,7 @@ from typing import IO
 import pytest
 from conftest import HOST_LIMITS
 
-from pi_sandbox_agent.daemon import socket_path
+from pi_sandbox_agent.bridge import socket_path
 from pi_sandbox_agent.protocol import PROTOCOL_VERSION, JsonDict
 
 AGENT_DIR = Path(__file__).resolve().parents[1]

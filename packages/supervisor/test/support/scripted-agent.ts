@@ -101,16 +101,17 @@ export class ScriptedAgent {
   }
 }
 
-/** A guest whose install exec succeeds and whose agent exec is `agent` (aborting ends it with code 137). */
+/** A guest whose agent launch (the exec with `--attach`) is `agent` (aborting ends it with code 137); other execs succeed. */
 export function scriptedVm(agent: ScriptedAgent): GuestVm & { execs: number } {
   const vm = {
     name: "scripted",
     execs: 0,
     hostPid: undefined,
     closed: false,
-    exec(_command: string | readonly string[], options: { signal?: AbortSignal } = {}): GuestExecution {
+    exec(command: string | readonly string[], options: { signal?: AbortSignal } = {}): GuestExecution {
       vm.execs++;
-      if (vm.execs === 1) {
+      // Anything but the agent's launch (an install) succeeds at once.
+      if (!command.includes("--attach")) {
         const out = new PassThrough();
         const err = new PassThrough();
         out.end();

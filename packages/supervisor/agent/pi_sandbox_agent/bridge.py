@@ -1,0 +1,172 @@
+"""The bridge (`--attach`): the host's exec channel relayed to the agent daemon's unix socket.
+
+The host's channel is an exec session; it ends when the host process goes (a daemon restart, a
+guest resumed from saved memory under a new host process), and a new host process cannot adopt
+it. So the exec is only this thin bridge: it relays stdin/stdout to the daemon (see daemon.py),
+starting the daemon first if none runs. Every host session starts one, so it imports only what
+relaying needs: under software emulation the whole agent takes about 1.5 s to import, this module
+a fraction of that (see start.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+import time
+from typing import IO
+
+DEFAULT_STATE_DIR = "/var/lib/pi-sandbox-agent"
+# How long a bridge waits for a daemon it started to listen (Python starts slowly under TCG).
+DAEMON_START_TIMEOUT_S = 60.0
+LOG_TAIL_BYTES = 2000
+# The host's marker of the processes of one exec (`@pi-sandbox/vm` kills every process that carries
+# it when the exec is cancelled). The daemon is meant to outlive the bridge's exec, so it drops it.
+EXEC_TOKEN_ENV = "PI_SANDBOX_EXEC_TOKEN"
+
+
+def socket_path(state_dir: str) -> str:
+    """The daemon's socket, next to (not in) the state dir, which the daemon clears at its start."""
+    return os.path.abspath(state_dir).rstrip("/") + ".sock"
+
+
+def take_protocol_streams() -> tuple[IO[bytes], IO[bytes]]:
+    """Keeps the protocol streams to ourselves: children must never inherit the channel, and a
+    stray print must not corrupt it, so fd 0 becomes /dev/null and fd 1 points at stderr."""
+    inp = os.fdopen(os.dup(0), "rb")
+    out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    sys.stdin = open(os.devnull)
+    sys.stdout = sys.stderr
+    return inp, out
+
+
+def state_dir_of(argv: list[str]) -> str:
+    """The --state-dir the daemon will be given (the last one wins, as with argparse)."""
+    found = os.environ.get("PI_SANDBOX_AGENT_STATE_DIR", DEFAULT_STATE_DIR)
+    for i, arg in enumerate(argv):
+        if arg == "--state-dir" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith("--state-dir="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def attach_main(argv: list[str]) -> int:
+    """`--attach ARGS`: bridges to the daemon of ARGS' state dir, which it starts with ARGS."""
+    return attach(state_dir_of(argv), [arg for arg in argv if arg != "--attach"])
+
+
+def attach(state_dir: str, daemon_argv: list[str]) -> int:
+    """Relays this process's stdin/stdout to the daemon of the state dir, starting it if needed."""
+    path = socket_path(state_dir)
+    inp, out = take_protocol_streams()
+    conn = _connect(path)
+    if conn is None:
+        try:
+            conn = _start_daemon(state_dir, path, daemon_argv)
+        except (RuntimeError, OSError) as err:
+            import json  # only on this failure path
+
+            out.write(json.dumps({"event": "fatal", "data": {"code": "AGENT_DAEMON", "message": str(err)}}).encode())
+            out.write(b"\n")
+            out.flush()
+            return 2
+    _relay(inp, out, conn)
+    return 0
+
+
+def _connect(path: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _start_daemon(state_dir: str, path: str, daemon_argv: list[str]) -> socket.socket:
+    # Imported here: only the first bridge of a guest boot starts the daemon.
+    import fcntl
+    import subprocess
+
+    base = os.path.abspath(state_dir).rstrip("/")
+    os.makedirs(os.path.dirname(base) or "/", exist_ok=True)
+    # One starter at a time: two bridges must not both start a daemon.
+    with open(base + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        conn = _connect(path)
+        if conn is not None:
+            return conn
+        log_path = base + ".log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [*_self_command(), *daemon_argv, "--daemon"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env={key: value for key, value in os.environ.items() if key != EXEC_TOKEN_ENV},
+                start_new_session=True,
+                close_fds=True,
+            )
+        deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            conn = _connect(path)
+            if conn is not None:
+                return conn
+            if proc.poll() is not None:
+                raise RuntimeError("the agent daemon exited at once (%s): %s" % (proc.returncode, _tail(log_path)))
+            time.sleep(0.05)
+        waited = "the agent daemon did not listen within %d s" % DAEMON_START_TIMEOUT_S
+        raise RuntimeError("%s: %s" % (waited, _tail(log_path)))
+
+
+def _self_command() -> list[str]:
+    """How to run this agent again: the zipapp, or the package when run with `-m`."""
+    main = sys.argv[0]
+    if os.path.basename(main) == "__main__.py":
+        return [sys.executable, "-u", "-m", "pi_sandbox_agent"]
+    return [sys.executable, "-u", os.path.abspath(main)]
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+            return f.read().decode("utf-8", "replace").strip() or "no output"
+    except OSError:
+        return "no log"
+
+
+def _relay(inp: IO[bytes], out: IO[bytes], conn: socket.socket) -> None:
+    def host_to_agent() -> None:
+        try:
+            while True:
+                data = inp.read1(65536)  # type: ignore[attr-defined]
+                if not data:
+                    break
+                conn.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_WR)
+
+    threading.Thread(target=host_to_agent, name="to-agent", daemon=True).start()
+    try:
+        while True:
+            data = conn.recv(65536)
+            if not data:
+                break
+            out.write(data)
+            out.flush()
+    except OSError:
+        pass
+    finally:
+        conn.close()
