@@ -247,8 +247,8 @@ function pausedGuestError(pause: IoErrorPause, name: string, diskDir: string): V
   if (pause.nospace === false) {
     return new VmError(
       "VM_DISK_FAILED",
-      `the host failed a ${pause.operation ?? "disk"} request of ${name}'s disk in ${diskDir} (${pause.reason ?? "I/O error"}), and QEMU paused the guest; check the host disk, then stop and start ${name}`,
-      { details: { dir: diskDir, name, ...details } },
+      `the host failed a ${pause.operation ?? "disk"} request of ${name}'s disk in ${diskDir} (${pause.reason ?? "I/O error"}), and QEMU paused the guest`,
+      { hint: `check the host disk, then stop and start ${name}`, details: { dir: diskDir, name, ...details } },
     );
   }
   return hostDiskFullError({ dir: diskDir, situation: "running", name, details });
@@ -275,8 +275,8 @@ async function growFilesystem(guest: GondolinGuest, signal: AbortSignal | undefi
   if (result.exitCode === 127) {
     throw new VmError(
       "VM_IMAGE_MISSING_TOOL",
-      "the guest image has no resize2fs, which growing the disk to diskGiB needs; use an image with e2fsprogs",
-      { details: { tool: "resize2fs", needs: "disk resize" } },
+      "the guest image has no resize2fs, which growing the disk to diskGiB needs",
+      { hint: "use an image with e2fsprogs", details: { tool: "resize2fs", needs: "disk resize" } },
     );
   }
   if (result.exitCode !== 0) {
@@ -309,8 +309,11 @@ async function makeRuntimeDir(stateRoot: string): Promise<string> {
   if (!info.isDirectory() || info.uid !== uid || (info.mode & 0o077) !== 0) {
     throw new VmError(
       "VM_START_FAILED",
-      `the VM's socket directory ${dir} is not a private directory of this user (mode ${(info.mode & 0o777).toString(8)}, uid ${info.uid}); set TMPDIR to a directory only you can write to`,
-      { details: { dir, uid: info.uid, mode: (info.mode & 0o777).toString(8) } },
+      `the VM's socket directory ${dir} is not a private directory of this user (mode ${(info.mode & 0o777).toString(8)}, uid ${info.uid})`,
+      {
+        hint: "set TMPDIR to a directory only you can write to",
+        details: { dir, uid: info.uid, mode: (info.mode & 0o777).toString(8) },
+      },
     );
   }
   return dir;
@@ -328,25 +331,28 @@ export function mapStartError(error: unknown, diskDir: string, name?: string): u
   if (code === "vm_start_timeout" || /startup timed out/.test(message)) {
     return new VmError(
       "VM_START_TIMEOUT",
-      "the guest did not get ready in time; the host may be overloaded (software emulation is slow) — retry, or raise the start timeout",
-      { cause: error, details },
+      "the guest did not get ready in time; the host may be overloaded (software emulation is slow)",
+      { hint: "retry, or raise the start timeout", cause: error, details },
     );
   }
   if (/Failed to get "?\w+"? lock|Is another process using the image/.test(message)) {
-    return new VmError("VM_DISK_BUSY", `another QEMU is using the disk in ${diskDir}; stop that VM first`, {
+    return new VmError("VM_DISK_BUSY", `another QEMU is using the disk in ${diskDir}`, {
+      hint: "stop that VM first",
       cause: error,
       details,
     });
   }
   if (code === "ENOENT" && /qemu/i.test(message)) {
-    return new VmError("VM_QEMU_MISSING", "QEMU could not be executed; install qemu-system for this architecture", {
+    return new VmError("VM_QEMU_MISSING", "QEMU could not be executed", {
+      hint: "install qemu-system for this architecture",
       cause: error,
       details,
     });
   }
   const missing = /Could not open '([^']+)': No such file or directory/.exec(message);
   if (missing) {
-    return new VmError("VM_IMAGE_NOT_FOUND", `QEMU could not open ${missing[1]}; restore it or recreate the instance`, {
+    return new VmError("VM_IMAGE_NOT_FOUND", `QEMU could not open ${missing[1]}`, {
+      hint: "restore it or recreate the instance",
       cause: error,
       details: { ...details, path: missing[1] },
     });

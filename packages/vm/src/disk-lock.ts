@@ -75,9 +75,12 @@ export async function acquireDiskLock(dir: string, purpose: string): Promise<Dis
         throw new VmError(
           "VM_DISK_BUSY",
           self
-            ? `the disk in ${dir} is already open in this process (${current.purpose}); stop or close that VM first`
-            : `the disk in ${dir} is in use by process ${current.pid} (${current.purpose}); stop that VM first`,
-          { details: { dir, ownerPid: current.pid, purpose: current.purpose } },
+            ? `the disk in ${dir} is already open in this process (${current.purpose})`
+            : `the disk in ${dir} is in use by process ${current.pid} (${current.purpose})`,
+          {
+            hint: self ? "stop or close that VM first" : "stop that VM first",
+            details: { dir, ownerPid: current.pid, purpose: current.purpose },
+          },
         );
       }
       // Stale: move it aside under a unique name, then make sure we moved the one we judged.

@@ -102,8 +102,8 @@ export class DiskStore {
     if (sizeBytes < recorded.rootfsBytes) {
       throw new VmError(
         "VM_RESOURCES_UNSUPPORTED",
-        `diskGiB ${options.diskGiB} is smaller than the image's root filesystem (${(recorded.rootfsBytes / GiB).toFixed(2)} GiB); raise diskGiB`,
-        { details: { diskGiB: options.diskGiB, rootfsBytes: recorded.rootfsBytes } },
+        `diskGiB ${options.diskGiB} is smaller than the image's root filesystem (${(recorded.rootfsBytes / GiB).toFixed(2)} GiB)`,
+        { hint: "raise diskGiB", details: { diskGiB: options.diskGiB, rootfsBytes: recorded.rootfsBytes } },
       );
     }
     const lock = await this.prepareNewDir(dir, "create");
@@ -186,8 +186,8 @@ export class DiskStore {
         if (sizeBytes < template.sizeBytes) {
           throw new VmError(
             "VM_RESOURCES_UNSUPPORTED",
-            `diskGiB ${options.diskGiB} is smaller than the template's disk (${template.sizeBytes / GiB} GiB); disks can only grow`,
-            { details: { diskGiB: options.diskGiB, templateBytes: template.sizeBytes } },
+            `diskGiB ${options.diskGiB} is smaller than the template's disk (${template.sizeBytes / GiB} GiB)`,
+            { hint: "disks can only grow", details: { diskGiB: options.diskGiB, templateBytes: template.sizeBytes } },
           );
         }
       }
@@ -255,13 +255,10 @@ export class DiskStore {
       const reaped = await reapStrayQemu(dir);
       const pointer = await requirePointer(dir);
       if (pointer.kind !== "instance") {
-        throw new VmError(
-          "VM_DISK_FAILED",
-          `${dir} holds a template; templates never boot — create an instance from it`,
-          {
-            details: { dir },
-          },
-        );
+        throw new VmError("VM_DISK_FAILED", `${dir} holds a template; templates never boot`, {
+          hint: "create an instance from it",
+          details: { dir },
+        });
       }
       await this.requireLayers(dir, pointer);
       await verifyRecordedImage(pointer.image);
@@ -289,8 +286,8 @@ export class DiskStore {
       } catch (error) {
         throw new VmError(
           "VM_DISK_CORRUPT",
-          `the disk in ${dir} names the layer ${layer}, which is missing; the disk cannot be opened — destroy and recreate it`,
-          { cause: error, details: { dir, layer } },
+          `the disk in ${dir} names the layer ${layer}, which is missing; the disk cannot be opened`,
+          { hint: "destroy and recreate it", cause: error, details: { dir, layer } },
         );
       }
     }
@@ -302,7 +299,8 @@ export class DiskStore {
     const lock = await acquireDiskLock(dir, purpose);
     try {
       if (await readPointer(dir)) {
-        throw new VmError("VM_DISK_EXISTS", `a disk already exists in ${dir}; destroy it first or pick another name`, {
+        throw new VmError("VM_DISK_EXISTS", `a disk already exists in ${dir}`, {
+          hint: "destroy it first or pick another name",
           details: { dir },
         });
       }

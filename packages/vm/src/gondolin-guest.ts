@@ -233,8 +233,12 @@ export class GondolinGuest implements GuestVm {
       if (this.closed) throw this.closedError();
       throw new VmError(
         "VM_TCP_CONNECT_FAILED",
-        `nothing accepted a connection on guest port ${port} (${messageOf(error)}); is the service listening on 127.0.0.1:${port} in the guest?`,
-        { cause: error, details: { port, reason: messageOf(error) } },
+        `nothing accepted a connection on guest port ${port} (${messageOf(error)})`,
+        {
+          hint: `is the service listening on 127.0.0.1:${port} in the guest?`,
+          cause: error,
+          details: { port, reason: messageOf(error) },
+        },
       );
     } finally {
       if (onAbort) signal?.removeEventListener("abort", onAbort);
@@ -325,18 +329,19 @@ export class GondolinGuest implements GuestVm {
       const message = messageOf(error);
       const tool = /sshd not/.test(message) ? "sshd" : /sandboxssh not/.test(message) ? "sandboxssh" : undefined;
       if (tool) {
-        throw new VmError(
-          "VM_IMAGE_MISSING_TOOL",
-          `the guest image has no ${tool}, which the terminal needs; use an image with OpenSSH server and Gondolin's sandboxssh`,
-          { cause: error, details: { tool, needs: "ssh" } },
-        );
+        throw new VmError("VM_IMAGE_MISSING_TOOL", `the guest image has no ${tool}, which the terminal needs`, {
+          hint: "use an image with OpenSSH server and Gondolin's sandboxssh",
+          cause: error,
+          details: { tool, needs: "ssh" },
+        });
       }
       const hint = /ssh-keygen/.test(message)
         ? "install the OpenSSH client on the host (ssh-keygen)"
         : /does not exist/.test(message)
           ? `create the user ${user} in the guest first`
           : "check that sshd can start in the guest";
-      throw new VmError("VM_SSH_FAILED", `SSH into the guest could not be enabled: ${message}; ${hint}`, {
+      throw new VmError("VM_SSH_FAILED", `SSH into the guest could not be enabled: ${message}`, {
+        hint,
         cause: error,
         details: { user, reason: message },
       });
@@ -360,8 +365,8 @@ export class GondolinGuest implements GuestVm {
     if (keys.length === 0) {
       throw new VmError(
         "VM_SSH_FAILED",
-        "SSH into the guest could not be enabled: sshd has no readable host key in /etc/ssh/ssh_host_*_key.pub to pin; check that ssh-keygen -A works in the guest",
-        { details: { reason: "no host key" } },
+        "SSH into the guest could not be enabled: sshd has no readable host key in /etc/ssh/ssh_host_*_key.pub to pin",
+        { hint: "check that ssh-keygen -A works in the guest", details: { reason: "no host key" } },
       );
     }
     return keys;
@@ -382,10 +387,8 @@ export class GondolinGuest implements GuestVm {
   private closedError(): VmError {
     return new VmError(
       "VM_CLOSED",
-      this.exitedByItself
-        ? `the VM ${this.name} exited unexpectedly; start it again`
-        : `the VM ${this.name} is closed; start it again`,
-      { details: { name: this.name } },
+      this.exitedByItself ? `the VM ${this.name} exited unexpectedly` : `the VM ${this.name} is closed`,
+      { hint: "start it again", details: { name: this.name } },
     );
   }
 

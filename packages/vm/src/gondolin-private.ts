@@ -31,8 +31,11 @@ export function ingressServerOf(vm: VM): IngressCapableServer {
   if (!server || typeof server.openIngressStream !== "function") {
     throw new VmError(
       "VM_GONDOLIN_INCOMPATIBLE",
-      "this Gondolin version no longer exposes the ingress stream connector that connectTcp uses; install the Gondolin version @pi-sandbox/vm was built for (0.12.x)",
-      { details: { missing: "VM.server.openIngressStream" } },
+      "this Gondolin version no longer exposes the ingress stream connector that connectTcp uses",
+      {
+        hint: "install the Gondolin version @pi-sandbox/vm was built for (0.12.x)",
+        details: { missing: "VM.server.openIngressStream" },
+      },
     );
   }
   return server as IngressCapableServer;

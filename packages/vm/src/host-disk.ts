@@ -101,21 +101,27 @@ export function hostDiskFullError(options: {
   const where = `the host file system ${mount} is full${free}`;
   const vm = name ? `the VM ${name}` : `the VM of ${dir}`;
   let message: string;
+  let hint: string;
   switch (situation) {
     case "running":
-      message = `${where}, so QEMU paused ${vm} on a disk write; nothing it wrote is lost yet. Free space on ${mount}, then stop it (it resumes and saves its work if there is room again) and start it again`;
+      message = `${where}, so QEMU paused ${vm} on a disk write; nothing it wrote is lost yet`;
+      hint = `free space on ${mount}, then stop it (it resumes and saves its work if there is room again) and start it again`;
       break;
     case "stop":
-      message = `the host file system ${mount} ran out of space${space ? ` (${formatBytes(space.freeBytes)} free now)` : ""}, so stopping ${vm} could not save its disk: work since the last start was dropped and the previous checkpoint is still current. Free space on ${mount}, then start it again`;
+      message = `the host file system ${mount} ran out of space${space ? ` (${formatBytes(space.freeBytes)} free now)` : ""}, so stopping ${vm} could not save its disk: work since the last start was dropped and the previous checkpoint is still current`;
+      hint = `free space on ${mount}, then start it again`;
       break;
     case "start":
-      message = `${where}, and starting ${vm} needs some space for its disk in ${dir}. Free space on ${mount}, then start it again`;
+      message = `${where}, and starting ${vm} needs some space for its disk in ${dir}`;
+      hint = `free space on ${mount}, then start it again`;
       break;
     case "disk":
-      message = `${where}, so ${options.action ?? "a disk operation"} in ${dir} failed. Free space on ${mount} and retry`;
+      message = `${where}, so ${options.action ?? "a disk operation"} in ${dir} failed`;
+      hint = `free space on ${mount} and retry`;
       break;
   }
   return new VmError("VM_HOST_DISK_FULL", message, {
+    hint,
     ...(options.cause !== undefined ? { cause: options.cause } : {}),
     details: {
       dir,

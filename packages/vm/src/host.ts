@@ -97,25 +97,24 @@ export function qemuArchOf(arch: string): "x86_64" | "aarch64" {
 export function chooseAccelerator(host: HostFacts, override?: string): AcceleratorChoice {
   const forced = override?.trim().toLowerCase() || undefined;
   if (forced !== undefined && forced !== "kvm" && forced !== "hvf" && forced !== "tcg") {
-    throw new VmError(
-      "VM_RESOURCES_UNSUPPORTED",
-      `accelerator "${override}" is unknown; set PI_SANDBOX_ACCEL to kvm, hvf or tcg, or unset it`,
-      { details: { accelerator: override } },
-    );
+    throw new VmError("VM_RESOURCES_UNSUPPORTED", `accelerator "${override}" is unknown`, {
+      hint: "set PI_SANDBOX_ACCEL to kvm, hvf or tcg, or unset it",
+      details: { accelerator: override },
+    });
   }
   let accel: Accelerator;
   if (forced === "kvm") {
     if (host.platform !== "linux" || !host.kvmAccessible) {
-      throw new VmError(
-        "VM_RESOURCES_UNSUPPORTED",
-        "KVM was requested but /dev/kvm is not usable by this user; add the user to the kvm group or unset PI_SANDBOX_ACCEL",
-        { details: { accelerator: "kvm" } },
-      );
+      throw new VmError("VM_RESOURCES_UNSUPPORTED", "KVM was requested but /dev/kvm is not usable by this user", {
+        hint: "add the user to the kvm group or unset PI_SANDBOX_ACCEL",
+        details: { accelerator: "kvm" },
+      });
     }
     accel = "kvm";
   } else if (forced === "hvf") {
     if (host.platform !== "darwin") {
-      throw new VmError("VM_RESOURCES_UNSUPPORTED", "HVF is only available on macOS; unset PI_SANDBOX_ACCEL", {
+      throw new VmError("VM_RESOURCES_UNSUPPORTED", "HVF is only available on macOS", {
+        hint: "unset PI_SANDBOX_ACCEL",
         details: { accelerator: "hvf" },
       });
     }
@@ -168,11 +167,10 @@ export function checkResources(resources: VmResources, host: HostFacts): void {
     });
   }
   if (cpus > host.cpus) {
-    throw new VmError(
-      "VM_RESOURCES_UNSUPPORTED",
-      `the VM asks for ${cpus} CPUs but this host offers ${host.cpus}; lower resources.cpus to at most ${host.cpus}`,
-      { details: { cpus, hostCpus: host.cpus } },
-    );
+    throw new VmError("VM_RESOURCES_UNSUPPORTED", `the VM asks for ${cpus} CPUs but this host offers ${host.cpus}`, {
+      hint: `lower resources.cpus to at most ${host.cpus}`,
+      details: { cpus, hostCpus: host.cpus },
+    });
   }
   if (!Number.isFinite(memoryGiB) || memoryGiB < MIN_MEMORY_GIB) {
     throw new VmError("VM_RESOURCES_UNSUPPORTED", `memoryGiB must be at least ${MIN_MEMORY_GIB} (got ${memoryGiB})`, {
@@ -183,8 +181,8 @@ export function checkResources(resources: VmResources, host: HostFacts): void {
     const hostGiB = Math.floor((host.memoryBytes / GiB) * 10) / 10;
     throw new VmError(
       "VM_RESOURCES_UNSUPPORTED",
-      `the VM asks for ${memoryGiB} GiB of memory but this host has ${hostGiB} GiB; lower resources.memoryGiB`,
-      { details: { memoryGiB, hostMemoryBytes: host.memoryBytes } },
+      `the VM asks for ${memoryGiB} GiB of memory but this host has ${hostGiB} GiB`,
+      { hint: "lower resources.memoryGiB", details: { memoryGiB, hostMemoryBytes: host.memoryBytes } },
     );
   }
 }

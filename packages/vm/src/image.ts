@@ -61,11 +61,11 @@ export async function assertImageReadable(image: GuestImage): Promise<void> {
     try {
       await fsp.access(file, fs.constants.R_OK);
     } catch (error) {
-      throw new VmError(
-        "VM_IMAGE_NOT_FOUND",
-        `the guest image file ${file} is missing or unreadable; restore the image or point the config's image at a Gondolin assets directory`,
-        { cause: error, details: { path: file, image: image.dir } },
-      );
+      throw new VmError("VM_IMAGE_NOT_FOUND", `the guest image file ${file} is missing or unreadable`, {
+        hint: "restore the image or point the config's image at a Gondolin assets directory",
+        cause: error,
+        details: { path: file, image: image.dir },
+      });
     }
   }
 }
@@ -87,8 +87,12 @@ export async function resolveImage(
   } catch (error) {
     throw new VmError(
       "VM_IMAGE_NOT_FOUND",
-      "no guest image is configured and Gondolin's default image is not available; set image: in sandbox.yaml, set GONDOLIN_GUEST_DIR, or import one with `gondolin image import`",
-      { cause: error, details: { reason: messageOf(error) } },
+      "no guest image is configured and Gondolin's default image is not available",
+      {
+        hint: "set image: in sandbox.yaml, set GONDOLIN_GUEST_DIR, or import one with `gondolin image import`",
+        cause: error,
+        details: { reason: messageOf(error) },
+      },
     );
   }
   const dirs = new Set([assets.kernelPath, assets.initrdPath, assets.rootfsPath].map((file) => path.dirname(file)));
@@ -115,8 +119,9 @@ export async function verifyRecordedImage(image: RecordedImage): Promise<void> {
   if (stat.size !== image.rootfsBytes || Math.trunc(stat.mtimeMs) !== image.rootfsMtimeMs) {
     throw new VmError(
       "VM_IMAGE_CHANGED",
-      `the guest image file ${image.rootfsPath} changed since this disk was created from it; the disk only works with the original file — restore it, or destroy and recreate the instance`,
+      `the guest image file ${image.rootfsPath} changed since this disk was created from it; the disk only works with the original file`,
       {
+        hint: "restore it, or destroy and recreate the instance",
         details: {
           path: image.rootfsPath,
           expected: { bytes: image.rootfsBytes, mtimeMs: image.rootfsMtimeMs },

@@ -39,11 +39,10 @@ export async function readonlyMounts(
       why = code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? String(error)})`;
     }
     if (why) {
-      throw new VmError(
-        "VM_MOUNT_INVALID",
-        `mount host path ${mount.hostPath} ${why}; create it or fix mounts in sandbox.yaml`,
-        { details: { hostPath: mount.hostPath, guestPath: mount.guestPath } },
-      );
+      throw new VmError("VM_MOUNT_INVALID", `mount host path ${mount.hostPath} ${why}`, {
+        hint: "create it or fix mounts in sandbox.yaml",
+        details: { hostPath: mount.hostPath, guestPath: mount.guestPath },
+      });
     }
     out[guestPath] = new gondolin.ReadonlyProvider(new gondolin.RealFSProvider(mount.hostPath));
   }

@@ -28,8 +28,8 @@ export function mapQemuFailure(stderr: string, context: { action: string; path?:
   if (/Failed to get "?\w+"? lock|Is another process using the image/i.test(text)) {
     return new VmError(
       "VM_DISK_BUSY",
-      `${context.action}: the disk${context.path ? ` ${context.path}` : ""} is in use by another QEMU process; stop the VM using it first`,
-      { cause, details },
+      `${context.action}: the disk${context.path ? ` ${context.path}` : ""} is in use by another QEMU process`,
+      { hint: "stop the VM using it first", cause, details },
     );
   }
   if (/No space left on device/i.test(text)) {
@@ -56,15 +56,15 @@ export function mapQemuFailure(stderr: string, context: { action: string; path?:
   ) {
     return new VmError(
       "VM_DISK_CORRUPT",
-      `${context.action}: the disk file${context.path ? ` ${context.path}` : ""} is damaged; restore it from a template or destroy and recreate the instance`,
-      { cause, details },
+      `${context.action}: the disk file${context.path ? ` ${context.path}` : ""} is damaged`,
+      { hint: "restore it from a template or destroy and recreate the instance", cause, details },
     );
   }
-  return new VmError(
-    "VM_DISK_FAILED",
-    `${context.action} failed${text ? `: ${firstLine(text)}` : ""}; see details.qemuOutput`,
-    { cause, details },
-  );
+  return new VmError("VM_DISK_FAILED", `${context.action} failed${text ? `: ${firstLine(text)}` : ""}`, {
+    hint: "see details.qemuOutput",
+    cause,
+    details,
+  });
 }
 
 function firstLine(text: string): string {
@@ -79,13 +79,10 @@ export function defaultQemuImgRunner(): QemuImgRunner {
       const binary = findExecutable("qemu-img");
       if (!binary) {
         reject(
-          new VmError(
-            "VM_QEMU_MISSING",
-            "qemu-img is not installed or not on PATH; install QEMU (e.g. apt-get install qemu-utils)",
-            {
-              details: { tool: "qemu-img" },
-            },
-          ),
+          new VmError("VM_QEMU_MISSING", "qemu-img is not installed or not on PATH", {
+            hint: "install QEMU (e.g. apt-get install qemu-utils)",
+            details: { tool: "qemu-img" },
+          }),
         );
         return;
       }

@@ -50,11 +50,10 @@ export async function prepareQemuLauncher(binDir: string, arch: string = process
   const name = `qemu-system-${qemuArch}`;
   const emulatorPath = findExecutable(name);
   if (!emulatorPath) {
-    throw new VmError(
-      "VM_QEMU_MISSING",
-      `${name} is not installed or not on PATH; install QEMU (e.g. apt-get install qemu-system-x86 qemu-utils, or brew install qemu)`,
-      { details: { tool: name } },
-    );
+    throw new VmError("VM_QEMU_MISSING", `${name} is not installed or not on PATH`, {
+      hint: "install QEMU (e.g. apt-get install qemu-system-x86 qemu-utils, or brew install qemu)",
+      details: { tool: name },
+    });
   }
   if (process.platform === "win32") {
     return {
@@ -177,8 +176,8 @@ export async function reapStrayQemu(dir: string): Promise<ReapResult> {
   if (!gone) {
     throw new VmError(
       "VM_DISK_BUSY",
-      `a leftover QEMU (pid ${record.pid}) still uses the disk in ${dir} and did not die on SIGKILL; kill it by hand`,
-      { details: { dir, pid: record.pid } },
+      `a leftover QEMU (pid ${record.pid}) still uses the disk in ${dir} and did not die on SIGKILL`,
+      { hint: "kill it by hand", details: { dir, pid: record.pid } },
     );
   }
   await fsp.rm(file, { force: true });

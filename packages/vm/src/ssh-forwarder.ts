@@ -98,7 +98,9 @@ export class SshForwarder implements GuestSshAccess {
   /** Writes the key files into a fresh private temp dir and starts listening on an ephemeral port. */
   static async open(options: SshForwarderOptions): Promise<SshForwarder> {
     if (options.hostKeys.length === 0) {
-      throw new VmError("VM_SSH_FAILED", "the guest's sshd offered no host key to pin; check /etc/ssh in the guest");
+      throw new VmError("VM_SSH_FAILED", "the guest's sshd offered no host key to pin", {
+        hint: "check /etc/ssh in the guest",
+      });
     }
     // mkdtemp makes a new directory (mode 0700, ours) with a random name, never an existing one.
     const dir = await mkdtemp(path.join(os.tmpdir(), "pisb-ssh-"));

@@ -208,7 +208,9 @@ class LocalGuest implements LocalGuestVm {
   }
 
   async enableSsh(): Promise<GuestSshAccess> {
-    throw new VmError("VM_UNSUPPORTED", "the local fake guest has no SSH; use a real VM for terminal tests");
+    throw new VmError("VM_UNSUPPORTED", "the local fake guest has no SSH", {
+      hint: "use a real VM for terminal tests",
+    });
   }
 
   close(): Promise<void> {
@@ -228,7 +230,10 @@ class LocalGuest implements LocalGuestVm {
   }
 
   private closedError(): VmError {
-    return new VmError("VM_CLOSED", `the VM ${this.name} is closed; start it again`, { details: { name: this.name } });
+    return new VmError("VM_CLOSED", `the VM ${this.name} is closed`, {
+      hint: "start it again",
+      details: { name: this.name },
+    });
   }
 
   private fileError(error: unknown, guestPath: string, action: string, signal?: AbortSignal): unknown {

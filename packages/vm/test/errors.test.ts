@@ -25,6 +25,8 @@ describe("QEMU failures become typed errors that keep the raw text in details", 
     const error = mapQemuFailure(raw, { action: "booting", path: "/d/layer-1.qcow2" });
     expect(error.code).toBe("VM_DISK_BUSY");
     expect(error.message).not.toContain("qemu-system");
+    expect(error.hint).toBe("stop the VM using it first");
+    expect(error.toJSON()).toMatchObject({ name: "VmError", code: "VM_DISK_BUSY", hint: "stop the VM using it first" });
     expect(error.details.qemuOutput).toBe(raw);
     const start = mapStartError(new Error(`sandbox exited (code=1) (qemu: ${raw})`), "/d");
     expect(isVmError(start, "VM_DISK_BUSY")).toBe(true);

@@ -88,9 +88,9 @@ async function expectDiskFull(work: Promise<unknown>, withinMs: number): Promise
   const took = Date.now() - started;
   if (!isVmError(error, "VM_HOST_DISK_FULL")) throw error;
   expect(took).toBeLessThan(withinMs);
-  // The message names the full file system and says what to do.
+  // The message names the full file system and the hint says what to do.
   expect(error.message).toMatch(new RegExp(`host file system ${stateRoot} (is full|ran out of space)`));
-  expect(error.message).toMatch(/Free space on /);
+  expect(error.hint).toMatch(/^free space on /);
   expect(error.details).toMatchObject({ mountPoint: stateRoot, dir: diskDir });
   return error;
 }

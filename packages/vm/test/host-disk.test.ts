@@ -39,15 +39,19 @@ describe("the host file system under a disk", () => {
         new RegExp(`^the host file system ${mount.replace(/[/.]/g, "\\$&")} is full \\(\\d+\\.\\d (MiB|GiB) free of`),
       );
       expect(running.message).toContain("QEMU paused the VM web on a disk write");
-      expect(running.message).toContain(`Free space on ${mount}, then stop it`);
+      expect(running.hint).toBe(
+        `free space on ${mount}, then stop it (it resumes and saves its work if there is room again) and start it again`,
+      );
+      expect(running.message).not.toContain("free space on");
       expect(running.details).toMatchObject({ dir, name: "web", mountPoint: mount });
       expect(typeof running.details.freeBytes).toBe("number");
       const stop = hostDiskFullError({ dir, situation: "stop", name: "web" });
       expect(stop.message).toContain("previous checkpoint is still current");
       expect(stop.message).toContain(`the host file system ${mount} ran out of space`);
-      expect(stop.message).toContain("then start it again");
+      expect(stop.hint).toBe(`free space on ${mount}, then start it again`);
       const disk = hostDiskFullError({ dir, situation: "disk", action: "creating a disk layer" });
       expect(disk.message).toContain(`creating a disk layer in ${dir} failed`);
+      expect(disk.hint).toBe(`free space on ${mount} and retry`);
     } finally {
       await cleanup();
     }
