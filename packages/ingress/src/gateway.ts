@@ -120,7 +120,10 @@ export class PreviewGateway implements AsyncDisposable {
   origin(key: string): string {
     const entry = this.#open.get(key);
     if (!entry) {
-      throw new IngressError("INGRESS_NOT_OPEN", `preview ${key} is not open; open it first`, { details: { key } });
+      throw new IngressError("INGRESS_NOT_OPEN", `preview ${key} is not open`, {
+        hint: "open it first",
+        details: { key },
+      });
     }
     return entry.listener.origin;
   }
@@ -133,7 +136,10 @@ export class PreviewGateway implements AsyncDisposable {
   async probe(key: string, options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<void> {
     const entry = this.#open.get(key);
     if (!entry) {
-      throw new IngressError("INGRESS_NOT_OPEN", `preview ${key} is not open; open it first`, { details: { key } });
+      throw new IngressError("INGRESS_NOT_OPEN", `preview ${key} is not open`, {
+        hint: "open it first",
+        details: { key },
+      });
     }
     const guestPort = entry.listener.guestPort;
     const signal = options.signal ? AbortSignal.any([options.signal, this.#closing.signal]) : this.#closing.signal;
@@ -151,8 +157,12 @@ export class PreviewGateway implements AsyncDisposable {
       const reason = error instanceof Error ? error.message : String(error);
       throw new IngressError(
         "INGRESS_UPSTREAM_FAILED",
-        `preview ${key}: nothing answers on guest port ${guestPort} (${reason}); is the server running and listening on 127.0.0.1:${guestPort} in the guest? Check the logs of service ${key}`,
-        { cause: error, details: { key, guestPort } },
+        `preview ${key}: nothing answers on guest port ${guestPort} (${reason})`,
+        {
+          hint: `is the server running and listening on 127.0.0.1:${guestPort} in the guest? Check the logs of service ${key}`,
+          cause: error,
+          details: { key, guestPort },
+        },
       );
     }
   }

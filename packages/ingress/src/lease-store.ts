@@ -160,10 +160,10 @@ export class JsonFilePortLeaseStore implements PortLeaseStore {
 
   #failure(what: string, cause?: unknown): IngressError {
     const reason = cause instanceof Error ? `: ${cause.message}` : "";
-    return new IngressError(
-      "INGRESS_LEASE_STORE_FAILED",
-      `${what}${reason}; fix or remove the file (removing it assigns new preview ports)`,
-      { cause, details: { path: this.path } },
-    );
+    return new IngressError("INGRESS_LEASE_STORE_FAILED", `${what}${reason}`, {
+      hint: "fix or remove the file (removing it assigns new preview ports)",
+      cause,
+      details: { path: this.path },
+    });
   }
 }

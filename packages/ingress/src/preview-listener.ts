@@ -87,8 +87,12 @@ export class PreviewListener {
       if (code === "EADDRINUSE") {
         throw new IngressError(
           "INGRESS_PORT_IN_USE",
-          `port ${port} for preview ${options.key} is taken by another process; stop that process or destroy and recreate the instance`,
-          { cause: error, details: { key: options.key, port } },
+          `port ${port} for preview ${options.key} is taken by another process`,
+          {
+            hint: "stop that process or destroy and recreate the instance",
+            cause: error,
+            details: { key: options.key, port },
+          },
         );
       }
       throw new IngressError(

@@ -178,9 +178,8 @@ describe("port leases", () => {
     try {
       await using b = testGateway({ leases });
       const error = await expectCode(b.open({ key: "web", guestPort: guest.port, links: [] }), "INGRESS_PORT_IN_USE");
-      expect(error.message).toBe(
-        `port ${hostPort} for preview web is taken by another process; stop that process or destroy and recreate the instance`,
-      );
+      expect(error.message).toBe(`port ${hostPort} for preview web is taken by another process`);
+      expect(error.hint).toBe("stop that process or destroy and recreate the instance");
       expect(error.details).toEqual({ key: "web", port: hostPort });
       expect(await leases.get("web")).toBe(hostPort);
       // Other previews are unaffected.
@@ -341,7 +340,7 @@ describe("probe", () => {
     await gateway.open({ key: "api", guestPort: gone.port, links: [] });
     const error = await expectCode(gateway.probe("api"), "INGRESS_UPSTREAM_FAILED");
     expect(error.message).toContain(`guest port ${gone.port}`);
-    expect(error.message).toContain("logs of service api");
+    expect(error.hint).toContain("logs of service api");
     expect(error.details).toEqual({ key: "api", guestPort: gone.port });
   });
 
