@@ -24,12 +24,8 @@ export function assertValidInstanceName(name: unknown, kind = "instance"): asser
   if (isValidInstanceName(name)) return;
   const shown =
     typeof name === "string" ? JSON.stringify(name.length > 60 ? `${name.slice(0, 60)}…` : name) : String(name);
-  throw new ConfigError(
-    "CONFIG_INVALID_NAME",
-    `${shown} is not a valid ${kind} name; use 1–40 characters: a lowercase letter first, then lowercase letters, digits or hyphens`,
-    {
-      hint: `pick a name such as "demo" or "web-1"`,
-      details: { name: typeof name === "string" ? name : String(name), kind },
-    },
-  );
+  throw new ConfigError("CONFIG_INVALID_NAME", `${shown} is not a valid ${kind} name`, {
+    hint: `use 1–40 characters: a lowercase letter first, then lowercase letters, digits or hyphens (such as "demo" or "web-1")`,
+    details: { name: typeof name === "string" ? name : String(name), kind },
+  });
 }

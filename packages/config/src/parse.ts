@@ -236,8 +236,9 @@ function tooLarge(sourcePath: string | undefined, size: number | undefined): Con
   const shown = size === undefined ? "more than 1 MiB" : `${size} bytes`;
   return new ConfigError(
     "CONFIG_TOO_LARGE",
-    `${fileLabel(sourcePath)} is ${shown}; sandbox.yaml may be at most ${LIMITS.yamlMaxBytes} bytes (1 MiB). Move large content into setup scripts in the workspace`,
+    `${fileLabel(sourcePath)} is ${shown}; sandbox.yaml may be at most ${LIMITS.yamlMaxBytes} bytes (1 MiB)`,
     {
+      hint: "move large content into setup scripts in the workspace",
       details: {
         ...(sourcePath === undefined ? {} : { sourcePath }),
         limitBytes: LIMITS.yamlMaxBytes,
@@ -285,24 +286,25 @@ export async function readConfigText(
     if (error instanceof ConfigError) throw error;
     const code = (error as NodeJS.ErrnoException).code;
     if (code === "ENOENT" || code === "ENOTDIR") {
-      throw new ConfigError(
-        "CONFIG_NOT_FOUND",
-        `no config file at ${absolute}; check the path, or create a sandbox.yaml there (the package README has an example)`,
-        { cause: error, details: { sourcePath: absolute } },
-      );
+      throw new ConfigError("CONFIG_NOT_FOUND", `no config file at ${absolute}`, {
+        hint: "check the path, or create a sandbox.yaml there (the package README has an example)",
+        cause: error,
+        details: { sourcePath: absolute },
+      });
     }
-    throw new ConfigError(
-      "CONFIG_READ_FAILED",
-      `could not read ${absolute} (${code ?? (error as Error).message}); make sure it is a readable file`,
-      { cause: error, details: { sourcePath: absolute, ...(code ? { errno: code } : {}) } },
-    );
+    throw new ConfigError("CONFIG_READ_FAILED", `could not read ${absolute} (${code ?? (error as Error).message})`, {
+      hint: "make sure it is a readable file",
+      cause: error,
+      details: { sourcePath: absolute, ...(code ? { errno: code } : {}) },
+    });
   }
   signal?.throwIfAborted();
   let text: string;
   try {
     text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
   } catch (error) {
-    throw new ConfigError("CONFIG_YAML_SYNTAX", `${absolute} is not UTF-8 text; save it as UTF-8 and try again`, {
+    throw new ConfigError("CONFIG_YAML_SYNTAX", `${absolute} is not UTF-8 text`, {
+      hint: "save it as UTF-8 and try again",
       cause: error,
       issues: [{ path: "", message: "the file is not valid UTF-8 text" }],
       details: { sourcePath: absolute },

@@ -56,8 +56,8 @@ export function resolvePublicUrlReferences(
       if (url === undefined) {
         throw new ConfigError(
           "CONFIG_UNRESOLVED_REFERENCE",
-          `env ${name} refers to ${text}, but service ${service} has no preview URL yet; start ${service} with a preview first`,
-          { details: { env: name, service } },
+          `env ${name} refers to ${text}, but service ${service} has no preview URL yet`,
+          { hint: `start ${service} with a preview first`, details: { env: name, service } },
         );
       }
       return url;

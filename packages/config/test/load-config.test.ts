@@ -32,9 +32,8 @@ test("reads, parses and resolves a relative image next to the file", async () =>
 test("a missing file is CONFIG_NOT_FOUND with the absolute path", async () => {
   const error = await loadError(join(dir, "nope.yaml"));
   expect(error.code).toBe("CONFIG_NOT_FOUND");
-  expect(error.message).toBe(
-    `no config file at ${join(dir, "nope.yaml")}; check the path, or create a sandbox.yaml there (the package README has an example)`,
-  );
+  expect(error.message).toBe(`no config file at ${join(dir, "nope.yaml")}`);
+  expect(error.hint).toBe("check the path, or create a sandbox.yaml there (the package README has an example)");
 });
 
 test("a file over 1 MiB is CONFIG_TOO_LARGE", async () => {

@@ -33,8 +33,8 @@ describe("instance and template names", () => {
     expect(caught).toBeInstanceOf(ConfigError);
     expect(caught).toMatchObject({
       code: "CONFIG_INVALID_NAME",
-      message:
-        '"Bad Name" is not a valid template name; use 1–40 characters: a lowercase letter first, then lowercase letters, digits or hyphens',
+      message: '"Bad Name" is not a valid template name',
+      hint: 'use 1–40 characters: a lowercase letter first, then lowercase letters, digits or hyphens (such as "demo" or "web-1")',
       details: { name: "Bad Name", kind: "template" },
     });
   });
