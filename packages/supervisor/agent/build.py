@@ -55,6 +55,9 @@ def build(out: Path, force: bool = False) -> bool:
         raise SystemExit("no agent sources under %s" % (HERE / PACKAGE))
     digest = source_sha256(files)
     if not force and built_sha256(out) == digest:
+        # Marks the archive as checked: the host client runs this builder only when a source is
+        # newer than the archive (see src/agent-script.ts).
+        os.utime(out)
         return False
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="pisb-agent-") as stage:

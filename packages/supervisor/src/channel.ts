@@ -55,9 +55,8 @@ const PROTOCOL_NOTES_LOGGED = 20;
 export function protocolError(problem: string, details: Record<string, unknown> = {}): SupervisorError {
   return new SupervisorError(
     "AGENT_PROTOCOL",
-    `the guest agent broke the protocol (${problem}); the channel is closed and its services are being stopped — ` +
-      "start a new supervisor client or restart the instance",
-    { details: { problem, ...details } },
+    `the guest agent broke the protocol (${problem}); the channel is closed and its services are being stopped`,
+    { hint: "start a new supervisor client or restart the instance", details: { problem, ...details } },
   );
 }
 
@@ -183,8 +182,8 @@ export class AgentChannel {
           reject(
             new SupervisorError(
               "AGENT_UNRESPONSIVE",
-              `the guest agent did not answer ${op} within ${options.timeoutMs} ms; the guest may be overloaded — retry, or restart the instance if it persists`,
-              { details: { op, timeoutMs: options.timeoutMs } },
+              `the guest agent did not answer ${op} within ${options.timeoutMs} ms; the guest may be overloaded`,
+              { hint: "retry, or restart the instance if it persists", details: { op, timeoutMs: options.timeoutMs } },
             ),
           );
         }, options.timeoutMs);
@@ -385,11 +384,11 @@ export class AgentChannel {
         ? `was killed by ${status.signal}`
         : `exited with code ${status.exitCode}`
       : `failed: ${messageOf(error)}`;
-    return new SupervisorError(
-      "AGENT_CLOSED",
-      `the guest agent ${how}; services and commands it supervised are gone — restart the instance`,
-      { cause: error, details: { exitCode: status?.exitCode, signal: status?.signal, stderr: this.stderr } },
-    );
+    return new SupervisorError("AGENT_CLOSED", `the guest agent ${how}; services and commands it supervised are gone`, {
+      hint: "restart the instance",
+      cause: error,
+      details: { exitCode: status?.exitCode, signal: status?.signal, stderr: this.stderr },
+    });
   }
 
   private shut(error: SupervisorError): void {

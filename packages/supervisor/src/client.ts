@@ -145,7 +145,8 @@ export class SupervisorClient implements AsyncDisposable {
    */
   async exec(command: string, options: ExecOptions = {}): Promise<ExecResult> {
     if (typeof command !== "string" || command.trim() === "") {
-      throw new SupervisorError("INVALID_ARGUMENT", "the command is empty; pass a shell command", {
+      throw new SupervisorError("INVALID_ARGUMENT", "the command is empty", {
+        hint: "pass a shell command",
         details: { key: "command" },
       });
     }
@@ -234,8 +235,8 @@ export class SupervisorClient implements AsyncDisposable {
     if (data.length > maxBytes) {
       throw new SupervisorError(
         "FILE_TOO_LARGE",
-        `cannot write ${path}: ${data.length} bytes is more than the ${maxBytes} allowed; split the content or transfer an archive`,
-        { details: { path, sizeBytes: data.length, maxBytes } },
+        `cannot write ${path}: ${data.length} bytes is more than the ${maxBytes} allowed`,
+        { hint: "split the content or transfer an archive", details: { path, sizeBytes: data.length, maxBytes } },
       );
     }
     return writeThroughAgent(this.channel, path, data, options);

@@ -119,8 +119,8 @@ export async function readThroughAgentTo(
   if (hash.digest("hex") !== opened.sha256) {
     throw new SupervisorError(
       "FILE_CHECKSUM_MISMATCH",
-      `the content of ${path} arrived damaged or changed while it was read (sha256 mismatch); nothing was kept — retry`,
-      { details: { path, expected: opened.sha256, receivedBytes: opened.length } },
+      `the content of ${path} arrived damaged or changed while it was read (sha256 mismatch); nothing was kept`,
+      { hint: "retry", details: { path, expected: opened.sha256, receivedBytes: opened.length } },
     );
   }
   return { size: opened.size, length: opened.length, sha256: opened.sha256, truncated: opened.truncated };

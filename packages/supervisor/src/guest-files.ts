@@ -79,8 +79,8 @@ export class GuestFiles {
     if (source.size > MAX_WRITE_BYTES) {
       throw new SupervisorError(
         "FILE_TOO_LARGE",
-        `cannot write ${path}: ${source.size} bytes is more than the ${MAX_WRITE_BYTES} allowed; copy an archive in parts`,
-        { details: { path, sizeBytes: source.size, maxBytes: MAX_WRITE_BYTES } },
+        `cannot write ${path}: ${source.size} bytes is more than the ${MAX_WRITE_BYTES} allowed`,
+        { hint: "copy an archive in parts", details: { path, sizeBytes: source.size, maxBytes: MAX_WRITE_BYTES } },
       );
     }
     return writeThroughAgent(this.channel, path, source, options);

@@ -114,8 +114,8 @@ async function installAgent(
   if (status.exitCode === 127) {
     throw new SupervisorError(
       "GUEST_PYTHON_MISSING",
-      `the guest image has no ${python}; commands and services need it — use an image that includes python3`,
-      { details: { tool: python, stderr: text } },
+      `the guest image has no ${python}; commands and services need it`,
+      { hint: "use an image that includes python3", details: { tool: python, stderr: text } },
     );
   }
   if (status.exitCode !== 0) {
@@ -148,11 +148,11 @@ export async function exchangeHello(channel: AgentChannel, timeoutMs: number, si
       });
     }
     if (isSupervisorError(error) && error.details.agentCode !== undefined) {
-      throw new SupervisorError(
-        "AGENT_PROTOCOL",
-        `the guest agent refused this client's hello (${error.message}); reinstall matching packages`,
-        { cause: error, details: { agentCode: error.details.agentCode } },
-      );
+      throw new SupervisorError("AGENT_PROTOCOL", `the guest agent refused this client's hello (${error.message})`, {
+        hint: "reinstall matching packages",
+        cause: error,
+        details: { agentCode: error.details.agentCode },
+      });
     }
     throw error;
   }
@@ -186,8 +186,8 @@ function waitForHello(channel: AgentChannel, timeoutMs: number, signal: AbortSig
             reject(
               new SupervisorError(
                 "AGENT_PROTOCOL",
-                `the guest agent speaks protocol ${String(protocol)}, this client ${PROTOCOL_VERSION}; reinstall matching packages`,
-                { details: { protocol } },
+                `the guest agent speaks protocol ${String(protocol)}, this client ${PROTOCOL_VERSION}`,
+                { hint: "reinstall matching packages", details: { protocol } },
               ),
             );
             return;

@@ -167,11 +167,10 @@ export class ServiceControl {
     }
     const config = await this.guest.tryRead(options.signal);
     if (config && Object.hasOwn(config.services, spec.name)) {
-      throw new SupervisorError(
-        "SERVICE_DECLARED",
-        `service ${spec.name} is declared in ${this.guest.configPath}; use services restart for it, or pick another name`,
-        { details: { service: spec.name } },
-      );
+      throw new SupervisorError("SERVICE_DECLARED", `service ${spec.name} is declared in ${this.guest.configPath}`, {
+        hint: "use services restart for it, or pick another name",
+        details: { service: spec.name },
+      });
     }
     const agentSpec: AgentServiceSpec = {
       name: spec.name,
@@ -255,9 +254,9 @@ export class ServiceControl {
     return new SupervisorError(
       "SERVICE_NOT_FOUND",
       why
-        ? `no service named ${name} is declared in ${this.guest.configPath} (${list}); ${why}`
-        : `no service named ${name} is declared in ${this.guest.configPath} or running (${list}); check the name`,
-      { details: { service: name, declared } },
+        ? `no service named ${name} is declared in ${this.guest.configPath} (${list})`
+        : `no service named ${name} is declared in ${this.guest.configPath} or running (${list})`,
+      { hint: why ?? "check the name", details: { service: name, declared } },
     );
   }
 }
