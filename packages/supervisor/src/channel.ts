@@ -51,6 +51,9 @@ const PROTOCOL_NOTE_CHARS = 200;
 /** `protocol-error` events logged per channel (the host never sends what causes them; a flood is the guest's). */
 const PROTOCOL_NOTES_LOGGED = 20;
 
+/** What to do once this client closed or detached: the channel is never reopened. */
+const NEW_CLIENT_HINT = "start a new supervisor client to talk to the guest";
+
 /** Builds the AGENT_PROTOCOL error the channel closes with. */
 export function protocolError(problem: string, details: Record<string, unknown> = {}): SupervisorError {
   return new SupervisorError(
@@ -225,7 +228,7 @@ export class AgentChannel {
     if (!this.closedError) {
       await this.request("shutdown", {}, () => undefined, { timeoutMs: deadlineMs }).catch(() => undefined);
     }
-    await this.end(deadlineMs, "the supervisor client was closed; start a new one to talk to the guest");
+    await this.end(deadlineMs, "the supervisor client was closed");
   }
 
   /**
@@ -234,8 +237,8 @@ export class AgentChannel {
    */
   async detach(deadlineMs: number): Promise<void> {
     // Shut first: the bridge's own exit that follows is not the agent's.
-    const message = "the supervisor client detached; start a new one to talk to the guest";
-    this.shut(new SupervisorError("AGENT_CLOSED", message));
+    const message = "the supervisor client detached";
+    this.shut(new SupervisorError("AGENT_CLOSED", message, { hint: NEW_CLIENT_HINT }));
     await this.end(deadlineMs, message);
   }
 
@@ -248,7 +251,7 @@ export class AgentChannel {
     });
     await Promise.race([this.finished, deadline]);
     if (timer) clearTimeout(timer);
-    this.shut(new SupervisorError("AGENT_CLOSED", message));
+    this.shut(new SupervisorError("AGENT_CLOSED", message, { hint: NEW_CLIENT_HINT }));
   }
 
   /** Exit status of the agent process, once it exited. */
