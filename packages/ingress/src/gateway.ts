@@ -2,7 +2,14 @@ import { connectWithDeadline, type GuestConnector } from "./connector.js";
 import { IngressError } from "./errors.js";
 import { MemoryPortLeaseStore, type PortLeaseStore } from "./lease-store.js";
 import { silentLogger, type IngressLogger } from "./logger.js";
-import { resolveLinks, validatePreview, type PreviewInfo, type PreviewLink, type PreviewSpec } from "./preview.js";
+import {
+  resolveLinks,
+  validatePreview,
+  type PreviewInfo,
+  type PreviewLink,
+  type PreviewReservation,
+  type PreviewSpec,
+} from "./preview.js";
 import { PreviewListener } from "./preview-listener.js";
 
 /** Options of a {@link PreviewGateway}. */
@@ -32,7 +39,8 @@ export interface PreviewGatewayOptions {
 
 interface OpenPreview {
   listener: PreviewListener;
-  spec: PreviewSpec;
+  /** Undefined while the preview is only reserved (its guest port not known yet). */
+  spec: PreviewSpec | undefined;
 }
 
 /** How many times a fresh OS-assigned port may collide with another key's lease before giving up. */
@@ -75,8 +83,9 @@ export class PreviewGateway implements AsyncDisposable {
 
   /**
    * Opens the preview, or updates it when `spec.key` is already open: links are replaced and a
-   * new `guestPort` takes effect for new requests, on the same origin. The host port comes from
-   * the lease store; a new key gets a free port, recorded before this resolves.
+   * new `guestPort` takes effect for new requests, on the same origin. A reserved key
+   * ({@link reserve}) is opened on its listener. The host port comes from the lease store; a new
+   * key gets a free port, recorded before this resolves.
    */
   open(spec: PreviewSpec, options: { signal?: AbortSignal } = {}): Promise<PreviewInfo> {
     try {
@@ -86,6 +95,32 @@ export class PreviewGateway implements AsyncDisposable {
     }
     const snapshot: PreviewSpec = { key: spec.key, guestPort: spec.guestPort, links: spec.links.map(copyLink) };
     return this.#serial(spec.key, () => this.#openNow(snapshot, options.signal));
+  }
+
+  /**
+   * Holds the host port of `key` before its guest port is known: binds the leased (or a newly
+   * leased) port and returns the origin, so a service can be started with its `PUBLIC_URL`. Until
+   * {@link open} gives the guest port, the listener answers every request with a 503 "starting"
+   * page, and the preview is not in {@link list} or {@link get}. Open or reserved already: returns
+   * that origin and changes nothing. {@link close} gives a reservation up.
+   */
+  reserve(key: string, options: { signal?: AbortSignal } = {}): Promise<PreviewReservation> {
+    try {
+      validatePreview({ key, guestPort: 1, links: [] });
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#serial(key, () => this.#reserveNow(key, options.signal));
+  }
+
+  /** Whether `key` is open or reserved. */
+  has(key: string): boolean {
+    return this.#open.has(key);
+  }
+
+  /** How many previews are open or reserved (each holds a host listener). */
+  get size(): number {
+    return this.#open.size;
   }
 
   /** Closes the preview's listener and cuts its clients; its port lease is kept. No-op when not open. */
@@ -105,18 +140,18 @@ export class PreviewGateway implements AsyncDisposable {
     );
   }
 
-  /** Every open preview, in opening order. */
+  /** Every open preview, in opening order (reserved ones not included). */
   list(): PreviewInfo[] {
-    return [...this.#open.values()].map(({ listener, spec }) => info(listener, spec));
+    return [...this.#open.values()].flatMap(({ listener, spec }) => (spec ? [info(listener, spec)] : []));
   }
 
-  /** The open preview `key`, or undefined. */
+  /** The open preview `key`, or undefined (also while it is only reserved). */
   get(key: string): PreviewInfo | undefined {
     const entry = this.#open.get(key);
-    return entry && info(entry.listener, entry.spec);
+    return entry?.spec && info(entry.listener, entry.spec);
   }
 
-  /** `http://127.0.0.1:<hostPort>` of an open preview (its `PUBLIC_URL`); throws `INGRESS_NOT_OPEN` otherwise. */
+  /** `http://127.0.0.1:<hostPort>` of an open or reserved preview (its `PUBLIC_URL`); throws `INGRESS_NOT_OPEN` otherwise. */
   origin(key: string): string {
     const entry = this.#open.get(key);
     if (!entry) {
@@ -135,13 +170,13 @@ export class PreviewGateway implements AsyncDisposable {
    */
   async probe(key: string, options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<void> {
     const entry = this.#open.get(key);
-    if (!entry) {
+    const guestPort = entry?.listener.guestPort;
+    if (guestPort === undefined) {
       throw new IngressError("INGRESS_NOT_OPEN", `preview ${key} is not open`, {
         hint: "open it first",
         details: { key },
       });
     }
-    const guestPort = entry.listener.guestPort;
     const signal = options.signal ? AbortSignal.any([options.signal, this.#closing.signal]) : this.#closing.signal;
     try {
       const stream = await connectWithDeadline(
@@ -185,12 +220,14 @@ export class PreviewGateway implements AsyncDisposable {
 
     const existing = this.#open.get(spec.key);
     if (existing) {
+      const reserved = existing.spec === undefined;
       existing.spec = spec;
       existing.listener.retarget(spec.guestPort);
+      if (reserved) this.#log(spec.key).info(`open ${existing.listener.origin} -> guest port ${spec.guestPort}`);
       return info(existing.listener, spec);
     }
 
-    const listener = await this.#bind(spec, combined).catch((error: unknown) => {
+    const listener = await this.#bind(spec.key, spec.guestPort, combined).catch((error: unknown) => {
       throw combined.aborted ? cancelled() : error;
     });
     if (combined.aborted) {
@@ -202,10 +239,28 @@ export class PreviewGateway implements AsyncDisposable {
     return info(listener, spec);
   }
 
-  async #bind(spec: PreviewSpec, signal: AbortSignal): Promise<PreviewListener> {
+  async #reserveNow(key: string, signal: AbortSignal | undefined): Promise<PreviewReservation> {
+    const combined = signal ? AbortSignal.any([signal, this.#closing.signal]) : this.#closing.signal;
+    const cancelled = () => (signal?.aborted ? signal.reason : closedError());
+    if (combined.aborted) throw cancelled();
+    const existing = this.#open.get(key);
+    if (existing) return reservation(key, existing.listener);
+    const listener = await this.#bind(key, undefined, combined).catch((error: unknown) => {
+      throw combined.aborted ? cancelled() : error;
+    });
+    if (combined.aborted) {
+      await listener.close();
+      throw cancelled();
+    }
+    this.#open.set(key, { listener, spec: undefined });
+    this.#log(key).info(`reserved ${listener.origin}; the guest port follows`);
+    return reservation(key, listener);
+  }
+
+  async #bind(key: string, guestPort: number | undefined, signal: AbortSignal): Promise<PreviewListener> {
     const options = {
-      key: spec.key,
-      guestPort: spec.guestPort,
+      key,
+      guestPort,
       connector: this.#connector,
       upstream: {
         connectTimeoutMs: this.#settings.connectTimeoutMs,
@@ -214,12 +269,13 @@ export class PreviewGateway implements AsyncDisposable {
         maxConnections: this.#settings.maxConnections,
       },
       checkOrigin: this.#settings.checkOrigin,
-      // Only previews open right now: a closed preview's port may be bound by anything else.
+      // Only previews held right now (open or reserved): a closed preview's port may be bound by
+      // anything else.
       isInstancePort: (port: number) => [...this.#open.values()].some(({ listener }) => listener.hostPort === port),
       closeTimeoutMs: this.#settings.closeTimeoutMs,
-      logger: this.#log(spec.key),
+      logger: this.#log(key),
     };
-    const leased = await this.#leases.get(spec.key);
+    const leased = await this.#leases.get(key);
     signal.throwIfAborted();
     if (leased !== undefined) return PreviewListener.listen(leased, options, signal);
 
@@ -233,7 +289,7 @@ export class PreviewGateway implements AsyncDisposable {
         continue;
       }
       try {
-        await this.#leases.set(spec.key, listener.hostPort);
+        await this.#leases.set(key, listener.hostPort);
       } catch (error) {
         await listener.close();
         throw error;
@@ -242,8 +298,8 @@ export class PreviewGateway implements AsyncDisposable {
     }
     throw new IngressError(
       "INGRESS_LISTEN_FAILED",
-      `could not find a free host port for preview ${spec.key} that is not leased to another preview`,
-      { details: { key: spec.key } },
+      `could not find a free host port for preview ${key} that is not leased to another preview`,
+      { details: { key: key } },
     );
   }
 
@@ -291,11 +347,15 @@ export class PreviewGateway implements AsyncDisposable {
 function info(listener: PreviewListener, spec: PreviewSpec): PreviewInfo {
   return {
     key: spec.key,
-    guestPort: listener.guestPort,
+    guestPort: listener.guestPort ?? spec.guestPort,
     hostPort: listener.hostPort,
     origin: listener.origin,
     links: resolveLinks(spec.links, listener.origin),
   };
+}
+
+function reservation(key: string, listener: PreviewListener): PreviewReservation {
+  return { key, hostPort: listener.hostPort, origin: listener.origin };
 }
 
 function copyLink(link: PreviewLink): PreviewLink {

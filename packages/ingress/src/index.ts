@@ -4,7 +4,14 @@ export type { PreviewGatewayOptions } from "./gateway.js";
 
 // Previews and links
 export { adHocPreview, validatePreview } from "./preview.js";
-export type { AdHocPreviewOptions, PreviewInfo, PreviewLink, PreviewSpec, ResolvedPreviewLink } from "./preview.js";
+export type {
+  AdHocPreviewOptions,
+  PreviewInfo,
+  PreviewLink,
+  PreviewReservation,
+  PreviewSpec,
+  ResolvedPreviewLink,
+} from "./preview.js";
 
 // Guest connections
 export { guestVmConnector } from "./connector.js";

@@ -14,8 +14,8 @@ import { Upstream, type UpstreamOptions } from "./upstream.js";
 export interface PreviewListenerOptions {
   /** Preview key. */
   key: string;
-  /** Guest port to forward to. */
-  guestPort: number;
+  /** Guest port to forward to; undefined for a reserved listener, which answers 503 until {@link PreviewListener.retarget}. */
+  guestPort: number | undefined;
   /** Opens guest streams. */
   connector: GuestConnector;
   /** Guest-side timeouts and pooling. */
@@ -47,7 +47,7 @@ export class PreviewListener {
   readonly #options: PreviewListenerOptions;
   readonly #sockets = new Set<Duplex>();
   readonly #closing = new AbortController();
-  #upstream: Upstream;
+  #upstream: Upstream | undefined;
   #closed: Promise<void> | undefined;
 
   private constructor(server: Server, hostPort: number, options: PreviewListenerOptions) {
@@ -55,7 +55,10 @@ export class PreviewListener {
     this.hostPort = hostPort;
     this.key = options.key;
     this.#options = options;
-    this.#upstream = new Upstream(options.guestPort, options.connector, options.upstream);
+    this.#upstream =
+      options.guestPort === undefined
+        ? undefined
+        : new Upstream(options.guestPort, options.connector, options.upstream);
     server.on("connection", (socket: Socket) => this.track(socket));
     server.on("request", (req: IncomingMessage, res: ServerResponse) => this.#onRequest(req, res));
     server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => this.#onUpgrade(req, socket, head));
@@ -116,9 +119,9 @@ export class PreviewListener {
     return `http://127.0.0.1:${this.hostPort}`;
   }
 
-  /** Guest port requests currently go to. */
-  get guestPort(): number {
-    return this.#upstream.guestPort;
+  /** Guest port requests currently go to; undefined while the listener is only reserved. */
+  get guestPort(): number | undefined {
+    return this.#upstream?.guestPort;
   }
 
   /** Number of open client connections (HTTP and upgraded). */
@@ -128,9 +131,10 @@ export class PreviewListener {
 
   /** Sends new requests to `guestPort`; requests already running finish on the old port. */
   retarget(guestPort: number): void {
-    if (guestPort === this.#upstream.guestPort || this.#closed) return;
+    if (guestPort === this.#upstream?.guestPort || this.#closed) return;
     const old = this.#upstream;
     this.#upstream = new Upstream(guestPort, this.#options.connector, this.#options.upstream);
+    if (!old) return;
     const cut = setTimeout(() => void old.destroy(), retargetGraceMs);
     cut.unref();
     void old.drain().finally(() => clearTimeout(cut));
@@ -160,7 +164,7 @@ export class PreviewListener {
     for (const stream of this.#sockets) stream.destroy();
     this.#sockets.clear();
     this.#server.closeAllConnections();
-    const upstreamClosed = this.#upstream.destroy();
+    const upstreamClosed = this.#upstream?.destroy();
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<void>((resolve) => {
       timer = setTimeout(() => {
@@ -172,10 +176,10 @@ export class PreviewListener {
     clearTimeout(timer);
   }
 
-  #forwardContext(): ForwardContext {
+  #forwardContext(upstream: Upstream): ForwardContext {
     return {
       key: this.key,
-      upstream: () => this.#upstream,
+      upstream: () => this.#upstream ?? upstream,
       keepAlive: this.#options.upstream.keepAlive,
       headersTimeoutMs: this.#options.upstream.headersTimeoutMs,
       warn: (message) => this.#options.logger.warn(message),
@@ -189,7 +193,11 @@ export class PreviewListener {
       sendAnswer(res, refusal);
       return;
     }
-    forwardHttp(this.#forwardContext(), req, res).catch((error: unknown) => {
+    if (!this.#upstream) {
+      sendAnswer(res, this.#notYet());
+      return;
+    }
+    forwardHttp(this.#forwardContext(this.#upstream), req, res).catch((error: unknown) => {
       this.#options.logger.warn(`${req.method} ${req.url}: ${(error as Error).message}`);
       res.destroy();
     });
@@ -202,10 +210,15 @@ export class PreviewListener {
       sendRawAnswer(socket, refusal);
       return;
     }
+    const upstream = this.#upstream;
+    if (!upstream) {
+      sendRawAnswer(socket, this.#notYet());
+      return;
+    }
     const ctx: UpgradeContext = {
-      ...this.#forwardContext(),
+      ...this.#forwardContext(upstream),
       connector: this.#options.connector,
-      guestPort: () => this.#upstream.guestPort,
+      guestPort: () => (this.#upstream ?? upstream).guestPort,
       connectTimeoutMs: this.#options.upstream.connectTimeoutMs,
       closing: this.#closing.signal,
       track: (stream) => this.track(stream),
@@ -214,6 +227,14 @@ export class PreviewListener {
       this.#options.logger.warn(`upgrade ${req.url}: ${(error as Error).message}`);
       socket.destroy();
     });
+  }
+
+  /** The answer of a reserved listener: its service is still starting, its guest port unknown. */
+  #notYet(): GatewayAnswer {
+    return {
+      status: 503,
+      message: `Preview ${this.key} is starting: its service has no guest port yet. Reload in a moment; if this stays, check the logs of service ${this.key}.`,
+    };
   }
 
   #guard(req: IncomingMessage): GatewayAnswer | undefined {

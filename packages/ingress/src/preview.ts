@@ -50,6 +50,16 @@ export interface PreviewInfo {
   links: ResolvedPreviewLink[];
 }
 
+/** A host port held for a preview whose guest port is not known yet (`PreviewGateway.reserve`). */
+export interface PreviewReservation {
+  /** The preview key. */
+  key: string;
+  /** Leased host port on 127.0.0.1. */
+  hostPort: number;
+  /** `http://127.0.0.1:<hostPort>`: the service's `PUBLIC_URL`. */
+  origin: string;
+}
+
 /** Arguments of an ad-hoc `preview {port}` for a guest server the product does not supervise. */
 export interface AdHocPreviewOptions {
   /** Guest port already listening. */

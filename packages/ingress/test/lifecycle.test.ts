@@ -91,6 +91,38 @@ describe("open, list, origin, update", () => {
     expect(gateway.list()).toHaveLength(1);
   });
 
+  test("a reserved key holds its origin, answers 503 until open gives the guest port, then serves on that origin", async () => {
+    await using gateway = testGateway({ leases: new MemoryPortLeaseStore() });
+    const held = await gateway.reserve("web");
+    expect(held.origin).toBe(`http://127.0.0.1:${held.hostPort}`);
+    expect(await gateway.reserve("web")).toEqual(held);
+    expect(gateway.origin("web")).toBe(held.origin);
+    expect(gateway.has("web")).toBe(true);
+    expect(gateway.size).toBe(1);
+    expect(gateway.get("web")).toBeUndefined();
+    expect(gateway.list()).toEqual([]);
+    const starting = await fetchRaw(held.origin);
+    expect(starting.status).toBe(503);
+    expect(starting.headers["x-pi-sandbox-preview"]).toBe("gateway");
+    expect(starting.body.toString()).toMatch(/Preview web is starting/);
+    await expectCode(gateway.probe("web"), "INGRESS_NOT_OPEN");
+
+    const opened = await gateway.open({ key: "web", guestPort: guest.port, links: [{ url: "/", title: "web" }] });
+    expect(opened).toMatchObject({ origin: held.origin, hostPort: held.hostPort, guestPort: guest.port });
+    expect(gateway.list()).toEqual([opened]);
+    expect((await fetchRaw(held.origin)).body.toString()).toBe("guest A");
+    // Reserving an open key changes nothing.
+    expect(await gateway.reserve("web")).toEqual(held);
+    expect(gateway.get("web")).toEqual(opened);
+
+    // close gives a reservation up; the lease stays.
+    const api = await gateway.reserve("api");
+    await gateway.close("api");
+    expect(gateway.has("api")).toBe(false);
+    await expect(fetchRaw(api.origin)).rejects.toThrow(/ECONNREFUSED/);
+    expect((await gateway.reserve("api")).hostPort).toBe(api.hostPort);
+  });
+
   test("the caller's later changes to its spec object do not leak into the preview", async () => {
     await using gateway = testGateway();
     const links = [{ url: "/", title: "web" }];
