@@ -307,10 +307,10 @@ export class SupervisorClient implements AsyncDisposable {
   // -- services (service-control.ts)
 
   /**
-   * Re-reads the guest YAML and starts every service that is not running, explicitly stopped
-   * ones included, in start order; never replaces a live process. With names, only those (each
-   * must be declared: SERVICE_NOT_FOUND otherwise). Waits for readiness; services that fail it are
-   * listed in `failures` and keep running.
+   * Re-reads the guest YAML (or takes `options.config`, already read) and starts every service
+   * that is not running, explicitly stopped ones included, in start order; never replaces a live
+   * process. With names, only those (each must be declared: SERVICE_NOT_FOUND otherwise). Waits
+   * for readiness; services that fail it are listed in `failures` and keep running.
    */
   ensureServices(names?: readonly string[], options: ServiceOpOptions = {}): Promise<ServicesResult> {
     return this.services.ensureServices(names, options);
@@ -318,7 +318,8 @@ export class SupervisorClient implements AsyncDisposable {
 
   /**
    * Stops and starts services again with command, cwd, env and health re-read from the guest
-   * YAML, keeping each one's port. Without names: every declared service and every ad-hoc one.
+   * YAML (or `options.config`), keeping each one's port. Without names: every declared service
+   * and every ad-hoc one.
    */
   restartServices(names?: readonly string[], options: ServiceOpOptions = {}): Promise<ServicesResult> {
     return this.services.restartServices(names, options);

@@ -1,3 +1,4 @@
+import type { SandboxConfig } from "@pi-sandbox/config";
 import type { GuestVm } from "@pi-sandbox/vm";
 import type { SupervisorLogger } from "./logger.js";
 import type { PreviewOrigins } from "./service-specs.js";
@@ -53,6 +54,12 @@ export interface ExecOptions extends WaitOptions {
 export interface ServiceOpOptions extends CallOptions {
   /** Host preview origin per service (`http://127.0.0.1:<port>`): `PUBLIC_URL` and `${services.X.publicURL}`. */
   previewOrigins?: PreviewOrigins;
+  /**
+   * The guest `.sandbox.yaml` as the caller already holds it, parsed and validated (the host's
+   * config right after writing it there, or one the caller just read with `readGuestConfig`):
+   * the call then does not read and parse the guest file again. Default: read it.
+   */
+  config?: SandboxConfig;
 }
 
 /** Options of `SupervisorClient.runSetup`. */

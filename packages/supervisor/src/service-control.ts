@@ -33,13 +33,13 @@ export class ServiceControl {
   ) {}
 
   /**
-   * Re-reads the guest YAML and starts every service that is not running, explicitly stopped
-   * ones included, in start order; never replaces a live process. With names, only those (each
-   * must be declared: SERVICE_NOT_FOUND otherwise). Waits for readiness; services that fail it are
-   * listed in `failures` and keep running.
+   * Re-reads the guest YAML (unless the caller passes it) and starts every service that is not
+   * running, explicitly stopped ones included, in start order; never replaces a live process.
+   * With names, only those (each must be declared: SERVICE_NOT_FOUND otherwise). Waits for
+   * readiness; services that fail it are listed in `failures` and keep running.
    */
   async ensureServices(names?: readonly string[], options: ServiceOpOptions = {}): Promise<ServicesResult> {
-    const config = await this.guest.read(options);
+    const config = options.config ?? (await this.guest.read(options));
     const declared = guestServices(config);
     const only = names ? [...new Set(names)] : undefined;
     for (const name of only ?? [])
@@ -76,14 +76,17 @@ export class ServiceControl {
 
   /**
    * Stops and starts services again with command, cwd, env and health re-read from the guest
-   * YAML, keeping each one's port. Without names: every declared service and every ad-hoc one.
+   * YAML (unless the caller passes it), keeping each one's port. Without names: every declared
+   * service and every ad-hoc one.
    */
   async restartServices(names?: readonly string[], options: ServiceOpOptions = {}): Promise<ServicesResult> {
-    let config: SandboxConfig | undefined;
-    try {
-      config = await this.guest.read(options);
-    } catch (error) {
-      if (!isSupervisorError(error, "SUPERVISOR_GUEST_CONFIG_NOT_FOUND")) throw error;
+    let config = options.config;
+    if (!config) {
+      try {
+        config = await this.guest.read(options);
+      } catch (error) {
+        if (!isSupervisorError(error, "SUPERVISOR_GUEST_CONFIG_NOT_FOUND")) throw error;
+      }
     }
     const declared = config ? guestServices(config) : [];
     const known = (await this.agentStatus(undefined, options.signal)).services;

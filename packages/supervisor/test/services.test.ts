@@ -1,5 +1,6 @@
 import { mkdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
+import { parseConfig } from "@pi-sandbox/config";
 import { isSupervisorError, type AgentEvent, type ServiceStatus } from "../src/index.js";
 import { processAlive, sleep, startLocal, waitFor, type LocalSupervisor } from "./support/local.js";
 
@@ -173,6 +174,20 @@ test("ensure after a YAML edit starts the new service and leaves the running one
   expect(after.pid).toBe(before.pid);
   expect(after.restarts).toBe(0);
   expect((await status("worker")).state).toBe("running");
+});
+
+test("ensure and restart take the config the caller holds and do not read the guest file", async () => {
+  // The caller's parsed config is used as is: here the guest has no file at all.
+  await sup.client.exec(`rm -f ${join(sup.workspace, ".sandbox.yaml")}`);
+  const config = parseConfig(yaml(...HTTP_WEB));
+  const ensured = await sup.client.ensureServices(undefined, { config });
+  expect(ensured.started).toEqual(["web"]);
+  const before = await status("web");
+  const restarted = await sup.client.restartServices(["web"], { config });
+  expect(restarted.started).toEqual(["web"]);
+  const after = await status("web");
+  expect(after.port).toBe(before.port);
+  expect(after.pid).not.toBe(before.pid);
 });
 
 test("restart re-reads the command and keeps the port; stop stays stopped until ensure", async () => {
