@@ -299,7 +299,8 @@ export class Lifecycle {
       );
     }
     progress({ stage: "services", message: "starting services" });
-    await this.guest.ensureWithProgress(progress);
+    // A create has just written the guest copy from this config: it is not read back.
+    await this.guest.ensureWithProgress(progress, configText !== undefined ? config : undefined);
     await state.setState("running", resumePid ? { resumePid } : {});
     progress({ stage: "done", message: `${this.name} is running` });
   }

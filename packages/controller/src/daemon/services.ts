@@ -43,20 +43,30 @@ function withReferences(config: SandboxConfig, names: readonly string[]): Set<st
 }
 
 /**
- * Opens (or updates) a preview, refusing a new one past LIMITS.previewsMax: each preview is a
- * host listener, and the services that ask for them come from a guest file.
+ * Refuses a new preview past LIMITS.previewsMax: each preview (open or reserved) is a host
+ * listener, and the services that ask for them come from a guest file.
  */
+function checkPreviewLimit(gateway: PreviewGateway, key: string): void {
+  if (gateway.has(key) || gateway.size < LIMITS.previewsMax) return;
+  throw new ControllerError(
+    "CONTROLLER_PREVIEW_LIMIT",
+    `${key} gets no preview: this instance already has ${LIMITS.previewsMax} previews, the most one instance may hold`,
+    {
+      hint: "Remove preview: from services that do not need one (in the guest .sandbox.yaml), then run services ensure.",
+      details: { key, limit: LIMITS.previewsMax },
+    },
+  );
+}
+
+/** The origin of a preview whose service is about to start: reserved now, opened once its port is known. */
+async function reserveLimited(gateway: PreviewGateway, key: string): Promise<string> {
+  checkPreviewLimit(gateway, key);
+  return (await gateway.reserve(key)).origin;
+}
+
+/** Opens (or updates) a preview whose guest port is known. */
 async function openLimited(gateway: PreviewGateway, spec: PreviewSpec): Promise<PreviewInfo> {
-  if (!gateway.get(spec.key) && gateway.list().length >= LIMITS.previewsMax) {
-    throw new ControllerError(
-      "CONTROLLER_PREVIEW_LIMIT",
-      `${spec.key} gets no preview: this instance already has ${LIMITS.previewsMax} previews, the most one instance may hold`,
-      {
-        hint: "Remove preview: from services that do not need one (in the guest .sandbox.yaml), then run services ensure.",
-        details: { key: spec.key, limit: LIMITS.previewsMax },
-      },
-    );
-  }
+  checkPreviewLimit(gateway, spec.key);
   return gateway.open(spec);
 }
 
@@ -107,40 +117,56 @@ export class GuestOperations implements GuestActions {
     return { services, previews: this.state.status.previews ?? [] };
   }
 
-  /** Services at boot: failures go to progress as well as to inspect's errors. */
-  async ensureWithProgress(progress: Progress): Promise<void> {
-    await this.ensure(progress, undefined, false);
+  /**
+   * Services at boot: failures go to progress as well as to inspect's errors. `known` is the
+   * config the host has just written as the guest copy (a create): it is not read back.
+   */
+  async ensureWithProgress(progress: Progress, known?: SandboxConfig): Promise<void> {
+    await this.ensure(progress, undefined, false, known);
   }
 
   /**
-   * Opens previews for the previewed services acted on (every one without names, else the named
-   * ones and those whose public URL they refer to), then ensures (or restarts) services with their
-   * origins. Other services and their previews are left alone.
+   * The guest copy of the config, read once. An invalid one is recorded for inspect and thrown; a
+   * missing one is thrown as it stands (SUPERVISOR_GUEST_CONFIG_NOT_FOUND, with its hint), or is
+   * undefined with `missingOk` (a restart still reaches ad-hoc services).
+   */
+  private async readGuestConfig(missingOk: boolean): Promise<SandboxConfig | undefined> {
+    try {
+      return await this.state.running().supervisor.readGuestConfig();
+    } catch (error) {
+      if (isSupervisorError(error, "SUPERVISOR_GUEST_CONFIG_NOT_FOUND")) {
+        if (missingOk) return undefined;
+        throw error;
+      }
+      const e = toControllerError(error);
+      this.state.recordError(
+        e.code,
+        `guest .sandbox.yaml: ${e.message}`,
+        "Fix the guest file with write, then run services ensure.",
+      );
+      await this.state.setState(this.state.status.state).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /**
+   * Ensures (or restarts) the services acted on (every one without names, else the named ones and
+   * those whose public URL they refer to) with their previews. The guest YAML is read once (not
+   * at all when `known` is given) and handed to the agent's client as parsed. A previewed
+   * service's preview is reserved first (its origin is the service's PUBLIC_URL), then opened
+   * once on the port the service got. Other services and their previews are left alone.
    */
   private async ensure(
     progress: Progress,
     names: readonly string[] | undefined,
     restart: boolean,
+    known?: SandboxConfig,
   ): Promise<ServicesResult> {
     const { supervisor, gateway } = this.state.running();
-    let config: SandboxConfig | undefined;
-    try {
-      config = await supervisor.readGuestConfig();
-    } catch (error) {
-      if (!isSupervisorError(error, "SUPERVISOR_GUEST_CONFIG_NOT_FOUND")) {
-        const e = toControllerError(error);
-        this.state.recordError(
-          e.code,
-          `guest .sandbox.yaml: ${e.message}`,
-          "Fix the guest file with write, then run services ensure.",
-        );
-        await this.state.setState(this.state.status.state).catch(() => undefined);
-        throw error;
-      }
-    }
+    const config = known ?? (await this.readGuestConfig(restart));
     const touched = names && config ? withReferences(config, names) : undefined;
     const origins: Record<string, string> = {};
-    const wanted = new Map<string, PreviewSpec>();
+    const wanted = new Map<string, PreviewLink[]>();
     for (const name of config?.serviceOrder ?? []) {
       const service = config!.services[name]!;
       if (!hasPreview(service)) continue;
@@ -157,30 +183,26 @@ export class GuestOperations implements GuestActions {
       // A restart keeps the links a preview already has; ensure takes up new preview configuration.
       const links = (restart && this.declaredLinks.get(name)) || linksOf(service);
       this.declaredLinks.set(name, links);
-      // The guest port is known once the agent allocates it; until then the preview points at a
-      // placeholder port and is updated right after the services start.
-      const spec: PreviewSpec = {
-        key: name,
-        guestPort: service.port ?? current?.guestPort ?? 1,
-        links,
-      };
       try {
-        const info = await openLimited(gateway, spec);
-        origins[name] = info.origin;
-        wanted.set(name, spec);
+        origins[name] = await reserveLimited(gateway, name);
+        wanted.set(name, links);
       } catch (error) {
         const e = toControllerError(error);
         this.state.recordError(e.code, e.message, e.hint);
         progress({ stage: "preview", message: `${name}: ${e.message}` });
       }
     }
+    const options = { previewOrigins: origins, ...(config ? { config } : {}) };
     const result = restart
-      ? await supervisor.restartServices(names, { previewOrigins: origins })
-      : await supervisor.ensureServices(names, { previewOrigins: origins });
+      ? await supervisor.restartServices(names, options)
+      : await supervisor.ensureServices(names, options);
+    // Each preview opens once, on its service's port. One whose service got none (not started)
+    // stays reserved: its origin is held for the services that refer to it, and it opens when
+    // the service starts.
     for (const status of result.services) {
-      const spec = wanted.get(status.name);
-      if (spec && status.port && status.port !== spec.guestPort)
-        await openLimited(gateway, { ...spec, guestPort: status.port });
+      const links = wanted.get(status.name);
+      const guestPort = status.port ?? gateway.get(status.name)?.guestPort;
+      if (links && guestPort) await gateway.open({ key: status.name, guestPort, links });
     }
     for (const failure of result.failures) {
       this.state.recordError(
@@ -208,7 +230,9 @@ export class GuestOperations implements GuestActions {
     const services = await supervisor.serviceStatus();
     for (const [key, links] of missing) {
       const adHocPort = /^port-(\d+)$/.exec(key)?.[1];
-      const guestPort = adHocPort ? Number(adHocPort) : services.find((s) => s.name === key && s.state === "running")?.port;
+      const guestPort = adHocPort
+        ? Number(adHocPort)
+        : services.find((s) => s.name === key && s.state === "running")?.port;
       if (!guestPort) continue;
       try {
         await openLimited(gateway, { key, guestPort, links: links.map(toPreviewLink) });
@@ -226,14 +250,10 @@ export class GuestOperations implements GuestActions {
     preview: Parameters<GuestActions["startService"]>[1],
   ) {
     const { supervisor, gateway } = this.state.running();
-    let origin: string | undefined;
-    if (preview) {
-      const info = await openLimited(gateway, { key: spec.name, guestPort: spec.port ?? 1, links: preview.links });
-      origin = info.origin;
-    }
+    // As for declared services: the origin is reserved first, the preview opened once on the port.
+    const origin = preview ? await reserveLimited(gateway, spec.name) : undefined;
     const status = await supervisor.startService({ ...spec, ...(origin ? { publicUrl: origin } : {}) });
-    if (preview && status.port)
-      await openLimited(gateway, { key: spec.name, guestPort: status.port, links: preview.links });
+    if (preview && status.port) await gateway.open({ key: spec.name, guestPort: status.port, links: preview.links });
     await this.savePreviews();
     return { service: status, previews: (this.state.status.previews ?? []).filter((p) => p.service === spec.name) };
   }

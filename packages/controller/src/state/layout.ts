@@ -24,11 +24,10 @@ export function resolveStateRoot(env: NodeJS.ProcessEnv = process.env): string {
 /** Throws CONTROLLER_INVALID_NAME unless `name` is a valid instance/template name. */
 export function assertName(name: unknown, what = "name"): asserts name is string {
   if (typeof name !== "string" || !isValidInstanceName(name)) {
-    throw new ControllerError(
-      "CONTROLLER_INVALID_NAME",
-      `${what} ${JSON.stringify(name)} is not a valid name: use 1-40 characters, a lowercase letter first, then lowercase letters, digits or '-'`,
-      { hint: "Pick a name like `demo` or `web-2`.", details: { name } },
-    );
+    throw new ControllerError("CONTROLLER_INVALID_NAME", `${what} ${JSON.stringify(name)} is not a valid name`, {
+      hint: "Use 1-40 characters, a lowercase letter first, then lowercase letters, digits or '-': a name like `demo` or `web-2`.",
+      details: { name },
+    });
   }
 }
 

@@ -1,0 +1,60 @@
+// The daemon's InstanceController in-process over a runtime, as the client would reach it: each
+// entry gets a pid file and a socket that answers pings (liveness as inspect judges it), and a
+// fresh controller once the last one finished, as the client spawns daemons.
+import { mkdir, rm, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:net";
+import type { StateLayout } from "../../src/client/index.js";
+import type { EntryKind } from "../../src/state/layout.js";
+import { InstanceController, createFileLogger, type LocalRuntime } from "../../src/testing.js";
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
+export type Loose = Record<string, any>;
+
+/** Calls actions on in-process daemons; `close()` ends their ping sockets. */
+export interface LocalDaemons {
+  call(action: Loose, progress?: string[]): Promise<Loose>;
+  close(): void;
+}
+
+export function localDaemons(layout: StateLayout, runtime: LocalRuntime): LocalDaemons {
+  const daemons = new Map<string, InstanceController>();
+  const servers: Server[] = [];
+
+  async function daemon(name: string, kind: EntryKind): Promise<InstanceController> {
+    const key = `${kind}/${name}`;
+    const current = daemons.get(key);
+    if (current && !current.exiting) return current;
+    await mkdir(layout.entryDir(kind, name), { recursive: true, mode: 0o700 });
+    await writeFile(layout.pidFile(kind, name), `${process.pid}\n`);
+    await rm(layout.socketPath(kind, name), { force: true });
+    const server = createServer((socket) => {
+      socket.on("data", (chunk) => {
+        for (const line of chunk.toString().split("\n").filter(Boolean)) {
+          const message = JSON.parse(line) as { id: number };
+          socket.write(`${JSON.stringify({ id: message.id, type: "pong", pid: process.pid, state: "running" })}\n`);
+        }
+      });
+      socket.on("error", () => undefined);
+    });
+    await new Promise<void>((resolve) => server.listen(layout.socketPath(kind, name), resolve));
+    servers.push(server);
+    const log = createFileLogger(layout.logFile(kind, name), `[${name}]`);
+    const controller = new InstanceController(layout, kind, name, log, runtime);
+    daemons.set(key, controller);
+    return controller;
+  }
+
+  return {
+    async call(action, progress = []) {
+      const kind: EntryKind = action.action === "prepare" ? "templates" : (action.kind ?? "instances");
+      const controller = await daemon(action.name as string, kind);
+      return (await controller.call(action as Loose & { action: string }, {
+        progress: (e) => progress.push(`[${e.stage}] ${e.message}`),
+      })) as Loose;
+    },
+    close() {
+      daemons.clear();
+      for (const server of servers.splice(0)) server.close();
+    },
+  };
+}
