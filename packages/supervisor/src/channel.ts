@@ -1,30 +1,14 @@
 import { once } from "node:events";
 import type { GuestExecution, GuestExitStatus } from "@pi-sandbox/vm";
-import { isValidServiceName } from "@pi-sandbox/config";
+import { checkEvent, type AgentEvent } from "./agent-events.js";
+import { AgentLines } from "./agent-lines.js";
 import { AgentStderr } from "./agent-stderr.js";
 import { SupervisorError, codeFromAgent, messageOf } from "./errors.js";
 import type { SupervisorLogger } from "./logger.js";
-import { AGENT_EVENTS, MAX_AGENT_LINE_BYTES } from "./protocol.js";
-import {
-  BadReply,
-  boolean,
-  integer,
-  message as messageText,
-  oneOf,
-  optionalInteger,
-  optionalText,
-  record,
-  safeDetails,
-  text,
-} from "./reply-checks.js";
+import { MAX_AGENT_LINE_BYTES } from "./protocol.js";
+import { BadReply, boolean, integer, message as messageText, record, safeDetails, text } from "./reply-checks.js";
 
-/** An asynchronous message from the agent (service start/exit/ready, protocol problems). */
-export interface AgentEvent {
-  /** Event name: `hello`, `service`, `protocol-error`, `fatal`. */
-  event: string;
-  /** Event payload, checked and with its text cut to size. */
-  data: Record<string, unknown>;
-}
+export type { AgentEvent } from "./agent-events.js";
 
 interface Pending {
   op: string;
@@ -46,8 +30,6 @@ export interface RequestOptions {
 
 /** How long an agent that broke the protocol gets to stop its services on its own before its exec is killed. */
 const PROTOCOL_ERROR_GRACE_MS = 10_000;
-/** Longest `protocol-error` message logged. */
-const PROTOCOL_NOTE_CHARS = 200;
 /** `protocol-error` events logged per channel (the host never sends what causes them; a flood is the guest's). */
 const PROTOCOL_NOTES_LOGGED = 20;
 
@@ -74,9 +56,7 @@ export class AgentChannel {
   private readonly listeners = new Set<(event: AgentEvent) => void>();
   private readonly closeListeners = new Set<(reason: SupervisorError) => void>();
   private nextId = 1;
-  private buffered: Buffer[] = [];
-  private bufferedBytes = 0;
-  private discarding = false;
+  private readonly lines: AgentLines;
   private helloSeen = false;
   private protocolNotes = 0;
   private closedError: SupervisorError | undefined;
@@ -93,7 +73,14 @@ export class AgentChannel {
     private readonly kill: (reason: SupervisorError) => void = () => undefined,
   ) {
     this.stderrSink = new AgentStderr((line) => this.logger.warn(`${this.label} agent: ${line}`));
-    execution.stdout.on("data", (chunk: Buffer) => this.onData(chunk));
+    this.lines = new AgentLines(
+      (line) => this.onLine(line),
+      () =>
+        this.fail(
+          protocolError(`a line longer than ${MAX_AGENT_LINE_BYTES} bytes`, { maxLineBytes: MAX_AGENT_LINE_BYTES }),
+        ),
+    );
+    execution.stdout.on("data", (chunk: Buffer) => this.lines.push(chunk));
     execution.stderr.on("data", (chunk: Buffer) => this.stderrSink.push(chunk));
     execution.stdin?.on("error", (error: unknown) =>
       this.logger.warn(`${this.label} agent stdin: ${messageOf(error)}`),
@@ -210,9 +197,7 @@ export class AgentChannel {
    */
   fail(error: SupervisorError): void {
     if (this.closedError) return;
-    this.discarding = true;
-    this.buffered = [];
-    this.bufferedBytes = 0;
+    this.lines.discard();
     this.logger.warn(`${this.label} ${error.message}`);
     this.shut(error);
     this.endStdin();
@@ -273,33 +258,6 @@ export class AgentChannel {
     if (!stdin.write(`${JSON.stringify(message)}\n`)) await once(stdin, "drain");
   }
 
-  private onData(chunk: Buffer): void {
-    // After a protocol error the rest of the stream is read (so the guest is not blocked) and dropped.
-    if (this.discarding) return;
-    let start = 0;
-    for (let nl = chunk.indexOf(10); nl !== -1; nl = chunk.indexOf(10, start)) {
-      if (this.bufferedBytes + (nl - start) > MAX_AGENT_LINE_BYTES) return this.overflow();
-      this.buffered.push(chunk.subarray(start, nl));
-      const line = Buffer.concat(this.buffered).toString("utf8");
-      this.buffered = [];
-      this.bufferedBytes = 0;
-      start = nl + 1;
-      this.onLine(line);
-      if (this.discarding) return;
-    }
-    if (start < chunk.length) {
-      if (this.bufferedBytes + (chunk.length - start) > MAX_AGENT_LINE_BYTES) return this.overflow();
-      this.buffered.push(chunk.subarray(start));
-      this.bufferedBytes += chunk.length - start;
-    }
-  }
-
-  private overflow(): void {
-    this.fail(
-      protocolError(`a line longer than ${MAX_AGENT_LINE_BYTES} bytes`, { maxLineBytes: MAX_AGENT_LINE_BYTES }),
-    );
-  }
-
   private onLine(line: string): void {
     if (line.trim() === "") return;
     let message: Record<string, unknown>;
@@ -349,32 +307,19 @@ export class AgentChannel {
   }
 
   private onEventMessage(message: Record<string, unknown>): void {
-    const name = text(message.event, "event name", 64);
-    if (!AGENT_EVENTS.has(name)) throw new BadReply("event", `${JSON.stringify(name)} is not one of this protocol`);
-    const data = record(message.data, `${name} event data`);
-    let checked: Record<string, unknown>;
-    if (name === "hello") {
+    const event = checkEvent(message);
+    if (event.event === "hello") {
       if (this.helloSeen) throw new BadReply("hello event", "came twice");
       this.helloSeen = true;
-      checked = data; // the start-up code checks it (version first)
-    } else if (name === "service") {
-      checked = serviceEvent(data);
-    } else if (name === "fatal") {
-      checked = {
-        code: optionalText(data.code, "fatal code", 64),
-        message: messageText(data.message, "fatal message"),
-      };
-    } else {
-      const note = messageText(data.message, "protocol-error message", PROTOCOL_NOTE_CHARS);
+    } else if (event.event === "protocol-error") {
       this.protocolNotes++;
       if (this.protocolNotes <= PROTOCOL_NOTES_LOGGED) {
-        this.logger.warn(`${this.label} the agent reported a protocol problem: ${note}`);
+        this.logger.warn(`${this.label} the agent reported a protocol problem: ${String(event.data.message)}`);
       }
-      checked = { message: note };
     }
     for (const listener of this.listeners) {
       try {
-        listener({ event: name, data: checked });
+        listener(event);
       } catch (error) {
         this.logger.warn(`${this.label} event listener failed: ${messageOf(error)}`);
       }
@@ -413,24 +358,4 @@ export class AgentChannel {
     }
     this.closeListeners.clear();
   }
-}
-
-/** A service event with its fields checked. */
-function serviceEvent(data: Record<string, unknown>): Record<string, unknown> {
-  const service = text(data.service, "service event name", 64);
-  if (!isValidServiceName(service)) throw new BadReply("service event name", "is not a service name");
-  const type = oneOf(data.type, "service event type", ["start", "exit", "ready", "not-ready"] as const);
-  const checked: Record<string, unknown> = { service, type };
-  const pid = optionalInteger(data.pid, "service event pid", 1);
-  const port = optionalInteger(data.port, "service event port", 1, 65535);
-  const exitCode = optionalInteger(data.exitCode, "service event exitCode", 0, 255);
-  const signal = optionalText(data.signal, "service event signal", 32);
-  const at = optionalText(data.at, "service event at", 64);
-  if (pid !== undefined) checked.pid = pid;
-  if (port !== undefined) checked.port = port;
-  if (exitCode !== undefined) checked.exitCode = exitCode;
-  if (signal !== undefined) checked.signal = signal;
-  if (at !== undefined) checked.at = at;
-  if (data.error !== undefined && data.error !== null) checked.error = messageText(data.error, "service event error");
-  return checked;
 }

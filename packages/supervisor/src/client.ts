@@ -1,8 +1,9 @@
-import { LIMITS, isConfigError, parseConfig, type SandboxConfig } from "@pi-sandbox/config";
+import { LIMITS, type SandboxConfig } from "@pi-sandbox/config";
 import { checkAbsolute, checkWait, cutUtf8, isSetupHandle, toExecResult } from "./call-args.js";
 import { AgentChannel, type AgentEvent } from "./channel.js";
-import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
+import { SupervisorError } from "./errors.js";
 import { readThroughAgent, writeThroughAgent } from "./file-transfer.js";
+import { guestConfigPath, readGuestConfigOrNothing, readGuestConfigThroughAgent } from "./guest-config.js";
 import { GuestFiles } from "./guest-files.js";
 import { attachAgent } from "./launch.js";
 import { followLogThroughAgent, followSetupThroughAgent, type LogFollowed, type SetupFollowed } from "./log-follow.js";
@@ -39,8 +40,7 @@ import type {
 export const DEFAULT_AGENT_STATE_DIR = "/var/lib/pi-sandbox-agent";
 /** Guest path of the agent zipapp, (re)installed whenever it is missing or not this host's. */
 export const DEFAULT_AGENT_PATH = "/usr/local/lib/pi-sandbox/sandbox_agent.pyz";
-/** Name of the editable guest copy of the config, inside the workspace. */
-export const GUEST_CONFIG_NAME = ".sandbox.yaml";
+export { GUEST_CONFIG_NAME } from "./guest-config.js";
 
 /**
  * Host side of the guest agent: one long-lived exec channel per boot, carrying commands, file
@@ -251,57 +251,17 @@ export class SupervisorClient implements AsyncDisposable {
 
   /** Guest path of the editable config copy. */
   get configPath(): string {
-    return `${this.workspace.replace(/\/+$/, "")}/${GUEST_CONFIG_NAME}`;
+    return guestConfigPath(this.workspace);
   }
 
-  /** Reads and validates `<workspace>/.sandbox.yaml` from the guest. */
-  async readGuestConfig(options: CallOptions = {}): Promise<SandboxConfig> {
-    let text: string;
-    try {
-      const read = await readThroughAgent(
-        this.channel,
-        this.configPath,
-        LIMITS.yamlMaxBytes + 1,
-        false,
-        options.signal,
-      );
-      text = read.data.toString("utf8");
-    } catch (error) {
-      if (isSupervisorError(error, "FILE_NOT_FOUND")) {
-        throw new SupervisorError("SUPERVISOR_GUEST_CONFIG_NOT_FOUND", `the guest has no ${this.configPath}`, {
-          hint: "write one (write action) or recreate the instance",
-          cause: error,
-          details: { path: this.configPath },
-        });
-      }
-      throw error;
-    }
-    try {
-      return parseConfig(text, { sourcePath: this.configPath });
-    } catch (error) {
-      if (!isConfigError(error)) throw error;
-      throw new SupervisorError("SUPERVISOR_GUEST_CONFIG_INVALID", error.message, {
-        hint: error.hint ?? `fix ${this.configPath} in the guest and try again`,
-        cause: error,
-        details: { path: this.configPath, issues: error.issues },
-      });
-    }
+  /** Reads and validates `<workspace>/.sandbox.yaml` from the guest (guest-config.ts). */
+  readGuestConfig(options: CallOptions = {}): Promise<SandboxConfig> {
+    return readGuestConfigThroughAgent(this.channel, this.configPath, options.signal);
   }
 
   /** The guest config, or undefined when it is missing or invalid (for status and stop). */
-  private async tryGuestConfig(signal: AbortSignal | undefined): Promise<SandboxConfig | undefined> {
-    try {
-      return await this.readGuestConfig({ signal });
-    } catch (error) {
-      if (
-        isSupervisorError(error, "SUPERVISOR_GUEST_CONFIG_NOT_FOUND") ||
-        isSupervisorError(error, "SUPERVISOR_GUEST_CONFIG_INVALID")
-      ) {
-        this.logger.warn(`[supervisor] ${messageOf(error)}`);
-        return undefined;
-      }
-      throw error;
-    }
+  private tryGuestConfig(signal: AbortSignal | undefined): Promise<SandboxConfig | undefined> {
+    return readGuestConfigOrNothing(() => this.readGuestConfig({ signal }), this.logger);
   }
 
   // -- services (service-control.ts)
