@@ -2,14 +2,9 @@
 
 import * as v from "valibot";
 import { UsageError, defineAction, type CliInput } from "./define.js";
-import {
-  COPY_FILE_MAX_BYTES,
-  COPY_MAX_ENTRIES,
-  download as downloadTree,
-  guestPath,
-  upload as uploadTree,
-  type CopyResult,
-} from "./copy-tree.js";
+import { download as downloadTree } from "./copy-download.js";
+import { COPY_FILE_MAX_BYTES, COPY_MAX_ENTRIES, guestPath, type CopyResult } from "./copy-tree.js";
+import { upload as uploadTree } from "./copy-upload.js";
 import { actionSchema, arg, name, nameArg, text } from "./parts.js";
 import { oneLine } from "./text.js";
 
