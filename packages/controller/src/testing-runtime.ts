@@ -68,6 +68,11 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         await suspended.get(dir)?.close();
         await rm(dir, { recursive: true, force: true });
       },
+      async dropSavedMemory(dir) {
+        await suspended.get(dir)?.close();
+        suspended.delete(dir);
+        await rm(join(dir, LOCAL_SUSPEND_MARKER), { force: true });
+      },
     },
     async bootVm({ name, diskDir, secrets, onProgress }) {
       runtime.boots++;

@@ -113,8 +113,6 @@ test("suspend keeps processes, services and previews; start resumes them without
   expect(controller.exiting).toBe(true); // the daemon exits, as after a stop
   await expect(fetch(url)).rejects.toThrow();
   expect((await readStatus(layout, "instances", "warm"))?.previews?.[0]?.url).toBe(url);
-  // A stop of a suspended instance changes nothing (the real client answers CONTROLLER_NOT_RUNNING).
-  expect(await call({ action: "stop", name: "warm" })).toMatchObject({ state: "suspended" });
 
   const started: string[] = [];
   const view = await call({ action: "start", name: "warm" }, started);
@@ -139,6 +137,27 @@ test("suspend keeps processes, services and previews; start resumes them without
   expect(cold.restore).toBeUndefined();
   expect(await exec("warm", "wc -l < resumed.txt")).toBe("2\n");
   await call({ action: "stop", name: "warm" });
+});
+
+test("stop of a suspended instance deletes its saved memory: it reads stopped and starts cold", async () => {
+  await call({ action: "create", name: "drop", config: join(dir, "sandbox.yaml") });
+  const sleeper = (await exec("drop", "sleep 1000 > /dev/null 2>&1 & echo $!")).trim();
+  await call({ action: "suspend", name: "drop" });
+  const diskDir = layout.diskDir("instances", "drop");
+  await stat(join(diskDir, LOCAL_SUSPEND_MARKER));
+
+  const progress: string[] = [];
+  expect(await call({ action: "stop", name: "drop" }, progress)).toMatchObject({ state: "stopped", previews: [] });
+  expect(progress).toContain("[stop] saved memory deleted; the next start boots the same checkpoint cold");
+  await expect(stat(join(diskDir, LOCAL_SUSPEND_MARKER))).rejects.toMatchObject({ code: "ENOENT" });
+  expect(runtime.suspended.size).toBe(0);
+  expect((await inspectEntry(layout, "instances", "drop")).state).toBe("stopped");
+
+  const cold = await call({ action: "start", name: "drop" });
+  expect(cold.restore).toBeUndefined();
+  expect(await exec("drop", "wc -l < resumed.txt")).toBe("2\n");
+  expect(await exec("drop", `kill -0 ${sleeper} 2>/dev/null || echo gone`)).toBe("gone\n");
+  await call({ action: "stop", name: "drop" });
 });
 
 test("a suspend whose processes are gone starts cold with the reason; suspend then destroy leaves nothing", async () => {

@@ -8,7 +8,7 @@ import { acquireDiskLock, acquireDiskLockWaiting, type DiskLock } from "./disk-l
 import { recordImage, resolveImage, verifyRecordedImage, type GuestImage } from "./image.js";
 import { QemuImg } from "./qemu-img.js";
 import { reapStrayQemu } from "./qemu-process.js";
-import { suspendStateBytes } from "./vm-memory.js";
+import { removeSuspendState, suspendStateBytes } from "./vm-memory.js";
 import {
   POINTER_FILE,
   GiB,
@@ -241,6 +241,20 @@ export class DiskStore {
       await lock.release();
     }
     await fsp.rm(dir, { recursive: true, force: true });
+  }
+
+  /**
+   * Deletes the memory a suspend saved with the disk's checkpoint (a no-op without one): the next
+   * boot is cold, from the same checkpoint. Fails with VM_DISK_BUSY while the disk runs.
+   */
+  async dropSavedMemory(dir: string): Promise<void> {
+    await requireDir(dir);
+    const lock = await acquireDiskLock(dir, "drop-memory");
+    try {
+      await removeSuspendState(dir);
+    } finally {
+      await lock.release();
+    }
   }
 
   /**

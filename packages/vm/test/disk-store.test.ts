@@ -2,7 +2,7 @@ import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { spawn } from "node:child_process";
-import { DiskStore, isVmError, POINTER_FILE } from "../src/index.js";
+import { DiskStore, isVmError, MEMORY_FILE, POINTER_FILE, SUSPEND_STATE_FILE } from "../src/index.js";
 import { TS_NODE_ARGS, fakeImage, hasPattern, qemuIo, tempDir, topLayer, virtualSize } from "./helpers.js";
 
 const GiB = 1024 ** 3;
@@ -118,6 +118,22 @@ describe("runs and checkpoints", () => {
     await run.discard();
     const again = await store.openRun(dir);
     await again.discard();
+  });
+
+  test("dropSavedMemory deletes a suspend's memory and state (and is refused while the disk runs)", async () => {
+    const dir = path.join(root, "inst");
+    await store.createDisk(dir, { image, diskGiB: 1 });
+    fs.writeFileSync(path.join(dir, MEMORY_FILE), Buffer.alloc(MiB));
+    fs.writeFileSync(path.join(dir, SUSPEND_STATE_FILE), "{}");
+    expect((await store.inspect(dir)).memoryBytes).toBeGreaterThanOrEqual(MiB);
+    const run = await store.openRun(dir);
+    await expect(store.dropSavedMemory(dir)).rejects.toMatchObject({ code: "VM_DISK_BUSY" });
+    await run.discard();
+    await store.dropSavedMemory(dir);
+    expect(fs.existsSync(path.join(dir, MEMORY_FILE))).toBe(false);
+    expect(fs.existsSync(path.join(dir, SUSPEND_STATE_FILE))).toBe(false);
+    expect((await store.inspect(dir)).memoryBytes).toBe(0);
+    await store.dropSavedMemory(dir); // nothing saved: nothing to do
   });
 
   test("a lock left by a dead process is taken over, and the dead run's layer is removed", async () => {

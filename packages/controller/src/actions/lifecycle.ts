@@ -81,12 +81,13 @@ export const start = defineAction({
   formatText: formatView,
 });
 
-/** `stop`: cut clients, stop services, checkpoint. */
+/** `stop`: cut clients, stop services, checkpoint; of a suspended instance, drop its memory. */
 export const stop = defineAction({
   name: "stop",
-  summary: "cut preview and terminal clients, stop services, checkpoint the disk",
+  summary: "cut preview and terminal clients, stop services, checkpoint the disk (a suspended instance: delete its saved memory)",
   args: [nameArg],
-  route: "daemon",
+  // Spawns a daemon when none runs: a suspended instance has none, and its memory file must go.
+  route: "spawn",
   long: true,
   schema: actionSchema("stop", { name }),
   cli: {

@@ -17,7 +17,7 @@ import { assertHostPortsFree, hostPortsOf } from "./host-ports.js";
 import { newSecretSalt, resolveMounts, resolveSecrets } from "./secrets.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import type { GuestOperations } from "./services.js";
-import { finishWarmStart, noteRestore, suspendInstance, type SuspendTeardown } from "./suspend.js";
+import { dropSuspendedMemory, finishWarmStart, noteRestore, suspendInstance, type SuspendTeardown } from "./suspend.js";
 import { toControllerError, type InstanceState } from "./state.js";
 
 type Progress = (event: ProgressEvent) => void;
@@ -354,6 +354,8 @@ export class Lifecycle {
   async stop(progress: Progress): Promise<EntryView> {
     const { state } = this;
     if (!state.vm) {
+      const written = await readStatus(state.layout, state.kind, this.name);
+      if (written?.state === "suspended") await dropSuspendedMemory(state, this.runtime, progress);
       state.finish();
       return state.view();
     }

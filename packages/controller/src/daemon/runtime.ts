@@ -45,6 +45,8 @@ export interface RuntimeDisks {
   createTemplate(dir: string, templateDir: string): Promise<unknown>;
   /** Removes a disk (VM_DISK_NOT_FOUND when there is none). */
   destroy(dir: string): Promise<unknown>;
+  /** Deletes the memory a suspend saved with the disk's checkpoint; the next boot is cold. */
+  dropSavedMemory(dir: string): Promise<unknown>;
 }
 
 /** What the daemon asks of the layers below. */

@@ -5,7 +5,7 @@
 import type { EntryView } from "../state/inspect.js";
 import type { EntryStatus, PreviewLinkInfo } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
-import type { RuntimeVm } from "./runtime.js";
+import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import type { GuestOperations } from "./services.js";
 import { toControllerError, type InstanceState } from "./state.js";
 
@@ -57,6 +57,16 @@ export async function suspendInstance(
     state.finish();
   }
   return state.view();
+}
+
+/**
+ * `stop` of a suspended instance: its saved memory goes (the processes in it end), and it reads
+ * stopped, its next start a cold boot of the checkpoint taken at the suspend.
+ */
+export async function dropSuspendedMemory(state: InstanceState, runtime: InstanceRuntime, progress: Progress) {
+  await runtime.disks.dropSavedMemory(state.layout.diskDir("instances", state.name));
+  await state.setState("stopped", { previews: [] });
+  progress({ stage: "stop", message: "saved memory deleted; the next start boots the same checkpoint cold" });
 }
 
 /**
