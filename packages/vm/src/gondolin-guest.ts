@@ -1,15 +1,14 @@
 import { randomBytes } from "node:crypto";
-import { readFile } from "node:fs/promises";
 import { Writable, type Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
 import { VmError, messageOf } from "./errors.js";
-import { failedExecution, runInGuest, signalName } from "./exec-util.js";
+import { failedExecution, signalName } from "./exec-util.js";
 import { GuestTcpStream } from "./guest-tcp-stream.js";
 import { GuestFault } from "./guest-fault.js";
 import { ingressQueuedBytes, ingressServerOf, onQemuExit } from "./gondolin-private.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions, GuestVm } from "./guest-vm.js";
 import { LOOPBACK_QUICKACK_ARGV } from "./loopback-quickack.js";
-import { DEFAULT_SSH_IDLE_TIMEOUT_MS, parseHostKeys, SshForwarder } from "./ssh-forwarder.js";
+import { GuestSsh } from "./guest-ssh.js";
 
 /** Environment variable that tags every process of a cancellable exec (and its descendants). */
 export const EXEC_TOKEN_ENV = "PI_SANDBOX_EXEC_TOKEN";
@@ -54,8 +53,7 @@ export class GondolinGuest implements GuestVm {
   private fileQueue: Promise<unknown> = Promise.resolve();
   private readonly pendingKills = new Set<Promise<unknown>>();
   private loopbackTuning: Promise<void> | undefined;
-  private readonly sshAccesses = new Map<string, SshForwarder>();
-  private sshQueue: Promise<unknown> = Promise.resolve();
+  private readonly ssh: GuestSsh;
 
   constructor(
     readonly name: string,
@@ -65,6 +63,11 @@ export class GondolinGuest implements GuestVm {
   ) {
     onQemuExit(vm, () => {
       this.exited = true;
+    });
+    this.ssh = new GuestSsh(vm, this, {
+      fault,
+      closed: () => this.closed,
+      closedError: () => this.closedError(),
     });
   }
 
@@ -259,124 +262,18 @@ export class GondolinGuest implements GuestVm {
   }
 
   /**
-   * SSH for a user on the host: Gondolin sets up the guest (sshd on the guest's loopback, a fresh
-   * key in the user's authorized_keys), then our {@link SshForwarder} replaces Gondolin's
-   * forwarder, which would accept host connections until the VM closes and skips host key checks.
-   * While a user's forwarder is open, asking again returns it: a second setup would rewrite
-   * authorized_keys and lock out the first key.
+   * SSH for a user on the host (guest-ssh.ts): Gondolin sets up the guest, our forwarder serves
+   * it. While a user's forwarder is open, asking again returns it.
    */
   enableSsh(options: GuestSshOptions = {}): Promise<GuestSshAccess> {
-    const run = this.sshQueue.then(() => this.enableSshNow(options));
-    this.sshQueue = run.catch(() => undefined);
-    return run;
-  }
-
-  private async enableSshNow(options: GuestSshOptions): Promise<GuestSshAccess> {
-    const { signal } = options;
-    signal?.throwIfAborted();
-    if (this.closed) throw this.closedError();
-    const user = options.user ?? "root";
-    const open = this.sshAccesses.get(user);
-    if (open && !open.closed) {
-      open.keepAlive();
-      return open;
-    }
-    const access = await this.gondolinSsh(user);
-    let privateKey: Buffer;
-    let hostKeys: string[];
-    try {
-      privateKey = await readFile(access.identityFile);
-      hostKeys = await this.readHostKeys(signal);
-    } finally {
-      // Gondolin's forwarder and key files go at once; ours (below) takes over with a copy of the key.
-      await access.close().catch(() => undefined);
-    }
-    signal?.throwIfAborted();
-    if (this.closed) throw this.closedError();
-    const forwarder = await SshForwarder.open({
-      user,
-      privateKey,
-      hostKeys,
-      connect: () => this.connectTcp(22, { timeoutMs: 10_000 }),
-      idleTimeoutMs: options.idleTimeoutMs ?? DEFAULT_SSH_IDLE_TIMEOUT_MS,
-      onClose: () => {
-        if (this.sshAccesses.get(user) === forwarder) this.sshAccesses.delete(user);
-      },
-    });
-    if (this.closed || signal?.aborted) {
-      // The VM closed (or the caller gave up) while the forwarder opened: close() did not see it.
-      await forwarder.close();
-      throw signal?.aborted ? signal.reason : this.closedError();
-    }
-    this.sshAccesses.set(user, forwarder);
-    return forwarder;
-  }
-
-  /** Runs Gondolin's SSH setup in the guest, with its failures mapped to our codes. */
-  private async gondolinSsh(user: string): Promise<Awaited<ReturnType<VM["enableSsh"]>>> {
-    const enabling = this.vm.enableSsh({ user });
-    try {
-      return await this.fault.race(enabling);
-    } catch (error) {
-      if (error instanceof VmError) {
-        // A paused guest: close the forwarder should it ever come up.
-        enabling.then(
-          (late) => late.close(),
-          () => undefined,
-        );
-        throw error;
-      }
-      const message = messageOf(error);
-      const tool = /sshd not/.test(message) ? "sshd" : /sandboxssh not/.test(message) ? "sandboxssh" : undefined;
-      if (tool) {
-        throw new VmError("VM_IMAGE_MISSING_TOOL", `the guest image has no ${tool}, which the terminal needs`, {
-          hint: "use an image with OpenSSH server and Gondolin's sandboxssh",
-          cause: error,
-          details: { tool, needs: "ssh" },
-        });
-      }
-      const hint = /ssh-keygen/.test(message)
-        ? "install the OpenSSH client on the host (ssh-keygen)"
-        : /does not exist/.test(message)
-          ? `create the user ${user} in the guest first`
-          : "check that sshd can start in the guest";
-      throw new VmError("VM_SSH_FAILED", `SSH into the guest could not be enabled: ${message}`, {
-        hint,
-        cause: error,
-        details: { user, reason: message },
-      });
-    }
-  }
-
-  /**
-   * The public host keys of the guest's sshd, read through the guest itself (Gondolin's setup ran
-   * `ssh-keygen -A` before starting sshd, and waited for its banner, so they exist by now). The
-   * guest could name any key here; that is fine, because the pin only guards the connection we
-   * then make to that same guest over the private virtio channel: it stops the printed command
-   * from trusting whatever answers on the forwarder's port, not the guest from lying about itself.
-   */
-  private async readHostKeys(signal: AbortSignal | undefined): Promise<string[]> {
-    const result = await runInGuest(
-      this,
-      ["/bin/sh", "-c", "cat /etc/ssh/ssh_host_*_key.pub 2>/dev/null | head -c 65536"],
-      signal ? { signal } : {},
-    );
-    const keys = parseHostKeys(result.stdout);
-    if (keys.length === 0) {
-      throw new VmError(
-        "VM_SSH_FAILED",
-        "SSH into the guest could not be enabled: sshd has no readable host key in /etc/ssh/ssh_host_*_key.pub to pin",
-        { hint: "check that ssh-keygen -A works in the guest", details: { reason: "no host key" } },
-      );
-    }
-    return keys;
+    return this.ssh.enable(options);
   }
 
   /** Closes the SSH forwarders and the Gondolin VM (QEMU gets SIGTERM, then SIGKILL after 3 s). Idempotent. */
   close(): Promise<void> {
     if (!this.closing) {
       this.closing = (async () => {
-        await Promise.allSettled([...this.sshAccesses.values()].map((access) => access.close()));
+        await this.ssh.closeAll();
         await Promise.allSettled([...this.pendingKills]);
         await this.vm.close();
       })();
