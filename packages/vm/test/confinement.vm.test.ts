@@ -1,6 +1,7 @@
 // How QEMU is confined on a real boot: QEMU's seccomp sandbox, no_new_privs, no core dumps, its
-// run directory as working directory; the KVM probe's command line through the same wrapper; and
-// a host whose QEMU lacks seccomp support, where the VM still boots and says so. Two boots.
+// run directory (private, with its sockets) as working directory; the KVM probe's command line
+// through the same wrapper; and a host whose QEMU lacks seccomp support, where the VM still boots
+// and says so. Two boots.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -44,6 +45,13 @@ test("the VM's QEMU runs under seccomp, with no_new_privs, no core dumps, in its
   const cwd = fs.readlinkSync(`/proc/${pid}/cwd`);
   expect(fs.readdirSync(cwd)).toEqual(expect.arrayContaining(["ctl.sock", "net.sock", "qmp.sock"]));
   expect(cwd.startsWith(stateRoot) || cwd.startsWith(os.tmpdir())).toBe(true);
+  // Whoever could write there could put a socket in QEMU's or Gondolin's place: ours, 0700, no link.
+  const dir = fs.lstatSync(cwd);
+  expect({ directory: dir.isDirectory(), uid: dir.uid, mode: (dir.mode & 0o777).toString(8) }).toEqual({
+    directory: true,
+    uid: process.getuid!(),
+    mode: "700",
+  });
   expect(vm.warnings.join("\n")).not.toMatch(/seccomp/);
   // Gondolin's channels all work under the filter: exec, files, and a checkpointing stop.
   expect(await sh(vm, "echo confined")).toBe("confined\n");
