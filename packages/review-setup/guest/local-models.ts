@@ -15,6 +15,12 @@ import type { ExtensionAPI, ProviderModelConfig } from "@earendil-works/pi-codin
 /** The provider this extension refreshes; review-setup writes it into models.json. */
 export const LOCAL_PROVIDER = "local";
 
+/**
+ * With `sandbox:setup --model-server-key`, the placeholder of the server's key (the host puts the
+ * key in its place on the way to the server); unset otherwise.
+ */
+export const KEY_VARIABLE = "MODEL_SERVER_KEY";
+
 /** Longest wait for the server when a session starts. */
 const SESSION_REFRESH_MS = 10_000;
 /** Most models taken from one answer, and the longest id. */
@@ -69,7 +75,10 @@ export async function fetchLocalModels(baseUrl: string, signal?: AbortSignal): P
   const url = new URL(`${baseUrl.replace(/\/+$/, "")}/models`);
   let response: Response;
   try {
-    response = await fetch(url, { signal, headers: { accept: "application/json" } });
+    const key = process.env[KEY_VARIABLE];
+    const headers: Record<string, string> = { accept: "application/json" };
+    if (key) headers.authorization = `Bearer ${key}`;
+    response = await fetch(url, { signal, headers });
   } catch (error) {
     if (signal?.aborted) throw error;
     const cause = (error as { cause?: { code?: string; message?: string } }).cause;
@@ -82,7 +91,9 @@ export async function fetchLocalModels(baseUrl: string, signal?: AbortSignal): P
     throw new Error(
       `The model server at ${url.href} answered HTTP ${response.status}` +
         (response.status === 401 || response.status === 403
-          ? ": it asks for an API key, which this setup does not pass; turn key checks off in the server."
+          ? process.env[KEY_VARIABLE]
+            ? ": it refused the key; check the key file or variable given to sandbox:setup --model-server-key."
+            : ": it asks for an API key; rerun sandbox:setup with --model-server-key (a new instance), or turn key checks off in the server."
           : "."),
     );
   }

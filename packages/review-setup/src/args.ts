@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 import { ReviewSetupError } from "./errors.js";
-import { parseModelServer, type ModelServer } from "./model-server.js";
+import { parseModelServer, parseModelServerKey, type ModelServer } from "./model-server.js";
 import { INSTALL_SCOPES, type InstallScope } from "./scope.js";
 
 /** Default program part of the launch command: this checkout's Pi with the sandbox extension. */
@@ -47,7 +47,12 @@ Options:
                                  (oMLX, llama.cpp, Ollama, LM Studio), e.g. http://127.0.0.1:8000:
                                  adds its port to the instance's network.hostPorts (with --config),
                                  writes a "local" provider seeded from GET <url>/v1/models and an
-                                 extension that refreshes that list; no key; not with --live-model
+                                 extension that refreshes that list; not with --live-model
+  --model-server-key <env:VAR|file:PATH>
+                                 the server's API key, read on the host (as network.secrets
+                                 MODEL_SERVER_KEY for host.sandbox.internal:<port>, with --config):
+                                 the guest holds a placeholder in $MODEL_SERVER_KEY, which the host
+                                 replaces by the key in requests to that port; never the key itself
   --repo <dir>                   checkout to snapshot (default: the one containing the cwd)
   --pi-command <command>         program part of the launch command
                                  (default: ${DEFAULT_PI_COMMAND})
@@ -71,6 +76,7 @@ export function parseCommandLine(argv: readonly string[]): ParsedCommandLine {
         config: { type: "string" },
         "live-model": { type: "string" },
         "model-server": { type: "string" },
+        "model-server-key": { type: "string" },
         repo: { type: "string" },
         "pi-command": { type: "string" },
         scope: { type: "string" },
@@ -105,6 +111,12 @@ export function parseCommandLine(argv: readonly string[]): ParsedCommandLine {
       });
     }
     result.modelServer = parseModelServer(values["model-server"]);
+    if (values["model-server-key"] !== undefined)
+      result.modelServer.key = parseModelServerKey(values["model-server-key"]);
+  } else if (values["model-server-key"] !== undefined) {
+    throw new ReviewSetupError("REVIEW_SETUP_USAGE", "--model-server-key needs --model-server", {
+      hint: "Example: --model-server http://127.0.0.1:8000 --model-server-key env:OMLX_API_KEY",
+    });
   }
   if (values.scope !== undefined) {
     if (!(INSTALL_SCOPES as readonly string[]).includes(values.scope)) {

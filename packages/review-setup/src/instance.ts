@@ -5,6 +5,7 @@ import { join, resolve } from "node:path";
 import {
   hostPatternCovers,
   isConfigError,
+  isHostServiceEntry,
   LIMITS,
   loadConfig,
   renderConfig,
@@ -136,9 +137,9 @@ async function derivedConfig(
   if (taken.length > 0) {
     throw new ReviewSetupError(
       "REVIEW_SETUP_USAGE",
-      `${path} declares network.secrets ${taken.join(", ")}, which review-setup declares itself for the host's Pi login`,
+      `${path} declares network.secrets ${taken.join(", ")}, which review-setup declares itself (the host's Pi login, --model-server-key)`,
       {
-        hint: `Remove ${taken.join(", ")} from network.secrets in ${path}: live mode keeps that credential on the host and fills it in.`,
+        hint: `Remove ${taken.join(", ")} from network.secrets in ${path}: review-setup keeps that credential on the host and fills it in.`,
         details: { secrets: taken },
       },
     );
@@ -146,6 +147,8 @@ async function derivedConfig(
   const allowedHosts = [...config.network.allowedHosts];
   for (const secret of Object.values(secrets)) {
     for (const host of secret.hosts) {
+      // host.sandbox.internal[:<port>] goes by network.hostPorts, not the HTTP(S) allow-list.
+      if (isHostServiceEntry(host)) continue;
       if (!allowedHosts.some((pattern) => hostPatternCovers(pattern, host))) allowedHosts.push(host);
     }
   }
@@ -163,7 +166,7 @@ async function derivedConfig(
   const added = [
     ...(addPort ? [`network.hostPorts ${port} (the model server)`] : []),
     ...(Object.keys(secrets).length > 0
-      ? [`network.secrets ${Object.keys(secrets).join(", ")} (the host's Pi login, kept on the host)`]
+      ? [`network.secrets ${Object.keys(secrets).join(", ")} (credentials kept on the host)`]
       : []),
   ].join(" and ");
   await writeFile(derived, `# ${path} plus ${added}, written by sandbox:setup\n${text}`, { mode: 0o600 });

@@ -3,7 +3,15 @@
 // gets a `local` provider in its agent dir's models.json, seeded from that list, plus the
 // extension in ../guest/local-models.ts, which reads the list again whenever Pi refreshes.
 import { readFile } from "node:fs/promises";
-import { HOST_SERVICES_HOSTNAME } from "@pi-sandbox/config";
+import { homedir } from "node:os";
+import { resolve } from "node:path";
+import {
+  HOST_SERVICES_HOSTNAME,
+  expandHome,
+  parseSecretSource,
+  secretHostPorts,
+  type SecretConfig,
+} from "@pi-sandbox/config";
 import { ReviewSetupError } from "./errors.js";
 import { shellQuote, type GuestSession } from "./guest.js";
 import type { ReviewLayout } from "./layout.js";
@@ -21,7 +29,18 @@ export interface ModelServer {
   hostUrl: string;
   /** The same base URL from the guest, e.g. `http://host.sandbox.internal:8000/v1`. */
   guestUrl: string;
+  /**
+   * `--model-server-key`: where the host reads the server's API key (`env:VAR`, or `file:PATH`
+   * made absolute, `~/` kept). The guest gets the placeholder of secret {@link MODEL_SERVER_KEY}.
+   */
+  key?: string;
 }
+
+/**
+ * The `network.secrets` name of the model server's key, and the guest variable that holds its
+ * placeholder (models.json's `apiKey` is `$MODEL_SERVER_KEY`).
+ */
+export const MODEL_SERVER_KEY = "MODEL_SERVER_KEY";
 
 /** What the server serves. */
 export interface ServedModels {
@@ -32,11 +51,83 @@ export interface ServedModels {
 }
 
 const KEY_HINT =
-  "A key for a host service would have to enter the guest, which this setup does not do yet: run the server without key checks " +
-  "(oMLX: Global Settings -> Skip API key verification; llama-server, Ollama and LM Studio check none unless told to).";
+  "Pass the server's API key as --model-server-key env:VAR or --model-server-key file:PATH: it stays on the host (a network.secrets " +
+  "entry for the server's host port; the guest holds a placeholder). Or run the server without key checks.";
 
 function usage(message: string, hint: string): ReviewSetupError {
   return new ReviewSetupError("REVIEW_SETUP_USAGE", message, { hint });
+}
+
+/**
+ * Parses `--model-server-key`: `env:VAR`, or `file:PATH` (relative to `cwd`; `~/` kept for the
+ * home directory). Never the key itself: anything else is refused without quoting it.
+ */
+export function parseModelServerKey(text: string, cwd = process.cwd()): string {
+  const hint = "Example: --model-server-key env:OMLX_API_KEY or --model-server-key file:~/.config/omlx/key";
+  if (!/^(?:env:[A-Za-z_][A-Za-z0-9_]*|file:\S(?:.*\S)?)$/.test(text)) {
+    throw usage(
+      "--model-server-key must name where the host reads the key (env:VAR or file:PATH), never the key itself",
+      hint,
+    );
+  }
+  const source = parseSecretSource(text);
+  if (source.kind === "env" || source.path.startsWith("~/") || source.path.startsWith("/")) return text;
+  return `file:${resolve(cwd, source.path)}`;
+}
+
+/** The instance's `network.secrets` entry for the key: sent to the server's host port only. */
+export function modelServerSecret(server: ModelServer): Record<string, SecretConfig> {
+  if (!server.key) return {};
+  return { [MODEL_SERVER_KEY]: { from: server.key, hosts: [`${HOST_SERVICES_HOSTNAME}:${server.port}`] } };
+}
+
+/** The key's value, read on the host as the controller reads it (a final line break dropped). */
+export async function readModelServerKey(key: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  const source = parseSecretSource(key);
+  const fail = (what: string, hint: string) =>
+    new ReviewSetupError("REVIEW_SETUP_USAGE", `--model-server-key ${key}: ${what}`, { hint });
+  if (source.kind === "env") {
+    const value = env[source.name];
+    if (!value) throw fail(`${source.name} is not set`, `Set ${source.name} to the server's API key, then rerun.`);
+    return value;
+  }
+  const file = expandHome(source.path, homedir());
+  let value: string;
+  try {
+    value = (await readFile(file, "utf8")).replace(/\r?\n$/, "");
+  } catch (error) {
+    throw fail(
+      `${file} cannot be read (${(error as NodeJS.ErrnoException).code ?? "error"})`,
+      `Put the key in ${file}.`,
+    );
+  }
+  if (value === "" || /[\r\n\0]/.test(value))
+    throw fail(`${file} must hold one non-empty line`, `Put the key in ${file}.`);
+  return value;
+}
+
+/**
+ * With a key, an existing instance must declare {@link MODEL_SERVER_KEY} for the server's port:
+ * secrets are fixed when an instance is created, and the key never goes into the guest instead.
+ */
+export function requireModelServerSecret(
+  name: string,
+  view: { hostPorts?: number[]; secrets?: { name: string; hosts: string[] }[] },
+  server: ModelServer,
+): void {
+  if (!server.key) return;
+  const declared = view.secrets?.find((secret) => secret.name === MODEL_SERVER_KEY);
+  if (declared && secretHostPorts(declared.hosts, view.hostPorts ?? []).includes(server.port)) return;
+  throw new ReviewSetupError(
+    "REVIEW_SETUP_SECRET_MISSING",
+    `instance ${name} declares no network.secrets ${MODEL_SERVER_KEY} for ${HOST_SERVICES_HOSTNAME}:${server.port}, which --model-server-key needs to keep the key on the host`,
+    {
+      hint:
+        `Secrets are fixed when an instance is created: destroy it (npx pi-sandbox destroy ${name} --confirm ${name}), then create it again ` +
+        `with --config <sandbox.yaml> --model-server ${server.given} --model-server-key ${server.key}.`,
+      details: { secret: MODEL_SERVER_KEY, declared: view.secrets ?? [] },
+    },
+  );
 }
 
 /**
@@ -118,6 +209,8 @@ export interface ReadServedModelsOptions {
   timeoutMs?: number;
   /** HTTP client; default the global fetch. */
   fetch?: typeof fetch;
+  /** Environment for an `env:` key (default: this process's). */
+  env?: NodeJS.ProcessEnv;
 }
 
 async function readCapped(response: Response, url: string): Promise<string> {
@@ -143,13 +236,15 @@ export async function readServedModels(
   options: ReadServedModelsOptions = {},
 ): Promise<ServedModels> {
   const url = `${server.hostUrl}/models`;
+  const headers: Record<string, string> = { accept: "application/json" };
+  if (server.key) headers.authorization = `Bearer ${await readModelServerKey(server.key, options.env)}`;
   const timeoutMs = options.timeoutMs ?? 10_000;
   const timeout = AbortSignal.timeout(timeoutMs);
   const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
   let text: string;
   let status: number;
   try {
-    const response = await (options.fetch ?? fetch)(url, { signal, headers: { accept: "application/json" } });
+    const response = await (options.fetch ?? fetch)(url, { signal, headers });
     status = response.status;
     text = await readCapped(response, url);
   } catch (error) {
@@ -179,7 +274,9 @@ export async function readServedModels(
       {
         hint:
           status === 401 || status === 403
-            ? KEY_HINT
+            ? server.key
+              ? `Check that ${server.key} holds the key the server expects (sent as Authorization: Bearer).`
+              : KEY_HINT
             : `Check that ${server.hostUrl} is the server's OpenAI-compatible base URL (pass its path if it is not /v1).`,
         details: { url, status },
       },
@@ -214,8 +311,10 @@ export function localProviderConfig(server: ModelServer, served: ServedModels): 
     name: `Model server (host 127.0.0.1:${server.port})`,
     baseUrl: server.guestUrl,
     api: "openai-completions",
-    // Pi needs a key for a custom provider; a local server checks none. Not a secret.
-    apiKey: "local",
+    // Pi needs a key for a custom provider. With --model-server-key, the guest variable holding
+    // the secret's placeholder (Pi expands `$NAME`; the host's proxy puts the key in); else a
+    // dummy, which a server without key checks ignores. Neither is the key.
+    apiKey: server.key ? `$${MODEL_SERVER_KEY}` : "local",
     models: served.ids.map((id) => ({ id })),
   };
 }
@@ -225,14 +324,16 @@ export const LOCAL_MODELS_EXTENSION = new URL("../guest/local-models.ts", import
 
 // One node process in the guest: merge the provider into models.json (created 0600 if missing,
 // other providers kept; exit 3 if that fails), then the guest's own request to the server through
-// network.hostPorts (exit 4 if it fails). The last line says why.
+// network.hostPorts (exit 4 if it fails), with the placeholder in variable `k` if given. The last
+// line says why.
 const INSTALL_JS =
-  `const fs=require("fs");const [f,p,id,url]=process.argv.slice(1);` +
+  `const fs=require("fs");const [f,p,id,url,k]=process.argv.slice(1);` +
   `try{let j={};if(fs.existsSync(f)){j=JSON.parse(fs.readFileSync(f,"utf8"))}` +
   `j.providers=j.providers||{};j.providers[id]=JSON.parse(fs.readFileSync(p,"utf8"));` +
   `fs.writeFileSync(f,JSON.stringify(j,null,2)+"\\n",{mode:0o600});fs.rmSync(p)}` +
   `catch(e){console.log("models.json: "+e.message);process.exit(3)}` +
-  `fetch(url,{signal:AbortSignal.timeout(10000)}).then(r=>{console.log("HTTP "+r.status);process.exit(r.ok?0:4)},` +
+  `const h=k?{authorization:"Bearer "+(process.env[k]||"")}:{};` +
+  `fetch(url,{headers:h,signal:AbortSignal.timeout(10000)}).then(r=>{console.log("HTTP "+r.status);process.exit(r.ok?0:4)},` +
   `e=>{console.log(String((e.cause&&e.cause.code)||e.message||e));process.exit(4)})`;
 
 /**
@@ -261,7 +362,8 @@ export async function installLocalModels(
   await guest.write(pending, JSON.stringify(localProviderConfig(server, served)), { signal });
   const url = `${server.guestUrl}/models`;
   const probe = await guest.exec(
-    `node -e ${shellQuote(INSTALL_JS)} ${shellQuote(`${agent}/models.json`)} ${shellQuote(pending)} ${LOCAL_PROVIDER} ${shellQuote(url)}`,
+    `node -e ${shellQuote(INSTALL_JS)} ${shellQuote(`${agent}/models.json`)} ${shellQuote(pending)} ${LOCAL_PROVIDER} ${shellQuote(url)}` +
+      (server.key ? ` ${MODEL_SERVER_KEY}` : ""),
     { signal },
   );
   if (probe.exitCode !== 0 && probe.exitCode !== 4) throw failed(probe.output);

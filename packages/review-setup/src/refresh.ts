@@ -13,7 +13,14 @@ import type { HostLoginRefresher } from "./pi-login.js";
 import { acquireRefreshLock, defaultLockDir, refreshLockPath } from "./lock.js";
 import { reviewLayout, type ReviewLayout } from "./layout.js";
 import { credentialStartMessage, keepCredentialOnHost, runLiveCheck, type LiveCheck } from "./live.js";
-import { installLocalModels, LOCAL_PROVIDER, readServedModels, type ServedModels } from "./model-server.js";
+import {
+  installLocalModels,
+  LOCAL_PROVIDER,
+  modelServerSecret,
+  readServedModels,
+  requireModelServerSecret,
+  type ServedModels,
+} from "./model-server.js";
 import { liveSecret, type LiveSecret } from "./providers.js";
 import { scopeCommands, type InstallScope } from "./scope.js";
 import { createSnapshot, type Vcs } from "./snapshot.js";
@@ -148,7 +155,7 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
   let served: ServedModels | undefined;
   if (server) {
     emit("model-server", "start", `reading the model list of ${server.hostUrl}/models`);
-    served = await readServedModels(server, { signal });
+    served = await readServedModels(server, { signal, ...(options.hostEnv ? { env: options.hostEnv } : {}) });
     emit(
       "model-server",
       "done",
@@ -162,11 +169,13 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
       name,
       config: options.config,
       hostPort: server?.port,
-      secrets: async () =>
-        declareLiveSecrets(stateDir, name, [
+      secrets: async () => ({
+        ...(await declareLiveSecrets(stateDir, name, [
           ...(await hostLoginProviders(options.hostEnv ?? process.env)),
           ...(liveProvider ? [liveProvider] : []),
-        ]),
+        ])),
+        ...(server ? modelServerSecret(server) : {}),
+      }),
       configDir: stateDir,
       callAction: options.callAction,
       signal,
@@ -175,6 +184,7 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
     (message) => emit("instance", "info", message),
   );
   if (secret) requireSecret(name, view, secret, options.liveModel!.provider);
+  if (server) requireModelServerSecret(name, view, server);
   const probe = await guest.exec(GUEST_PROBE, { signal });
   const workspace = probe.output.split("\n")[0]?.trim() ?? "";
   if (probe.exitCode !== 0 || !workspace.startsWith("/")) {

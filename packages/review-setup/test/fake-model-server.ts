@@ -9,6 +9,8 @@ import type { AddressInfo } from "node:net";
 export interface SeenRequest {
   method: string;
   url: string;
+  /** Whether it carried `Authorization: Bearer <key>` when the server wants a key. */
+  keyed?: boolean;
   /** The chat request's model and messages (POST only). */
   model?: string;
   messages?: { role: string; content?: unknown }[];
@@ -22,6 +24,8 @@ export interface FakeModelServer {
   models: string[];
   /** Every request, in order. */
   seen: SeenRequest[];
+  /** When set, every request without `Authorization: Bearer <key>` gets 401 (a server with key checks). */
+  key?: string;
   close(): Promise<void>;
 }
 
@@ -47,6 +51,14 @@ export async function startFakeModelServer(models: string[], port = 0): Promise<
       const body = await readBody(req);
       const entry: SeenRequest = { method: req.method ?? "", url: req.url ?? "" };
       seen.push(entry);
+      if (state.key !== undefined) {
+        entry.keyed = req.headers.authorization === `Bearer ${state.key}`;
+        if (!entry.keyed) {
+          res.writeHead(401, { "content-type": "application/json" });
+          res.end(JSON.stringify({ error: { message: "invalid api key" } }));
+          return;
+        }
+      }
       if (req.method === "GET" && req.url === "/v1/models") {
         res.writeHead(200, { "content-type": "application/json" });
         res.end(

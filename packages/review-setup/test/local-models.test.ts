@@ -19,11 +19,11 @@ let dir: string;
 let fake: FakeModelServer;
 
 /** An agent dir as review-setup leaves it, for a server at `port` on 127.0.0.1. */
-async function agentDir(name: string, port: number, ids: string[]): Promise<string> {
+async function agentDir(name: string, port: number, ids: string[], key?: string): Promise<string> {
   const agent = join(dir, name);
   await mkdir(join(agent, "extensions"), { recursive: true });
   await copyFile(LOCAL_MODELS_EXTENSION, join(agent, "extensions", "local-models.ts"));
-  const server = { given: "", port, hostUrl: "", guestUrl: `http://127.0.0.1:${port}/v1` };
+  const server = { given: "", port, hostUrl: "", guestUrl: `http://127.0.0.1:${port}/v1`, ...(key ? { key } : {}) };
   const local = localProviderConfig(server, { ids, model: ids[0]! });
   await writeFile(join(agent, "models.json"), JSON.stringify({ providers: { local } }));
   await writeFile(join(agent, "settings.json"), JSON.stringify({ retry: { enabled: false } }));
@@ -119,4 +119,26 @@ test("a server that is down: Pi warns with its URL and what to do, and keeps the
         `Start it so that it listens on 127.0.0.1:${port}, then open /model to refresh; Pi keeps the models it already lists.`,
     ],
   });
+});
+
+test("with --model-server-key, Pi and the extension send $MODEL_SERVER_KEY as the Bearer key (in the guest, the placeholder)", async () => {
+  // No VM here: the variable holds the key itself, as the host's proxy makes of the placeholder.
+  const keyed = await startFakeModelServer(["model-k"]);
+  keyed.key = "key-for-the-fake";
+  try {
+    const agent = await agentDir("keyed", keyed.port, ["model-k"], "env:ANYTHING");
+    const run = await pi(agent, ["--model", "local/model-k", "-p", "hi"], "", { MODEL_SERVER_KEY: keyed.key });
+    expect(run.stdout.trim()).toBe("served by model-k: hi");
+    expect(keyed.seen.map((r) => `${r.method} ${r.url} ${r.keyed}`)).toEqual([
+      "GET /v1/models true",
+      "POST /v1/chat/completions true",
+    ]);
+    const refused = await availableModels(agent, { MODEL_SERVER_KEY: "wrong" });
+    expect(refused.notices).toEqual([
+      `warning: The model server at http://127.0.0.1:${keyed.port}/v1/models answered HTTP 401: it refused the key; ` +
+        "check the key file or variable given to sandbox:setup --model-server-key.",
+    ]);
+  } finally {
+    await keyed.close();
+  }
 });

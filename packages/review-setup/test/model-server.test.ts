@@ -9,7 +9,15 @@ import { loadConfig } from "@pi-sandbox/config";
 import { ControllerError } from "@pi-sandbox/controller/client";
 import { parseCommandLine } from "../src/args.js";
 import { ensureInstance } from "../src/instance.js";
-import { LOCAL_MODELS_EXTENSION, parseModelServer, readServedModels, servedModelsOf } from "../src/model-server.js";
+import {
+  LOCAL_MODELS_EXTENSION,
+  modelServerSecret,
+  parseModelServer,
+  parseModelServerKey,
+  readServedModels,
+  requireModelServerSecret,
+  servedModelsOf,
+} from "../src/model-server.js";
 import { runReviewSetup, type StepEvent } from "../src/refresh.js";
 import { FakeGuest } from "./fake-guest.js";
 import { startFakeModelServer, type FakeModelServer } from "./fake-model-server.js";
@@ -76,7 +84,7 @@ test.each([
   ["https://127.0.0.1:8000", /must be an http:\/\/ URL/, /plain HTTP/],
   ["http://192.168.1.10:8000", /must be on this host's 127\.0\.0\.1; got 192\.168\.1\.10/, /network\.hostPorts/],
   ["http://[::1]:8000", /must be on this host's 127\.0\.0\.1/, /host\.sandbox\.internal/],
-  ["http://user:sk-123@127.0.0.1:8000", /a user or key in the URL is not supported/, /Skip API key verification/],
+  ["http://user:sk-123@127.0.0.1:8000", /a user or key in the URL is not supported/, /--model-server-key env:VAR/],
   ["http://127.0.0.1:8000/v1?key=1", /has a query or fragment/, /base URL only/],
 ])("--model-server %s is refused with a usage error", (url, message, hint) => {
   expect(() => parseModelServer(url)).toThrow(
@@ -349,4 +357,133 @@ test("an unreachable server stops the refresh before any guest work", async () =
   ).rejects.toMatchObject({ code: "REVIEW_SETUP_MODEL_SERVER_UNREACHABLE" });
   expect(calls).toEqual([]);
   expect(guest.commands).toEqual([]);
+});
+
+describe("--model-server-key: the key stays on the host", () => {
+  const KEY = "sk-model-server-key-never-in-the-guest";
+  let keyed: FakeModelServer;
+  beforeAll(async () => {
+    keyed = await startFakeModelServer(["qwen3-8b"]);
+    keyed.key = KEY;
+  });
+  afterAll(() => keyed.close());
+
+  test("it names where the host reads the key: env:VAR, or file:PATH made absolute (~/ kept); never the key", () => {
+    const parsed = (key: string) =>
+      parseCommandLine(["--name", "r", "--model-server", "http://127.0.0.1:8000", "--model-server-key", key]);
+    expect(parsed("env:OMLX_API_KEY")).toMatchObject({ modelServer: { port: 8000, key: "env:OMLX_API_KEY" } });
+    expect(parseModelServerKey("file:keys/omlx", "/home/me")).toBe("file:/home/me/keys/omlx");
+    expect(parseModelServerKey("file:~/.config/omlx/key")).toBe("file:~/.config/omlx/key");
+    let error: (Error & { code?: string; hint?: string }) | undefined;
+    try {
+      parsed(KEY);
+    } catch (e) {
+      error = e as typeof error;
+    }
+    expect(error).toMatchObject({ code: "REVIEW_SETUP_USAGE" });
+    expect(`${error!.message} ${error!.hint}`).not.toContain(KEY);
+    expect(() => parseCommandLine(["--name", "r", "--model-server-key", "env:K"])).toThrow(
+      expect.objectContaining({ code: "REVIEW_SETUP_USAGE", message: "--model-server-key needs --model-server" }),
+    );
+  });
+
+  test("the host's own request sends the key; a missing or wrong one says what to do", async () => {
+    const server = { ...parseModelServer(`http://127.0.0.1:${keyed.port}`), key: "env:TEST_MODEL_KEY" };
+    await expect(readServedModels(server, { env: { TEST_MODEL_KEY: KEY } })).resolves.toEqual({
+      ids: ["qwen3-8b"],
+      model: "qwen3-8b",
+    });
+    expect(keyed.seen.at(-1)).toMatchObject({ url: "/v1/models", keyed: true });
+    await expect(readServedModels(server, { env: { TEST_MODEL_KEY: "wrong" } })).rejects.toMatchObject({
+      code: "REVIEW_SETUP_MODEL_SERVER_REFUSED",
+      hint: expect.stringContaining("env:TEST_MODEL_KEY holds the key"),
+    });
+    await expect(readServedModels(server, { env: {} })).rejects.toMatchObject({
+      code: "REVIEW_SETUP_USAGE",
+      message: "--model-server-key env:TEST_MODEL_KEY: TEST_MODEL_KEY is not set",
+    });
+    // Without a key, a server that wants one: the hint names the option.
+    await expect(readServedModels(parseModelServer(`http://127.0.0.1:${keyed.port}`))).rejects.toMatchObject({
+      code: "REVIEW_SETUP_MODEL_SERVER_REFUSED",
+      hint: expect.stringContaining("--model-server-key env:VAR"),
+    });
+    const file = join(dir, "model-key");
+    await writeFile(file, `${KEY}\n`, { mode: 0o600 });
+    await expect(readServedModels({ ...server, key: `file:${file}` })).resolves.toMatchObject({ model: "qwen3-8b" });
+  });
+
+  test("--config: the instance gets a secret for the server's host port only, not an allowed host", async () => {
+    const config = join(dir, "keyed.sandbox.yaml");
+    await writeFile(config, "version: 1\nnetwork:\n  allowedHosts: [registry.npmjs.org]\n");
+    const server = { ...parseModelServer("http://127.0.0.1:8000"), key: "env:OMLX_API_KEY" };
+    const configDir = join(dir, "state-keyed");
+    const created: unknown[] = [];
+    await ensureInstance(
+      {
+        name: "keyed",
+        config,
+        hostPort: 8000,
+        secrets: async () => modelServerSecret(server),
+        configDir,
+        callAction: async (input) => {
+          if ((input as { action: string }).action === "inspect")
+            throw new ControllerError("CONTROLLER_NOT_FOUND", "none");
+          created.push(input);
+          return { state: "running" };
+        },
+      },
+      {},
+      () => undefined,
+    );
+    const derived = await loadConfig(join(configDir, "keyed.sandbox.yaml"));
+    expect(derived.network).toMatchObject({
+      allowedHosts: ["registry.npmjs.org"],
+      hostPorts: [8000],
+      secrets: { MODEL_SERVER_KEY: { from: "env:OMLX_API_KEY", hosts: ["host.sandbox.internal:8000"] } },
+    });
+  });
+
+  test("an existing instance must declare the secret for the server's port", () => {
+    const server = { ...parseModelServer("http://127.0.0.1:8000"), key: "env:K" };
+    const declared = { name: "MODEL_SERVER_KEY", hosts: ["host.sandbox.internal:8000"] };
+    expect(() => requireModelServerSecret("r", { hostPorts: [8000], secrets: [declared] }, server)).not.toThrow();
+    expect(() =>
+      requireModelServerSecret(
+        "r",
+        { hostPorts: [8000], secrets: [{ ...declared, hosts: ["host.sandbox.internal"] }] },
+        server,
+      ),
+    ).not.toThrow();
+    expect(() => requireModelServerSecret("r", { hostPorts: [8000], secrets: [] }, server)).toThrow(
+      expect.objectContaining({
+        code: "REVIEW_SETUP_SECRET_MISSING",
+        hint: expect.stringContaining("--model-server-key env:K"),
+      }),
+    );
+    expect(() => requireModelServerSecret("r", { hostPorts: [8000] }, { ...server, key: undefined })).not.toThrow();
+  });
+
+  test("a refresh with a key: models.json names the placeholder's variable, never the key", async () => {
+    const guest = new FakeGuest();
+    const server = { ...parseModelServer(`http://127.0.0.1:${keyed.port}`), key: "env:TEST_MODEL_KEY" };
+    await runReviewSetup({
+      name: "review",
+      repo,
+      guest,
+      hostEnv: { TEST_MODEL_KEY: KEY },
+      callAction: async () => ({
+        state: "running",
+        hostPorts: [keyed.port],
+        secrets: [{ name: "MODEL_SERVER_KEY", hosts: [`host.sandbox.internal:${keyed.port}`] }],
+      }),
+      lockDir: dir,
+      modelServer: server,
+    });
+    expect(JSON.parse(guest.files.get("/workspace/.review/agent/.local-provider.json")!)).toMatchObject({
+      apiKey: "$MODEL_SERVER_KEY",
+    });
+    expect(guest.commands.at(-1)).toMatch(/\/v1\/models MODEL_SERVER_KEY$/);
+    for (const [, text] of guest.files) expect(String(text)).not.toContain(KEY);
+    for (const command of guest.commands) expect(command).not.toContain(KEY);
+  });
 });

@@ -1,8 +1,10 @@
 // --model-server on one real VM: a fake OpenAI-compatible model server on the host's 127.0.0.1,
 // `sandbox:setup --config … --model-server` as a user runs it, then the guest's real Pi (1.6, the
 // version this checkout locks) answers a prompt through the host's server and lists a model the
-// server gained after setup. Pi comes in the fixture checkout as its self-contained bundle plus
-// jiti (which Pi loads extensions with), so the candidate needs no registry and no install.
+// server gained after setup. The server wants an API key (--model-server-key env:…): the host's
+// proxy puts it in, and the guest holds only a placeholder. Pi comes in the fixture checkout as
+// its self-contained bundle plus jiti (which Pi loads extensions with), so the candidate needs no
+// registry and no install.
 import { execFileSync } from "node:child_process";
 import { cp, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
@@ -15,6 +17,8 @@ import { lastUserText, startFakeModelServer, type FakeModelServer } from "./fake
 import { FIXTURE_LOCK } from "./fixture.js";
 
 const NAME = "local-models";
+/** The model server's API key: in the host environment only. */
+const KEY = "sk-local-server-key-stays-on-the-host";
 const AGENT = "/workspace/.review/agent";
 let dir: string;
 let repo: string;
@@ -63,10 +67,11 @@ beforeAll(async () => {
   if (!image) throw new Error("PI_SANDBOX_TEST_IMAGE is not set: run through jest's globalSetup");
   dir = await mkdtemp(join(tmpdir(), "prl-"));
   repo = await makePiRepo();
-  env = { ...process.env, PI_SANDBOX_HOME: join(dir, "state") };
+  env = { ...process.env, PI_SANDBOX_HOME: join(dir, "state"), PISB_TEST_MODEL_KEY: KEY };
   // No outbound hosts at all: the guest reaches the model server through network.hostPorts only.
   await writeFile(join(dir, "sandbox.yaml"), `version: 1\nimage: ${image}\nprofile: small\n`);
   fake = await startFakeModelServer(["model-a"]);
+  fake.key = KEY;
   guest = controllerGuest(NAME, { env, cwd: dir });
 });
 
@@ -78,7 +83,7 @@ afterAll(async () => {
   await rm(repo, { recursive: true, force: true });
 });
 
-test("sandbox:setup --config --model-server opens the server's port to the instance and seeds the guest's Pi", async () => {
+test("sandbox:setup --config --model-server --model-server-key opens the server's port to the instance and seeds the guest's Pi", async () => {
   let stdout = "";
   let stderr = "";
   const started = Date.now();
@@ -86,7 +91,8 @@ test("sandbox:setup --config --model-server opens the server's port to the insta
     main(
       [
         ...["--name", NAME, "--config", "sandbox.yaml", "--repo", repo],
-        ...["--model-server", `http://127.0.0.1:${fake.port}`, "--pi-command", "node pi/dist/bundle/cli.js"],
+        ...["--model-server", `http://127.0.0.1:${fake.port}`, "--model-server-key", "env:PISB_TEST_MODEL_KEY"],
+        ...["--pi-command", "node pi/dist/bundle/cli.js"],
       ],
       {
         stdout: (text) => (stdout += text),
@@ -115,13 +121,23 @@ test("sandbox:setup --config --model-server opens the server's port to the insta
     `cd /workspace/.review/current && PI_CODING_AGENT_DIR=${AGENT} node pi/dist/bundle/cli.js --model local/model-a`,
   );
   expect((await call({ action: "inspect" })).hostPorts).toEqual([fake.port]);
-  // The host read the list, then the guest did, through host.sandbox.internal.
-  expect(fake.seen.map((r) => `${r.method} ${r.url}`)).toEqual(["GET /v1/models", "GET /v1/models"]);
+  // The host read the list, then the guest did, through host.sandbox.internal; both with the key.
+  expect(fake.seen.map((r) => `${r.method} ${r.url} ${r.keyed}`)).toEqual([
+    "GET /v1/models true",
+    "GET /v1/models true",
+  ]);
   const models = JSON.parse(await guest.read(`${AGENT}/models.json`));
   expect(models.providers.local).toMatchObject({
     baseUrl: `http://host.sandbox.internal:${fake.port}/v1`,
+    apiKey: "$MODEL_SERVER_KEY",
     models: [{ id: "model-a" }],
   });
+  // The guest has the placeholder, and the key nowhere: not in any environment or agent file.
+  const look = await guest.exec(
+    `printf '%s\\n' "$MODEL_SERVER_KEY"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c -F ${KEY} || true; ` +
+      `grep -r -l -F ${KEY} ${AGENT} /workspace/.review/current 2>/dev/null | wc -l`,
+  );
+  expect(look.output.trim().split("\n")).toEqual([expect.stringMatching(/^PI_SANDBOX_SECRET_[0-9a-f]{40}$/), "0", "0"]);
 });
 
 test("the launch command's Pi answers a -p prompt through the host's server", async () => {
@@ -133,8 +149,11 @@ test("the launch command's Pi answers a -p prompt through the host's server", as
   );
   expect(run.output.trim().split("\n").at(-1)).toBe("served by model-a: hello from the guest");
   expect(run.exitCode).toBe(0);
-  // The session start read the list again; then the prompt went to the server, as the guest sent it.
-  expect(fake.seen.map((r) => `${r.method} ${r.url}`)).toEqual(["GET /v1/models", "POST /v1/chat/completions"]);
+  // The session start read the list again; then the prompt went to the server, with the key.
+  expect(fake.seen.map((r) => `${r.method} ${r.url} ${r.keyed}`)).toEqual([
+    "GET /v1/models true",
+    "POST /v1/chat/completions true",
+  ]);
   expect(fake.seen[1]!.model).toBe("model-a");
   expect(lastUserText(fake.seen[1]!.messages)).toBe("hello from the guest");
 });
