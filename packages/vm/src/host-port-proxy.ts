@@ -213,33 +213,47 @@ export class HostPortProxies {
   }
 
   private forward(port: number, agent: http.Agent, request: http.IncomingMessage, response: http.ServerResponse): void {
-    const upstream = http.request({
-      host: "127.0.0.1",
-      port,
-      method: request.method,
-      path: request.url,
-      headers: forwardedHeaders(request.rawHeaders, this.secretsFor(port)),
-      agent,
-      maxHeaderSize: MAX_UPSTREAM_HEADER_BYTES,
-      setHost: false,
-    });
-    upstream.on("response", (answer) => {
-      response.writeHead(answer.statusCode ?? 502, answer.statusMessage, forwardedHeaders(answer.rawHeaders, []));
-      response.flushHeaders();
-      pipeline(answer, response, () => undefined);
-    });
-    upstream.on("error", (error) => {
-      if (response.headersSent) {
-        response.destroy();
-        return;
-      }
-      const code = (error as NodeJS.ErrnoException).code ?? "error";
-      const text = `pi-sandbox: host port ${port} did not answer (${code})\n`;
-      response.writeHead(502, {
+    const fail = (status: number, why: string) => {
+      if (response.headersSent) return void response.destroy();
+      const text = `pi-sandbox: ${why}\n`;
+      response.writeHead(status, {
         "content-type": "text/plain; charset=utf-8",
         "content-length": Buffer.byteLength(text),
       });
       response.end(text);
+    };
+    let upstream: http.ClientRequest;
+    try {
+      upstream = http.request({
+        host: "127.0.0.1",
+        port,
+        method: request.method,
+        path: request.url,
+        headers: forwardedHeaders(request.rawHeaders, this.secretsFor(port)),
+        agent,
+        maxHeaderSize: MAX_UPSTREAM_HEADER_BYTES,
+        setHost: false,
+      });
+    } catch (error) {
+      // Node refuses a header it cannot send (never the value: messages name the header only).
+      request.resume();
+      return fail(400, `the request could not be forwarded (${(error as NodeJS.ErrnoException).code ?? "invalid"})`);
+    }
+    upstream.on("response", (answer) => {
+      try {
+        response.writeHead(answer.statusCode ?? 502, answer.statusMessage, forwardedHeaders(answer.rawHeaders, []));
+        response.flushHeaders();
+      } catch (error) {
+        answer.destroy();
+        return fail(
+          502,
+          `host port ${port} answered what cannot be forwarded (${(error as NodeJS.ErrnoException).code ?? "invalid"})`,
+        );
+      }
+      pipeline(answer, response, () => undefined);
+    });
+    upstream.on("error", (error) => {
+      fail(502, `host port ${port} did not answer (${(error as NodeJS.ErrnoException).code ?? "error"})`);
     });
     response.on("close", () => {
       if (!response.writableFinished) upstream.destroy();

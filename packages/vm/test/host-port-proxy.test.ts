@@ -208,6 +208,20 @@ test("a request head over the bound gets 431; nothing listening on the host port
   expect(performance.now() - started).toBeLessThan(2_000);
 });
 
+test("a value Node cannot send in a header gets 400, never quoted, and the proxy serves on", async () => {
+  const upstream = await echoServer();
+  upstreams.push(upstream);
+  const proxy = await proxyFor(new Map([[upstream.port, ["KEY"]]]));
+  const port = proxy.targets().get(upstream.port)!;
+  proxy.updateSecret("KEY", "bad\u0001value");
+  const refused = await get(port, { authorization: `Bearer ${PLACEHOLDER}` });
+  expect(refused.status).toBe(400);
+  expect(refused.body).toBe("pi-sandbox: the request could not be forwarded (ERR_INVALID_CHAR)\n");
+  expect(upstream.seen).toHaveLength(0);
+  proxy.updateSecret("KEY", REAL);
+  expect((await get(port, { authorization: `Bearer ${PLACEHOLDER}` })).status).toBe(200);
+});
+
 test("close stops the proxies; no routes, no proxies", async () => {
   expect(await HostPortProxies.open(new Map(), secrets)).toBeUndefined();
   const upstream = await echoServer();
