@@ -21,8 +21,9 @@ export const LOCAL_PROVIDER = "local";
  */
 export const KEY_VARIABLE = "MODEL_SERVER_KEY";
 
-/** Longest wait for the server when a session starts. */
+/** Longest wait for the server when a session starts, and how many refreshes may use it. */
 const SESSION_REFRESH_MS = 10_000;
+const SESSION_REFRESH_ATTEMPTS = 3;
 /** Most models taken from one answer, and the longest id. */
 const MAX_MODELS = 500;
 const MAX_ID_CHARS = 256;
@@ -133,12 +134,17 @@ export default function localModels(pi: ExtensionAPI): void {
     },
   });
   pi.on("session_start", async (_event, ctx) => {
-    // Every mode, before the first prompt (PI_OFFLINE leaves the seed).
-    const result = await ctx.modelRegistry.refresh({
-      providers: [LOCAL_PROVIDER],
-      signal: AbortSignal.timeout(SESSION_REFRESH_MS),
-    });
-    const error = result.errors.get(LOCAL_PROVIDER);
-    if (error) ctx.ui.notify(error.message, "warning");
+    // Every mode, before the first prompt (PI_OFFLINE leaves the seed). Pi ends a provider's
+    // refresh without a word when another refresh of it starts (it starts offline ones of every
+    // provider when a provider or model registers), so one that read nothing is asked again,
+    // within the same bound.
+    const signal = AbortSignal.timeout(SESSION_REFRESH_MS);
+    const offline = process.env.PI_OFFLINE !== undefined;
+    for (let attempt = 0; attempt < SESSION_REFRESH_ATTEMPTS && !signal.aborted; attempt++) {
+      const result = await ctx.modelRegistry.refresh({ providers: [LOCAL_PROVIDER], signal });
+      const error = result.errors.get(LOCAL_PROVIDER);
+      if (error) ctx.ui.notify(error.message, "warning");
+      if (error || offline || live !== undefined) return;
+    }
   });
 }
