@@ -1,7 +1,9 @@
-// Suspend and warm start on a real VM through the client API: one instance, three starts.
+// Suspend and warm start on a real VM through the client API: one instance, four starts (one
+// after a daemon killed during a suspend).
 import { rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
+import { readStatus } from "../src/state/records.js";
 import { fetchText, makeSandbox, qemuFor, SEED_YAML, teardown, type Sandbox } from "../src/testing.js";
 
 let sandbox: Sandbox;
@@ -20,10 +22,11 @@ afterAll(async () => {
 const exec = async (cmd: string) => (await call({ action: "exec", name: "warm", cmd })).output as string;
 const webPid = async () => (await call({ action: "services", name: "warm", op: "status" })).services[0].pid as number;
 
-test("a suspended instance resumes with its processes and previews; without its memory it boots cold and says why; destroy leaves nothing", async () => {
+test("a suspended instance resumes with its processes and previews; without its memory it boots cold and says why; a daemon killed mid-suspend leaves the last checkpoint; destroy leaves nothing", async () => {
   const created = await call({ action: "create", name: "warm", config: "sandbox.yaml" });
   const url = created.previews[0].url as string;
   const sleeper = (await exec("sleep 1000 > /dev/null 2>&1 & echo $!")).trim();
+  await exec("echo kept > kept.txt");
   expect(sleeper).toMatch(/^\d+$/);
   const servicePid = await webPid();
   const diskDir = new StateLayout(sandbox.home).diskDir("instances", "warm");
@@ -62,6 +65,23 @@ test("a suspended instance resumes with its processes and previews; without its 
   expect(cold.previews[0].url).toBe(url);
   expect(await fetchText(url)).toBe("200 Hello from the guest\n");
   expect(await exec(`kill -0 ${sleeper} 2>/dev/null && echo alive || echo gone`)).toBe("gone\n");
+
+  // SIGKILL of the daemon during a suspend: the instance reads interrupted, and start reopens the
+  // last complete checkpoint (the one taken with the memory deleted above), cold.
+  expect(await exec("cat kept.txt")).toBe("kept\n");
+  await exec("echo lost > kept.txt && sync");
+  const daemonPid = (await call({ action: "inspect", name: "warm" })).daemonPid as number;
+  const layout = new StateLayout(sandbox.home);
+  const suspending = call({ action: "suspend", name: "warm" }).catch((e: unknown) => e);
+  for (let i = 0; i < 400 && (await readStatus(layout, "instances", "warm"))?.state !== "suspending"; i++)
+    await new Promise((r) => setTimeout(r, 10));
+  process.kill(daemonPid, "SIGKILL");
+  expect(await suspending).toMatchObject({ code: expect.stringMatching(/^CONTROLLER_DAEMON_/) });
+  expect((await call({ action: "inspect", name: "warm" })).state).toBe("interrupted");
+  const reopened = await call({ action: "start", name: "warm" });
+  expect(reopened.state).toBe("running");
+  expect(reopened.restore?.warm).not.toBe(true);
+  expect(await exec("cat kept.txt")).toBe("kept\n");
 
   await call({ action: "suspend", name: "warm" });
   await stat(join(diskDir, "memory.bin"));
