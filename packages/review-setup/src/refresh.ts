@@ -1,5 +1,6 @@
 // One refresh: instance -> snapshot -> transfer -> verify -> unpack -> install -> build -> switch
-// -> agent dir -> (live: credentials -> live check). Guest work goes through GuestSession only.
+// -> agent dir -> (live: credentials -> live check). Guest work goes through GuestSession only; the
+// candidate's steps (transfer to switch) are in candidate.ts.
 import { resolve } from "node:path";
 import type { CallActionOptions } from "@pi-sandbox/controller/client";
 import type { ReviewSetupArgs } from "./args.js";
@@ -24,6 +25,7 @@ import {
 import { liveSecret, type LiveSecret } from "./providers.js";
 import { scopeCommands, type InstallScope } from "./scope.js";
 import { createSnapshot, type Vcs } from "./snapshot.js";
+import { candidateIdAt, installCandidate, mustSucceed } from "./candidate.js";
 
 /** Steps in the order they run. */
 export type StepName =
@@ -118,13 +120,6 @@ export interface ReviewSetupResult {
   live: LiveCheck | undefined;
   /** `--model-server`: the guest's base URL, the served models and the one launched; else absent. */
   modelServer?: ServedModels & { guestUrl: string; hostUrl: string };
-}
-
-const STEP_DEADLINE_MS = 30 * 60_000;
-
-function candidateIdAt(ms: number, sha256: string): string {
-  const stamp = new Date(ms).toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
-  return `${stamp}-${sha256.slice(0, 8)}`;
 }
 
 /** Refreshes the review candidate of a checkout inside an instance; see the package README. */
@@ -242,91 +237,12 @@ async function refreshLocked(options: ReviewSetupOptions, context: RefreshContex
     if (commands.workspaces) {
       emit("snapshot", "info", `scope pi: installing for the Pi extension, building ${commands.workspaces.join(", ")}`);
     }
-    const id = candidateIdAt(now(), snapshot.sha256);
-    const incoming = layout.incoming(id);
-    const candidate = layout.candidate(id);
-    const logDir = layout.log(id, "x").replace(/\/x\.log$/, "");
-
-    emit("transfer", "start", `copying the archive to ${incoming}`);
-    await mustSucceed(
-      guest,
-      "transfer",
-      `mkdir -p ${shellQuote(incoming)} ${shellQuote(logDir)} ${shellQuote(layout.candidates)}`,
-      signal,
+    const { id, candidate, previousId } = await installCandidate(
+      { guest, layout, name, emit, signal },
+      snapshot,
+      { install: options.installCommand ?? commands.install, build: options.buildCommand ?? commands.build },
+      candidateIdAt(now(), snapshot.sha256),
     );
-    const archive = `${incoming}/snapshot.tar.gz`;
-    // The controller's upload: chunked, and renamed into place only once the guest found the
-    // sha256 of what arrived equal to the host file's.
-    const sent = await guest.upload(snapshot.archivePath, archive, { signal });
-    emit("transfer", "done", `${sent.bytes} bytes`);
-
-    emit("verify", "start", "comparing the sha256 the guest verified with the snapshot's");
-    const guestSum = sent.sha256;
-    if (guestSum !== snapshot.sha256) {
-      await guest.exec(`rm -rf ${shellQuote(incoming)}`, { signal }).catch(() => undefined);
-      throw new ReviewSetupError(
-        "REVIEW_SETUP_CHECKSUM_MISMATCH",
-        `the archive in the guest has sha256 ${guestSum || "(none)"}, the snapshot has ${snapshot.sha256}`,
-        {
-          hint: "Nothing was unpacked and the current candidate is unchanged; rerun the command.",
-          details: { expected: snapshot.sha256, actual: guestSum },
-        },
-      );
-    }
-    emit("verify", "done", `sha256 ${guestSum} matches`);
-
-    const previousId = await currentCandidate(guest, layout, signal);
-    const cleanup = `rm -rf ${shellQuote(candidate)} ${shellQuote(incoming)}`;
-    const steps: [StepName, string, string][] = [
-      [
-        "unpack",
-        `mkdir -p ${shellQuote(candidate)} && tar -xzf ${shellQuote(archive)} -C ${shellQuote(candidate)}`,
-        "/",
-      ],
-      ["install", options.installCommand ?? commands.install, candidate],
-      ["build", options.buildCommand ?? commands.build, candidate],
-    ];
-    for (const [step, command, cwd] of steps) {
-      const log = layout.log(id, step);
-      emit(step, "start", `${command} (log: ${log})`);
-      const result = await guest.exec(
-        `cd ${shellQuote(cwd)} && { ${command} ; } > ${shellQuote(log)} 2>&1; rc=$?; tail -n 20 ${shellQuote(log)}; exit $rc`,
-        { signal, deadlineMs: STEP_DEADLINE_MS },
-      );
-      if (result.exitCode !== 0) {
-        await guest.exec(cleanup, { signal }).catch(() => undefined);
-        throw new ReviewSetupError(
-          "REVIEW_SETUP_STEP_FAILED",
-          `${step} failed (exit ${result.exitCode}); log: ${log}; ` +
-            (previousId ? `candidate ${previousId} stays current` : "no candidate is current yet"),
-          {
-            hint: `Read the log with: npx pi-sandbox exec ${name} -- cat ${log}`,
-            details: { step, logPath: log, exitCode: result.exitCode, tail: result.output, previousId },
-          },
-        );
-      }
-      emit(step, "done", `${step} ok`);
-    }
-
-    emit("switch", "start", `selecting ${id}`);
-    const tmpLink = `${layout.root}/.current-${id}`;
-    await mustSucceed(
-      guest,
-      "switch",
-      // rename(2) of a fresh symlink over the old one: readers see either candidate, never none.
-      `ln -sfn candidates/${id} ${shellQuote(tmpLink)} && mv -T ${shellQuote(tmpLink)} ${shellQuote(layout.current)}`,
-      signal,
-    );
-    // Keep the new and the previous candidate (a running Pi may still use it); drop older ones.
-    const keep = [id, previousId].filter((x): x is string => Boolean(x));
-    await guest
-      .exec(
-        `cd ${shellQuote(layout.candidates)} && for d in *; do case " ${keep.join(" ")} " in *" $d "*) ;; *) rm -rf -- "$d";; esac; done; ` +
-          `cd ${shellQuote(layout.root)}/incoming && for d in *; do [ "$d" = ${shellQuote(id)} ] || rm -rf -- "$d"; done; true`,
-        { signal },
-      )
-      .catch(() => undefined);
-    emit("switch", "done", `${layout.current} -> ${candidate}` + (previousId ? ` (was ${previousId})` : ""));
 
     const notes: string[] = [];
     emit("agent", "start", `preparing the isolated agent directory ${layout.agentDir}`);
@@ -414,25 +330,4 @@ async function refreshLocked(options: ReviewSetupOptions, context: RefreshContex
   } finally {
     await snapshot.close();
   }
-}
-
-async function currentCandidate(guest: GuestSession, layout: ReviewLayout, signal?: AbortSignal) {
-  const link = await guest.exec(`readlink ${shellQuote(layout.current)} || true`, { signal });
-  const target = link.output.trim();
-  return target ? target.split("/").pop() : undefined;
-}
-
-async function mustSucceed(guest: GuestSession, step: StepName, cmd: string, signal?: AbortSignal) {
-  const result = await guest.exec(cmd, { signal });
-  if (result.exitCode !== 0) {
-    throw new ReviewSetupError(
-      "REVIEW_SETUP_STEP_FAILED",
-      `${step} failed (exit ${result.exitCode}): ${result.output.trim().slice(-2000)}`,
-      {
-        hint: "The current candidate is unchanged. Fix the cause shown above and rerun.",
-        details: { step, exitCode: result.exitCode, output: result.output },
-      },
-    );
-  }
-  return result;
 }
