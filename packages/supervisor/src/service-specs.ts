@@ -52,6 +52,7 @@ export function buildServiceSpecs(
         service: service.name,
         code: "SERVICE_REFERENCE_UNRESOLVED",
         message: `service ${service.name} was not started: ${error.message}`,
+        ...(error.hint ? { hint: error.hint } : {}),
       });
       continue;
     }

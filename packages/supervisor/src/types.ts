@@ -157,6 +157,8 @@ export interface ServiceFailure {
   code: SupervisorErrorCode;
   /** What happened and where to look next. */
   message: string;
+  /** What to do about it, when the failure's own error said (an unresolved reference: start that service). */
+  hint?: string;
   /** Guest path of the service log, when there is one. */
   logPath?: string;
 }

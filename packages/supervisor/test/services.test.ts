@@ -275,7 +275,14 @@ test("PUBLIC_URL and ${services.X.publicURL} come from the preview origins the h
   // Without an origin for web, api cannot resolve its reference: a failure, not a crash.
   await sup.client.stopServices();
   const missing = await sup.client.ensureServices();
-  expect(missing.failures).toEqual([expect.objectContaining({ service: "api", code: "SERVICE_REFERENCE_UNRESOLVED" })]);
+  expect(missing.failures).toEqual([
+    expect.objectContaining({
+      service: "api",
+      code: "SERVICE_REFERENCE_UNRESOLVED",
+      hint: "start web with a preview first",
+    }),
+  ]);
+  expect(missing.failures[0]!.message).not.toContain("start web");
 });
 
 test("ensure with names starts only those; an undeclared name is SERVICE_NOT_FOUND and starts nothing", async () => {

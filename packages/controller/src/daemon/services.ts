@@ -208,9 +208,10 @@ export class GuestOperations implements GuestActions {
       this.state.recordError(
         failure.code,
         failure.message,
-        failure.logPath
-          ? `See {"action":"logs","name":"${this.state.name}","service":"${failure.service}"}.`
-          : undefined,
+        failure.hint ??
+          (failure.logPath
+            ? `See {"action":"logs","name":"${this.state.name}","service":"${failure.service}"}.`
+            : undefined),
       );
       progress({ stage: "services", message: failure.message });
     }
