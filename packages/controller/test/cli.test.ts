@@ -44,6 +44,27 @@ test("call prints a typed error on stderr and exits 1", () => {
   });
 });
 
+test("an error from a lower layer keeps its code; its hint is printed on its own line, never in the message", () => {
+  const missing = join(dir, "nope.yaml");
+  const text = cli("create", "demo", "-c", missing);
+  expect(text.status).toBe(1);
+  expect(text.stderr).toBe(
+    `error CONFIG_NOT_FOUND: no config file at ${missing}\n` +
+      "hint: check the path, or create a sandbox.yaml there (the package README has an example)\n",
+  );
+  const json = cli("create", "demo", "-c", missing, "--json");
+  expect(json.status).toBe(1);
+  expect(JSON.parse(json.stderr)).toEqual({
+    error: {
+      name: "ControllerError",
+      code: "CONFIG_NOT_FOUND",
+      message: `no config file at ${missing}`,
+      hint: "check the path, or create a sandbox.yaml there (the package README has an example)",
+      details: { sourcePath: missing },
+    },
+  });
+});
+
 test("human commands print readable text; usage errors exit 2", () => {
   expect(cli("list").stdout).toBe("no instances\n");
   const help = cli("help");
