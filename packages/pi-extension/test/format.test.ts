@@ -2,7 +2,8 @@
 // useful end of the guest text kept and a note on how to see the rest.
 
 import { DEFAULT_MAX_BYTES } from "@earendil-works/pi-coding-agent";
-import { successResult } from "../src/format.js";
+import { SandboxExtensionError } from "../src/errors.js";
+import { errorResult, successResult } from "../src/format.js";
 
 const numbered = (n: number, width = 60) =>
   Array.from({ length: n }, (_, i) => `line ${String(i + 1).padStart(5, "0")} ${"x".repeat(width)}`).join("\n") + "\n";
@@ -53,4 +54,21 @@ test("a file that is one huge line still shows its start", () => {
   const read = JSON.parse(text);
   expect(read.content.length).toBeGreaterThan(40_000);
   expect(read.truncated).toMatch(/^content cut to its first/);
+});
+
+test("any pi-sandbox error reaches the model as CODE: message, then its hint on its own line", () => {
+  const own = errorResult(
+    { action: "attach", name: "demo" },
+    new SandboxExtensionError("PI_SANDBOX_ATTACH_FAILED", "could not read the guest's home", { hint: "start it" }),
+  );
+  expect(own.content).toEqual([
+    { type: "text", text: "PI_SANDBOX_ATTACH_FAILED: could not read the guest's home\nHint: start it" },
+  ]);
+  expect(own.details?.error).toEqual({
+    code: "PI_SANDBOX_ATTACH_FAILED",
+    message: "could not read the guest's home",
+    hint: "start it",
+  });
+  const unexpected = errorResult({ action: "exec", name: "demo" }, new Error("boom"));
+  expect(unexpected.details?.error).toMatchObject({ code: "PI_SANDBOX_UNEXPECTED", message: "boom" });
 });
