@@ -1,5 +1,6 @@
 // Every lifecycle transition and race of the daemon, without QEMU: the daemon's InstanceController
 // runs in-process over the local runtime (host processes, the real Python agent, real previews).
+import { spawnSync } from "node:child_process";
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
@@ -355,13 +356,45 @@ test("an instance whose image is gone keeps its state and says so in errors", as
   ]);
 });
 
+test("a lost agent channel is reopened with the services untouched, at most 3 times in 10 minutes", async () => {
+  const url = (await create("bridged")).previews[0].url as string;
+  const controller = await daemon("bridged");
+  const stateDir = join(layout.diskDir("instances", "bridged"), "root", "var", "lib", "pi-sandbox-agent");
+  const status = async () => (await call({ action: "services", name: "bridged", op: "status" })).services[0];
+  const web = await status();
+  // What a guest that kills the agent's bridge (or an exec session that breaks) does to the channel.
+  const killBridge = () => spawnSync("pkill", ["-KILL", "-f", "--", `--attach --state-dir ${stateDir}`]);
+  for (let round = 1; round <= 3; round++) {
+    expect(killBridge().status).toBe(0);
+    let after: Loose | undefined;
+    for (let i = 0; i < 100 && !after; i++) {
+      controller.checkVm();
+      await sleep(100);
+      after = await status().catch(() => undefined);
+    }
+    expect(after).toMatchObject({ state: "running", pid: web.pid, port: web.port });
+    expect((await inspectEntry(layout, "instances", "bridged")).state).toBe("running");
+  }
+  expect(await fetchText(url)).toBe("200 Hello from setup\n");
+  // A fourth loss within the window: the instance checkpoints and fails, as for a lost agent.
+  killBridge();
+  for (let i = 0; i < 100 && !controller.exiting; i++) {
+    controller.checkVm();
+    await sleep(100);
+  }
+  await controller.finished;
+  expect((await inspectEntry(layout, "instances", "bridged")).state).toBe("failed");
+});
+
 test("an agent that goes away under a running VM: the instance checkpoints, reads failed with the reason, and start works", async () => {
   await create("orphan");
   await call({ action: "exec", name: "orphan", cmd: "echo kept > kept.txt" });
   const controller = await daemon("orphan");
   // The same path as an agent the host cut off for breaking the protocol (AGENT_PROTOCOL, which
   // supervisor's hostile-guest tests provoke): the channel closes with a reason under a live VM.
-  await call({ action: "exec", name: "orphan", cmd: "pkill -KILL -f '[s]andbox_agent.pyz' &" }).catch(() => undefined);
+  // Only this instance's agent (its daemon and bridge): other suites' agents run on this host too.
+  const stateDir = join(layout.diskDir("instances", "orphan"), "root", "var", "lib", "pi-sandbox-agent");
+  expect(spawnSync("pkill", ["-KILL", "-f", "--", `--state-dir ${stateDir} `]).status).toBe(0);
   for (let i = 0; i < 100 && !controller.exiting; i++) {
     controller.checkVm();
     await sleep(100);

@@ -22,6 +22,9 @@ export interface CallContext {
 }
 
 const LIFECYCLE: ReadonlySet<string> = new Set(["create", "prepare", "start", "stop", "suspend", "destroy"]);
+/** A closed agent channel is reattached at most this often in {@link REATTACH_WINDOW_MS}; then the instance fails. */
+const REATTACH_LIMIT = 3;
+const REATTACH_WINDOW_MS = 10 * 60_000;
 
 /**
  * Owns one instance (or, for prepare, one template) inside its daemon: the VM, the supervisor
@@ -35,6 +38,8 @@ export class InstanceController {
   readonly #guest: GuestOperations;
   readonly #queue = new PQueue({ concurrency: 1 });
   #recordedFault: unknown;
+  /** When the agent's channel was last reattached (see {@link #reattach}). */
+  #reattaches: number[] = [];
 
   constructor(layout: StateLayout, kind: EntryKind, name: string, log: DaemonLogger, runtime?: InstanceRuntime) {
     this.#state = new InstanceState(layout, kind, name, log);
@@ -116,6 +121,13 @@ export class InstanceController {
       if (vm?.fault && !isControllerError(error)) throw toControllerError(vm.fault);
       if (supervisor && this.#state.supervisor !== supervisor && !isControllerError(error)) {
         const name = this.#state.name;
+        if (this.#state.vm === vm && vm) {
+          throw new ControllerError(
+            "CONTROLLER_AGENT_REATTACHED",
+            `the guest agent's channel closed while ${action} was in flight; a new one is open`,
+            { hint: "Retry.", details: { name, action }, cause: error },
+          );
+        }
         throw new ControllerError("CONTROLLER_NOT_RUNNING", `${name} stopped while ${action} was in flight`, {
           hint: `Start it with {"action":"start","name":"${name}"} and retry.`,
           details: { name, action },
@@ -161,14 +173,16 @@ export class InstanceController {
   }
 
   /**
-   * The agent's channel closed under a running VM: the agent exited, or the host cut it for
-   * breaking the protocol (a hostile or broken guest). Its services are gone; the disk is
-   * checkpointed (the guest's own work is kept), the status reads failed with the reason, and
-   * the daemon exits; start boots a fresh agent.
+   * The agent's channel closed under a running VM. A channel that just closed (AGENT_CLOSED: its
+   * bridge or the agent exited) is reattached, a few times at most (see {@link #reattach}). One the
+   * host cut for breaking the protocol (a hostile or broken guest), or one that keeps closing:
+   * the disk is checkpointed (the guest's own work is kept), the status reads failed with the
+   * reason, and the daemon exits; start boots a fresh agent.
    */
   async #agentLost(reason: { code: string; message: string }): Promise<void> {
     const state = this.#state;
     if (!state.supervisor?.closedReason) return;
+    if (reason.code === "AGENT_CLOSED" && (await this.#reattach(reason))) return;
     state.recordError(
       reason.code,
       `the guest agent of ${state.name} is gone: ${reason.message}`,
@@ -180,6 +194,31 @@ export class InstanceController {
       .catch((error: unknown) => state.log.warn(`checkpoint after the agent was lost: ${String(error)}`));
     await state.setState("failed", { previews: [] }).catch(() => undefined);
     state.finish();
+  }
+
+  /**
+   * A new channel to the agent. The agent outlives its channel: when it still runs, its services
+   * and exec handles carry on untouched. False when the agent is gone too (the new channel found a
+   * fresh one: the services went with the old), when the limit is reached, or when the guest
+   * cannot be reached.
+   */
+  async #reattach(reason: { code: string; message: string }): Promise<boolean> {
+    const state = this.#state;
+    const now = Date.now();
+    this.#reattaches = this.#reattaches.filter((at) => now - at < REATTACH_WINDOW_MS);
+    if (this.#reattaches.length >= REATTACH_LIMIT) return false;
+    this.#reattaches.push(now);
+    try {
+      const supervisor = await this.#lifecycle.reattachAgent();
+      if (supervisor.hello.sessions > 0) {
+        state.log.warn(`the guest agent's channel closed (${reason.message}); reattached, its services kept`);
+        return true;
+      }
+      return false;
+    } catch (error) {
+      state.log.warn(`reattaching the guest agent failed: ${String(error)}`);
+      return false;
+    }
   }
 
   /** SIGTERM: stop cleanly (checkpoint) if a VM runs. */

@@ -24,6 +24,9 @@ type Progress = (event: ProgressEvent) => void;
 
 /** The lifecycle of one entry. */
 export class Lifecycle {
+  /** The guest workspace of the running VM's agent, for a reattach. */
+  private workspace: string | undefined;
+
   constructor(
     private readonly state: InstanceState,
     private readonly runtime: InstanceRuntime,
@@ -344,8 +347,23 @@ export class Lifecycle {
 
   private async startAgent(vm: RuntimeVm, config: SandboxConfig, progress: Progress): Promise<SupervisorClient> {
     progress({ stage: "agent", message: "starting the guest agent" });
+    this.workspace = config.workspace;
     this.state.supervisor = await this.runtime.startAgent(vm, {
       workspace: config.workspace,
+      logger: this.state.log.child("[agent]"),
+    });
+    return this.state.supervisor;
+  }
+
+  /**
+   * A new channel to the agent of the running VM after the last one closed: the agent outlives
+   * its channel, so its services and exec handles carry on (`hello.sessions` > 0) unless the agent
+   * itself is gone, when a fresh one starts (`sessions` 0).
+   */
+  async reattachAgent(): Promise<SupervisorClient> {
+    const { vm } = this.state.running();
+    this.state.supervisor = await this.runtime.startAgent(vm, {
+      workspace: this.workspace ?? "/workspace",
       logger: this.state.log.child("[agent]"),
     });
     return this.state.supervisor;
