@@ -4,6 +4,7 @@
 import { posix } from "node:path";
 import { parseConfig, readConfigText, type SandboxConfig } from "@pi-sandbox/config";
 import type { SetupResult, SupervisorClient } from "@pi-sandbox/supervisor";
+import { shellQuote } from "../actions/shell-words.js";
 import type { ProgressEvent } from "../wire.js";
 import { withSetupProgress } from "./setup-progress.js";
 
@@ -11,11 +12,6 @@ import { withSetupProgress } from "./setup-progress.js";
 export async function readConfigFile(path: string): Promise<{ config: SandboxConfig; text: string }> {
   const { text, sourcePath } = await readConfigText(path);
   return { config: parseConfig(text, { sourcePath }), text };
-}
-
-/** Quotes a value for a POSIX shell command line. */
-export function shellQuote(value: string): string {
-  return `'${value.replace(/'/g, `'\\''`)}'`;
 }
 
 /** Writes the host YAML's text (comments kept) as the guest's editable `.sandbox.yaml`. */
