@@ -23,8 +23,8 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  await daemons.close();
   for (const vm of [...runtime.live]) await vm.close();
-  daemons.close();
   await rm(dir, { recursive: true, force: true });
 });
 

@@ -68,8 +68,8 @@ beforeEach(async () => {
 });
 
 afterEach(async () => {
+  await daemons.close();
   for (const vm of [...runtime.live]) await vm.close();
-  daemons.close();
   await rm(dir, { recursive: true, force: true });
 });
 

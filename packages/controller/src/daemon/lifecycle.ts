@@ -1,18 +1,19 @@
 // Create, prepare, start, stop, suspend and destroy of one entry, and the boot they share. Each runs alone
-// in the entry's queue (instance.ts); guest operations do not wait behind them.
+// in the entry's queue (instance.ts); guest operations do not wait behind them. Create and prepare
+// (the new disk, the record, the roll-back of a failed create) are in create.ts.
 
-import { copyFile, mkdir, readFile, rm } from "node:fs/promises";
-import { dirname } from "node:path";
+import { rm } from "node:fs/promises";
 import type { SandboxConfig } from "@pi-sandbox/config";
 import type { SupervisorClient } from "@pi-sandbox/supervisor";
 import { isVmError } from "@pi-sandbox/vm";
 import { ControllerError } from "../errors.js";
 import type { EntryView } from "../state/inspect.js";
 import type { EntryKind } from "../state/layout.js";
-import { readRecord, readStatus, writeRecord, type EntryRecord, type EntryStatus } from "../state/records.js";
+import { readRecord, readStatus, writeRecord } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { LifecycleActions } from "./context.js";
-import { installGuestConfig, readConfigFile, runSetup } from "./guest-setup.js";
+import { createInstance, prepareTemplate, type BootOptions, type CreateSteps } from "./create.js";
+import { installGuestConfig, runSetup } from "./guest-setup.js";
 import { assertHostPortsFree, hostPortsOf } from "./host-ports.js";
 import { newSecretSalt, resolveMounts, resolveSecrets } from "./secrets.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
@@ -49,161 +50,27 @@ export class Lifecycle {
     return this.state.name;
   }
 
-  async create(source: { config?: string; template?: string }, progress: Progress): Promise<EntryView> {
-    const { layout } = this.state;
-    const existing = await readRecord(layout, "instances", this.name);
-    if (existing) {
-      // A running instance's first run is not checkpointed yet, but its create is not interrupted.
-      const interrupted = existing.pendingCreate !== undefined && !this.state.vm;
-      throw new ControllerError(
-        "CONTROLLER_ALREADY_EXISTS",
-        interrupted
-          ? `an instance named ${this.name} already exists; its create was interrupted before its first checkpoint`
-          : `an instance named ${this.name} already exists`,
-        {
-          hint: interrupted
-            ? `Finish it with {"action":"start","name":"${this.name}"} (start runs the rest of the create, setup included), or destroy it first.`
-            : `Start it with {"action":"start","name":"${this.name}"}, or destroy it first.`,
-          details: { name: this.name },
-        },
-      );
-    }
-    const diskDir = layout.diskDir("instances", this.name);
-    await rm(diskDir, { recursive: true, force: true });
-    let config: SandboxConfig;
-    let configText: string | undefined;
-    const record: Omit<EntryRecord, "config"> & { secretSalt: string } = {
-      kind: "instances",
-      name: this.name,
-      createdAt: new Date().toISOString(),
-      secretSalt: newSecretSalt(),
+  /** A new instance from a config or a template (create.ts). */
+  create(source: { config?: string; template?: string }, progress: Progress): Promise<EntryView> {
+    return createInstance(this.steps(), source, progress);
+  }
+
+  /** A template from a config (create.ts). */
+  prepare(source: { config: string }, progress: Progress): Promise<EntryView> {
+    return prepareTemplate(this.steps(), source, progress);
+  }
+
+  /** What create and prepare use of this lifecycle. */
+  private steps(): CreateSteps {
+    return {
+      state: this.state,
+      runtime: this.runtime,
+      boot: (config, progress, options) => this.boot(config, progress, options),
+      bootVm: (diskDir, config, progress, secretSalt) => this.bootVm(diskDir, config, progress, secretSalt),
+      startAgent: (vm, config, progress) => this.startAgent(vm, config, progress),
+      teardown: (options) => this.teardown(options),
+      failStart: (error) => this.failStart(error),
     };
-    if (source.config !== undefined) {
-      ({ config, text: configText } = await readConfigFile(source.config));
-      record.configPath = source.config;
-      progress({ stage: "disk", message: `creating a ${config.diskGiB} GiB disk` });
-      await this.runtime.disks.createDisk(diskDir, {
-        ...(config.image ? { image: config.image } : {}),
-        diskGiB: config.diskGiB,
-      });
-    } else {
-      const template = source.template!;
-      const templateRecord = await readRecord(layout, "templates", template);
-      const templateStatus = await readStatus(layout, "templates", template);
-      if (!templateRecord || templateStatus?.state !== "prepared") {
-        throw new ControllerError("CONTROLLER_NOT_FOUND", `no prepared template named ${template}`, {
-          hint: 'List templates with {"action":"list","kind":"templates"}; make one with prepare.',
-          details: { template },
-        });
-      }
-      config = templateRecord.config;
-      record.template = template;
-      // The template's disk may hold placeholders its setup stored: they must keep working here.
-      if (templateRecord.secretSalt) record.secretSalt = templateRecord.secretSalt;
-      progress({ stage: "disk", message: `creating a copy-on-write disk from template ${template}` });
-      await this.runtime.disks.createFromTemplate(layout.diskDir("templates", template), diskDir);
-    }
-    // Until the first checkpoint holds the guest config and setup's work, the record says so: a
-    // daemon that dies before then (its run is dropped) leaves an instance whose next start
-    // finishes the create.
-    const pendingCreate = configText !== undefined ? { configText } : {};
-    await writeRecord(layout, { ...record, config, pendingCreate });
-    const first = { pendingCreate, setupDone: false, secretSalt: record.secretSalt };
-    try {
-      await this.boot(config, progress, first);
-    } catch (error) {
-      // A create that failed before its setup ran leaves nothing behind, so running it again just
-      // works; the controller log is kept outside the removed entry.
-      if (!first.setupDone) throw await this.rollBackCreate(error);
-      await this.failStart(error);
-      throw error;
-    }
-    return this.state.view();
-  }
-
-  /** Removes a half-made instance; returns the error to report, with the kept log's place and tail. */
-  private async rollBackCreate(error: unknown): Promise<ControllerError> {
-    const { layout, log } = this.state;
-    const e = toControllerError(error);
-    log.warn(`create failed, removing ${this.name}: ${e.code}: ${e.message}`);
-    await this.teardown({ checkpoint: false }).catch(() => undefined);
-    await this.runtime.disks.destroy(layout.diskDir("instances", this.name)).catch(() => undefined);
-    const logFile = layout.failedCreateLogFile(this.name);
-    let logTail = "";
-    try {
-      await mkdir(dirname(logFile), { recursive: true, mode: 0o700 });
-      await copyFile(layout.logFile("instances", this.name), logFile);
-      logTail = (await readFile(logFile, "utf8")).split("\n").slice(-21).join("\n").trim();
-    } catch (copyError) {
-      log.warn(`keeping the log of the failed create: ${String(copyError)}`);
-    }
-    await rm(layout.entryDir("instances", this.name), { recursive: true, force: true }).catch(() => undefined);
-    this.state.finish();
-    return new ControllerError(e.code, e.message, {
-      hint: `${e.hint ? `${e.hint} ` : ""}Nothing of ${this.name} was kept: fix the cause and run create again. The controller log is at ${logFile}.`,
-      details: { ...e.details, logFile, logTail },
-      cause: error,
-    });
-  }
-
-  async prepare(source: { config: string }, progress: Progress): Promise<EntryView> {
-    const { layout } = this.state;
-    if (await readRecord(layout, "templates", this.name)) {
-      throw new ControllerError("CONTROLLER_ALREADY_EXISTS", `a template named ${this.name} already exists`, {
-        hint: `Destroy it first with {"action":"destroy","name":"${this.name}","confirm":"${this.name}","kind":"templates"}.`,
-        details: { name: this.name },
-      });
-    }
-    const { config, text: configText } = await readConfigFile(source.config);
-    const secretSalt = newSecretSalt();
-    const templateDir = layout.diskDir("templates", this.name);
-    const workDir = templateDir + ".work";
-    await rm(workDir, { recursive: true, force: true });
-    await rm(templateDir, { recursive: true, force: true });
-    progress({ stage: "disk", message: `creating a ${config.diskGiB} GiB disk` });
-    await this.runtime.disks.createDisk(workDir, {
-      ...(config.image ? { image: config.image } : {}),
-      diskGiB: config.diskGiB,
-    });
-    try {
-      await this.state.setState("starting");
-      const vm = await this.bootVm(workDir, config, progress, secretSalt);
-      const supervisor = await this.startAgent(vm, config, progress);
-      await installGuestConfig(supervisor, configText);
-      const setup = await runSetup(supervisor, config, progress);
-      if (!setup.ok) {
-        throw new ControllerError(
-          "CONTROLLER_SETUP_FAILED",
-          `setup failed (exit ${setup.exitCode}${setup.timedOut ? ", deadline passed" : ""}); no template was published`,
-          {
-            hint: "Fix the setup commands and run prepare again; the output is in details.output.",
-            details: { exitCode: setup.exitCode, timedOut: setup.timedOut, output: setup.output.slice(-4000) },
-          },
-        );
-      }
-      progress({ stage: "checkpoint", message: "saving the prepared disk" });
-      await this.teardown({ checkpoint: true });
-      await this.runtime.disks.createTemplate(workDir, templateDir);
-      await this.runtime.disks.destroy(workDir);
-      await writeRecord(layout, {
-        kind: "templates",
-        name: this.name,
-        createdAt: new Date().toISOString(),
-        configPath: source.config,
-        config,
-        secretSalt,
-      });
-      await this.state.setState("prepared", { setup: { exitCode: setup.exitCode, at: new Date().toISOString() } });
-      progress({ stage: "done", message: `template ${this.name} is ready` });
-      return await this.state.view();
-    } catch (error) {
-      await this.teardown({ checkpoint: false }).catch(() => undefined);
-      await this.runtime.disks.destroy(workDir).catch(() => undefined);
-      await rm(layout.entryDir("templates", this.name), { recursive: true, force: true }).catch(() => undefined);
-      throw error;
-    } finally {
-      this.state.finish();
-    }
   }
 
   async start(progress: Progress): Promise<EntryView> {
@@ -249,17 +116,7 @@ export class Lifecycle {
   }
 
   /** Boots the instance disk, starts the agent, finishes a pending create, runs resume and services. */
-  private async boot(
-    config: SandboxConfig,
-    progress: Progress,
-    options: {
-      pendingCreate?: NonNullable<EntryRecord["pendingCreate"]>;
-      setupDone?: boolean;
-      secretSalt: string;
-      /** The status a suspend left: its previews come back on a warm start. */
-      suspended?: EntryStatus;
-    },
-  ): Promise<void> {
+  private async boot(config: SandboxConfig, progress: Progress, options: BootOptions): Promise<void> {
     const { state } = this;
     await state.setState("starting");
     const vm = await this.bootVm(state.layout.diskDir("instances", this.name), config, progress, options.secretSalt);

@@ -10,19 +10,19 @@ import { InstanceController, createFileLogger, type LocalRuntime } from "../../s
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
 export type Loose = Record<string, any>;
 
-/** Calls actions on in-process daemons; `close()` ends their ping sockets. */
+/** Calls actions on in-process daemons; `close()` stops what runs and ends their ping sockets. */
 export interface LocalDaemons {
   call(action: Loose, progress?: string[]): Promise<Loose>;
-  close(): void;
+  close(): Promise<void>;
 }
 
 export function localDaemons(layout: StateLayout, runtime: LocalRuntime): LocalDaemons {
-  const daemons = new Map<string, InstanceController>();
+  const daemons = new Map<string, { name: string; controller: InstanceController }>();
   const servers: Server[] = [];
 
   async function daemon(name: string, kind: EntryKind): Promise<InstanceController> {
     const key = `${kind}/${name}`;
-    const current = daemons.get(key);
+    const current = daemons.get(key)?.controller;
     if (current && !current.exiting) return current;
     await mkdir(layout.entryDir(kind, name), { recursive: true, mode: 0o700 });
     await writeFile(layout.pidFile(kind, name), `${process.pid}\n`);
@@ -40,7 +40,7 @@ export function localDaemons(layout: StateLayout, runtime: LocalRuntime): LocalD
     servers.push(server);
     const log = createFileLogger(layout.logFile(kind, name), `[${name}]`);
     const controller = new InstanceController(layout, kind, name, log, runtime);
-    daemons.set(key, controller);
+    daemons.set(key, { name, controller });
     return controller;
   }
 
@@ -52,7 +52,12 @@ export function localDaemons(layout: StateLayout, runtime: LocalRuntime): LocalD
         progress: (e) => progress.push(`[${e.stage}] ${e.message}`),
       })) as Loose;
     },
-    close() {
+    async close() {
+      // A running instance holds preview listeners and the agent's channel: stop it.
+      for (const { name, controller } of daemons.values()) {
+        if (controller.running && !controller.exiting)
+          await controller.call({ action: "stop", name }, { progress: () => undefined }).catch(() => undefined);
+      }
       daemons.clear();
       for (const server of servers.splice(0)) server.close();
     },
