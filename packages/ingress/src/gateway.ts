@@ -106,6 +106,7 @@ export class PreviewGateway implements AsyncDisposable {
    */
   reserve(key: string, options: { signal?: AbortSignal } = {}): Promise<PreviewReservation> {
     try {
+      // Only the key is in question here: any valid port and no links pass the rest.
       validatePreview({ key, guestPort: 1, links: [] });
     } catch (error) {
       return Promise.reject(error);
