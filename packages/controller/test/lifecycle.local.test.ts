@@ -2,7 +2,7 @@
 // runs in-process over the local runtime (host processes, the real Python agent, real previews).
 import { spawnSync } from "node:child_process";
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { createServer, type Server } from "node:net";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ControllerError, StateLayout } from "../src/client/index.js";
@@ -10,17 +10,9 @@ import { parseConfig } from "@pi-sandbox/config";
 import { formatView } from "../src/actions/text.js";
 import { inspectEntry, type EntryView } from "../src/state/inspect.js";
 import { readRecord, writeRecord } from "../src/state/records.js";
-import {
-  InstanceController,
-  createFileLogger,
-  createLocalRuntime,
-  fetchText,
-  sleep,
-  type LocalRuntime,
-} from "../src/testing.js";
-
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
-type Loose = Record<string, any>;
+import type { EntryKind } from "../src/state/layout.js";
+import { createLocalRuntime, fetchText, sleep, type LocalRuntime } from "../src/testing.js";
+import { localDaemons, type LocalDaemons, type Loose } from "./support/local-daemon.js";
 
 const YAML = (extra = "") => `version: 1
 profile: tiny
@@ -37,69 +29,25 @@ ${extra}`;
 let dir: string;
 let layout: StateLayout;
 let runtime: LocalRuntime;
-const controllers = new Set<InstanceController>();
-const servers = new Map<string, Server>();
-const daemons = new Map<string, InstanceController>();
-const silent = new Set<string>();
+let daemons: LocalDaemons;
 
 beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), "pisb-ctl-"));
   layout = new StateLayout(join(dir, "state"));
   await layout.ensurePrivate();
   runtime = createLocalRuntime();
+  daemons = localDaemons(layout, runtime);
   await writeFile(join(dir, "sandbox.yaml"), YAML());
 });
 
 afterEach(async () => {
+  await daemons.close();
   for (const vm of [...runtime.live]) await vm.close();
-  controllers.clear();
-  daemons.clear();
-  for (const server of servers.values()) server.close();
-  servers.clear();
   await rm(dir, { recursive: true, force: true });
 });
 
-/** The entry's daemon: a fresh one once the last finished, as the client spawns them. */
-async function daemon(name: string, kind: "instances" | "templates" = "instances"): Promise<InstanceController> {
-  const key = `${kind}/${name}`;
-  const current = daemons.get(key);
-  if (current && !current.exiting) return current;
-  await mkdir(layout.entryDir(kind, name), { recursive: true, mode: 0o700 });
-  // Liveness as inspect judges it: a pid file naming a live process and a socket that answers.
-  await writeFile(layout.pidFile(kind, name), `${process.pid}\n`);
-  servers.get(key)?.close();
-  await rm(layout.socketPath(kind, name), { force: true });
-  // Answers pings like a daemon does, unless the test made it stop answering (like SIGSTOP).
-  const server = createServer((socket) => {
-    socket.on("data", (chunk) => {
-      if (silent.has(key)) return;
-      for (const line of chunk.toString().split("\n").filter(Boolean)) {
-        const message = JSON.parse(line) as { id: number; type: string };
-        if (message.type === "ping")
-          socket.write(`${JSON.stringify({ id: message.id, type: "pong", pid: process.pid, state: "running" })}\n`);
-      }
-    });
-    socket.on("error", () => undefined);
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(layout.socketPath(kind, name), resolve);
-  });
-  servers.set(key, server);
-  const log = createFileLogger(layout.logFile(kind, name), `[${name}]`);
-  const controller = new InstanceController(layout, kind, name, log, runtime);
-  daemons.set(key, controller);
-  controllers.add(controller);
-  return controller;
-}
-
-async function call(action: Loose, progress: string[] = []): Promise<Loose> {
-  const kind = action.action === "prepare" ? "templates" : (action.kind ?? "instances");
-  const controller = await daemon(action.name as string, kind);
-  return (await controller.call(action as Loose & { action: string }, {
-    progress: (e) => progress.push(`[${e.stage}] ${e.message}`),
-  })) as Loose;
-}
+const daemon = (name: string, kind?: EntryKind) => daemons.daemon(name, kind);
+const call = (action: Loose, progress?: string[]) => daemons.call(action, progress);
 
 const create = (name: string, extra: Loose = {}) =>
   call({ action: "create", name, config: join(dir, "sandbox.yaml"), ...extra });
@@ -226,6 +174,7 @@ test("concurrent callers: two starts boot once; guest actions before the boot an
   expect(a.state).toBe("running");
   expect(b.state).toBe("running");
   expect(runtime.boots).toBe(boots + 1);
+  const raceDaemon = await daemon("race");
   const slow = call({ action: "exec", name: "race", cmd: "sleep 20", timeoutMs: 30_000 }).catch((e: unknown) => e);
   await sleep(300);
   const stopped = await call({ action: "stop", name: "race" });
@@ -236,8 +185,8 @@ test("concurrent callers: two starts boot once; guest actions before the boot an
     expect(ended).toMatchObject({ code: "CONTROLLER_NOT_RUNNING", message: "race stopped while exec was in flight" });
   } else expect(ended).toMatchObject({ running: false, signal: expect.any(String) });
   // Work sent to a daemon that decided to exit is refused, so the client spawns a fresh one.
-  const exited = [...controllers].find((c) => c.exiting)!;
-  await expect(exited.call({ action: "start", name: "race" }, { progress: () => undefined })).rejects.toMatchObject({
+  expect(raceDaemon.exiting).toBe(true);
+  await expect(raceDaemon.call({ action: "start", name: "race" }, { progress: () => undefined })).rejects.toMatchObject({
     code: "CONTROLLER_DAEMON_EXITING",
   });
 });
@@ -333,11 +282,11 @@ test("restart keeps a preview's links; ensure takes up the new preview configura
 
 test("a daemon that is alive but does not answer reads unavailable with its pid; answering again reads running", async () => {
   await create("paused");
-  silent.add("instances/paused");
+  daemons.silent.add("instances/paused");
   const view = await inspectEntry(layout, "instances", "paused");
   expect(view.state).toBe("unavailable");
   expect(view.hint).toMatch(new RegExp(`alive but does not answer.*kill ${process.pid}`));
-  silent.delete("instances/paused");
+  daemons.silent.delete("instances/paused");
   expect((await inspectEntry(layout, "instances", "paused")).state).toBe("running");
   await call({ action: "stop", name: "paused" });
 });

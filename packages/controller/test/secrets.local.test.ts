@@ -3,7 +3,6 @@
 // (placeholders) and whose host side keeps the values (`secretValue`). The substitution itself is
 // Gondolin's, shown on a real VM in the vm package (secrets.vm.test.ts).
 import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
-import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
@@ -11,12 +10,11 @@ import { formatView } from "../src/actions/text.js";
 import { renderHelp } from "../src/actions/help.js";
 import { inspectEntry, type EntryView } from "../src/state/inspect.js";
 import { readRecord } from "../src/state/records.js";
-import { InstanceController, createFileLogger, createLocalRuntime, type LocalRuntime } from "../src/testing.js";
+import { createLocalRuntime, type LocalRuntime } from "../src/testing.js";
+import { localDaemons, type LocalDaemons, type Loose } from "./support/local-daemon.js";
 import type { LocalRuntimeVm } from "../src/testing-runtime.js";
 import { secretsProfile } from "../src/daemon/secrets.js";
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
-type Loose = Record<string, any>;
 
 const ENV_VALUE = "pisb-env-token-3f9a0c1d";
 const FILE_VALUE = "pisb-file-token-8e2b7a44";
@@ -27,8 +25,7 @@ let dir: string;
 let layout: StateLayout;
 let runtime: LocalRuntime;
 let docs: string;
-const servers: Server[] = [];
-const daemons = new Map<string, InstanceController>();
+let daemons: LocalDaemons;
 const progress: string[] = [];
 
 const yaml = (extra = "") => `version: 1
@@ -48,6 +45,7 @@ beforeEach(async () => {
   layout = new StateLayout(join(dir, "state"));
   await layout.ensurePrivate();
   runtime = createLocalRuntime();
+  daemons = localDaemons(layout, runtime);
   docs = join(dir, "docs");
   await mkdir(docs);
   await writeFile(join(dir, "npm-token"), `${FILE_VALUE}\n`);
@@ -58,49 +56,12 @@ beforeEach(async () => {
 
 afterEach(async () => {
   delete process.env[ENV_VAR];
+  await daemons.close();
   for (const vm of [...runtime.live]) await vm.close();
-  for (const server of servers.splice(0)) server.close();
-  daemons.clear();
   await rm(dir, { recursive: true, force: true });
 });
 
-/** The entry's daemon, live as inspect judges it (pid file, a socket that answers pings). */
-async function daemon(name: string, kind: "instances" | "templates"): Promise<InstanceController> {
-  const key = `${kind}/${name}`;
-  const current = daemons.get(key);
-  if (current && !current.exiting) return current;
-  await mkdir(layout.entryDir(kind, name), { recursive: true, mode: 0o700 });
-  await writeFile(layout.pidFile(kind, name), `${process.pid}\n`);
-  await rm(layout.socketPath(kind, name), { force: true });
-  const server = createServer((socket) => {
-    socket.on("data", (chunk) => {
-      for (const line of chunk.toString().split("\n").filter(Boolean)) {
-        const message = JSON.parse(line) as { id: number };
-        socket.write(`${JSON.stringify({ id: message.id, type: "pong", pid: process.pid, state: "running" })}\n`);
-      }
-    });
-    socket.on("error", () => undefined);
-  });
-  await new Promise<void>((resolve) => server.listen(layout.socketPath(kind, name), resolve));
-  servers.push(server);
-  const controller = new InstanceController(
-    layout,
-    kind,
-    name,
-    createFileLogger(layout.logFile(kind, name), `[${name}]`),
-    runtime,
-  );
-  daemons.set(key, controller);
-  return controller;
-}
-
-async function call(action: Loose): Promise<Loose> {
-  const kind = action.action === "prepare" ? "templates" : "instances";
-  const controller = await daemon(action.name as string, kind);
-  return (await controller.call(action as Loose & { action: string }, {
-    progress: (e) => progress.push(`[${e.stage}] ${e.message}`),
-  })) as Loose;
-}
+const call = (action: Loose) => daemons.call(action, progress);
 
 const guestEnv = async (name: string) =>
   (await call({ action: "exec", name, cmd: 'env; printf \'API=%s\\nNPM=%s\\n\' "$API_TOKEN" "$NPM_TOKEN"' }))

@@ -2,8 +2,7 @@
 // the local runtime, whose suspend leaves the "guest"'s processes running (the agent daemon, its
 // services, background commands) for the next boot to "resume", as a real resume finds them in
 // memory; without them that boot is cold, with the reason. The real thing: suspend.vm.test.ts.
-import { mkdir, mkdtemp, rm, stat, writeFile } from "node:fs/promises";
-import { createServer, type Server } from "node:net";
+import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
@@ -11,16 +10,8 @@ import { formatView } from "../src/actions/text.js";
 import { inspectEntry } from "../src/state/inspect.js";
 import { readStatus } from "../src/state/records.js";
 import { LOCAL_SUSPEND_MARKER } from "../src/testing-runtime.js";
-import {
-  InstanceController,
-  createFileLogger,
-  createLocalRuntime,
-  fetchText,
-  type LocalRuntime,
-} from "../src/testing.js";
-
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
-type Loose = Record<string, any>;
+import { createLocalRuntime, fetchText, type LocalRuntime } from "../src/testing.js";
+import { localDaemons, type LocalDaemons, type Loose } from "./support/local-daemon.js";
 
 const YAML = `version: 1
 profile: tiny
@@ -39,55 +30,25 @@ services:
 let dir: string;
 let layout: StateLayout;
 let runtime: LocalRuntime;
-const daemons = new Map<string, InstanceController>();
-const servers: Server[] = [];
+let daemons: LocalDaemons;
 
 beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), "pisb-susp-"));
   layout = new StateLayout(join(dir, "state"));
   await layout.ensurePrivate();
   runtime = createLocalRuntime();
+  daemons = localDaemons(layout, runtime);
   await writeFile(join(dir, "sandbox.yaml"), YAML);
 });
 
 afterEach(async () => {
+  await daemons.close();
   for (const vm of [...runtime.live, ...runtime.suspended.values()]) await vm.close();
-  daemons.clear();
-  for (const server of servers.splice(0)) server.close();
   await rm(dir, { recursive: true, force: true });
 });
 
-/** The instance's daemon: a fresh one once the last finished, as the client spawns them. */
-async function daemon(name: string): Promise<InstanceController> {
-  const current = daemons.get(name);
-  if (current && !current.exiting) return current;
-  await mkdir(layout.entryDir("instances", name), { recursive: true, mode: 0o700 });
-  // Liveness as inspect judges it: a pid file naming a live process and a socket that answers.
-  await writeFile(layout.pidFile("instances", name), `${process.pid}\n`);
-  await rm(layout.socketPath("instances", name), { force: true });
-  const server = createServer((socket) => {
-    socket.on("data", (chunk) => {
-      for (const line of chunk.toString().split("\n").filter(Boolean)) {
-        const message = JSON.parse(line) as { id: number };
-        socket.write(`${JSON.stringify({ id: message.id, type: "pong", pid: process.pid, state: "running" })}\n`);
-      }
-    });
-    socket.on("error", () => undefined);
-  });
-  await new Promise<void>((resolve) => server.listen(layout.socketPath("instances", name), resolve));
-  servers.push(server);
-  const log = createFileLogger(layout.logFile("instances", name), `[${name}]`);
-  const controller = new InstanceController(layout, "instances", name, log, runtime);
-  daemons.set(name, controller);
-  return controller;
-}
-
-async function call(action: Loose, progress: string[] = []): Promise<Loose> {
-  const controller = await daemon(action.name as string);
-  return (await controller.call(action as Loose & { action: string }, {
-    progress: (e) => progress.push(`[${e.stage}] ${e.message}`),
-  })) as Loose;
-}
+const daemon = (name: string) => daemons.daemon(name);
+const call = (action: Loose, progress?: string[]) => daemons.call(action, progress);
 
 const exec = async (name: string, cmd: string) => (await call({ action: "exec", name, cmd })).output as string;
 

@@ -13,31 +13,42 @@ export type Loose = Record<string, any>;
 /** Calls actions on in-process daemons; `close()` stops what runs and ends their ping sockets. */
 export interface LocalDaemons {
   call(action: Loose, progress?: string[]): Promise<Loose>;
+  /** The entry's current controller (a fresh one once the last finished). */
+  daemon(name: string, kind?: EntryKind): Promise<InstanceController>;
+  /** `kind/name` keys whose ping socket stops answering while listed (a daemon under SIGSTOP). */
+  readonly silent: Set<string>;
   close(): Promise<void>;
 }
 
 export function localDaemons(layout: StateLayout, runtime: LocalRuntime): LocalDaemons {
   const daemons = new Map<string, { name: string; controller: InstanceController }>();
-  const servers: Server[] = [];
+  const servers = new Map<string, Server>();
+  const silent = new Set<string>();
 
-  async function daemon(name: string, kind: EntryKind): Promise<InstanceController> {
+  async function daemon(name: string, kind: EntryKind = "instances"): Promise<InstanceController> {
     const key = `${kind}/${name}`;
     const current = daemons.get(key)?.controller;
     if (current && !current.exiting) return current;
     await mkdir(layout.entryDir(kind, name), { recursive: true, mode: 0o700 });
     await writeFile(layout.pidFile(kind, name), `${process.pid}\n`);
+    servers.get(key)?.close();
     await rm(layout.socketPath(kind, name), { force: true });
     const server = createServer((socket) => {
       socket.on("data", (chunk) => {
+        if (silent.has(key)) return;
         for (const line of chunk.toString().split("\n").filter(Boolean)) {
-          const message = JSON.parse(line) as { id: number };
-          socket.write(`${JSON.stringify({ id: message.id, type: "pong", pid: process.pid, state: "running" })}\n`);
+          const message = JSON.parse(line) as { id: number; type: string };
+          if (message.type === "ping")
+            socket.write(`${JSON.stringify({ id: message.id, type: "pong", pid: process.pid, state: "running" })}\n`);
         }
       });
       socket.on("error", () => undefined);
     });
-    await new Promise<void>((resolve) => server.listen(layout.socketPath(kind, name), resolve));
-    servers.push(server);
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(layout.socketPath(kind, name), resolve);
+    });
+    servers.set(key, server);
     const log = createFileLogger(layout.logFile(kind, name), `[${name}]`);
     const controller = new InstanceController(layout, kind, name, log, runtime);
     daemons.set(key, { name, controller });
@@ -45,6 +56,8 @@ export function localDaemons(layout: StateLayout, runtime: LocalRuntime): LocalD
   }
 
   return {
+    silent,
+    daemon,
     async call(action, progress = []) {
       const kind: EntryKind = action.action === "prepare" ? "templates" : (action.kind ?? "instances");
       const controller = await daemon(action.name as string, kind);
@@ -59,7 +72,9 @@ export function localDaemons(layout: StateLayout, runtime: LocalRuntime): LocalD
           await controller.call({ action: "stop", name }, { progress: () => undefined }).catch(() => undefined);
       }
       daemons.clear();
-      for (const server of servers.splice(0)) server.close();
+      for (const server of servers.values()) server.close();
+      servers.clear();
+      silent.clear();
     },
   };
 }
