@@ -5,7 +5,7 @@ import { dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ControllerError } from "../errors.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
-import { daemonLive } from "../state/liveness.js";
+import { daemonLive, pidAlive } from "../state/liveness.js";
 import { findDaemonNode } from "./node.js";
 
 /** V8 flags of daemon processes. */
@@ -13,6 +13,8 @@ const DAEMON_NODE_FLAGS = ["--max-semi-space-size=1"];
 
 /** How long a fresh daemon may take to open its socket. */
 const HANDSHAKE_TIMEOUT_MS = 30_000;
+/** How often a spawn that lost the race to a daemon that already came and went is repeated. */
+const MAX_RESPAWNS = 5;
 
 /**
  * The compiled daemon entry, `dist/daemon/main.js`. The client itself may run from its sources
@@ -61,27 +63,40 @@ export async function ensureDaemon(
   const node = findDaemonNode(env);
   const logFile = layout.logFile(kind, name);
   await mkdir(dirname(logFile), { recursive: true, mode: 0o700 });
-  const log = await open(logFile, "a", 0o600);
-  // A daemon is long-lived but allocates little: a small young generation keeps its resident
-  // memory down (the default semi-space lets idle garbage pile up to tens of MiB).
-  const child = spawn(node, [...DAEMON_NODE_FLAGS, entry, "--root", layout.root, "--kind", kind, "--name", name], {
-    detached: true,
-    stdio: ["ignore", log.fd, log.fd],
-    env: { ...env, PI_SANDBOX_HOME: layout.root },
-  });
-  await log.close();
-  let exited: number | null | undefined;
-  child.once("exit", (code) => (exited = code));
-  child.unref();
+  const spawnOne = async (): Promise<{ exited?: number | null }> => {
+    const log = await open(logFile, "a", 0o600);
+    // A daemon is long-lived but allocates little: a small young generation keeps its resident
+    // memory down (the default semi-space lets idle garbage pile up to tens of MiB).
+    const child = spawn(node, [...DAEMON_NODE_FLAGS, entry, "--root", layout.root, "--kind", kind, "--name", name], {
+      detached: true,
+      stdio: ["ignore", log.fd, log.fd],
+      env: { ...env, PI_SANDBOX_HOME: layout.root },
+    });
+    await log.close();
+    const state: { exited?: number | null } = {};
+    child.once("exit", (code) => (state.exited = code));
+    child.unref();
+    return state;
+  };
+  let spawned = await spawnOne();
+  let respawns = 0;
   const deadline = Date.now() + HANDSHAKE_TIMEOUT_MS;
   while (Date.now() < deadline) {
     if (options.signal?.aborted) throw options.signal.reason;
-    if ((await daemonLive(pidFile, socketPath)).live) return;
-    // Exit 0 means this spawn lost the race to another daemon that is still opening its socket:
-    // keep waiting for that one. Any other exit is a failed start.
-    if (exited !== undefined && exited !== 0) break;
+    const { live, pid } = await daemonLive(pidFile, socketPath);
+    if (live) return;
+    // Exit 0 means this spawn lost the race to another daemon: wait while that one opens its
+    // socket, and spawn again if it has come and gone already (a racing stop's daemon exits when
+    // done). Any other exit is a failed start.
+    if (spawned.exited === 0 && !(pid !== undefined && pidAlive(pid)) && respawns < MAX_RESPAWNS) {
+      respawns++;
+      spawned = await spawnOne();
+      continue;
+    }
+    if (spawned.exited !== undefined && spawned.exited !== 0) break;
     await new Promise((r) => setTimeout(r, 100));
   }
+  const exited = spawned.exited;
   throw new ControllerError(
     "CONTROLLER_DAEMON_START_FAILED",
     exited !== undefined
