@@ -154,7 +154,9 @@ export class InstanceController {
       void state.setState(state.status.state).catch(() => undefined);
     }
     const lost = state.supervisor?.closedReason;
-    if (vm && !vm.closed && lost && !this.busy && !state.exiting) {
+    // A VM with a fault (QEMU paused it on a full host disk) cannot answer: its channel going is a
+    // consequence, and the fault already says what to do (free space, then stop).
+    if (vm && !vm.closed && lost && !fault && !this.busy && !state.exiting) {
       void this.#enqueue(() => this.#agentLost(lost)).catch(() => undefined);
       return;
     }
