@@ -173,12 +173,17 @@ test("closing the client leaves no warm shell behind", async () => {
     const idle = await waitForWarmShell(sup);
     await sup.client.close();
     await waitFor(async () => !(await processAlive(idle)), 5_000, "the warm shell to end");
-    const leftovers: string[] = [];
-    for (const entry of await readdir("/proc")) {
-      const target = await readlink(`/proc/${entry}/fd/1`).catch(() => "");
-      if (target.startsWith(sup.stateDir)) leftovers.push(`${entry} -> ${target}`);
-    }
-    expect(leftovers).toEqual([]);
+    // The agent daemon answers shutdown before it has exited; give it a moment to go.
+    const leftovers = async () => {
+      const found: string[] = [];
+      for (const entry of await readdir("/proc")) {
+        const target = await readlink(`/proc/${entry}/fd/1`).catch(() => "");
+        if (target.startsWith(sup.stateDir) && (await processAlive(Number(entry)))) found.push(`${entry} -> ${target}`);
+      }
+      return found;
+    };
+    await waitFor(async () => (await leftovers()).length === 0, 5_000, "the agent's processes to end").catch(() => undefined);
+    expect(await leftovers()).toEqual([]);
     expect(await readdir(join(sup.stateDir, "exec"))).toEqual([]);
   } finally {
     await sup.close();
