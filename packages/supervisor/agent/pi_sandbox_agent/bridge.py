@@ -131,11 +131,13 @@ def _start_daemon(state_dir: str, path: str, daemon_argv: list[str]) -> socket.s
 
 
 def _self_command() -> list[str]:
-    """How to run this agent again: the zipapp, or the package when run with `-m`."""
+    """How to run this agent again: the zipapp, or the package when run with `-m`. Without site
+    (-S) when this process runs without it: the agent needs only the standard library."""
     main = sys.argv[0]
+    flags = ["-S", "-u"] if sys.flags.no_site else ["-u"]
     if os.path.basename(main) == "__main__.py":
-        return [sys.executable, "-u", "-m", "pi_sandbox_agent"]
-    return [sys.executable, "-u", os.path.abspath(main)]
+        return [sys.executable, *flags, "-m", "pi_sandbox_agent"]
+    return [sys.executable, *flags, os.path.abspath(main)]
 
 
 def _tail(path: str) -> str:
