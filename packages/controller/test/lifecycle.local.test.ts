@@ -186,9 +186,8 @@ test("concurrent callers: two starts boot once; guest actions before the boot an
   } else expect(ended).toMatchObject({ running: false, signal: expect.any(String) });
   // Work sent to a daemon that decided to exit is refused, so the client spawns a fresh one.
   expect(raceDaemon.exiting).toBe(true);
-  await expect(raceDaemon.call({ action: "start", name: "race" }, { progress: () => undefined })).rejects.toMatchObject({
-    code: "CONTROLLER_DAEMON_EXITING",
-  });
+  const late = raceDaemon.call({ action: "start", name: "race" }, { progress: () => undefined });
+  await expect(late).rejects.toMatchObject({ code: "CONTROLLER_DAEMON_EXITING" });
 });
 
 test("a VM that exits by itself reads failed with the reason, and start reopens it", async () => {

@@ -15,7 +15,6 @@ import { localDaemons, type LocalDaemons, type Loose } from "./support/local-dae
 import type { LocalRuntimeVm } from "../src/testing-runtime.js";
 import { secretsProfile } from "../src/daemon/secrets.js";
 
-
 const ENV_VALUE = "pisb-env-token-3f9a0c1d";
 const FILE_VALUE = "pisb-file-token-8e2b7a44";
 const ROTATED = "pisb-rotated-token-61c0";
