@@ -15,7 +15,9 @@ export type IngressErrorCode =
   /** `origin(key)` or a similar lookup named a preview that is not open. */
   | "INGRESS_NOT_OPEN"
   /** The port lease store could not be read or written. */
-  | "INGRESS_LEASE_STORE_FAILED";
+  | "INGRESS_LEASE_STORE_FAILED"
+  /** A gateway was given an address to bind that is not an IPv4 loopback address. */
+  | "INGRESS_INVALID_ADDRESS";
 
 /** Options of a {@link IngressError}: `hint`, `details` and `cause`. */
 export type IngressErrorOptions = CodedErrorOptions;

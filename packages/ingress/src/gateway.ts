@@ -1,5 +1,6 @@
 import { connectWithDeadline, type GuestConnector } from "./connector.js";
 import { IngressError } from "./errors.js";
+import { DEFAULT_PREVIEW_ADDRESS, isLoopbackV4 } from "./host-guard.js";
 import { MemoryPortLeaseStore, type PortLeaseStore } from "./lease-store.js";
 import { silentLogger, type IngressLogger } from "./logger.js";
 import {
@@ -18,6 +19,18 @@ export interface PreviewGatewayOptions {
   connector: GuestConnector;
   /** Where host ports are remembered; default in memory (ports then last as long as the gateway). */
   leases?: PortLeaseStore;
+  /**
+   * The loopback address every preview of this gateway binds, and the host of its origins: an
+   * IPv4 address in 127.0.0.0/8. One address per instance gives each instance its own cookie jar
+   * in browsers (they scope cookies by host, not port). Default `127.0.0.1`.
+   */
+  address?: string;
+  /**
+   * Host ports a new lease must not take, besides the leases of this gateway's other keys (for
+   * example other instances' previews and the host ports their guests reach). Asked at each new
+   * lease; default none.
+   */
+  avoidPorts?: () => Promise<Iterable<number>>;
   /** Log sink; lines are prefixed with `[preview <key>]`. Default: silent. */
   logger?: IngressLogger;
   /** Deadline for the guest's response headers. Default 180000 (dev servers may compile first). */
@@ -47,12 +60,15 @@ interface OpenPreview {
 const leaseAttempts = 16;
 
 /**
- * The host side of previews: one `127.0.0.1` listener per preview key, on a host port leased once
- * and kept. Operations on one key run one at a time; `closeAll()` is final.
+ * The host side of previews: one listener on the gateway's loopback address per preview key, on a
+ * host port leased once and kept. Operations on one key run one at a time; `closeAll()` is final.
  */
 export class PreviewGateway implements AsyncDisposable {
+  /** The loopback address the previews bind (`127.0.0.1` unless given). */
+  readonly address: string;
   readonly #connector: GuestConnector;
   readonly #leases: PortLeaseStore;
+  readonly #avoidPorts: () => Promise<Iterable<number>>;
   readonly #logger: IngressLogger;
   readonly #settings: {
     headersTimeoutMs: number;
@@ -67,9 +83,12 @@ export class PreviewGateway implements AsyncDisposable {
   readonly #closing = new AbortController();
   #closedAll: Promise<void> | undefined;
 
+  /** Throws `INGRESS_INVALID_ADDRESS` when `options.address` is not an IPv4 address in 127.0.0.0/8. */
   constructor(options: PreviewGatewayOptions) {
+    this.address = checkedAddress(options.address ?? DEFAULT_PREVIEW_ADDRESS);
     this.#connector = options.connector;
     this.#leases = options.leases ?? new MemoryPortLeaseStore();
+    this.#avoidPorts = options.avoidPorts ?? (async () => []);
     this.#logger = options.logger ?? silentLogger;
     this.#settings = {
       headersTimeoutMs: options.headersTimeoutMs ?? 180_000,
@@ -152,7 +171,7 @@ export class PreviewGateway implements AsyncDisposable {
     return entry?.spec && info(entry.listener, entry.spec);
   }
 
-  /** `http://127.0.0.1:<hostPort>` of an open or reserved preview (its `PUBLIC_URL`); throws `INGRESS_NOT_OPEN` otherwise. */
+  /** `http://<address>:<hostPort>` of an open or reserved preview (its `PUBLIC_URL`); throws `INGRESS_NOT_OPEN` otherwise. */
   origin(key: string): string {
     const entry = this.#open.get(key);
     if (!entry) {
@@ -261,6 +280,7 @@ export class PreviewGateway implements AsyncDisposable {
   async #bind(key: string, guestPort: number | undefined, signal: AbortSignal): Promise<PreviewListener> {
     const options = {
       key,
+      address: this.address,
       guestPort,
       connector: this.#connector,
       upstream: {
@@ -281,8 +301,9 @@ export class PreviewGateway implements AsyncDisposable {
     if (leased !== undefined) return PreviewListener.listen(leased, options, signal);
 
     // A free port from the OS, but never one leased to another key: that key's listener may be
-    // closed right now and expects its port back on reopen.
-    const taken = new Set(Object.values(await this.#leases.entries()));
+    // closed right now and expects its port back on reopen. Nor one the owner asks to avoid.
+    const taken = new Set([...Object.values(await this.#leases.entries()), ...(await this.#avoidPorts())]);
+    signal.throwIfAborted();
     for (let attempt = 0; attempt < leaseAttempts; attempt++) {
       const listener = await PreviewListener.listen(0, options, signal);
       if (taken.has(listener.hostPort)) {
@@ -299,7 +320,7 @@ export class PreviewGateway implements AsyncDisposable {
     }
     throw new IngressError(
       "INGRESS_LISTEN_FAILED",
-      `could not find a free host port for preview ${key} that is not leased to another preview`,
+      `could not find a free host port for preview ${key} that is not leased to another preview or otherwise reserved`,
       { details: { key: key } },
     );
   }
@@ -364,6 +385,15 @@ function copyLink(link: PreviewLink): PreviewLink {
   if (link.description !== undefined) copy.description = link.description;
   if (link.folder !== undefined) copy.folder = link.folder;
   return copy;
+}
+
+function checkedAddress(address: string): string {
+  if (isLoopbackV4(address)) return address;
+  throw new IngressError(
+    "INGRESS_INVALID_ADDRESS",
+    `previews cannot bind ${JSON.stringify(address)}: not an IPv4 loopback address`,
+    { hint: "give an address in 127.0.0.0/8 such as 127.0.0.1", details: { address } },
+  );
 }
 
 function closedError(): IngressError {

@@ -22,7 +22,7 @@ export { JsonFilePortLeaseStore, MemoryPortLeaseStore } from "./lease-store.js";
 export type { PortLeaseStore } from "./lease-store.js";
 
 // Host and origin guards
-export { isAllowedHost, isLoopbackOrigin } from "./host-guard.js";
+export { DEFAULT_PREVIEW_ADDRESS, isAllowedHost, isLoopbackOrigin, isLoopbackV4 } from "./host-guard.js";
 
 // Logging
 export { silentLogger } from "./logger.js";

@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { open, readFile, rename, rm } from "node:fs/promises";
 import path from "node:path";
 import { IngressError } from "./errors.js";
+import { isLoopbackV4 } from "./host-guard.js";
 
 /**
  * Where host ports of previews are remembered, by preview key. The controller keeps them in the
@@ -45,13 +46,23 @@ export class MemoryPortLeaseStore implements PortLeaseStore {
 
 interface LeaseFile {
   version: 1;
+  /** The loopback address the previews bind; absent in files written before it existed. */
+  address?: string;
+  leases: Record<string, number>;
+}
+
+/** What one read of the file holds. */
+interface LeaseState {
+  address: string | undefined;
   leases: Record<string, number>;
 }
 
 /**
- * Leases kept in one JSON file (`{"version":1,"leases":{"web":41231}}`), rewritten atomically:
- * temp file, fsync, rename over the old file, fsync the directory. Writes from this object are
- * serialised; two objects (or processes) on the same file are not supported.
+ * Leases kept in one JSON file (`{"version":1,"address":"127.4.5.6","leases":{"web":41231}}`),
+ * rewritten atomically: temp file, fsync, rename over the old file, fsync the directory. The file
+ * also remembers the loopback address of the previews ({@link address}); a file without one
+ * (written before addresses existed) reads as having none. Writes from this object are
+ * serialised; two objects (or processes) writing the same file at once are not supported.
  */
 export class JsonFilePortLeaseStore implements PortLeaseStore {
   /** Absolute path of the JSON file. */
@@ -63,12 +74,33 @@ export class JsonFilePortLeaseStore implements PortLeaseStore {
   }
 
   async get(key: string): Promise<number | undefined> {
-    const leases = await this.#serial(() => this.#read());
+    const { leases } = await this.#serial(() => this.#read());
     return leases[key];
   }
 
   async entries(): Promise<Record<string, number>> {
-    return { ...(await this.#serial(() => this.#read())) };
+    return { ...(await this.#serial(() => this.#read())).leases };
+  }
+
+  /** The loopback address recorded with the leases, or undefined when none is. */
+  async address(): Promise<string | undefined> {
+    return (await this.#serial(() => this.#read())).address;
+  }
+
+  /** Records the loopback address of the previews (kept with the leases). Durable when the promise resolves. */
+  async setAddress(address: string): Promise<void> {
+    if (!isLoopbackV4(address)) {
+      throw new IngressError(
+        "INGRESS_LEASE_STORE_FAILED",
+        `cannot record address ${JSON.stringify(address)}: not an IPv4 loopback address`,
+        { details: { address, path: this.path } },
+      );
+    }
+    await this.#serial(async () => {
+      const state = await this.#read();
+      if (state.address === address) return;
+      await this.#write({ ...state, address });
+    });
   }
 
   async set(key: string, port: number): Promise<void> {
@@ -82,19 +114,19 @@ export class JsonFilePortLeaseStore implements PortLeaseStore {
       );
     }
     await this.#serial(async () => {
-      const leases = await this.#read();
-      if (leases[key] === port) return;
-      await this.#write({ ...leases, [key]: port });
+      const state = await this.#read();
+      if (state.leases[key] === port) return;
+      await this.#write({ ...state, leases: { ...state.leases, [key]: port } });
     });
   }
 
   async delete(key: string): Promise<void> {
     await this.#serial(async () => {
-      const leases = await this.#read();
-      if (!(key in leases)) return;
-      const rest = { ...leases };
+      const state = await this.#read();
+      if (!(key in state.leases)) return;
+      const rest = { ...state.leases };
       delete rest[key];
-      await this.#write(rest);
+      await this.#write({ ...state, leases: rest });
     });
   }
 
@@ -106,12 +138,12 @@ export class JsonFilePortLeaseStore implements PortLeaseStore {
     return run;
   }
 
-  async #read(): Promise<Record<string, number>> {
+  async #read(): Promise<LeaseState> {
     let text: string;
     try {
       text = await readFile(this.path, "utf8");
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "ENOENT") return {};
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return { address: undefined, leases: {} };
       throw this.#failure(`cannot read the port lease file ${this.path}`, error);
     }
     let parsed: unknown;
@@ -120,7 +152,8 @@ export class JsonFilePortLeaseStore implements PortLeaseStore {
     } catch (error) {
       throw this.#failure(`the port lease file ${this.path} is not valid JSON`, error);
     }
-    const leases = (parsed as Partial<LeaseFile> | null)?.leases;
+    const file = parsed as Partial<LeaseFile> | null;
+    const leases = file?.leases;
     if (typeof leases !== "object" || leases === null || Array.isArray(leases)) {
       throw this.#failure(`the port lease file ${this.path} has no "leases" object`);
     }
@@ -129,11 +162,16 @@ export class JsonFilePortLeaseStore implements PortLeaseStore {
     for (const [key, port] of Object.entries(leases)) {
       if (Number.isInteger(port) && (port as number) >= 1 && (port as number) <= 65535) result[key] = port as number;
     }
-    return result;
+    const address = typeof file?.address === "string" && isLoopbackV4(file.address) ? file.address : undefined;
+    return { address, leases: result };
   }
 
-  async #write(leases: Record<string, number>): Promise<void> {
-    const body: LeaseFile = { version: 1, leases };
+  async #write(state: LeaseState): Promise<void> {
+    const body: LeaseFile = {
+      version: 1,
+      ...(state.address === undefined ? {} : { address: state.address }),
+      leases: state.leases,
+    };
     const dir = path.dirname(this.path);
     const temp = path.join(dir, `.${path.basename(this.path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
     try {

@@ -3,7 +3,7 @@ import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { GuestConnector } from "./connector.js";
 import { IngressError } from "./errors.js";
-import { crossOriginRefusal, isAllowedHost } from "./host-guard.js";
+import { crossOriginRefusal, isAllowedHost, previewHostNames } from "./host-guard.js";
 import { forwardHttp, type ForwardContext } from "./http-forward.js";
 import type { IngressLogger } from "./logger.js";
 import { sendAnswer, sendRawAnswer, type GatewayAnswer } from "./pages.js";
@@ -14,6 +14,8 @@ import { Upstream, type UpstreamOptions } from "./upstream.js";
 export interface PreviewListenerOptions {
   /** Preview key. */
   key: string;
+  /** Loopback address to bind (`127.0.0.1`, or the instance's own `127.x.y.z`). */
+  address: string;
   /** Guest port to forward to; undefined for a reserved listener, which answers 503 until {@link PreviewListener.retarget}. */
   guestPort: number | undefined;
   /** Opens guest streams. */
@@ -22,7 +24,7 @@ export interface PreviewListenerOptions {
   upstream: UpstreamOptions;
   /** Refuse WebSocket upgrades and state-changing requests from pages outside this instance. */
   checkOrigin: boolean;
-  /** Whether a host port belongs to an open preview of the same instance (this one's is always accepted). */
+  /** Whether a host port belongs to an open preview of the same instance (this one's is always accepted; all share `address`). */
   isInstancePort: (port: number) => boolean;
   /** Upper bound for `close()`. */
   closeTimeoutMs: number;
@@ -34,7 +36,7 @@ export interface PreviewListenerOptions {
 const retargetGraceMs = 10_000;
 
 /**
- * One `127.0.0.1:<hostPort>` HTTP server that forwards every request and upgrade to one guest port.
+ * One `<address>:<hostPort>` HTTP server that forwards every request and upgrade to one guest port.
  * It tracks every client socket so `close()` can cut keep-alive clients, WebSockets and hung
  * uploads alike, instead of waiting for them.
  */
@@ -43,6 +45,8 @@ export class PreviewListener {
   readonly key: string;
   /** Bound host port. */
   readonly hostPort: number;
+  /** Bound loopback address. */
+  readonly address: string;
   readonly #server: Server;
   readonly #options: PreviewListenerOptions;
   readonly #sockets = new Set<Duplex>();
@@ -53,6 +57,7 @@ export class PreviewListener {
   private constructor(server: Server, hostPort: number, options: PreviewListenerOptions) {
     this.#server = server;
     this.hostPort = hostPort;
+    this.address = options.address;
     this.key = options.key;
     this.#options = options;
     this.#upstream =
@@ -65,8 +70,8 @@ export class PreviewListener {
   }
 
   /**
-   * Binds `127.0.0.1:port` (0 = any free port). A taken port fails with `INGRESS_PORT_IN_USE`;
-   * it never falls back to another port.
+   * Binds `<options.address>:port` (0 = any free port). A taken port fails with
+   * `INGRESS_PORT_IN_USE`; it never falls back to another port or address.
    */
   static async listen(port: number, options: PreviewListenerOptions, signal?: AbortSignal): Promise<PreviewListener> {
     signal?.throwIfAborted();
@@ -79,7 +84,7 @@ export class PreviewListener {
     try {
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);
-        server.listen({ host: "127.0.0.1", port, exclusive: true }, () => {
+        server.listen({ host: options.address, port, exclusive: true }, () => {
           server.off("error", reject);
           resolve();
         });
@@ -100,8 +105,14 @@ export class PreviewListener {
       }
       throw new IngressError(
         "INGRESS_LISTEN_FAILED",
-        `cannot listen on 127.0.0.1:${port} for preview ${options.key}: ${(error as Error).message}`,
-        { cause: error, details: { key: options.key, port } },
+        `cannot listen on ${options.address}:${port} for preview ${options.key}: ${(error as Error).message}`,
+        {
+          ...(code === "EADDRNOTAVAIL"
+            ? { hint: `this host's loopback interface has no address ${options.address}; previews need it bound` }
+            : {}),
+          cause: error,
+          details: { key: options.key, port, address: options.address },
+        },
       );
     }
     const address = server.address();
@@ -114,9 +125,9 @@ export class PreviewListener {
     return listener;
   }
 
-  /** `http://127.0.0.1:<hostPort>`. */
+  /** `http://<address>:<hostPort>`. */
   get origin(): string {
-    return `http://127.0.0.1:${this.hostPort}`;
+    return `http://${this.address}:${this.hostPort}`;
   }
 
   /** Guest port requests currently go to; undefined while the listener is only reserved. */
@@ -238,11 +249,12 @@ export class PreviewListener {
   }
 
   #guard(req: IncomingMessage): GatewayAnswer | undefined {
-    if (!isAllowedHost(req.headers.host, this.hostPort)) {
+    if (!isAllowedHost(req.headers.host, this.hostPort, this.address)) {
       const got = req.headers.host === undefined ? "no Host header" : `Host ${JSON.stringify(req.headers.host)}`;
+      const names = [...previewHostNames(this.address)].map((name) => `${name}:${this.hostPort}`);
       return {
         status: 403,
-        message: `Refused: ${got}. This preview only answers requests for 127.0.0.1:${this.hostPort}, localhost:${this.hostPort} or [::1]:${this.hostPort} (protection against DNS rebinding). Open ${this.origin}/ instead.`,
+        message: `Refused: ${got}. This preview only answers requests for ${names.join(" or ")} (protection against DNS rebinding). Open ${this.origin}/ instead.`,
       };
     }
     if (!req.url?.startsWith("/")) {
@@ -264,7 +276,8 @@ export class PreviewListener {
         fetchSite: Array.isArray(fetchSite) ? fetchSite.join(",") : fetchSite,
         upgrade,
       },
-      (port) => port === this.hostPort || this.#options.isInstancePort(port),
+      ({ host, port }) =>
+        previewHostNames(this.address).has(host) && (port === this.hostPort || this.#options.isInstancePort(port)),
     );
     if (refusal === undefined) return undefined;
     return {

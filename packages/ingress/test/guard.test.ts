@@ -1,5 +1,5 @@
 import { connect } from "node:net";
-import { isAllowedHost, isLoopbackOrigin, PreviewGateway } from "../src/index.js";
+import { isAllowedHost, isIngressError, isLoopbackOrigin, PreviewGateway } from "../src/index.js";
 import { fetchRaw, httpStandIn, memoryLogger, rawExchange, testGateway, type StandIn } from "./helpers.js";
 
 describe("Host header guard", () => {
@@ -81,6 +81,68 @@ describe("Host header guard", () => {
   });
 });
 
+// Linux: every address of 127.0.0.0/8 is bindable without setup.
+const linuxOnly = process.platform === "linux" ? describe : describe.skip;
+
+linuxOnly("a gateway on an instance's own loopback address", () => {
+  let guest: StandIn;
+  let gateway: PreviewGateway;
+  let port: number;
+  let origin: string;
+
+  beforeAll(async () => {
+    guest = await httpStandIn((_req, res) => res.end("guest"));
+    gateway = testGateway({ address: "127.0.0.2" });
+    ({ hostPort: port, origin } = await gateway.open({ key: "web", guestPort: guest.port, links: [] }));
+  });
+
+  afterAll(async () => {
+    await gateway.closeAll();
+    await guest.close();
+  });
+
+  test("serves http://<address>:<port>/ and names that address in its origin", async () => {
+    expect(origin).toBe(`http://127.0.0.2:${port}`);
+    expect(gateway.address).toBe("127.0.0.2");
+    const res = await fetchRaw(`${origin}/`);
+    expect(res.status).toBe(200);
+    expect(res.body.toString()).toBe("guest");
+  });
+
+  test.each(["127.0.0.1", "localhost", "[::1]", "127.0.0.3"])(
+    "Host %s:<port> is refused with the one name it answers",
+    async (name) => {
+      const res = await fetchRaw(`${origin}/`, { headers: { host: `${name}:${port}` } });
+      expect(res.status).toBe(403);
+      expect(res.body.toString()).toContain(`only answers requests for 127.0.0.2:${port} (`);
+    },
+  );
+
+  test("nothing answers on 127.0.0.1 at the preview's port", async () => {
+    const error = await new Promise<NodeJS.ErrnoException | undefined>((resolve) => {
+      const socket = connect({ host: "127.0.0.1", port });
+      socket.once("connect", () => {
+        socket.destroy();
+        resolve(undefined);
+      });
+      socket.once("error", resolve);
+    });
+    expect(error?.code).toBe("ECONNREFUSED");
+  });
+
+  test("an address outside 127.0.0.0/8 is refused with INGRESS_INVALID_ADDRESS", () => {
+    for (const address of ["0.0.0.0", "192.168.1.10", "::1", "localhost", "127.0.0.256"]) {
+      let caught: unknown;
+      try {
+        testGateway({ address });
+      } catch (error) {
+        caught = error;
+      }
+      expect(isIngressError(caught) && caught.code).toBe("INGRESS_INVALID_ADDRESS");
+    }
+  });
+});
+
 describe("guard helpers", () => {
   test("isAllowedHost matches exact loopback names for the exact port", () => {
     expect(isAllowedHost("127.0.0.1:8080", 8080)).toBe(true);
@@ -91,6 +153,14 @@ describe("guard helpers", () => {
     expect(isAllowedHost("127.0.0.2:8080", 8080)).toBe(false);
     expect(isAllowedHost(undefined, 8080)).toBe(false);
     expect(isAllowedHost(":8080", 8080)).toBe(false);
+  });
+
+  test("isAllowedHost on an instance's own address accepts that address only", () => {
+    expect(isAllowedHost("127.4.5.6:8080", 8080, "127.4.5.6")).toBe(true);
+    expect(isAllowedHost("127.0.0.1:8080", 8080, "127.4.5.6")).toBe(false);
+    expect(isAllowedHost("localhost:8080", 8080, "127.4.5.6")).toBe(false);
+    expect(isAllowedHost("[::1]:8080", 8080, "127.4.5.6")).toBe(false);
+    expect(isAllowedHost("127.4.5.7:8080", 8080, "127.4.5.6")).toBe(false);
   });
 
   test("isLoopbackOrigin accepts http loopback pages only", () => {

@@ -73,6 +73,40 @@ describe("JsonFilePortLeaseStore", () => {
     expect(await readdir(dir)).toEqual([]);
   });
 
+  test("the previews' address is kept with the leases, across every later write", async () => {
+    const file = path.join(dir, "ports.json");
+    const store = new JsonFilePortLeaseStore(file);
+    expect(await store.address()).toBeUndefined();
+    await store.set("web", 41000);
+    await store.setAddress("127.4.5.6");
+    await store.set("api", 41001);
+    await store.delete("web");
+    expect(JSON.parse(await readFile(file, "utf8"))).toEqual({
+      version: 1,
+      address: "127.4.5.6",
+      leases: { api: 41001 },
+    });
+    expect(await new JsonFilePortLeaseStore(file).address()).toBe("127.4.5.6");
+  });
+
+  test("a file written before addresses existed reads as no address, its leases intact", async () => {
+    const file = path.join(dir, "ports.json");
+    await writeFile(file, JSON.stringify({ version: 1, leases: { web: 41000 } }));
+    const store = new JsonFilePortLeaseStore(file);
+    expect(await store.address()).toBeUndefined();
+    await store.setAddress("127.9.8.7");
+    expect(await new JsonFilePortLeaseStore(file).entries()).toEqual({ web: 41000 });
+    expect(await new JsonFilePortLeaseStore(file).address()).toBe("127.9.8.7");
+  });
+
+  test("an address that is not an IPv4 loopback address is neither recorded nor read", async () => {
+    const file = path.join(dir, "ports.json");
+    const store = new JsonFilePortLeaseStore(file);
+    await expect(store.setAddress("0.0.0.0")).rejects.toMatchObject({ code: "INGRESS_LEASE_STORE_FAILED" });
+    await writeFile(file, JSON.stringify({ version: 1, address: "10.0.0.1", leases: {} }));
+    expect(await store.address()).toBeUndefined();
+  });
+
   test("a value that is not a port is refused", async () => {
     const store = new JsonFilePortLeaseStore(path.join(dir, "previews.json"));
     await expect(store.set("web", 0)).rejects.toMatchObject({ code: "INGRESS_LEASE_STORE_FAILED" });

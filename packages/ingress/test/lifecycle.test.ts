@@ -246,6 +246,47 @@ describe("port leases", () => {
   });
 });
 
+describe("ports the owner asks to avoid", () => {
+  const everyPort = () => Promise.resolve(Array.from({ length: 65535 }, (_, i) => i + 1));
+
+  test("a new lease never takes an avoided port: with all of them avoided, open fails and leases nothing", async () => {
+    const leases = new MemoryPortLeaseStore();
+    let asked = 0;
+    await using gateway = testGateway({
+      leases,
+      avoidPorts: () => {
+        asked++;
+        return everyPort();
+      },
+    });
+    const error = await expectCode(
+      gateway.open({ key: "web", guestPort: guest.port, links: [] }),
+      "INGRESS_LISTEN_FAILED",
+    );
+    expect(error.message).toContain("preview web");
+    expect(asked).toBe(1);
+    expect(gateway.size).toBe(0);
+    expect(await leases.entries()).toEqual({});
+  });
+
+  test("a key that already has a lease keeps its port without asking", async () => {
+    const leases = new MemoryPortLeaseStore();
+    const first = testGateway({ leases });
+    const { hostPort } = await first.open({ key: "web", guestPort: guest.port, links: [] });
+    await first.closeAll();
+    let asked = 0;
+    await using again = testGateway({
+      leases,
+      avoidPorts: () => {
+        asked++;
+        return everyPort();
+      },
+    });
+    expect((await again.open({ key: "web", guestPort: guest.port, links: [] })).hostPort).toBe(hostPort);
+    expect(asked).toBe(0);
+  });
+});
+
 describe("cancellation of open", () => {
   function slowStore(delayMs: number): PortLeaseStore {
     const inner = new MemoryPortLeaseStore();

@@ -5,7 +5,7 @@
 import { createServer, type Server } from "node:http";
 import { WebSocket, WebSocketServer } from "ws";
 import type { PreviewGateway, PreviewInfo } from "../src/index.js";
-import { crossOriginRefusal, loopbackOriginPort } from "../src/host-guard.js";
+import { crossOriginRefusal, parseLoopbackOrigin } from "../src/host-guard.js";
 import { fetchRaw, memoryLogger, testGateway } from "./helpers.js";
 
 /** Resolves with "open" or the status and body of the refusal. */
@@ -164,33 +164,95 @@ describe("previews of one instance cannot be driven from another", () => {
   });
 });
 
+// Linux: every address of 127.0.0.0/8 is bindable, so each instance has its own.
+const linuxOnly = process.platform === "linux" ? describe : describe.skip;
+
+linuxOnly("instances on loopback addresses of their own", () => {
+  let guest: Server;
+  let wss: WebSocketServer;
+  let instanceA: PreviewGateway;
+  let instanceB: PreviewGateway;
+  let web: PreviewInfo;
+  let api: PreviewInfo;
+  let terminal: PreviewInfo;
+
+  beforeAll(async () => {
+    guest = createServer((req, res) => res.end("guest"));
+    wss = new WebSocketServer({ server: guest });
+    await new Promise<void>((resolve) => guest.listen(0, "127.0.0.1", resolve));
+    const guestPort = (guest.address() as { port: number }).port;
+    instanceA = testGateway({ address: "127.0.0.2" });
+    instanceB = testGateway({ address: "127.0.0.3" });
+    web = await instanceA.open({ key: "web", guestPort, links: [] });
+    api = await instanceA.open({ key: "api", guestPort, links: [] });
+    terminal = await instanceB.open({ key: "terminal", guestPort, links: [] });
+  });
+
+  afterAll(async () => {
+    await instanceA.closeAll();
+    await instanceB.closeAll();
+    for (const client of wss.clients) client.terminate();
+    await new Promise<void>((resolve) => wss.close(() => resolve()));
+    await new Promise<void>((resolve) => guest.close(() => resolve()));
+  });
+
+  test("each instance's previews have origins on its own address", () => {
+    expect(web.origin).toBe(`http://127.0.0.2:${web.hostPort}`);
+    expect(api.origin).toBe(`http://127.0.0.2:${api.hostPort}`);
+    expect(terminal.origin).toBe(`http://127.0.0.3:${terminal.hostPort}`);
+  });
+
+  test("pages of the same instance still reach each other's WebSockets and POSTs", async () => {
+    expect((await upgrade(`${api.origin}/ws`, web.origin)).status).toBe("open");
+    const post = await fetchRaw(`${api.origin}/items`, { method: "POST", headers: { origin: web.origin } });
+    expect(post.status).toBe(200);
+  });
+
+  test("a page of instance A cannot drive instance B, nor B drive A", async () => {
+    expect((await upgrade(`${terminal.origin}/ws`, web.origin)).status).toBe(403);
+    expect((await upgrade(`${web.origin}/ws`, terminal.origin)).status).toBe(403);
+    const post = await fetchRaw(`${terminal.origin}/items`, { method: "POST", headers: { origin: api.origin } });
+    expect(post.status).toBe(403);
+  });
+
+  test("an origin with one of A's ports on another address (or on localhost) does not count as A's", async () => {
+    for (const host of ["127.0.0.3", "127.0.0.1", "localhost"]) {
+      expect((await upgrade(`${api.origin}/ws`, `http://${host}:${web.hostPort}`)).status).toBe(403);
+    }
+  });
+});
+
 describe("origin helpers", () => {
-  test("loopbackOriginPort reads http loopback origins only", () => {
-    expect(loopbackOriginPort("http://127.0.0.1:3000")).toBe(3000);
-    expect(loopbackOriginPort("http://LOCALHOST:5173")).toBe(5173);
-    expect(loopbackOriginPort("http://[::1]:8080")).toBe(8080);
-    expect(loopbackOriginPort("http://localhost")).toBe(80);
+  test("parseLoopbackOrigin reads http loopback origins only, with their host", () => {
+    expect(parseLoopbackOrigin("http://127.0.0.1:3000")).toEqual({ host: "127.0.0.1", port: 3000 });
+    expect(parseLoopbackOrigin("http://127.4.5.6:3000")).toEqual({ host: "127.4.5.6", port: 3000 });
+    expect(parseLoopbackOrigin("http://LOCALHOST:5173")).toEqual({ host: "localhost", port: 5173 });
+    expect(parseLoopbackOrigin("http://[::1]:8080")).toEqual({ host: "[::1]", port: 8080 });
+    expect(parseLoopbackOrigin("http://localhost")).toEqual({ host: "localhost", port: 80 });
     for (const origin of [
       "https://127.0.0.1:3000",
       "http://127.0.0.1:3000/",
       "http://user@127.0.0.1:3000",
-      "http://127.0.0.2:3000",
+      "http://127.0.0.256:3000",
+      "http://127.00.0.1:3000",
+      "http://128.0.0.1:3000",
       "http://localhost.evil.example:3000",
       "http://127.0.0.1:70000",
       "http://127.0.0.1:3000, http://127.0.0.1:4000",
       "null",
     ]) {
-      expect(loopbackOriginPort(origin)).toBeUndefined();
+      expect(parseLoopbackOrigin(origin)).toBeUndefined();
     }
   });
 
   test("crossOriginRefusal checks upgrades and unsafe methods only", () => {
-    const mine = (port: number) => port === 4000;
+    const mine = ({ host, port }: { host: string; port: number }) => host === "127.0.0.1" && port === 4000;
     const ask = (method: string, origin: string | undefined, upgrade = false, fetchSite?: string) =>
       crossOriginRefusal({ method, origin, fetchSite, upgrade }, mine);
     expect(ask("GET", "http://127.0.0.1:5000")).toBeUndefined();
     expect(ask("GET", "http://127.0.0.1:5000", true)).toMatch(/^WebSocket from page origin/);
     expect(ask("GET", "http://127.0.0.1:4000", true)).toBeUndefined();
+    expect(ask("GET", "http://127.0.0.9:4000", true)).toMatch(/^WebSocket from page origin/);
     expect(ask("POST", "http://127.0.0.1:5000")).toMatch(/^POST from page origin/);
     expect(ask("POST", undefined)).toBeUndefined();
     expect(ask("POST", undefined, false, "same-origin")).toBeUndefined();
