@@ -9,6 +9,11 @@ for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then missing+=(python3-pip); fi
 # scripts/install-python-tools.sh puts the agent's checkers (ruff, mypy, pytest) in a venv.
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then missing+=(python3-venv); fi
+# e2e/test/preview-cookies.test.ts drives Debian's headless Chromium through playwright-core,
+# which never downloads a browser of its own.
+if ! command -v chromium-headless-shell >/dev/null 2>&1 && ! command -v chromium >/dev/null 2>&1; then
+  missing+=(chromium-headless-shell)
+fi
 [ "${#missing[@]}" -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "install these with your package manager: ${missing[*]}" >&2
