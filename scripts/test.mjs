@@ -1,8 +1,12 @@
 // `npm test`: lint, test and build every project through Nx, as before, and when something fails,
 // end with a short summary of what failed. The full run prints tens of thousands of lines; a
 // failure in an early project scrolls out of sight (and out of a CI log's tail) long before Nx
-// names the failed targets.
+// names the failed targets. At the end it also lists how long each Nx task took, slowest first
+// (from Nx's own task profile, NX_PROFILE), so the slowest suite shows in every log's tail.
+// `--targets=a,b` runs those targets instead (the root `npm run test:unit` uses it); every other
+// argument goes to Nx.
 import { spawn } from "node:child_process";
+import { readFileSync, rmSync } from "node:fs";
 import { createInterface } from "node:readline";
 
 const ANSI = /\x1b\[[0-9;]*[A-Za-z]/g;
@@ -12,9 +16,16 @@ const FAIL_LINE = /^\s*(FAIL |● (?!Console)|>\s+\d+ \||\d+:\d+\s+error\s)|erro
 const DETAIL_LINES = 6;
 const MAX_SUMMARY_LINES = 200;
 
+const targetsArg = process.argv.slice(2).find((arg) => arg.startsWith("--targets="));
+const targets = targetsArg ? targetsArg.slice("--targets=".length).split(",") : ["lint", "test", "build"];
+const nxArgs = process.argv.slice(2).filter((arg) => arg !== targetsArg);
+// Relative to the cwd (Nx joins it to the cwd); one file per run, as several runs may share a checkout.
+const profile = `.nx/test-timings-${process.pid}.json`;
+
 const nx = process.platform === "win32" ? "nx.cmd" : "nx";
-const child = spawn(nx, ["run-many", "-t", "lint", "test", "build", "--outputStyle=static", ...process.argv.slice(2)], {
+const child = spawn(nx, ["run-many", "-t", ...targets, "--outputStyle=static", ...nxArgs], {
   stdio: ["inherit", "pipe", "pipe"],
+  env: { ...process.env, NX_PROFILE: profile },
 });
 
 const summary = [];
@@ -23,7 +34,7 @@ let detail = 0;
 function scan(line) {
   const plain = line.replace(ANSI, "");
   const target = /^> nx run (\S+)/.exec(plain.trim());
-  if (target) project = target[1];
+  if (target) project = target[1].replaceAll('"', "");
   if (FAIL_LINE.test(plain)) {
     summary.push(`[${project}] ${plain.trim()}`);
     detail = plain.includes("●") ? DETAIL_LINES : 0;
@@ -42,7 +53,34 @@ for (const [stream, out] of [
   });
 }
 
+/** Each task's duration from Nx's profile (Chrome trace events, µs), slowest first, as report lines. */
+function timingLines(file) {
+  let events;
+  try {
+    events = JSON.parse(readFileSync(file, "utf8"));
+  } catch {
+    return [];
+  } finally {
+    rmSync(file, { force: true });
+  }
+  const tasks = events.filter((event) => event.ph === "X");
+  if (tasks.length === 0) return [];
+  const start = Math.min(...tasks.map((task) => task.ts));
+  const minutes = (us) => (us >= 60e6 ? `${(us / 60e6).toFixed(1)} min` : `${Math.round(us / 1e6)} s`).padStart(8);
+  return tasks
+    .sort((a, b) => b.dur - a.dur)
+    .map((task) => {
+      const status = task.args?.status && task.args.status !== "success" ? ` (${task.args.status})` : "";
+      return `${minutes(task.dur)}  ${task.name}${status}, started at +${minutes(task.ts - start).trim()}`;
+    });
+}
+
 const code = await new Promise((resolve) => child.on("close", (status, signal) => resolve(status ?? (signal ? 1 : 0))));
+const timings = timingLines(profile);
+if (timings.length > 0) {
+  process.stdout.write(`\nNx task durations, slowest first:\n`);
+  for (const line of timings) process.stdout.write(`  ${line}\n`);
+}
 if (code !== 0 && summary.length > 0) {
   const shown = summary.slice(0, MAX_SUMMARY_LINES);
   process.stdout.write(`\nnpm test failed; what the test runners reported as failing (${summary.length} lines):\n`);

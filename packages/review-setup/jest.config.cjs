@@ -1,9 +1,8 @@
+// Unit tests: no VM (the refresh against a fake guest, the model server, locks, snapshots).
+// Real-VM suites (*.vm.test.ts) run with jest.vm.config.cjs.
 module.exports = {
   ...require("../../jest.preset.cjs"),
   displayName: "review-setup",
-  // Real-VM suites (test/*.vm.test.ts) need a guest image; globalSetup builds or reuses it.
-  globalSetup: require.resolve("../../jest.test-image.cjs"),
-  // Under TCG the monorepo refresh (monorepo.vm.test.ts: npm ci and six tsc builds) takes 14-17 min
-  // in CI; that one test has 30 min of its own.
-  testTimeout: 1_200_000,
+  testPathIgnorePatterns: ["/node_modules/", "\\.vm\\.test\\.ts$"],
+  testTimeout: 120_000,
 };
