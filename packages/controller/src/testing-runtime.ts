@@ -96,7 +96,8 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
       if (frozen) restore = { warm: true, restoreMs: 0 };
       else if (await exists(marker)) restore = { warm: false, reason: "the suspended processes are gone" };
       await rm(marker, { force: true });
-      if (restore && !restore.warm) onProgress(`the saved memory was not used (${restore.reason}); booting the same disk checkpoint cold`);
+      if (restore && !restore.warm)
+        onProgress(`the saved memory was not used (${restore.reason}); booting the same disk checkpoint cold`);
       const values = new Map(Object.entries(secrets).map(([key, secret]) => [key, secret.value]));
       const bootMs = performance.now() - started;
       const vm: LocalRuntimeVm = {
@@ -164,10 +165,12 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         logger,
       });
     },
-    openGateway: (vm, { portsFile, logger }) =>
+    openGateway: (vm, { portsFile, address, avoidPorts, logger }) =>
       new PreviewGateway({
         connector: guestVmConnector((vm as LocalRuntimeVm).local),
         leases: new JsonFilePortLeaseStore(portsFile),
+        address,
+        avoidPorts,
         logger,
       }),
   };

@@ -1,7 +1,7 @@
 // Every lifecycle transition and race of the daemon, without QEMU: the daemon's InstanceController
 // runs in-process over the local runtime (host processes, the real Python agent, real previews).
 import { spawnSync } from "node:child_process";
-import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -82,6 +82,34 @@ test("create runs setup and services and opens the preview; stop and start keep 
   expect((await call({ action: "exec", name: "demo", cmd: "cat note.txt" })).output).toBe("hi\n");
   await call({ action: "stop", name: "demo" });
 });
+
+// Linux: every 127/8 address is bindable, so each instance's previews get one of their own.
+(process.platform === "linux" ? test : test.skip)(
+  "each instance's previews live on a loopback address of its own, kept across stop and start; destroy frees it",
+  async () => {
+    const a = await create("addr-a");
+    const b = await create("addr-b");
+    const urlA = new URL(a.previews[0].url as string);
+    const urlB = new URL(b.previews[0].url as string);
+    expect(urlA.hostname).toMatch(/^127\.(?!0\.)\d+\.\d+\.\d+$/);
+    expect(urlB.hostname).toMatch(/^127\.(?!0\.)\d+\.\d+\.\d+$/);
+    expect(urlA.hostname).not.toBe(urlB.hostname);
+    expect(a.previewAddress).toEqual({ address: urlA.hostname });
+    expect(await fetchText(urlA.href)).toBe("200 Hello from setup\n");
+    // The browser's 127.0.0.1 site is not this preview: nothing listens there on its port.
+    await expect(fetch(`http://127.0.0.1:${urlA.port}/`)).rejects.toThrow();
+
+    await call({ action: "stop", name: "addr-a" });
+    const started = await call({ action: "start", name: "addr-a" });
+    expect(started.previews[0].url).toBe(urlA.href);
+    expect(await fetchText(urlA.href)).toBe("200 Hello from setup\n");
+
+    await call({ action: "stop", name: "addr-b" });
+    await call({ action: "destroy", name: "addr-b", confirm: "addr-b" });
+    expect(await readdir(layout.addressesDir())).toEqual([urlA.hostname]);
+    await call({ action: "stop", name: "addr-a" });
+  },
+);
 
 test("a create that fails at boot leaves nothing, keeps the log, and runs again", async () => {
   runtime.hooks.beforeBoot = () => {

@@ -58,6 +58,10 @@ export function formatView(view: EntryView): string {
     );
   for (const p of view.previews)
     lines.push(`preview:     ${oneLine(p.url)}  ${oneLine(p.title)}${p.folder ? ` [${oneLine(p.folder)}]` : ""}`);
+  if (view.previewAddress?.shared)
+    lines.push(
+      `previews on: ${oneLine(view.previewAddress.address)}, shared: ${indented(view.previewAddress.shared, INDENT)}`,
+    );
   if (view.restore)
     lines.push(
       view.restore.warm

@@ -13,6 +13,7 @@ import { readRecord, readStatus, writeRecord, type EntryRecord, type EntryStatus
 import type { ProgressEvent } from "../wire.js";
 import { installGuestConfig, readConfigFile, runSetup } from "./guest-setup.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
+import { recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
 import { newSecretSalt } from "./secrets.js";
 import { toControllerError, type InstanceState } from "./state.js";
 
@@ -144,7 +145,9 @@ async function rollBackCreate(steps: CreateSteps, error: unknown): Promise<Contr
     log.warn(`keeping the log of the failed create: ${String(copyError)}`);
   }
   await rm(layout.entryDir("instances", name), { recursive: true, force: true }).catch(() => undefined);
+  const address = await recordedPreviewAddress(layout, name);
   state.finish();
+  await releasePreviewAddress(layout, name, address).catch(() => undefined);
   return new ControllerError(e.code, e.message, {
     hint: `${e.hint ? `${e.hint} ` : ""}Nothing of ${name} was kept: fix the cause and run create again. The controller log is at ${logFile}.`,
     details: { ...e.details, logFile, logTail },

@@ -14,7 +14,8 @@ import type { ProgressEvent } from "../wire.js";
 import type { LifecycleActions } from "./context.js";
 import { createInstance, prepareTemplate, type BootOptions, type CreateSteps } from "./create.js";
 import { installGuestConfig, runSetup } from "./guest-setup.js";
-import { assertHostPortsFree, hostPortsOf } from "./host-ports.js";
+import { assertHostPortsFree, hostPortsOf, portsTakenByInstances } from "./host-ports.js";
+import { previewAddressFor, recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
 import { newSecretSalt, resolveMounts, resolveSecrets } from "./secrets.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import type { GuestOperations } from "./services.js";
@@ -173,6 +174,11 @@ export class Lifecycle {
   ): Promise<RuntimeVm> {
     const { state } = this;
     await assertHostPortsFree(state.layout, this.name, hostPortsOf(config));
+    const previewAddress = state.kind === "instances" ? await previewAddressFor(state.layout, this.name) : undefined;
+    if (previewAddress?.shared) {
+      state.log.warn(`previews share 127.0.0.1: ${previewAddress.shared}`);
+      progress({ stage: "boot", message: `previews share 127.0.0.1: ${previewAddress.shared}` });
+    }
     // Read at every start, before anything boots: a missing source or a refused mount fails here.
     const mounts = await resolveMounts(config, { stateRoot: state.layout.root });
     const secrets = await resolveSecrets(config, { salt: secretSalt });
@@ -189,16 +195,21 @@ export class Lifecycle {
       onProgress: (message) => progress({ stage: "boot", message }),
     });
     state.vm = vm;
-    state.gateway =
-      state.kind === "instances"
-        ? this.runtime.openGateway(vm, {
-            portsFile: state.layout.portsFile(this.name),
-            logger: state.log.child("[preview]"),
-          })
-        : undefined;
+    state.gateway = previewAddress
+      ? this.runtime.openGateway(vm, {
+          portsFile: state.layout.portsFile(this.name),
+          address: previewAddress.address,
+          avoidPorts: () => portsTakenByInstances(state.layout),
+          logger: state.log.child("[preview]"),
+        })
+      : undefined;
     for (const warning of vm.warnings) progress({ stage: "boot", message: warning });
     progress({ stage: "boot", message: `guest ready in ${(vm.bootMs / 1000).toFixed(1)} s (${vm.accelerator.accel})` });
-    await state.setState("starting", { accelerator: vm.accelerator.accel, acceleratorReason: vm.accelerator.reason });
+    await state.setState("starting", {
+      accelerator: vm.accelerator.accel,
+      acceleratorReason: vm.accelerator.reason,
+      ...(previewAddress ? { previewAddress } : {}),
+    });
     return vm;
   }
 
@@ -312,7 +323,9 @@ export class Lifecycle {
     await this.runtime.disks.destroy(state.layout.diskDir(state.kind, this.name)).catch((error: unknown) => {
       if (!(isVmError(error) && error.code === "VM_DISK_NOT_FOUND")) throw error;
     });
+    const address = state.kind === "instances" ? await recordedPreviewAddress(state.layout, this.name) : undefined;
     await rm(state.layout.entryDir(state.kind, this.name), { recursive: true, force: true });
+    if (state.kind === "instances") await releasePreviewAddress(state.layout, this.name, address);
     state.finish();
     return { destroyed: this.name, kind: state.kind };
   }

@@ -49,6 +49,18 @@ export interface RuntimeDisks {
   dropSavedMemory(dir: string): Promise<unknown>;
 }
 
+/** How the daemon opens an instance's preview gateway. */
+export interface GatewayOptions {
+  /** ports.json: the leased host ports (and the recorded address). */
+  portsFile: string;
+  /** The loopback address previews bind (see preview-address.ts). */
+  address: string;
+  /** Ports a new preview must not take: every instance's leases and host ports. */
+  avoidPorts: () => Promise<Iterable<number>>;
+  /** Log sink. */
+  logger: DaemonLogger;
+}
+
 /** What the daemon asks of the layers below. */
 export interface InstanceRuntime {
   /** The disk store of the state root. */
@@ -68,8 +80,11 @@ export interface InstanceRuntime {
   }): Promise<RuntimeVm>;
   /** Installs and starts the guest agent in `vm`, for the config's workspace. */
   startAgent(vm: RuntimeVm, options: { workspace: string; logger: DaemonLogger }): Promise<SupervisorClient>;
-  /** The preview gateway of one run of `vm`; host ports are leased in `portsFile`. */
-  openGateway(vm: RuntimeVm, options: { portsFile: string; logger: DaemonLogger }): PreviewGateway;
+  /**
+   * The preview gateway of one run of `vm`: previews bind `address` (the instance's own loopback
+   * address), host ports are leased in `portsFile`, and a new lease avoids `avoidPorts()`.
+   */
+  openGateway(vm: RuntimeVm, options: GatewayOptions): PreviewGateway;
 }
 
 /**
@@ -100,7 +115,13 @@ export function createVmRuntime(options: {
         ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
       }),
     startAgent: (vm, { workspace, logger }) => SupervisorClient.start({ vm, workspace, logger }),
-    openGateway: (vm, { portsFile, logger }) =>
-      new PreviewGateway({ connector: guestVmConnector(vm), leases: new JsonFilePortLeaseStore(portsFile), logger }),
+    openGateway: (vm, { portsFile, address, avoidPorts, logger }) =>
+      new PreviewGateway({
+        connector: guestVmConnector(vm),
+        leases: new JsonFilePortLeaseStore(portsFile),
+        address,
+        avoidPorts,
+        logger,
+      }),
   };
 }

@@ -3,6 +3,7 @@
 import { LIMITS, hasPreview, referencedServices, type SandboxConfig, type ServiceConfig } from "@pi-sandbox/config";
 import {
   adHocPreview,
+  isLoopbackV4,
   type PreviewGateway,
   type PreviewInfo,
   type PreviewLink,
@@ -82,7 +83,8 @@ function previewInfoToLinks(info: PreviewInfo): PreviewLinkInfo[] {
 /** A recorded link as a preview spec's link: a path on the (same, leased) origin, or external. */
 function toPreviewLink(info: PreviewLinkInfo): PreviewLink {
   const url = new URL(info.url);
-  const local = url.hostname === "127.0.0.1" || url.hostname === "localhost";
+  // The preview's own origin (127.0.0.1, or the instance's 127.x.y.z address) is a path on it.
+  const local = isLoopbackV4(url.hostname) || url.hostname === "localhost";
   const link: PreviewLink = { url: local ? `${url.pathname}${url.search}${url.hash}` : info.url, title: info.title };
   if (info.description !== undefined) link.description = info.description;
   if (info.folder !== undefined) link.folder = info.folder;

@@ -41,6 +41,11 @@ export interface EntryView {
   acceleratorReason?: string;
   /** Preview links while running. */
   previews: PreviewLinkInfo[];
+  /**
+   * The loopback address of this instance's previews (its own browser origin, so its own cookie
+   * jar); `shared` is set, with the reason, when previews fell back to the shared 127.0.0.1.
+   */
+  previewAddress?: { address: string; shared?: string };
   /** Recorded problems. */
   errors: RecordedError[];
   /** Setup outcome. */
@@ -118,6 +123,7 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
   if (status?.accelerator) view.accelerator = status.accelerator;
   if (status?.acceleratorReason) view.acceleratorReason = status.acceleratorReason;
   if (status?.setup) view.setup = status.setup;
+  if (status?.previewAddress && kind === "instances") view.previewAddress = status.previewAddress;
   // Of the last start; a suspend since then makes it moot.
   if (status?.restore && state !== "suspended" && state !== "suspending") view.restore = status.restore;
   if (status?.resumePid && state === "running") view.resumePid = status.resumePid;

@@ -105,6 +105,24 @@ export class StateLayout {
     return join(this.entryDir("instances", name), "ports.json");
   }
 
+  /**
+   * Claims of preview loopback addresses: one file per address (`addresses/127.a.b.c`), created
+   * exclusively, holding the name of the instance that owns it. See `daemon/preview-address.ts`.
+   */
+  addressesDir(): string {
+    return join(this.root, "addresses");
+  }
+
+  /** The claim file of one preview address. */
+  addressClaimFile(address: string): string {
+    if (!/^127\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$/.test(address)) {
+      throw new ControllerError("CONTROLLER_BAD_INPUT", `${JSON.stringify(address)} is not a preview address`, {
+        details: { address },
+      });
+    }
+    return join(this.addressesDir(), address);
+  }
+
   /** Daemon pid file. */
   pidFile(kind: EntryKind, name: string): string {
     return join(this.entryDir(kind, name), "daemon.pid");
@@ -119,6 +137,12 @@ export class StateLayout {
   failedCreateLogFile(name: string): string {
     assertName(name);
     return join(this.root, "logs", `${name}.create-failed.log`);
+  }
+
+  /** The user's trust of one sandbox.yaml text that declares secrets or mounts, by its sha256. */
+  trustFile(sha256: string): string {
+    if (!/^[0-9a-f]{64}$/.test(sha256)) throw new ControllerError("CONTROLLER_BAD_INPUT", "not a sha256 digest");
+    return join(this.root, "trust", `${sha256}.json`);
   }
 
   /** Directory owned by the vm package's disk store. */

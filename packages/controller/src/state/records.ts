@@ -92,6 +92,8 @@ export interface EntryStatus {
   acceleratorReason?: string;
   /** Preview links while running; while suspended, the ones a warm start reopens. */
   previews?: PreviewLinkInfo[];
+  /** The loopback address previews bind; `shared` says why it is the shared 127.0.0.1. */
+  previewAddress?: { address: string; shared?: string };
   /** Set by a start that found saved memory (after a suspend): whether it resumed, else why not. */
   restore?: RestoreInfo;
   /** Startup, setup, resume or readiness problems. */
