@@ -59,7 +59,7 @@ test("doctor, create, preview, exec, files, logs, stop, start, templates and des
 
   const created = await ok(["create", "demo", "-c", "sandbox.yaml"]);
   expect(created).toMatch(/^state:\s+running$/m);
-  const url = /^preview:\s+(http:\/\/127\.0\.0\.1:\d+\/)/m.exec(created)?.[1];
+  const url = /^preview:\s+(http:\/\/127(?:\.\d{1,3}){3}:\d+\/)/m.exec(created)?.[1];
   expect(url).toBeDefined();
   expect(await fetchText(url!)).toBe("200 Hello from the guest\n");
 

@@ -34,7 +34,9 @@ test("create → preview → exec → files → stop → start keeps the URL and
     expect.stringMatching(/^\[setup\] \$ printf 'Hello from the guest.*index\.html \(1\/1\)$/),
   );
   const url = created.previews[0].url as string;
-  expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
+  // The instance's own loopback address (its own cookie jar in browsers), not the shared 127.0.0.1.
+  expect(url).toMatch(/^http:\/\/127(?:\.\d{1,3}){3}:\d+\/$/);
+  expect(new URL(url).hostname).not.toBe("127.0.0.1");
   expect(await fetchText(url)).toBe("200 Hello from the guest\n");
 
   const quick = await call({ action: "exec", name: "demo", cmd: "echo $((6*7)); pwd" });

@@ -81,7 +81,7 @@ services:
   expect(inspect.code).toBe(0);
   expect(inspect.stdout).toMatch(/^state: {7}running$/m);
   // The previews opened at create stay; the refused YAML changed nothing.
-  expect(inspect.stdout).toMatch(/^preview: {5}http:\/\/127\.0\.0\.1:\d+\/ {2}web$/m);
+  expect(inspect.stdout).toMatch(/^preview: {5}http:\/\/127(?:\.\d{1,3}){3}:\d+\/ {2}web$/m);
   expect((await clean(["inspect", NAME, "--json"])).code).toBe(0);
   const list = await clean(["list"]);
   expect(list.stdout).toMatch(new RegExp(`^${NAME} +running `, "m"));

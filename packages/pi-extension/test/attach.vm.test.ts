@@ -59,7 +59,7 @@ afterAll(async () => {
 
 test("the footer lists the running instance with its preview, and /sandbox offers it in a pick list", async () => {
   const footer = await rpc.waitFor(ui("setStatus", (e) => e.statusKey === "pi-sandbox.instances" && !!e.statusText));
-  expect(footer.statusText).toMatch(/^sandbox: dev http:\/\/127\.0\.0\.1:\d+\/$/);
+  expect(footer.statusText).toMatch(/^sandbox: dev http:\/\/127(?:\.\d{1,3}){3}:\d+\/$/);
 
   // Picking opens a terminal (the ssh path has its own test in pi.vm); here the user cancels.
   const from = rpc.events.length;
@@ -67,7 +67,7 @@ test("the footer lists the running instance with its preview, and /sandbox offer
   rpc.send({ id: "pick", type: "prompt", message: "/sandbox" });
   const pick = await rpc.waitFor((e) => rpc.events.indexOf(e) >= from && ui("select")(e));
   expect(pick.title).toBe("Open a terminal into which instance?");
-  expect(pick.options).toEqual([expect.stringMatching(/^dev · running · http:\/\/127\.0\.0\.1:\d+\/$/)]);
+  expect(pick.options).toEqual([expect.stringMatching(/^dev · running · http:\/\/127(?:\.\d{1,3}){3}:\d+\/$/)]);
   rpc.send({ type: "extension_ui_response", id: pick.id, cancelled: true });
   await rpc.waitFor((e) => e.id === "pick" && e.type === "response");
   expect(rpc.events.slice(from).filter(ui("notify"))).toEqual([]);

@@ -66,7 +66,7 @@ test("help, create with a live preview, and a bad input in one Pi run; the insta
   expect(result.state).toBe("running");
   expect(created!.result.details).toMatchObject({ action: "create", name: "demo", status: "ok", state: "running" });
   previewUrl = result.previews[0].url as string;
-  expect(previewUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
+  expect(previewUrl).toMatch(/^http:\/\/127(?:\.\d{1,3}){3}:\d+\/$/);
   // Progress streamed while the VM booted and setup ran.
   const updates = run.events.filter((e) => e.type === "tool_execution_update" && e.toolCallId === created!.toolCallId);
   expect(updates.length).toBeGreaterThan(0);
@@ -188,7 +188,7 @@ test("the rest of the seed walkthrough through Pi: stop, start, a template with 
   const fromTemplate = ok(created);
   expect(fromTemplate).toMatchObject({ state: "running", template: "web-base" });
   // Its own preview port (it is destroyed by the end of the run, so not fetched here).
-  expect(fromTemplate.previews[0].url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
+  expect(fromTemplate.previews[0].url).toMatch(/^http:\/\/127(?:\.\d{1,3}){3}:\d+\/$/);
   expect(fromTemplate.previews[0].url).not.toBe(previewUrl);
   expect(refused?.isError).toBe(true);
   expect(resultText(refused!)).toMatch(/^CONTROLLER_CONFIRM_MISMATCH: /);

@@ -63,7 +63,9 @@ export function renderHelp(options: { includeUserOnly?: boolean } = {}): string 
       `writes ${LIMITS.writeMaxBytes / 1024 / 1024} MiB; ${LIMITS.completedExecHandles} completed exec handles; setup ${LIMITS.setupDeadlineMs / 60000} min; ` +
       `resume wait ${LIMITS.resumeWaitMs / 1000} s; service restart after ${LIMITS.serviceRestartDelayMs} ms; logs ${LIMITS.logLinesDefault}/${LIMITS.logLinesMax} lines.`,
   );
-  lines.push("Previews are http://127.0.0.1:<port> URLs, unauthenticated, reachable by other local processes.");
+  lines.push(
+    "Previews are http://127.x.y.z:<port> URLs, a loopback address per instance (its own browser cookies; 127.0.0.1 where only that exists), unauthenticated, reachable by other local processes.",
+  );
   lines.push("Stop keeps the disk; memory and processes do not survive. Destroy needs confirm equal to the name.");
   return lines.join("\n");
 }
