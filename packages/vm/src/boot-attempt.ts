@@ -8,7 +8,7 @@ import path from "node:path";
 import type { VM, VMOptions } from "@earendil-works/gondolin";
 import { BootedVm, ensureQemuGone } from "./booted-vm.js";
 import type { DiskRun } from "./disk-store.js";
-import { egressPolicy } from "./egress-policy.js";
+import { egressPolicy, secretStore } from "./egress-policy.js";
 import { VmError, isVmError, messageOf } from "./errors.js";
 import { runInGuest } from "./exec-util.js";
 import { GondolinGuest } from "./gondolin-guest.js";
@@ -69,10 +69,12 @@ export async function bootAttempt(
   let runtimeDir: string | undefined;
   let monitor: QmpMonitor | undefined;
   let proxies: HostPortProxies | undefined;
+  let policyClose: (() => Promise<void>) | undefined;
   const fault = new GuestFault();
   const cleanup = async () => {
     monitor?.close();
     await proxies?.close();
+    await policyClose?.();
     const pid = vm?.getHostPid() ?? undefined;
     await guest?.close().catch(() => undefined);
     if (!guest) await vm?.close().catch(() => undefined);
@@ -100,14 +102,17 @@ export async function bootAttempt(
       },
     });
     const { hostPorts = [], secrets = {} } = options.spec.network;
-    proxies = await HostPortProxies.open(hostPortRoutes(hostPorts, secrets), secrets);
+    const store = secretStore(secrets);
+    proxies = await HostPortProxies.open(hostPortRoutes(hostPorts, secrets), store);
     const policy = egressPolicy(gondolin, {
       allowedHosts: options.spec.network.allowedHosts,
       ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
       ...(options.spec.network.hostPorts ? { hostPorts: options.spec.network.hostPorts } : {}),
-      ...(options.spec.network.secrets ? { secrets: options.spec.network.secrets } : {}),
+      store,
       ...(proxies ? { proxies } : {}),
+      ...(options.upstream ? { upstream: options.upstream } : {}),
     });
+    policyClose = policy.close;
     const mounts = await readonlyMounts(gondolin, options.spec.mounts ?? []);
     // The wrapper starts QEMU with `-incoming defer` when it finds this marker in the run dir.
     if (attempt.memory) await fsp.writeFile(path.join(runtimeDir, INCOMING_MARKER), "", { mode: 0o600 });
@@ -135,6 +140,8 @@ export async function bootAttempt(
         virtioSshSocketPath: path.join(runtimeDir, "ssh.sock"),
         virtioIngressSocketPath: path.join(runtimeDir, "ing.sock"),
         netSocketPath: path.join(runtimeDir, "net.sock"),
+        // With secrets: substitution under the header rules and scrubbed responses (secret-fetch.ts).
+        ...(policy.fetch ? { fetch: policy.fetch as NonNullable<VMOptions["fetch"]> } : {}),
         ...(options.debug ? { debug: ["protocol"] as const } : {}),
       },
       memory: qemuMemory(options.spec.resources.memoryGiB),

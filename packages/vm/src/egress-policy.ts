@@ -1,8 +1,13 @@
 import type { DnsOptions, HttpHooks, TcpOptions } from "@earendil-works/gondolin";
 import { HOST_SERVICES_HOSTNAME, secretHttpHosts } from "@pi-sandbox/config";
-import { VmError, messageOf } from "./errors.js";
+import { VmError } from "./errors.js";
 import type { GondolinModule } from "./gondolin-loader.js";
+import { isHostAllowed } from "./host-patterns.js";
+import { createSecretFetch, type SecretFetch, type UpstreamOverrides } from "./secret-fetch.js";
+import { SecretStore, httpsDestination, placeSecrets } from "./secret-rules.js";
 import type { VmSecret } from "./vm-types.js";
+
+export { isHostAllowed };
 
 /**
  * The guest's way out, as Gondolin options. Everything the guest sends goes through Gondolin's
@@ -25,22 +30,28 @@ import type { VmSecret } from "./vm-types.js";
  * mapped flow skips the HTTP/TLS sniffing and passes raw bytes both ways. Every other name, port
  * and address is handled exactly as without it.
  *
- * With `secrets`, Gondolin's own substitution (`createHttpHooks({ secrets })`): the guest's
- * environment holds each placeholder, and in every request the host replaces a placeholder in a
- * header (also inside a Basic `Authorization`) with the value if the request's host matches the
- * secret's hosts, and refuses the request (it never leaves the host) if not. A request that
- * carries the value itself to another host is refused too. URLs and bodies are left alone.
+ * With `secrets`, the guest's environment holds each placeholder, and the value goes only into a
+ * credential header (`authorization`, `x-api-key`, `proxy-authorization`, and the secret's own
+ * `headers`) of a request over HTTPS to port 443 of one of the secret's hosts (secret-rules.ts).
+ * `isRequestAllowed` refuses (403, before anything leaves the host) a request whose head holds a
+ * placeholder or value anywhere else: another header, the URL, another host, plain HTTP, another
+ * port. The substitution and the scrubbing of every response (its value, in any of the forms
+ * secret-scrubber.ts knows, becomes the placeholder again) happen in the `fetch` given to Gondolin
+ * (secret-fetch.ts), which keeps responses streaming. Bodies are never substituted: a placeholder
+ * in a body reaches the server as written. WebSocket handshakes bypass that fetch: they get no
+ * value (a placeholder in one passes as it is), so nothing comes back to scrub.
  *
  * A secret that lists `host.sandbox.internal` (every host port) or `host.sandbox.internal:<port>`
  * goes to those host ports through the HTTP/1.1 proxies of `HostPortProxies`
- * (host-port-proxy.ts): `tcp.hosts` maps such a port to its proxy's loopback port, which puts the
- * value in place of the placeholder in the request headers and forwards to `127.0.0.1:<port>`.
- * Gondolin gets only the secret's other hosts. A placeholder sent to a host port the secret does
- * not list passes unchanged; host ports no secret lists stay raw TCP.
+ * (host-port-proxy.ts): `tcp.hosts` maps such a port to its proxy's loopback port, which applies
+ * the same header rules over plain HTTP (the one exception to HTTPS), scrubs the responses, and
+ * forwards to `127.0.0.1:<port>`. Host ports no secret lists stay raw TCP.
  */
 export interface EgressPolicy {
   /** Gondolin's HTTP hooks. */
   httpHooks: HttpHooks;
+  /** Gondolin's `fetch` (substitution and scrubbing): present only with secrets. */
+  fetch?: SecretFetch["fetch"];
   /** Environment for guest processes: each secret's name with its placeholder. */
   env: Record<string, string>;
   /** Replaces a secret's value from now on (VM_SECRET_INVALID for an unknown name or bad value). */
@@ -57,8 +68,6 @@ export interface EgressPolicy {
 export interface HostPortProxyHandle {
   /** Host port → the loopback port of its proxy. */
   targets(): ReadonlyMap<number, number>;
-  /** Puts a new value in from now on. */
-  updateSecret(name: string, value: string): void;
   /** Stops the proxies. */
   close(): Promise<void>;
 }
@@ -73,115 +82,117 @@ export interface EgressPolicyOptions {
   hostPorts?: readonly number[];
   /** Credentials by guest environment variable name (see {@link VmSecret}). */
   secrets?: Readonly<Record<string, VmSecret>>;
+  /** The secrets as held for the host-port proxies too (default: made from `secrets`). */
+  store?: SecretStore;
   /** The proxies of the host ports a secret is sent to (`HostPortProxies.open`), if any. */
   proxies?: HostPortProxyHandle;
+  /** Test seam: how the host reaches HTTPS upstreams (see `UpstreamOverrides`). */
+  upstream?: UpstreamOverrides;
 }
 
-/** Builds the policy with Gondolin's `createHttpHooks`, plus the name check described below. */
+/** Builds the policy with Gondolin's `createHttpHooks`, plus the checks described above. */
 export function egressPolicy(
   gondolin: Pick<GondolinModule, "createHttpHooks">,
   options: EgressPolicyOptions,
 ): EgressPolicy {
   let allowed: readonly string[] = [];
-  const secrets = checkedSecrets(options.secrets ?? {});
-  let policy: ReturnType<GondolinModule["createHttpHooks"]>;
-  try {
-    policy = gondolin.createHttpHooks({
-      allowedHosts: [...options.allowedHosts],
-      ...(options.allowedInternalHosts ? { allowedInternalHosts: [...options.allowedInternalHosts] } : {}),
-      ...(Object.keys(secrets).length > 0 ? { secrets: gondolinSecrets(secrets) } : {}),
-      // Gondolin 0.12 resolves a request's host name with the host's resolver *before* it matches
-      // the name against the list (both happen in isIpAllowed), so any name a guest writes into a
-      // Host header or a URL would be looked up on the host: a DNS channel out of the sandbox. This
-      // check runs first and refuses a name off the list before any lookup.
-      isRequestAllowed: (request) => isHostAllowed(new URL(request.url).hostname, allowed),
-    });
-  } catch (error) {
-    // Gondolin's messages name a placeholder at most, never a value; keep only the secret's name.
-    throw new VmError("VM_SECRET_INVALID", `the secrets could not be set up: ${messageOf(error)}`, {
-      details: { secrets: Object.keys(secrets) },
-    });
-  }
+  const store = options.store ?? secretStore(options.secrets ?? {});
+  const policy = gondolin.createHttpHooks({
+    allowedHosts: [...options.allowedHosts],
+    ...(options.allowedInternalHosts ? { allowedInternalHosts: [...options.allowedInternalHosts] } : {}),
+    // Gondolin 0.12 resolves a request's host name with the host's resolver *before* it matches
+    // the name against the list (both happen in isIpAllowed), so any name a guest writes into a
+    // Host header or a URL would be looked up on the host: a DNS channel out of the sandbox. This
+    // check runs first and refuses a name off the list before any lookup; then the secret rules.
+    isRequestAllowed: (request) =>
+      isHostAllowed(new URL(request.url).hostname, allowed) &&
+      placeSecrets({ url: request.url, headers: request.headers }, store.all(), httpsDestination).ok,
+  });
   allowed = policy.allowedHosts;
-  const manager = policy.secretManager;
+  const env = Object.fromEntries(store.all().map((secret) => [secret.name, secret.placeholder]));
   const updateSecret = (name: string, value: string): void => {
-    if (!Object.hasOwn(secrets, name)) {
+    if (!store.get(name)) {
       throw new VmError("VM_SECRET_INVALID", `no secret named ${name} was given to this VM`, {
         details: { secret: name },
       });
     }
-    checkValue(name, value);
-    try {
-      manager.updateSecret(name, { value });
-    } catch (error) {
-      throw new VmError("VM_SECRET_INVALID", `secret ${name} could not be updated: ${messageOf(error)}`, {
-        details: { secret: name },
-      });
-    }
-    options.proxies?.updateSecret(name, value);
+    checkValue(name, value, store.get(name)!.placeholder);
+    store.update(name, value);
   };
+  const secretFetch = store.empty
+    ? undefined
+    : createSecretFetch({
+        store,
+        isIpAllowed: policy.httpHooks.isIpAllowed!,
+        ...(options.upstream ? { upstream: options.upstream } : {}),
+      });
   const proxies = options.proxies;
-  const close = async (): Promise<void> => proxies?.close();
+  const close = async (): Promise<void> => {
+    await Promise.all([proxies?.close(), secretFetch?.close()]);
+  };
   const tcp = hostPortsTcp(options.hostPorts ?? [], proxies?.targets());
-  if (!tcp) return { httpHooks: policy.httpHooks, env: policy.env, updateSecret, dns: { mode: "synthetic" }, close };
   return {
     httpHooks: policy.httpHooks,
-    env: policy.env,
+    ...(secretFetch ? { fetch: secretFetch.fetch } : {}),
+    env,
     updateSecret,
-    dns: { mode: "synthetic", syntheticHostMapping: "per-host" },
-    tcp,
+    dns: tcp ? { mode: "synthetic", syntheticHostMapping: "per-host" } : { mode: "synthetic" },
+    ...(tcp ? { tcp } : {}),
     close,
   };
 }
 
-/** The secrets as Gondolin gets them: only their HTTP(S) hosts (host ports go through the proxies). */
-function gondolinSecrets(
-  secrets: Record<string, { hosts: string[]; value: string; placeholder: string }>,
-): Record<string, { hosts: string[]; value: string; placeholder: string }> {
-  return Object.fromEntries(
-    Object.entries(secrets).map(([name, secret]) => [name, { ...secret, hosts: secretHttpHosts(secret.hosts) }]),
-  );
+/**
+ * The VM's secrets, checked (VM_SECRET_INVALID names the secret, never quotes a value): names,
+ * values, placeholders (unique, none inside another), hosts, header names.
+ */
+export function secretStore(secrets: Readonly<Record<string, VmSecret>>): SecretStore {
+  const store = new SecretStore();
+  for (const [name, secret] of Object.entries(secrets)) {
+    checkSecret(name, secret, store);
+    store.add({
+      name,
+      placeholder: secret.placeholder,
+      value: secret.value,
+      httpHosts: secretHttpHosts(secret.hosts),
+      ...(secret.headers ? { headers: secret.headers } : {}),
+    });
+  }
+  return store;
 }
 
 const SECRET_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
-/** Gondolin's secret definitions, after this package's own checks (Gondolin checks placeholders). */
-function checkedSecrets(
-  secrets: Readonly<Record<string, VmSecret>>,
-): Record<string, { hosts: string[]; value: string; placeholder: string }> {
-  const out: Record<string, { hosts: string[]; value: string; placeholder: string }> = {};
-  for (const [name, secret] of Object.entries(secrets)) {
-    if (!SECRET_NAME.test(name)) {
-      throw new VmError(
-        "VM_SECRET_INVALID",
-        `secret name ${JSON.stringify(name)} is not an environment variable name`,
-        {
-          details: { secret: name },
-        },
-      );
-    }
-    checkValue(name, secret.value);
-    if (!secret.placeholder || secret.placeholder === secret.value || /[\r\n\0]/.test(secret.placeholder)) {
-      throw new VmError(
-        "VM_SECRET_INVALID",
-        `secret ${name} needs a placeholder of one line that differs from its value`,
-        {
-          details: { secret: name },
-        },
-      );
-    }
-    if (secret.hosts.length === 0) {
-      throw new VmError("VM_SECRET_INVALID", `secret ${name} lists no host to send it to`, {
-        details: { secret: name },
-      });
-    }
-    out[name] = { hosts: [...secret.hosts], value: secret.value, placeholder: secret.placeholder };
-  }
-  return out;
+/** An HTTP header name (RFC 9110 token). */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$/;
+
+function invalid(name: string, message: string): VmError {
+  return new VmError("VM_SECRET_INVALID", message, { details: { secret: name } });
 }
 
-/** A value goes into HTTP headers: it must be non-empty and one line. Messages never quote it. */
-function checkValue(name: string, value: string): void {
+function checkSecret(name: string, secret: VmSecret, store: SecretStore): void {
+  if (!SECRET_NAME.test(name)) {
+    throw invalid(name, `secret name ${JSON.stringify(name)} is not an environment variable name`);
+  }
+  checkValue(name, secret.value, secret.placeholder);
+  if (!secret.placeholder || /[\r\n\0]/.test(secret.placeholder)) {
+    throw invalid(name, `secret ${name} needs a placeholder of one line that differs from its value`);
+  }
+  for (const other of store.all()) {
+    if (other.placeholder.includes(secret.placeholder) || secret.placeholder.includes(other.placeholder)) {
+      throw invalid(name, `the placeholders of secrets ${other.name} and ${name} overlap; each must be unique`);
+    }
+  }
+  if (secret.hosts.length === 0) throw invalid(name, `secret ${name} lists no host to send it to`);
+  for (const header of secret.headers ?? []) {
+    if (!HEADER_NAME.test(header)) {
+      throw invalid(name, `secret ${name} lists ${JSON.stringify(header)} in headers, which is not a header name`);
+    }
+  }
+}
+
+/** A value goes into HTTP headers: non-empty, one line, not its placeholder. Messages never quote it. */
+function checkValue(name: string, value: string, placeholder: string): void {
   if (typeof value !== "string" || value === "") {
     throw new VmError("VM_SECRET_INVALID", `secret ${name} is empty`, { details: { secret: name } });
   }
@@ -189,6 +200,9 @@ function checkValue(name: string, value: string): void {
     throw new VmError("VM_SECRET_INVALID", `secret ${name} contains a line break or NUL, which no header can carry`, {
       details: { secret: name },
     });
+  }
+  if (value === placeholder) {
+    throw invalid(name, `secret ${name} needs a placeholder of one line that differs from its value`);
   }
 }
 
@@ -217,18 +231,4 @@ export function hostPortsTcp(
     hosts[key] = `127.0.0.1:${targets?.get(port) ?? port}`;
   }
   return { hosts };
-}
-
-/** Gondolin's own matching (`host/patterns.js`, not exported): `*` alone or as a wildcard, case-insensitive. */
-export function isHostAllowed(hostname: string, patterns: readonly string[]): boolean {
-  const name = hostname.toLowerCase();
-  return patterns.some((pattern) => {
-    if (!pattern) return false;
-    if (pattern === "*") return true;
-    const regex = pattern
-      .split("*")
-      .map((part) => part.replace(/[.+?^${}()|[\]\\]/g, "\\$&"))
-      .join(".*");
-    return new RegExp(`^${regex}$`, "i").test(name);
-  });
 }

@@ -1,23 +1,22 @@
 // Secrets for the host's services (`network.hostPorts`). A host-port flow reaches the host as raw
-// TCP, which Gondolin's HTTP secret substitution never sees; so a host port that a secret is sent
-// to is served instead by a small HTTP/1.1 forwarding proxy on the host's loopback, and the VM
-// maps `host.sandbox.internal:<port>` to that proxy. The proxy puts each listed secret's value in
-// place of its placeholder in the request headers (a Basic `Authorization` too, decoded and
-// encoded again) and forwards the request to the host's `127.0.0.1:<port>`, streaming bodies both
-// ways. Nothing else is changed; a request without a placeholder passes as it came.
+// TCP, which Gondolin's HTTP handling never sees; so a host port that a secret is sent to is
+// served instead by a small HTTP/1.1 forwarding proxy on the host's loopback, and the VM maps
+// `host.sandbox.internal:<port>` to that proxy. The proxy applies the header rules of
+// secret-rules.ts over plain HTTP (the one place they allow it): a listed secret's value goes in
+// place of its placeholder in credential headers only (a Basic `Authorization` too, decoded and
+// encoded again), and a request with a placeholder anywhere else in its head, or of a secret this
+// port is not listed for, gets 403. It forwards to the host's `127.0.0.1:<port>` asking for an
+// uncompressed answer, streams bodies both ways, and scrubs every answer (secret-scrubber.ts): a
+// compressed one is decoded first (gzip, deflate, br; another encoding gets 502), and a scrubbed
+// body loses its `content-length`.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { pipeline } from "node:stream";
+import { pipeline, type Transform } from "node:stream";
+import zlib from "node:zlib";
 import { secretHostPorts } from "@pi-sandbox/config";
 import { VmError, messageOf } from "./errors.js";
-
-/** A secret as the proxy of one host port uses it. */
-export interface ProxiedSecret {
-  /** What the guest sends. */
-  placeholder: string;
-  /** What the host service gets instead. */
-  value: string;
-}
+import { placeSecrets, substituteHeader, type HeldSecret, type SecretStore } from "./secret-rules.js";
+import { ScrubTransform, scrubText, type ScrubPattern } from "./secret-scrubber.js";
 
 /** Longest request head the proxy reads from the guest (Node's own default). */
 export const MAX_GUEST_HEADER_BYTES = 16 * 1024;
@@ -39,40 +38,8 @@ const HOP_BY_HOP = new Set([
   "upgrade",
 ]);
 
-const BASIC = /^(Basic)(\s+)(\S+)(\s*)$/i;
-const CREDENTIAL_HEADER = /^(?:authorization|proxy-authorization)$/i;
-
-/** `text` with every placeholder of `secrets` replaced by its value. */
-function replaceAll(text: string, secrets: readonly ProxiedSecret[]): string {
-  let out = text;
-  for (const secret of secrets) {
-    if (out.includes(secret.placeholder)) out = out.split(secret.placeholder).join(secret.value);
-  }
-  return out;
-}
-
-/**
- * One header value with the secrets' placeholders replaced by their values: anywhere in the text,
- * and inside a Basic credential (`Authorization`, `Proxy-Authorization`), as Gondolin does for
- * HTTP(S) egress. Unchanged (the same string) when it holds no placeholder.
- */
-export function substituteHeader(name: string, value: string, secrets: readonly ProxiedSecret[]): string {
-  let out = replaceAll(value, secrets);
-  if (CREDENTIAL_HEADER.test(name)) {
-    const basic = BASIC.exec(out);
-    if (basic) {
-      const decoded = Buffer.from(basic[3]!, "base64").toString("utf8");
-      const replaced = replaceAll(decoded, secrets);
-      if (replaced !== decoded) {
-        out = `${basic[1]}${basic[2]}${Buffer.from(replaced, "utf8").toString("base64")}${basic[4]}`;
-      }
-    }
-  }
-  return out;
-}
-
 /** Node's raw header list (`[name, value, name, value, …]`) without hop-by-hop headers, substituted. */
-export function forwardedHeaders(raw: readonly string[], secrets: readonly ProxiedSecret[]): string[] {
+export function forwardedHeaders(raw: readonly string[], secrets: readonly HeldSecret[]): string[] {
   const connectionTokens = new Set<string>();
   for (let i = 0; i + 1 < raw.length; i += 2) {
     if (raw[i]!.toLowerCase() === "connection") {
@@ -111,14 +78,16 @@ interface PortProxy {
 /**
  * The proxies of one VM, one per host port that a secret is sent to. `targets` maps each of those
  * host ports to its proxy's loopback port (for Gondolin's `tcp.hosts`); the other host ports are
- * not served here. `updateSecret` changes a value for every later request.
+ * not served here. Values come from the VM's `SecretStore`, so an update applies to the next request.
  */
 export class HostPortProxies {
   private readonly proxies = new Map<number, PortProxy>();
-  private readonly values = new Map<string, ProxiedSecret>();
   private closing: Promise<void> | undefined;
 
-  private constructor(private readonly routes: ReadonlyMap<number, readonly string[]>) {}
+  private constructor(
+    private readonly routes: ReadonlyMap<number, readonly string[]>,
+    private readonly store: SecretStore,
+  ) {}
 
   /**
    * Starts a proxy for each host port of `routes` (host port → names of the secrets sent there).
@@ -126,17 +95,13 @@ export class HostPortProxies {
    */
   static async open(
     routes: ReadonlyMap<number, readonly string[]>,
-    secrets: Readonly<Record<string, ProxiedSecret>>,
+    store: SecretStore,
   ): Promise<HostPortProxies | undefined> {
     if (routes.size === 0) return undefined;
-    const proxies = new HostPortProxies(routes);
     for (const names of routes.values()) {
-      for (const name of names) {
-        const secret = secrets[name];
-        if (!secret) throw new Error(`host-port proxy: no secret named ${name}`);
-        proxies.values.set(name, { placeholder: secret.placeholder, value: secret.value });
-      }
+      for (const name of names) if (!store.get(name)) throw new Error(`host-port proxy: no secret named ${name}`);
     }
+    const proxies = new HostPortProxies(routes, store);
     try {
       for (const port of routes.keys()) proxies.proxies.set(port, await proxies.listen(port));
     } catch (error) {
@@ -154,17 +119,6 @@ export class HostPortProxies {
     return new Map([...this.proxies].map(([port, proxy]) => [port, proxy.listenPort]));
   }
 
-  /** True when `name` is sent to a host port through these proxies. */
-  has(name: string): boolean {
-    return this.values.has(name);
-  }
-
-  /** Puts `value` in place of secret `name`'s placeholder from now on (no-op for another name). */
-  updateSecret(name: string, value: string): void {
-    const secret = this.values.get(name);
-    if (secret) secret.value = value;
-  }
-
   /** Stops listening and ends every connection. */
   close(): Promise<void> {
     this.closing ??= (async () => {
@@ -180,10 +134,6 @@ export class HostPortProxies {
       );
     })();
     return this.closing;
-  }
-
-  private secretsFor(port: number): ProxiedSecret[] {
-    return (this.routes.get(port) ?? []).map((name) => this.values.get(name)!);
   }
 
   private async listen(port: number): Promise<PortProxy> {
@@ -212,6 +162,22 @@ export class HostPortProxies {
     return { server, agent, listenPort: (server.address() as AddressInfo).port };
   }
 
+  /** The secrets this port's request carries in allowed places, or the reason it is refused. */
+  private place(port: number, request: http.IncomingMessage): ReturnType<typeof placeSecrets> {
+    const names = this.routes.get(port) ?? [];
+    const headers: [string, string][] = [];
+    for (let i = 0; i + 1 < request.rawHeaders.length; i += 2) {
+      headers.push([request.rawHeaders[i]!, request.rawHeaders[i + 1]!]);
+    }
+    let url: string;
+    try {
+      url = new URL(request.url ?? "/", `http://host.sandbox.internal:${port}`).href;
+    } catch {
+      return { ok: false, reason: "the request target is not a URL" };
+    }
+    return placeSecrets({ url, headers }, this.store.all(), (secret) => names.includes(secret.name));
+  }
+
   private forward(port: number, agent: http.Agent, request: http.IncomingMessage, response: http.ServerResponse): void {
     const fail = (status: number, why: string) => {
       if (response.headersSent) return void response.destroy();
@@ -222,6 +188,11 @@ export class HostPortProxies {
       });
       response.end(text);
     };
+    const placement = this.place(port, request);
+    if (!placement.ok) {
+      request.resume();
+      return fail(403, `request refused: ${placement.reason}`);
+    }
     let upstream: http.ClientRequest;
     try {
       upstream = http.request({
@@ -229,7 +200,7 @@ export class HostPortProxies {
         port,
         method: request.method,
         path: request.url,
-        headers: forwardedHeaders(request.rawHeaders, this.secretsFor(port)),
+        headers: withoutAcceptEncoding(forwardedHeaders(request.rawHeaders, placement.carried)),
         agent,
         maxHeaderSize: MAX_UPSTREAM_HEADER_BYTES,
         setHost: false,
@@ -239,19 +210,7 @@ export class HostPortProxies {
       request.resume();
       return fail(400, `the request could not be forwarded (${(error as NodeJS.ErrnoException).code ?? "invalid"})`);
     }
-    upstream.on("response", (answer) => {
-      try {
-        response.writeHead(answer.statusCode ?? 502, answer.statusMessage, forwardedHeaders(answer.rawHeaders, []));
-        response.flushHeaders();
-      } catch (error) {
-        answer.destroy();
-        return fail(
-          502,
-          `host port ${port} answered what cannot be forwarded (${(error as NodeJS.ErrnoException).code ?? "invalid"})`,
-        );
-      }
-      pipeline(answer, response, () => undefined);
-    });
+    upstream.on("response", (answer) => this.answer(port, request.method ?? "GET", answer, response, fail));
     upstream.on("error", (error) => {
       fail(502, `host port ${port} did not answer (${(error as NodeJS.ErrnoException).code ?? "error"})`);
     });
@@ -262,4 +221,83 @@ export class HostPortProxies {
     request.on("error", () => upstream.destroy());
     request.pipe(upstream);
   }
+
+  /** Sends the host service's answer to the guest, decoded and scrubbed. */
+  private answer(
+    port: number,
+    method: string,
+    answer: http.IncomingMessage,
+    response: http.ServerResponse,
+    fail: (status: number, why: string) => void,
+  ): void {
+    const patterns = this.store.patterns();
+    const status = answer.statusCode ?? 502;
+    const hasBody = method.toUpperCase() !== "HEAD" && status !== 204 && status !== 304;
+    const decoders = hasBody ? decodersFor(answer.headers["content-encoding"]) : [];
+    if (!decoders) {
+      answer.destroy();
+      return fail(502, `host port ${port} answered in a content encoding the host cannot check for secrets`);
+    }
+    try {
+      const headers = scrubbedRawHeaders(forwardedHeaders(answer.rawHeaders, []), patterns, hasBody);
+      response.writeHead(status, scrubText(answer.statusMessage ?? "", patterns), headers);
+      response.flushHeaders();
+    } catch (error) {
+      answer.destroy();
+      return fail(
+        502,
+        `host port ${port} answered what cannot be forwarded (${(error as NodeJS.ErrnoException).code ?? "invalid"})`,
+      );
+    }
+    pipeline([answer, ...decoders, new ScrubTransform(patterns), response], () => undefined);
+  }
+}
+
+/** Raw request headers without `accept-encoding`, then asking for an uncompressed answer. */
+function withoutAcceptEncoding(raw: string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    if (raw[i]!.toLowerCase() !== "accept-encoding") out.push(raw[i]!, raw[i + 1]!);
+  }
+  return [...out, "accept-encoding", "identity"];
+}
+
+/**
+ * Decoders for a `content-encoding` (applied in reverse order of the codings); none for identity,
+ * undefined for a coding this proxy cannot decode.
+ */
+export function decodersFor(value: string | undefined): Transform[] | undefined {
+  const codings = (value ?? "")
+    .split(",")
+    .map((coding) => coding.trim().toLowerCase())
+    .filter((coding) => coding !== "" && coding !== "identity");
+  const decoders: Transform[] = [];
+  for (const coding of codings.reverse()) {
+    if (coding === "gzip" || coding === "x-gzip") decoders.push(zlib.createGunzip());
+    else if (coding === "deflate") decoders.push(zlib.createInflate());
+    else if (coding === "br") decoders.push(zlib.createBrotliDecompress());
+    else return undefined;
+  }
+  return decoders;
+}
+
+/**
+ * Response headers (raw list) scrubbed: values with every form of a value replaced, a header whose
+ * name holds one dropped, and with a body, no `content-length` or `content-encoding` (the body is
+ * decoded and its length may change).
+ */
+export function scrubbedRawHeaders(
+  raw: readonly string[],
+  patterns: readonly ScrubPattern[],
+  hasBody: boolean,
+): string[] {
+  const out: string[] = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i]!;
+    const lower = name.toLowerCase();
+    if (hasBody && (lower === "content-length" || lower === "content-encoding")) continue;
+    if (scrubText(name, patterns) !== name) continue;
+    out.push(name, scrubText(raw[i + 1]!, patterns));
+  }
+  return out;
 }

@@ -24,8 +24,10 @@ export interface VmSpec {
     hostPorts?: readonly number[];
     /**
      * Credentials by guest environment variable name. The guest's processes see `placeholder`
-     * in that variable; the host puts `value` in its place in request headers (Basic auth
-     * included) to `hosts` only, and requests elsewhere carry the placeholder. Default none.
+     * in that variable; the host puts `value` in its place in credential headers (Basic auth
+     * included) of HTTPS requests to port 443 of `hosts` (plain HTTP for a host port), refuses
+     * requests with the placeholder anywhere else, and turns the value back into the placeholder
+     * in every response (README, "Secrets"). Default none.
      */
     secrets?: Readonly<Record<string, VmSecret>>;
   };
@@ -45,6 +47,11 @@ export interface VmSecret {
    * whose HTTP requests then go through a proxy on the host that puts the value in.
    */
   hosts: readonly string[];
+  /**
+   * Header names (any case) the value may go into besides `authorization`, `x-api-key` and
+   * `proxy-authorization`, e.g. `x-goog-api-key`. Default none.
+   */
+  headers?: readonly string[];
 }
 
 /** A host directory shared read-only. */
@@ -90,6 +97,11 @@ export interface StartVmOptions {
   accelerator?: string;
   /** Host patterns allowed to resolve to internal/private addresses (e.g. a host-side test server). */
   allowedInternalHosts?: readonly string[];
+  /**
+   * Test seam, used only with secrets: a CA (PEM) trusted for HTTPS upstreams besides the
+   * system's, and the host port dialled for an HTTPS request to port 443 (a host-side fake API).
+   */
+  upstream?: { ca?: string; httpsPort?: number };
   /** Forward the guest console and Gondolin protocol debug to `logger.debug`. */
   debug?: boolean;
   /** The disk store to open the disk with (default: a new one). */

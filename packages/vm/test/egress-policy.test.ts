@@ -57,11 +57,9 @@ test("host ports map host.sandbox.internal:<port> to the host's 127.0.0.1:<port>
 
 test("a host port a secret is sent to maps to its proxy; Gondolin gets only the secret's HTTP hosts", async () => {
   const gondolin = await loadGondolin();
-  const updates: string[] = [];
   let closed = false;
   const proxies = {
     targets: () => new Map([[8000, 41000]]),
-    updateSecret: (name: string, value: string) => void updates.push(`${name}=${value}`),
     close: async () => void (closed = true),
   };
   const secret = { value: "real-1", placeholder: "PI_SANDBOX_SECRET_abc", hosts: ["host.sandbox.internal:8000"] };
@@ -75,8 +73,6 @@ test("a host port a secret is sent to maps to its proxy; Gondolin gets only the 
     hosts: { "host.sandbox.internal:8000": "127.0.0.1:41000", "host.sandbox.internal:9000": "127.0.0.1:9000" },
   });
   expect(policy.env).toEqual({ KEY: "PI_SANDBOX_SECRET_abc" });
-  policy.updateSecret("KEY", "real-2");
-  expect(updates).toEqual(["KEY=real-2"]);
   await policy.close();
   expect(closed).toBe(true);
 });
@@ -93,65 +89,79 @@ test.each([[[0]], [[65536]], [[80.5]], [[8000, 8000]], [[Number.NaN]]])(
 describe("secrets", () => {
   const VALUE = "real-token-1b2c3d";
   const PLACEHOLDER = "PI_SANDBOX_SECRET_0123456789abcdef";
-  const policyWith = async (value = VALUE) =>
+  const policyWith = async (value = VALUE, headers?: string[]) =>
     egressPolicy(await loadGondolin(), {
       allowedHosts: ["api.pisb.test", "other.pisb.test"],
-      secrets: { API_TOKEN: { value, placeholder: PLACEHOLDER, hosts: ["api.pisb.test"] } },
+      secrets: {
+        API_TOKEN: { value, placeholder: PLACEHOLDER, hosts: ["api.pisb.test"], ...(headers ? { headers } : {}) },
+      },
     });
-  const send = async (policy: Awaited<ReturnType<typeof policyWith>>, url: string, headers: Record<string, string>) => {
-    const out = await policy.httpHooks.onRequest!(new Request(url, { headers }));
-    return Object.fromEntries((out as Request).headers.entries());
-  };
+  const allowed = async (
+    policy: Awaited<ReturnType<typeof policyWith>>,
+    url: string,
+    headers: Record<string, string>,
+  ) => policy.httpHooks.isRequestAllowed!(new Request(url, { headers }));
   const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString("base64")}`;
 
-  test("the guest's environment holds the placeholder, never the value", async () => {
+  test("the guest's environment holds the placeholder, never the value; Gondolin gets a fetch that puts it in", async () => {
     const policy = await policyWith();
     expect(policy.env).toEqual({ API_TOKEN: PLACEHOLDER });
+    expect(typeof policy.fetch).toBe("function");
+    await policy.close();
+    expect((await egressPolicy(await loadGondolin(), { allowedHosts: [] })).fetch).toBeUndefined();
   });
 
-  test("the value replaces the placeholder in headers and Basic auth to the listed host only", async () => {
-    const policy = await policyWith();
-    expect(await send(policy, "https://api.pisb.test/x", { authorization: `Bearer ${PLACEHOLDER}` })).toMatchObject({
-      authorization: `Bearer ${VALUE}`,
-    });
-    expect(
-      await send(policy, "https://API.pisb.test/x", { authorization: basic("x-access-token", PLACEHOLDER) }),
-    ).toMatchObject({
-      authorization: basic("x-access-token", VALUE),
-    });
-    // Another host: Gondolin refuses the request rather than send the placeholder's value.
-    await expect(send(policy, "https://other.pisb.test/x", { authorization: `Bearer ${PLACEHOLDER}` })).rejects.toThrow(
-      /API_TOKEN not allowed for host: other.pisb.test/,
-    );
-    // Without the placeholder, another host's request passes untouched.
-    expect(await send(policy, "https://other.pisb.test/x", { "x-a": "b" })).toMatchObject({ "x-a": "b" });
+  test("a placeholder may go only into a credential header of an HTTPS request to port 443 of a listed host", async () => {
+    const policy = await policyWith(VALUE, ["X-Goog-Api-Key"]);
+    const ok = "https://api.pisb.test/v1";
+    expect(await allowed(policy, ok, { authorization: `Bearer ${PLACEHOLDER}` })).toBe(true);
+    expect(await allowed(policy, ok, { authorization: basic("x-access-token", PLACEHOLDER) })).toBe(true);
+    expect(await allowed(policy, ok, { "x-api-key": PLACEHOLDER })).toBe(true);
+    expect(await allowed(policy, ok, { "x-goog-api-key": PLACEHOLDER })).toBe(true);
+    expect(await allowed(policy, "https://api.pisb.test:443/v1", { "x-api-key": PLACEHOLDER })).toBe(true);
+    for (const [url, headers] of [
+      [ok, { "user-agent": `curl/8 ${PLACEHOLDER}` }],
+      [ok, { "anthropic-beta": PLACEHOLDER }],
+      [`${ok}?key=${PLACEHOLDER}`, {}],
+      ["http://api.pisb.test/v1", { authorization: `Bearer ${PLACEHOLDER}` }],
+      ["https://api.pisb.test:8080/v1", { authorization: `Bearer ${PLACEHOLDER}` }],
+      ["https://other.pisb.test/v1", { authorization: `Bearer ${PLACEHOLDER}` }],
+      ["https://other.pisb.test/v1", { authorization: `Bearer ${VALUE}` }],
+      [ok, { "user-agent": VALUE }],
+    ] as [string, Record<string, string>][]) {
+      expect({ url, headers, allowed: await allowed(policy, url, headers) }).toEqual({ url, headers, allowed: false });
+    }
+    // Without a placeholder every allowed host passes; a placeholder in a body is not looked at.
+    expect(await allowed(policy, "http://other.pisb.test:8080/x", { "x-a": "b" })).toBe(true);
+    await policy.close();
   });
 
-  test("an updated value is used from the next request on, and the old one is refused", async () => {
+  test("an updated value is used from then on; the old one may not be sent anywhere", async () => {
     const policy = await policyWith();
     policy.updateSecret("API_TOKEN", "rotated-token-9f8e");
-    expect(await send(policy, "https://api.pisb.test/x", { authorization: `Bearer ${PLACEHOLDER}` })).toMatchObject({
-      authorization: "Bearer rotated-token-9f8e",
-    });
-    await expect(send(policy, "https://api.pisb.test/x", { authorization: `Bearer ${VALUE}` })).rejects.toThrow(
-      /revoked/,
-    );
+    expect(await allowed(policy, "https://api.pisb.test/x", { authorization: `Bearer ${VALUE}` })).toBe(false);
+    expect(await allowed(policy, "https://api.pisb.test/x", { authorization: `Bearer ${PLACEHOLDER}` })).toBe(true);
     expect(() => policy.updateSecret("NOPE", "x")).toThrow(expect.objectContaining({ code: "VM_SECRET_INVALID" }));
+    await policy.close();
   });
 
   test.each([
-    ["", /is empty/],
-    [`${VALUE}\n`, /line break or NUL/],
-    [PLACEHOLDER, /placeholder of one line that differs from its value/],
-  ])("a bad value is VM_SECRET_INVALID and the message never quotes it (%#)", async (value, message) => {
-    const error = await policyWith(value).catch((e: unknown) => e);
-    expect(error).toMatchObject({ code: "VM_SECRET_INVALID", details: expect.anything() });
-    expect((error as Error).message).toMatch(message);
-    if (value !== "")
-      expect(JSON.stringify({ m: (error as Error).message, d: (error as { details: unknown }).details })).not.toContain(
-        value.trim(),
-      );
-  });
+    ["", undefined, /is empty/],
+    [`${VALUE}\n`, undefined, /line break or NUL/],
+    [PLACEHOLDER, undefined, /placeholder of one line that differs from its value/],
+    [VALUE, ["x api key"], /lists "x api key" in headers, which is not a header name/],
+  ])(
+    "a bad value or header is VM_SECRET_INVALID and the message never quotes a value (%#)",
+    async (value, headers, message) => {
+      const error = await policyWith(value, headers).catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: "VM_SECRET_INVALID", details: expect.anything() });
+      expect((error as Error).message).toMatch(message);
+      if (value !== "")
+        expect(
+          JSON.stringify({ m: (error as Error).message, d: (error as { details: unknown }).details }),
+        ).not.toContain(value.trim());
+    },
+  );
 });
 
 describe("read-only mounts", () => {

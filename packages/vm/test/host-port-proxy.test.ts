@@ -3,7 +3,9 @@
 import http from "node:http";
 import net from "node:net";
 import type { AddressInfo } from "node:net";
-import { HostPortProxies, forwardedHeaders, hostPortRoutes, substituteHeader } from "../src/host-port-proxy.js";
+import zlib from "node:zlib";
+import { HostPortProxies, forwardedHeaders, hostPortRoutes } from "../src/host-port-proxy.js";
+import { SecretStore, substituteHeader } from "../src/secret-rules.js";
 
 const REAL = "sk-real-value-NEVER-in-the-guest";
 const PLACEHOLDER = "PI_SANDBOX_SECRET_0123456789abcdef";
@@ -56,10 +58,14 @@ function get(
   });
 }
 
-const secrets = {
-  KEY: { placeholder: PLACEHOLDER, value: REAL },
-  OTHER: { placeholder: OTHER_PLACEHOLDER, value: OTHER_REAL },
-};
+/** The two secrets of these tests, as the VM holds them. */
+function secretsStore(): SecretStore {
+  const store = new SecretStore();
+  store.add({ name: "KEY", placeholder: PLACEHOLDER, value: REAL, httpHosts: [] });
+  store.add({ name: "OTHER", placeholder: OTHER_PLACEHOLDER, value: OTHER_REAL, httpHosts: [], headers: ["X-Other"] });
+  return store;
+}
+let store = secretsStore();
 
 let upstreams: Upstream[] = [];
 let proxies: HostPortProxies | undefined;
@@ -73,7 +79,8 @@ afterEach(async () => {
 });
 
 async function proxyFor(routes: Map<number, string[]>): Promise<HostPortProxies> {
-  proxies = await HostPortProxies.open(routes, secrets);
+  store = secretsStore();
+  proxies = await HostPortProxies.open(routes, store);
   return proxies!;
 }
 
@@ -89,16 +96,17 @@ test("routes: a secret goes to every host port for host.sandbox.internal, to one
   ]);
 });
 
-test("header substitution: plain text anywhere, inside Basic credentials; hop-by-hop headers dropped", () => {
-  const list = [secrets.KEY];
+test("header substitution: in credential headers only, inside Basic credentials; hop-by-hop headers dropped", () => {
+  const list = [store.get("KEY")!];
   expect(substituteHeader("Authorization", `Bearer ${PLACEHOLDER}`, list)).toBe(`Bearer ${REAL}`);
   expect(substituteHeader("X-Api-Key", `${PLACEHOLDER},${PLACEHOLDER}`, list)).toBe(`${REAL},${REAL}`);
   const basic = `Basic ${Buffer.from(`user:${PLACEHOLDER}`).toString("base64")}`;
   expect(substituteHeader("authorization", basic, list)).toBe(
     `Basic ${Buffer.from(`user:${REAL}`).toString("base64")}`,
   );
-  // Basic decoding only in credential headers; a header without a placeholder is the same string.
+  // Only credential headers; a header without a placeholder is the same string.
   expect(substituteHeader("x-other", basic, list)).toBe(basic);
+  expect(substituteHeader("user-agent", `curl ${PLACEHOLDER}`, list)).toBe(`curl ${PLACEHOLDER}`);
   expect(substituteHeader("authorization", "Bearer nothing", list)).toBe("Bearer nothing");
   expect(
     forwardedHeaders(
@@ -129,12 +137,12 @@ test("the host service gets the value (Bearer and Basic) on a listed port; a req
   await get(port, { authorization: "Bearer the-guests-own", "x-custom": "kept" });
   expect(upstream.seen[2]).toMatchObject({ authorization: "Bearer the-guests-own", "x-custom": "kept" });
 
-  proxy.updateSecret("KEY", "rotated-value");
+  store.update("KEY", "rotated-value");
   await get(port, { authorization: `Bearer ${PLACEHOLDER}` });
   expect(upstream.seen[3]!.authorization).toBe("Bearer rotated-value");
 });
 
-test("a placeholder sent to a host port its secret does not list is not substituted", async () => {
+test("a secret's own header gets its value; a placeholder in another header or for another port gets 403 and goes nowhere", async () => {
   const [a, b] = [await echoServer(), await echoServer()];
   upstreams.push(a, b);
   const proxy = await proxyFor(
@@ -143,8 +151,70 @@ test("a placeholder sent to a host port its secret does not list is not substitu
       [b.port, ["OTHER"]],
     ]),
   );
-  await get(proxy.targets().get(b.port)!, { authorization: `Bearer ${PLACEHOLDER}`, "x-other": OTHER_PLACEHOLDER });
-  expect(b.seen[0]).toMatchObject({ authorization: `Bearer ${PLACEHOLDER}`, "x-other": OTHER_REAL });
+  const portB = proxy.targets().get(b.port)!;
+  expect((await get(portB, { "x-other": OTHER_PLACEHOLDER })).status).toBe(200);
+  expect(b.seen[0]).toMatchObject({ "x-other": OTHER_REAL });
+  for (const headers of [
+    { authorization: `Bearer ${PLACEHOLDER}` } as Record<string, string>, // KEY is not listed for port b
+    { "user-agent": `tool/${OTHER_PLACEHOLDER}` }, // not a credential header
+    { "x-other": PLACEHOLDER }, // x-other is OTHER's header, not KEY's
+  ]) {
+    const refused = await get(portB, headers);
+    expect({ headers, status: refused.status }).toEqual({ headers, status: 403 });
+    expect(refused.body).toMatch(/^pi-sandbox: request refused: secret (KEY|OTHER) may not be sent/);
+  }
+  const inUrl = await new Promise<number>((resolve, reject) => {
+    http
+      .get({ host: "127.0.0.1", port: portB, path: `/?key=${OTHER_PLACEHOLDER}`, agent: false }, (response) => {
+        response.resume();
+        resolve(response.statusCode!);
+      })
+      .on("error", reject);
+  });
+  expect(inUrl).toBe(403);
+  expect(b.seen).toHaveLength(1);
+  expect(a.seen).toHaveLength(0);
+});
+
+test("every answer comes back scrubbed: the value, its base64 and URL forms, in headers and in a compressed body", async () => {
+  const b64 = Buffer.from(REAL).toString("base64");
+  const upstream = await echoServer((request, response) => {
+    request.resume();
+    const text = `echo ${request.headers.authorization} b64=${b64} url=${encodeURIComponent(REAL)}`;
+    response.writeHead(400, `Bad ${REAL}`, {
+      "content-encoding": "gzip",
+      "x-echo": REAL,
+      "content-type": "text/plain",
+    });
+    response.end(zlib.gzipSync(text));
+  });
+  upstreams.push(upstream);
+  const proxy = await proxyFor(new Map([[upstream.port, ["KEY"]]]));
+  const answer = await get(proxy.targets().get(upstream.port)!, {
+    authorization: `Bearer ${PLACEHOLDER}`,
+    "accept-encoding": "gzip",
+  });
+  expect(upstream.seen[0]).toMatchObject({ authorization: `Bearer ${REAL}`, "accept-encoding": "identity" });
+  expect(answer.status).toBe(400);
+  expect(answer.headers["x-echo"]).toBe(PLACEHOLDER);
+  expect(answer.headers["content-encoding"]).toBeUndefined();
+  expect(answer.body).toBe(
+    `echo Bearer ${PLACEHOLDER} b64=${Buffer.from(PLACEHOLDER).toString("base64")} url=${PLACEHOLDER}`,
+  );
+  expect(JSON.stringify(answer)).not.toContain(REAL);
+});
+
+test("a value the host service streams in two pieces, a moment apart, still reaches the guest as the placeholder", async () => {
+  const upstream = await echoServer((request, response) => {
+    request.resume();
+    response.writeHead(200, { "content-type": "text/event-stream" });
+    response.write(`data: ${REAL.slice(0, 7)}`);
+    setTimeout(() => response.end(`${REAL.slice(7)} end\n\n`), 50);
+  });
+  upstreams.push(upstream);
+  const proxy = await proxyFor(new Map([[upstream.port, ["KEY"]]]));
+  const answer = await get(proxy.targets().get(upstream.port)!, {});
+  expect(answer.body).toBe(`data: ${PLACEHOLDER} end\n\n`);
 });
 
 test("bodies stream both ways: an event reaches the client before the host service ends its answer", async () => {
@@ -213,17 +283,17 @@ test("a value Node cannot send in a header gets 400, never quoted, and the proxy
   upstreams.push(upstream);
   const proxy = await proxyFor(new Map([[upstream.port, ["KEY"]]]));
   const port = proxy.targets().get(upstream.port)!;
-  proxy.updateSecret("KEY", "bad\u0001value");
+  store.update("KEY", "bad\u0001value");
   const refused = await get(port, { authorization: `Bearer ${PLACEHOLDER}` });
   expect(refused.status).toBe(400);
   expect(refused.body).toBe("pi-sandbox: the request could not be forwarded (ERR_INVALID_CHAR)\n");
   expect(upstream.seen).toHaveLength(0);
-  proxy.updateSecret("KEY", REAL);
+  store.update("KEY", REAL);
   expect((await get(port, { authorization: `Bearer ${PLACEHOLDER}` })).status).toBe(200);
 });
 
 test("close stops the proxies; no routes, no proxies", async () => {
-  expect(await HostPortProxies.open(new Map(), secrets)).toBeUndefined();
+  expect(await HostPortProxies.open(new Map(), secretsStore())).toBeUndefined();
   const upstream = await echoServer();
   upstreams.push(upstream);
   const proxy = await proxyFor(new Map([[upstream.port, ["KEY"]]]));

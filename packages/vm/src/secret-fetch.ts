@@ -1,0 +1,212 @@
+// The fetch Gondolin sends the guest's HTTP(S) requests with when the VM has secrets (its `fetch`
+// option), in place of its own. Gondolin's `createHttpHooks({ secrets })` would put a value into
+// any request header on any scheme and port and never look at what comes back, so a server that
+// quotes a header in an error, or any echo endpoint, handed the value to the guest. Here:
+// - the request rules of secret-rules.ts decide (the egress policy's `isRequestAllowed` has
+//   already refused what they refuse; checked again here for each hop), and the value goes only
+//   into the credential headers of a request to HTTPS port 443 of one of the secret's hosts;
+// - every response is scrubbed on its way back (secret-scrubber.ts): reason phrase, header values
+//   (a header whose name holds a value is dropped) and the body, as it streams. The length of a
+//   scrubbed body is not known in advance, so its `content-length` is dropped (Gondolin then
+//   sends it chunked);
+// - compressed bodies: the upstream is asked for gzip, deflate or br only, which undici decodes
+//   before the scan (Gondolin always gave the guest decoded bodies); a body in any other encoding
+//   cannot be scanned and is answered with 502 instead.
+// Gondolin connects through a dispatcher that checks each resolved address against the policy
+// (no DNS rebinding to an internal address) only with its own fetch; this one builds the same
+// guard from the policy's `isIpAllowed`.
+import dns, { type LookupAddress, type LookupAllOptions } from "node:dns";
+import tls from "node:tls";
+import type { HttpHooks } from "@earendil-works/gondolin";
+import { Agent, Headers, Response, fetch, type RequestInit } from "undici";
+import { httpsDestination, placeSecrets, refusalText, substituteHeader, type SecretStore } from "./secret-rules.js";
+import { scrubText, scrubWebStream, type ScrubPattern } from "./secret-scrubber.js";
+
+/** The encodings undici decodes, asked of every upstream. */
+const ACCEPT_ENCODING = "gzip, deflate, br";
+const DECODED = new Set(["gzip", "x-gzip", "deflate", "br"]);
+/** Upstream origins with a connection pool kept at once; the oldest is closed beyond it. */
+const MAX_ORIGINS = 64;
+const NULL_BODY_STATUS = new Set([101, 204, 205, 304]);
+
+/** Test seam: how the host reaches HTTPS upstreams (a host-side fake API). */
+export interface UpstreamOverrides {
+  /** A CA (PEM) trusted besides the system's. */
+  ca?: string;
+  /** Dial this port for an HTTPS request to port 443. */
+  httpsPort?: number;
+}
+
+/** What {@link createSecretFetch} needs. */
+export interface SecretFetchOptions {
+  /** The VM's secrets (shared with the host-port proxies). */
+  store: SecretStore;
+  /** The egress policy's address check (Gondolin's, from `createHttpHooks`). */
+  isIpAllowed: NonNullable<HttpHooks["isIpAllowed"]>;
+  /** Test seam, see {@link UpstreamOverrides}. */
+  upstream?: UpstreamOverrides;
+}
+
+/** A fetch for Gondolin's `fetch` option, with `close()` for its connection pools. */
+export interface SecretFetch {
+  /** Gondolin calls it for each request hop (redirects are never followed here). */
+  fetch: (input: string, init?: RequestInit) => Promise<Response>;
+  /** Closes every upstream connection. */
+  close(): Promise<void>;
+}
+
+/** Builds the fetch described above. */
+export function createSecretFetch(options: SecretFetchOptions): SecretFetch {
+  const dispatchers = new Map<string, Agent>();
+  const dispatcherFor = (url: URL, policyPort: number): Agent => {
+    const key = `${url.protocol}//${url.hostname}:${url.port}`;
+    let agent = dispatchers.get(key);
+    if (!agent) {
+      const protocol = url.protocol === "https:" ? "https" : "http";
+      const lookup = guardedLookup({ hostname: url.hostname, port: policyPort, protocol }, options.isIpAllowed);
+      const ca = options.upstream?.ca ? { ca: [...tls.rootCertificates, options.upstream.ca] } : {};
+      agent = new Agent({ connect: { lookup, ...ca } });
+      dispatchers.set(key, agent);
+      if (dispatchers.size > MAX_ORIGINS) {
+        const [oldest, old] = dispatchers.entries().next().value!;
+        dispatchers.delete(oldest);
+        void old.close().catch(() => undefined);
+      }
+    }
+    return agent;
+  };
+  const secretFetch = async (input: string, init: RequestInit = {}): Promise<Response> => {
+    const headers = new Headers(init.headers);
+    const secrets = options.store.all();
+    const placement = placeSecrets({ url: input, headers }, secrets, httpsDestination);
+    if (!placement.ok) {
+      await cancelBody(init.body);
+      return textResponse(403, "Forbidden", refusalText(placement.reason));
+    }
+    for (const [name, value] of headers) {
+      const replaced = substituteHeader(name, value, placement.carried);
+      if (replaced !== value) headers.set(name, replaced);
+    }
+    headers.set("accept-encoding", ACCEPT_ENCODING);
+    const url = new URL(input);
+    const policyPort = Number(url.port || (url.protocol === "https:" ? 443 : 80));
+    if (options.upstream?.httpsPort && url.protocol === "https:" && policyPort === 443) {
+      url.port = String(options.upstream.httpsPort);
+    }
+    const response = await fetch(url, {
+      ...init,
+      headers,
+      redirect: "manual",
+      dispatcher: dispatcherFor(url, policyPort),
+    });
+    return scrubbedResponse(response, options.store.patterns(), (init.method ?? "GET").toUpperCase());
+  };
+  return {
+    fetch: secretFetch,
+    close: async () => {
+      const agents = [...dispatchers.values()];
+      dispatchers.clear();
+      await Promise.all(agents.map((agent) => agent.close().catch(() => undefined)));
+    },
+  };
+}
+
+/** `response` as the guest may see it: scrubbed, or a 502 when its body cannot be scanned. */
+async function scrubbedResponse(
+  response: Response,
+  patterns: readonly ScrubPattern[],
+  method: string,
+): Promise<Response> {
+  const hasBody = response.body !== null && method !== "HEAD" && !NULL_BODY_STATUS.has(response.status);
+  const encoding = contentCodings(response.headers.get("content-encoding"));
+  if (hasBody && encoding.some((coding) => coding !== "identity" && !DECODED.has(coding))) {
+    await response.body!.cancel().catch(() => undefined);
+    return textResponse(
+      502,
+      "Bad Gateway",
+      refusalText("the response came in a content encoding the host cannot check for secrets"),
+    );
+  }
+  const headers = scrubbedHeaders(response.headers, patterns);
+  if (hasBody) {
+    headers.delete("content-length");
+    headers.delete("content-encoding");
+  }
+  return new Response(hasBody ? scrubWebStream(response.body!, patterns) : null, {
+    status: response.status,
+    statusText: scrubText(response.statusText, patterns),
+    headers,
+  });
+}
+
+/** The lowercased codings of a `content-encoding` value. */
+function contentCodings(value: string | null): string[] {
+  return (value ?? "")
+    .split(",")
+    .map((coding) => coding.trim().toLowerCase())
+    .filter(Boolean);
+}
+
+/** Response headers with every value scrubbed; a header whose name holds a value is dropped. */
+export function scrubbedHeaders(source: Headers, patterns: readonly ScrubPattern[]): Headers {
+  const headers = new Headers();
+  for (const [name, value] of source) {
+    if (name === "set-cookie" || scrubText(name, patterns) !== name) continue;
+    headers.append(name, scrubText(value, patterns));
+  }
+  for (const cookie of source.getSetCookie()) headers.append("set-cookie", scrubText(cookie, patterns));
+  return headers;
+}
+
+/** A short plain-text answer made on the host. */
+function textResponse(status: number, statusText: string, text: string): Response {
+  return new Response(text, { status, statusText, headers: { "content-type": "text/plain; charset=utf-8" } });
+}
+
+async function cancelBody(body: RequestInit["body"]): Promise<void> {
+  const stream = body as { cancel?: () => Promise<void> } | null | undefined;
+  if (typeof stream?.cancel === "function") await stream.cancel().catch(() => undefined);
+}
+
+type LookupCallback = (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
+
+/**
+ * A `lookup` for the upstream connection that keeps only the addresses the policy allows for
+ * `info` (as Gondolin's own dispatcher does), so a name that resolves differently at connect time
+ * cannot reach an internal address. Reads `dns.lookup` at each call (tests put in their own).
+ */
+export function guardedLookup(
+  info: { hostname: string; port: number; protocol: "http" | "https" },
+  isIpAllowed: NonNullable<HttpHooks["isIpAllowed"]>,
+): (hostname: string, options: LookupAllOptions | { all?: boolean }, callback: LookupCallback) => void {
+  return (hostname, lookupOptions, callback) => {
+    const all = Boolean((lookupOptions as { all?: boolean }).all);
+    dns.lookup(hostname, { ...lookupOptions, all: true }, (error, addresses) => {
+      if (error) return callback(error, all ? [] : "", 4);
+      void allowedAddresses(addresses, info, isIpAllowed).then(
+        (allowed) => {
+          if (allowed.length === 0) {
+            const refused = Object.assign(new Error(`blocked by policy: ${info.hostname}`), { code: "EACCES" });
+            return callback(refused, all ? [] : "", 4);
+          }
+          if (all) callback(null, allowed);
+          else callback(null, allowed[0]!.address, allowed[0]!.family);
+        },
+        (failure: Error) => callback(failure, all ? [] : "", 4),
+      );
+    });
+  };
+}
+
+async function allowedAddresses(
+  addresses: LookupAddress[],
+  info: { hostname: string; port: number; protocol: "http" | "https" },
+  isIpAllowed: NonNullable<HttpHooks["isIpAllowed"]>,
+): Promise<LookupAddress[]> {
+  const allowed: LookupAddress[] = [];
+  for (const entry of addresses) {
+    const family = entry.family === 6 ? 6 : 4;
+    if (await isIpAllowed({ ...info, ip: entry.address, family })) allowed.push({ address: entry.address, family });
+  }
+  return allowed;
+}
