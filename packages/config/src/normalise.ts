@@ -94,6 +94,9 @@ export function normaliseConfig(input: SandboxConfigInput, sourcePath: string | 
           {
             from: normaliseSource(secret.from, sourcePath),
             hosts: [...new Set(secret.hosts.map((h) => h.toLowerCase()))],
+            ...(secret.headers === undefined
+              ? {}
+              : { headers: [...new Set(secret.headers.map((h) => h.toLowerCase()))] }),
             ...(secret.placeholderPrefix === undefined ? {} : { placeholderPrefix: secret.placeholderPrefix }),
           },
         ]),

@@ -58,6 +58,7 @@ export function renderConfig(config: SandboxConfig): string {
         {
           from: secret.from,
           hosts: [...secret.hosts],
+          ...(secret.headers === undefined ? {} : { headers: [...secret.headers] }),
           ...(secret.placeholderPrefix === undefined ? {} : { placeholderPrefix: secret.placeholderPrefix }),
         },
       ]),

@@ -31,6 +31,24 @@ export const secretName = v.pipe(
 export const PLACEHOLDER_PREFIX_PATTERN = /^[A-Za-z0-9._-]{1,32}$/;
 const PLACEHOLDER_PREFIX_RULE = "1 to 32 letters, digits, '.', '_' or '-'";
 
+/** What a secret's `headers` entry may be: an HTTP header name (RFC 9110 token), up to 64 characters. */
+export const SECRET_HEADER_PATTERN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$/;
+/** Headers that frame a message rather than carry a credential: never a secret's. */
+const STRUCTURAL_HEADERS = Object.freeze([
+  "host",
+  "content-length",
+  "content-type",
+  "content-encoding",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "upgrade",
+  "te",
+  "trailer",
+  "expect",
+]);
+const SECRET_HEADER_RULE = `an HTTP header name (letters, digits, '-' and the like, at most 64) other than ${STRUCTURAL_HEADERS.join(", ")}`;
+
 export const secretSchema = v.strictObject({
   from: v.pipe(
     v.string(`must be a reference such as env:GITHUB_TOKEN or file:~/.config/gh/token; ${INLINE_SECRET_HINT}`),
@@ -58,6 +76,25 @@ export const secretSchema = v.strictObject({
     v.minLength(1, "must list at least one host the value is sent to"),
     v.description(
       "Hosts whose requests get the real value; each must be covered by network.allowedHosts, except host.sandbox.internal (every network.hostPorts port) and host.sandbox.internal:<port> (that listed port).",
+    ),
+  ),
+  headers: v.optional(
+    v.pipe(
+      v.array(
+        v.pipe(
+          v.string(got("must be an HTTP header name")),
+          v.regex(SECRET_HEADER_PATTERN, got(`must be ${SECRET_HEADER_RULE}`)),
+          v.check(
+            (name: string) => !STRUCTURAL_HEADERS.includes(name.toLowerCase()),
+            got(`must be ${SECRET_HEADER_RULE}`),
+          ),
+        ),
+        got("must be a list of HTTP header names"),
+      ),
+      v.maxLength(8, "may list at most 8 header names"),
+      v.description(
+        "Header names the value may go into besides authorization, x-api-key and proxy-authorization (e.g. x-goog-api-key); any other header with the placeholder is refused.",
+      ),
     ),
   ),
   placeholderPrefix: v.optional(

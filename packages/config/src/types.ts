@@ -98,6 +98,11 @@ export interface SecretConfig {
    */
   hosts: string[];
   /**
+   * Header names (lowercased, no duplicates) the value may go into besides `authorization`,
+   * `x-api-key` and `proxy-authorization`, e.g. `x-goog-api-key`. Absent: none.
+   */
+  headers?: string[];
+  /**
    * Text the guest's placeholder starts with (1-32 of `A-Za-z0-9._-`), for a client that tells
    * credentials apart by their start (an Anthropic OAuth token contains `sk-ant-oat`). Not secret.
    */

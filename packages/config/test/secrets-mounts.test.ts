@@ -39,6 +39,27 @@ GH2: { from: 'file:~/.config/gh/token', hosts: [a.example.com] }
     expect(parseConfig(renderConfig(config))).toEqual(config);
   });
 
+  test("headers name extra credential headers: kept lowercase without duplicates, and render back", () => {
+    const config = parseConfig(
+      withSecrets(`GEMINI: { from: 'env:GEMINI', hosts: [api.github.com], headers: [X-Goog-Api-Key, x-goog-api-key] }`),
+    );
+    expect(config.network.secrets.GEMINI).toEqual({
+      from: "env:GEMINI",
+      hosts: ["api.github.com"],
+      headers: ["x-goog-api-key"],
+    });
+    expect(parseConfig(renderConfig(config))).toEqual(config);
+  });
+
+  test.each(["x api key", "host", "Content-Length", ""])(
+    "a header that is not a credential header name (%j) is CONFIG_INVALID",
+    (name) => {
+      const error = rejection(withSecrets(`K: { from: 'env:K', hosts: [api.github.com], headers: ["${name}"] }`));
+      expect(error.code).toBe("CONFIG_INVALID");
+      expect(issueAt(error, "network.secrets.K.headers.0").message).toMatch(/must be an HTTP header name/);
+    },
+  );
+
   test("defaults to none", () => {
     expect(parseConfig("version: 1").network.secrets).toEqual({});
     expect(parseConfig("version: 1").mounts).toEqual([]);
@@ -93,12 +114,16 @@ GH: { from: 'env:GH', hosts: [api.github.com, uploads.github.com, b.example.com,
       /`network.hostPorts`, which lists none/,
     );
     for (const bad of ["'host.sandbox.internal:0'", "'host.sandbox.internal:123456'", "'api.github.com:443'"]) {
-      expect(issueAt(rejection(text(`[${bad}]`)), "network.secrets.M.hosts.0").message).toMatch(/host.sandbox.internal\[:<port>\]/);
+      expect(issueAt(rejection(text(`[${bad}]`)), "network.secrets.M.hosts.0").message).toMatch(
+        /host.sandbox.internal\[:<port>\]/,
+      );
     }
   });
 
   test("a wildcard over host.sandbox.internal is refused: the host services are named exactly", () => {
-    const error = rejection(withSecrets(`M: { from: 'env:M', hosts: ['*.sandbox.internal'] }`, `['*.sandbox.internal']`));
+    const error = rejection(
+      withSecrets(`M: { from: 'env:M', hosts: ['*.sandbox.internal'] }`, `['*.sandbox.internal']`),
+    );
     expect(issueAt(error, "network.secrets.M.hosts.0").message).toMatch(
       /is a wildcard over host.sandbox.internal; name the host services exactly/,
     );

@@ -1,16 +1,21 @@
 // Credentials that stay on the host and read-only host directories, on one real VM. A host-side
-// fake API stands for a provider: the guest's curl sends the placeholder it sees in its
-// environment, and the server must receive the real value; a second allowed host must never see
-// it. Afterwards nothing of the value may be in the guest, its disk or the logs. Host names
-// resolve through this file's own `dns.lookup` (as in egress.vm.test.ts), to 127.0.0.1.
+// fake HTTPS API stands for a provider (the VM's `upstream` seam trusts its certificate and dials
+// its port for port 443; the guest trusts Gondolin's MITM CA): the guest's curl sends the
+// placeholder it sees in its environment, and the server must receive the real value, only in a
+// credential header; it echoes every request back, and nothing the guest receives may hold the
+// value in any form. A second allowed host must never see it. Afterwards nothing of the value may
+// be in the guest, its disk or the logs. Host names resolve through this file's own `dns.lookup`
+// (as in egress.vm.test.ts), to 127.0.0.1.
 import dns from "node:dns";
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import http from "node:http";
 import net from "node:net";
 import path from "node:path";
+import { HOST_SERVICES_HOSTNAME } from "@pi-sandbox/config";
 import { DiskStore, runInGuest, startVm, type RunningVm } from "../src/index.js";
 import { tempDir } from "./helpers.js";
+import { httpsEcho, type HttpsEcho } from "./support/https-echo.js";
 import { loopbackLookup, memoryLogger, sh, testImage, vmOptions } from "./vm-support.js";
 
 const VALUE = "pisb-real-token-7d1e4c9a0b";
@@ -25,6 +30,7 @@ let cleanup: () => Promise<void>;
 let vm: RunningVm;
 let port: number;
 let server: http.Server;
+let api: HttpsEcho;
 const logger = memoryLogger();
 const received: { host: string; authorization: string | undefined; token: string | undefined }[] = [];
 const originalLookup = dns.lookup;
@@ -37,12 +43,13 @@ beforeAll(async () => {
     received.push({
       host: (req.headers.host ?? "").replace(/:\d+$/, ""),
       authorization: req.headers.authorization,
-      token: req.headers["x-api-token"] as string | undefined,
+      token: req.headers["x-api-key"] as string | undefined,
     });
-    res.end("ok");
+    res.end(JSON.stringify(req.headers));
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   port = (server.address() as net.AddressInfo).port;
+  api = await httpsEcho([API]);
   (dns as { lookup: unknown }).lookup = loopbackLookup(NAMES);
   mountDir = path.join(root, "docs");
   await fsp.mkdir(mountDir);
@@ -53,14 +60,21 @@ beforeAll(async () => {
   const stateRoot = path.join(root, "state");
   diskDir = path.join(root, "disk");
   await new DiskStore({ stateRoot }).createDisk(diskDir, { image: testImage(), diskGiB: 2 });
-  const options = vmOptions("secrets", diskDir, stateRoot, { allowedInternalHosts: [API, OTHER], logger });
+  const options = vmOptions("secrets", diskDir, stateRoot, {
+    allowedInternalHosts: [API, OTHER],
+    logger,
+    upstream: { ca: api.ca, httpsPort: api.port },
+  });
   vm = await startVm({
     ...options,
     spec: {
       ...options.spec,
       network: {
         allowedHosts: [API, OTHER],
-        secrets: { API_TOKEN: { value: VALUE, placeholder: PLACEHOLDER, hosts: [API] } },
+        hostPorts: [port],
+        secrets: {
+          API_TOKEN: { value: VALUE, placeholder: PLACEHOLDER, hosts: [API, `${HOST_SERVICES_HOSTNAME}:${port}`] },
+        },
       },
       mounts: [{ hostPath: mountDir, guestPath: "/mnt/docs" }],
     },
@@ -71,6 +85,7 @@ afterAll(async () => {
   await vm?.close();
   (dns as { lookup: unknown }).lookup = originalLookup;
   server?.close();
+  await api?.close();
   await cleanup?.();
 });
 
@@ -79,20 +94,47 @@ async function curl(args: string): Promise<string> {
   return (await sh(vm, `curl -sS -m 30 -o /dev/null -w '%{http_code}' ${args}`)).trim();
 }
 
-test("the listed host receives the real value for the placeholder, in a header and in Basic auth", async () => {
-  received.length = 0;
-  expect(await curl(`-H "Authorization: Bearer $API_TOKEN" http://${API}:${port}/bearer`)).toBe("200");
-  expect(await curl(`-u "x-access-token:$API_TOKEN" http://${API}:${port}/basic`)).toBe("200");
-  expect(await curl(`-H "X-Api-Token: $API_TOKEN" http://${API}:${port}/custom`)).toBe("200");
-  expect(received).toEqual([
-    { host: API, authorization: `Bearer ${VALUE}`, token: undefined },
-    {
-      host: API,
-      authorization: `Basic ${Buffer.from(`x-access-token:${VALUE}`).toString("base64")}`,
-      token: undefined,
-    },
-    { host: API, authorization: undefined, token: VALUE },
+/** Every form of `value` the scrubber knows, to search what the guest received for. */
+function forms(value: string): string[] {
+  const b64 = Buffer.from(value).toString("base64");
+  const url = b64.replace(/\+/g, "-").replace(/\//g, "_");
+  return [value, b64, b64.replace(/=+$/, ""), url, url.replace(/=+$/, ""), encodeURIComponent(value)];
+}
+
+test("over HTTPS the API gets the value in authorization only; nothing the guest receives holds it in any form", async () => {
+  // -k: the guest's side of TLS ends at Gondolin's MITM, which is not what is tested here (the
+  // host's side checks the API's certificate). -i: headers and body, all kept in one file.
+  const fetchAll = [
+    `curl -k -sS -i -m 30 -H "Authorization: Bearer $API_TOKEN" https://${API}/auth`,
+    `curl -k -sS -i -m 30 -u "x-access-token:$API_TOKEN" https://${API}/basic`,
+    `curl -k -sS -i -m 30 -A "tool/1 $API_TOKEN" https://${API}/user-agent`,
+    `curl -k -sS -i -m 30 -H "anthropic-beta: $API_TOKEN" https://${API}/beta`,
+    `curl -k -sS -i -m 30 -d "{\\"key\\":\\"$API_TOKEN\\"}" https://${API}/body`,
+    `curl -k -sS -i -m 30 -H "Authorization: Bearer $API_TOKEN" http://${API}:8080/clear`,
+    `curl -k -sS -i -m 30 -H "Authorization: Bearer $API_TOKEN" http://${API}/clear80`,
+  ].join(" ; echo ; ");
+  const out = await sh(vm, `(${fetchAll}) > /tmp/received 2>&1; cat /tmp/received`);
+  // The API saw the value in the two credential requests, the body as written, nothing else.
+  expect(api.received.map((r) => [r.url, r.headers.authorization ?? null, r.body])).toEqual([
+    ["/auth", `Bearer ${VALUE}`, ""],
+    ["/basic", `Basic ${Buffer.from(`x-access-token:${VALUE}`).toString("base64")}`, ""],
+    ["/body", null, `{"key":"${PLACEHOLDER}"}`],
   ]);
+  // The echoes came back with the placeholder; the refusals are the host's 403s.
+  expect(out).toContain(`"authorization":"Bearer ${PLACEHOLDER}"`);
+  expect(out).toContain(`"authorization":"Basic ${Buffer.from(`x-access-token:${PLACEHOLDER}`).toString("base64")}"`);
+  expect(out.match(/^HTTP\/1\.1 403/gm)).toHaveLength(4);
+  const bytes = Buffer.from(await vm.readFile("/tmp/received"));
+  for (const form of forms(VALUE)) expect({ form, found: bytes.includes(form) }).toEqual({ form, found: false });
+});
+
+test("a host port listed for the secret gets it over plain HTTP in a credential header, and its answer is scrubbed", async () => {
+  received.length = 0;
+  const echoed = await sh(vm, `curl -sS -m 30 -H "X-Api-Key: $API_TOKEN" http://${HOST_SERVICES_HOSTNAME}:${port}/hp`);
+  expect(received.at(-1)).toMatchObject({ token: VALUE });
+  expect(echoed).toContain(PLACEHOLDER);
+  expect(echoed).not.toContain(VALUE);
+  expect(await curl(`-A "$API_TOKEN" http://${HOST_SERVICES_HOSTNAME}:${port}/hp-ua`)).toBe("403");
 });
 
 test("another allowed host never gets the value: a request with the placeholder is refused on the host", async () => {
@@ -114,10 +156,10 @@ test("the guest's environment and every process's environ hold only the placehol
 });
 
 test("a value updated on the host is used by the next request; the placeholder stays", async () => {
-  received.length = 0;
   vm.updateSecret("API_TOKEN", ROTATED);
-  expect(await curl(`-H "Authorization: Bearer $API_TOKEN" http://${API}:${port}/rotated`)).toBe("200");
-  expect(received).toEqual([{ host: API, authorization: `Bearer ${ROTATED}`, token: undefined }]);
+  const echoed = await sh(vm, `curl -k -sS -m 30 -H "Authorization: Bearer $API_TOKEN" https://${API}/rotated`);
+  expect(api.received.at(-1)!.headers.authorization).toBe(`Bearer ${ROTATED}`);
+  expect(echoed).not.toContain(ROTATED);
   expect(() => vm.updateSecret("NOT_GIVEN", "x")).toThrow(expect.objectContaining({ code: "VM_SECRET_INVALID" }));
 });
 
