@@ -1,11 +1,34 @@
-// A tiny npm project in a temp git repository: no dependencies, so `npm ci` needs no network.
+// A small monorepo in a temp git repository, the shape of this one in miniature: a lockfile, an npm
+// workspace the root depends on, and a build that builds the workspace first and then uses it. No
+// registry dependencies, so `npm ci` needs no network and each refresh takes seconds, not the
+// minutes this repository's refresh takes (monorepo.vm.test.ts runs that once).
 import { execFileSync } from "node:child_process";
 import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-/** The lockfile of the fixture; a test breaks it on purpose. */
+/** The fixture's one workspace: its package name and directory. */
+export const FIXTURE_WORKSPACE = { name: "@review-fixture/lister", dir: "packages/lister" };
+
+/** The lockfile of the fixture, as npm 11 writes it for the workspace; a test breaks it on purpose. */
 export const FIXTURE_LOCK = JSON.stringify(
+  {
+    name: "review-fixture",
+    version: "1.0.0",
+    lockfileVersion: 3,
+    requires: true,
+    packages: {
+      "": { name: "review-fixture", version: "1.0.0", workspaces: ["packages/*"] },
+      [`node_modules/${FIXTURE_WORKSPACE.name}`]: { resolved: FIXTURE_WORKSPACE.dir, link: true },
+      [FIXTURE_WORKSPACE.dir]: { name: FIXTURE_WORKSPACE.name, version: "1.0.0" },
+    },
+  },
+  null,
+  2,
+);
+
+/** The lockfile of a package with no dependencies and no workspaces. */
+export const NO_DEPENDENCIES_LOCK = JSON.stringify(
   {
     name: "review-fixture",
     version: "1.0.0",
@@ -17,11 +40,23 @@ export const FIXTURE_LOCK = JSON.stringify(
   2,
 );
 
-// build.js: dist/out.txt lists src files with their contents, proving what was unpacked and built.
-const BUILD_JS = `const fs = require("fs");
+// The workspace's source and its build (src/index.js to dist/index.js): the root's build can only
+// load it through node_modules once the install linked the workspace and its build ran.
+const LISTER_JS = `const fs = require("fs");
+exports.list = (dir) =>
+  fs.readdirSync(dir).sort().map((f) => f + ": " + fs.readFileSync(dir + "/" + f, "utf8").trim());
+`;
+const LISTER_BUILD_JS = `const fs = require("fs");
 fs.mkdirSync("dist", { recursive: true });
-const lines = fs.readdirSync("src").sort().map((f) => f + ": " + fs.readFileSync("src/" + f, "utf8").trim());
-fs.writeFileSync("dist/out.txt", lines.join("\\n") + "\\n");
+fs.writeFileSync("dist/index.js", "// built\\n" + fs.readFileSync("src/index.js", "utf8"));
+`;
+
+// build.js (after the workspace's build): dist/out.txt lists src files with their contents,
+// proving what was unpacked, installed and built.
+const BUILD_JS = `const fs = require("fs");
+const { list } = require("${FIXTURE_WORKSPACE.name}");
+fs.mkdirSync("dist", { recursive: true });
+fs.writeFileSync("dist/out.txt", list("src").join("\\n") + "\\n");
 `;
 
 // launch.js stands in for Pi: plain launch prints where it runs; with --mode json it does what the
@@ -58,15 +93,27 @@ function git(repo: string, ...args: string[]): string {
 /** Creates the fixture repository with one commit; returns its path. */
 export async function makeFixtureRepo(): Promise<string> {
   const repo = await mkdtemp(join(tmpdir(), "review-fixture-"));
+  const lister = join(repo, FIXTURE_WORKSPACE.dir);
   await mkdir(join(repo, "src"));
-  await writeFile(
-    join(repo, "package.json"),
-    JSON.stringify(
-      { name: "review-fixture", version: "1.0.0", private: true, scripts: { build: "node build.js" } },
-      null,
-      2,
-    ),
-  );
+  await mkdir(join(lister, "src"), { recursive: true });
+  const root = {
+    name: "review-fixture",
+    version: "1.0.0",
+    private: true,
+    workspaces: ["packages/*"],
+    scripts: { build: "npm run build --workspaces && node build.js" },
+  };
+  await writeFile(join(repo, "package.json"), JSON.stringify(root, null, 2));
+  const workspace = {
+    name: FIXTURE_WORKSPACE.name,
+    version: "1.0.0",
+    private: true,
+    main: "dist/index.js",
+    scripts: { build: "node build.js" },
+  };
+  await writeFile(join(lister, "package.json"), JSON.stringify(workspace, null, 2));
+  await writeFile(join(lister, "build.js"), LISTER_BUILD_JS);
+  await writeFile(join(lister, "src", "index.js"), LISTER_JS);
   await writeFile(join(repo, "package-lock.json"), FIXTURE_LOCK);
   await writeFile(join(repo, "build.js"), BUILD_JS);
   await writeFile(join(repo, "launch.js"), LAUNCH_JS);

@@ -14,7 +14,7 @@ import { callAction } from "@pi-sandbox/controller/client";
 import { main } from "../src/main.js";
 import { controllerGuest, type GuestSession } from "../src/guest.js";
 import { lastUserText, startFakeModelServer, type FakeModelServer } from "./fake-model-server.js";
-import { FIXTURE_LOCK } from "./fixture.js";
+import { NO_DEPENDENCIES_LOCK } from "./fixture.js";
 
 const NAME = "local-models";
 /** The model server's API key: in the host environment only. */
@@ -54,7 +54,7 @@ async function makePiRepo(): Promise<string> {
   await cp(jiti, join(root, "pi", "node_modules", "jiti"), { recursive: true });
   const manifest = { name: "review-fixture", version: "1.0.0", private: true, scripts: { build: "node -e 0" } };
   await writeFile(join(root, "package.json"), JSON.stringify(manifest, null, 2));
-  await writeFile(join(root, "package-lock.json"), FIXTURE_LOCK);
+  await writeFile(join(root, "package-lock.json"), NO_DEPENDENCIES_LOCK);
   const git = (...args: string[]) => execFileSync("git", args, { cwd: root, stdio: "ignore" });
   git("init", "-q", "-b", "main");
   git("add", ".");

@@ -1,10 +1,11 @@
-// The refresh on a real VM, driven through the CLI entry as a user runs it, against a fixture repo.
+// The refresh on a real VM, driven through the CLI entry as a user runs it, against the fixture
+// monorepo (fixture.ts: a lockfile, an npm workspace, a build), so that each refresh takes seconds.
 import { mkdir, mkdtemp, readFile, rm, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction } from "@pi-sandbox/controller/client";
 import { main } from "../src/main.js";
-import { FIXTURE_LOCK, makeFixtureRepo } from "./fixture.js";
+import { FIXTURE_LOCK, FIXTURE_WORKSPACE, makeFixtureRepo } from "./fixture.js";
 
 const NAME = "rev";
 // Guest places a token could leak to (the rootfs is too large to grep whole under TCG).
@@ -82,6 +83,11 @@ test("--config creates the instance, then the first refresh installs, builds and
   expect(run.stdout).toMatch(/sha256 [0-9a-f]{64} \(verified in the guest\)/);
   expect(run.stdout).toContain("Herdr not found");
   expect((await guestRun("cat /workspace/.review/current/dist/out.txt")).output).toBe("a.txt: alpha\nb.txt: bravo\n");
+  // npm ci linked the workspace, and its build ran in the guest (dist is not in the snapshot).
+  const workspace = await guestRun(
+    `cd /workspace/.review/current && readlink node_modules/${FIXTURE_WORKSPACE.name} && head -1 ${FIXTURE_WORKSPACE.dir}/dist/index.js`,
+  );
+  expect(workspace.output).toBe(`../../${FIXTURE_WORKSPACE.dir}\n// built\n`);
   expect((await guestRun("stat -c %a /workspace/.review/agent")).output.trim()).toBe("700");
 });
 
