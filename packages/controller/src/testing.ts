@@ -15,6 +15,7 @@ export {
 } from "./testing-runtime.js";
 export { InstanceController } from "./daemon/instance.js";
 export { createVmRuntime } from "./daemon/runtime.js";
+export { runDaemon } from "./daemon/server.js";
 export { createFileLogger } from "./daemon/log.js";
 
 /** Loose JSON result of an action, as tests read it. */
@@ -92,10 +93,7 @@ export function daemonsFor(home: string): number[] {
 
 function pgrep(pattern: string): number[] {
   try {
-    return execFileSync("pgrep", ["-f", "--", pattern], { encoding: "utf8" })
-      .split("\n")
-      .filter(Boolean)
-      .map(Number);
+    return execFileSync("pgrep", ["-f", "--", pattern], { encoding: "utf8" }).split("\n").filter(Boolean).map(Number);
   } catch {
     return [];
   }

@@ -1,5 +1,6 @@
 import type { Socket } from "node:net";
 import type { ControllerErrorJson } from "./errors.js";
+import type { HostGuard } from "./host-guard.js";
 
 /** A progress event streamed during long actions (boot stages, setup output). */
 export interface ProgressEvent {
@@ -15,7 +16,14 @@ export interface ProgressEvent {
 
 /** Messages a client sends. */
 export type ClientMessage =
-  { id: number; type: "call"; action: Record<string, unknown> } | { id: number; type: "ping" };
+  | {
+      id: number;
+      type: "call";
+      action: Record<string, unknown>;
+      /** Present when the call is made for a model: what it may do to host paths. */
+      guard?: HostGuard;
+    }
+  | { id: number; type: "ping" };
 
 /** Messages a daemon sends. */
 export type DaemonMessage =

@@ -3,8 +3,9 @@
 // (placeholders) and whose host side keeps the values (`secretValue`). The substitution itself is
 // Gondolin's, shown on a real VM in the vm package (secrets.vm.test.ts).
 import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
+import { mkdirSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
 import { formatView } from "../src/actions/text.js";
 import { renderHelp } from "../src/actions/help.js";
@@ -39,6 +40,8 @@ mounts:
   - { host: ./docs, guest: /mnt/docs }
 ${extra}`;
 
+const realHome = process.env.HOME;
+
 beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), "pisb-sec-"));
   layout = new StateLayout(join(dir, "state"));
@@ -51,13 +54,18 @@ beforeEach(async () => {
   await writeFile(join(dir, "sandbox.yaml"), yaml());
   process.env[ENV_VAR] = ENV_VALUE;
   progress.length = 0;
+  process.env.HOME = join(`${dir}-home`, "user"); // beside dir: holding dir must not hold it
+  await mkdir(process.env.HOME, { recursive: true });
 });
 
 afterEach(async () => {
   delete process.env[ENV_VAR];
+  if (realHome === undefined) delete process.env.HOME;
+  else process.env.HOME = realHome;
   await daemons.close();
   for (const vm of [...runtime.live]) await vm.close();
   await rm(dir, { recursive: true, force: true });
+  await rm(`${dir}-home`, { recursive: true, force: true });
 });
 
 const call = (action: Loose) => daemons.call(action, progress);
@@ -191,9 +199,28 @@ test("a create whose secret is missing leaves nothing behind", async () => {
   expect(await readRecord(layout, "instances", "demo")).toBeUndefined();
 });
 
+/** `~/<sub>` in the test's own home (HOME points into the test's directory), created. */
+function homeDir(sub: string): string {
+  const path = join(process.env.HOME!, sub);
+  mkdirSync(path, { recursive: true, mode: 0o700 });
+  return path;
+}
+
+/** A symlink in the test's directory pointing at `target`. */
+function linkTo(target: string): string {
+  const link = join(dir, "project-link");
+  symlinkSync(target, link);
+  return link;
+}
+
 test.each([
   ["the root directory", () => "/", /the host's root directory may not be mounted/],
-  ["the home directory", () => "~", /the home directory .* itself may not be mounted/],
+  ["the home directory", () => "~", /is or holds the home directory/],
+  ["a directory holding the home directory", () => dirname(process.env.HOME!), /is or holds the home directory/],
+  ["~/.ssh", () => homeDir(".ssh"), /\.ssh, where credentials and configuration live; it is never mounted/],
+  ["a directory inside ~/.config", () => homeDir(".config/gh"), /\.config, where credentials/],
+  ["~/.local/share/keyrings", () => homeDir(".local/share/keyrings"), /\.local, where credentials/],
+  ["a link in the project to ~/.aws", () => linkTo(homeDir(".aws")), /\.aws, where credentials/],
   ["the state directory", () => layout.root, /is or holds the pi-sandbox state directory/],
   ["a directory holding it", () => dir, /is or holds the pi-sandbox state directory/],
   ["a directory inside it", () => join(layout.root, "instances"), /is or holds the pi-sandbox state directory/],

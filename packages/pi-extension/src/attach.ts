@@ -167,7 +167,9 @@ export class Attachments {
           customType: ATTACH_MESSAGE,
           content:
             `The user attached Pi to the sandbox instance ${name}${previous ? ` (was ${previous.name})` : ""}: ${toolList} now run inside it, ` +
-            `in its working directory ${workspace}. The host's files are not reachable through them until the user detaches.`,
+            `in its working directory ${workspace}. They do not reach the host's files until the user detaches. ` +
+            `The sandbox tool's host paths (upload, download, a config for create or prepare) still name host files: ` +
+            `while attached, each such call runs only after the user allows it in a prompt.`,
           display: true,
         },
         { deliverAs: "steer" },
@@ -254,6 +256,7 @@ export class Attachments {
     sections[PROMPT_SECTION] =
       `Pi is attached to the sandbox instance ${guest.name}. The ${toolList} tools run inside it; ` +
       `their working directory is ${guest.facts.workspace} in the instance, not the host directory named elsewhere in this prompt. ` +
+      `The sandbox tool's host paths (upload, download, config) run only after the user allows each call. ` +
       `Only the user can attach or detach (/sandbox attach, /sandbox detach).`;
   }
 }

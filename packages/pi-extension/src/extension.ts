@@ -17,7 +17,13 @@ export function createSandboxExtension(deps: SandboxDependencies): ExtensionFact
       status.showAttach(ctx);
       void status.refresh(ctx);
     };
-    pi.registerTool(createSandboxTool({ ...deps, afterCall: (ctx) => void status.refresh(ctx) }));
+    pi.registerTool(
+      createSandboxTool({
+        ...deps,
+        afterCall: (ctx) => void status.refresh(ctx),
+        isAttached: () => attachments.name !== undefined,
+      }),
+    );
     pi.registerCommand("sandbox", createSandboxCommand(deps, { attachments }));
 
     pi.on("session_start", async (_event, ctx) => {

@@ -17,15 +17,7 @@ export const REFRESH_MS = 5_000;
 /** Most instances named in the footer; the rest are counted. */
 const SHOWN_MAX = 3;
 /** States in which an attached instance is given up (a busy daemon reads `unavailable` and is kept). */
-const GONE_STATES = new Set([
-  "stopped",
-  "stopping",
-  "suspended",
-  "suspending",
-  "interrupted",
-  "failed",
-  "prepared",
-]);
+const GONE_STATES = new Set(["stopped", "stopping", "suspended", "suspending", "interrupted", "failed", "prepared"]);
 
 /** The footer text for the running instances, or undefined when none runs. */
 export function instancesStatus(instances: readonly EntryView[]): string | undefined {

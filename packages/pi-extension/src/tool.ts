@@ -25,6 +25,17 @@ export interface SandboxDependencies {
   env?: NodeJS.ProcessEnv;
   /** Called after each tool call, whatever its outcome (the extension refreshes the footer). */
   afterCall?: (ctx: ExtensionContext) => void;
+  /** True while Pi's tools are attached to an instance: every host path then needs the user's yes. */
+  isAttached?: () => boolean;
+}
+
+/**
+ * The user's yes or no through Pi's own dialog, which the model cannot answer; none where Pi has
+ * no UI (print and JSON modes), so the controller refuses what needs it.
+ */
+export function userConfirm(ctx: ExtensionContext): CallActionOptions["confirm"] {
+  if (!ctx.hasUI) return undefined;
+  return ({ title, message }) => ctx.ui.confirm(title, message);
 }
 
 /** Progress events remembered per call (only the last few reach `details`). */
@@ -99,6 +110,8 @@ export function createSandboxTool(deps: SandboxDependencies): ToolDefinition<typ
           signal,
           onProgress,
           caller: "model",
+          confirm: userConfirm(ctx),
+          attached: deps.isAttached?.() === true,
         });
         return successResult(peek, await untilAborted(work, signal));
       } catch (error) {

@@ -19,6 +19,7 @@ import {
   type Step,
   type Ticker,
 } from "./copy-tree.js";
+import { concernsDigest, confirmationRequired, writeConcern, type HostConcern, type HostGuard } from "../host-guard.js";
 
 async function planDownload(
   files: GuestFiles,
@@ -108,7 +109,7 @@ async function downloadFile(
     await handle.sync();
     await handle.close();
     // Guest modes are untrusted: permission bits only, never group/other write.
-    await chmod(tmp, (step.mode & 0o755) | 0o600);
+    await chmod(tmp, hostMode(step.mode));
     await rename(tmp, step.to);
     kept = true;
     return { bytes: read.size, sha256: read.sha256 };
@@ -120,13 +121,33 @@ async function downloadFile(
   }
 }
 
-/** Copies guest `sources` (absolute) to host path `to` (absolute). */
+/** The mode a downloaded file gets: the guest's permission bits, never group/other write. */
+const hostMode = (guestMode: number) => (guestMode & 0o755) | 0o600;
+
+/**
+ * Refuses, before anything is written, a plan that writes where a model may not without the
+ * user's yes (host-guard.ts), unless the user allowed exactly these concerns. The error carries
+ * them and their digest, so the client can ask the user and call again.
+ */
+function checkPlan(plan: Plan, guard: HostGuard): void {
+  const concerns: HostConcern[] = [];
+  for (const step of plan.steps) {
+    const concern = writeConcern(guard, step.to, step.kind === "file" ? hostMode(step.mode) : undefined);
+    if (concern) concerns.push(concern);
+  }
+  if (concerns.length === 0) return;
+  const digest = concernsDigest(concerns);
+  if (digest === guard.approved) return;
+  throw confirmationRequired(concerns, digest);
+}
+
+/** Copies guest `sources` (absolute) to host path `to` (absolute); `guard` limits a model's call. */
 export async function download(
   files: GuestFiles,
   name: string,
   sources: readonly string[],
   to: string,
-  options: CopyOptions,
+  options: CopyOptions & { guard?: HostGuard },
 ): Promise<CopyResult> {
   const { signal } = options;
   const dest = await stat(to).catch((error: NodeJS.ErrnoException) => {
@@ -138,6 +159,7 @@ export async function download(
   for (const [i, target] of targets(sources, to, toIsDir, join).entries()) {
     plan.steps.push(...(await planDownload(files, sources[i]!, target, plan.skipped, signal)));
   }
+  if (options.guard) checkPlan(plan, options.guard);
   return runPlan(name, "download", to, plan, options, {
     directory: (step) => hostDirectory(step.to, step.mode),
     file: (step, tick) => downloadFile(files, step, tick, signal),

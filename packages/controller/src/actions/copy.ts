@@ -128,6 +128,7 @@ export const download = defineAction({
       intoDirectory: args.to.endsWith("/"),
       progress: ctx.progress,
       signal: ctx.signal,
+      guard: ctx.guard,
     });
   },
   formatText: formatCopy,

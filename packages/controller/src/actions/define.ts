@@ -8,6 +8,7 @@ import type * as v from "valibot";
 import { ControllerError, type ControllerErrorOptions } from "../errors.js";
 import type { EntryView } from "../state/inspect.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
+import type { HostGuard } from "../host-guard.js";
 import type { ProgressEvent } from "../wire.js";
 import type { GuestActions, LifecycleActions } from "../daemon/context.js";
 
@@ -52,6 +53,8 @@ export interface DaemonContext {
   progress: (event: ProgressEvent) => void;
   /** Aborted when the caller has gone (its connection closed); only copies heed it. */
   signal?: AbortSignal;
+  /** The host-path limits of a model's call (host-guard.ts); absent for the user's own calls. */
+  guard?: HostGuard;
   /** Create, prepare, start, stop, destroy: queued, one at a time. */
   lifecycle: LifecycleActions;
   /** Guest actions; each throws CONTROLLER_NOT_RUNNING when no VM runs. */

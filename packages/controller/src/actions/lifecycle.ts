@@ -27,7 +27,7 @@ export const prepare = defineAction({
       config: input.values.config,
     }),
   },
-  run: (args, ctx) => ctx.lifecycle.prepare({ config: args.config }),
+  run: (args, ctx) => ctx.lifecycle.prepare({ config: args.config, configSha256: ctx.guard?.configSha256 }),
   formatText: formatView,
 });
 
@@ -60,7 +60,8 @@ export const create = defineAction({
       template: input.values.from,
     }),
   },
-  run: (args, ctx) => ctx.lifecycle.create({ config: args.config, template: args.template }),
+  run: (args, ctx) =>
+    ctx.lifecycle.create({ config: args.config, template: args.template, configSha256: ctx.guard?.configSha256 }),
   formatText: formatView,
 });
 
@@ -84,7 +85,8 @@ export const start = defineAction({
 /** `stop`: cut clients, stop services, checkpoint; of a suspended instance, drop its memory. */
 export const stop = defineAction({
   name: "stop",
-  summary: "cut preview and terminal clients, stop services, checkpoint the disk (a suspended instance: delete its saved memory)",
+  summary:
+    "cut preview and terminal clients, stop services, checkpoint the disk (a suspended instance: delete its saved memory)",
   args: [nameArg],
   // Spawns a daemon when none runs: a suspended instance has none, and its memory file must go.
   route: "spawn",

@@ -4,6 +4,7 @@ import { dirname } from "node:path";
 import { ControllerError, type ControllerErrorJson } from "../errors.js";
 import { assertPrivateDir } from "../state/layout.js";
 import { readJsonLines, writeJsonLine, type DaemonMessage, type ProgressEvent } from "../wire.js";
+import type { HostGuard } from "../host-guard.js";
 
 /** Options of one call to a daemon. */
 export interface DaemonCallOptions {
@@ -11,6 +12,8 @@ export interface DaemonCallOptions {
   signal?: AbortSignal;
   /** Receives progress events of long actions. */
   onProgress?: (event: ProgressEvent) => void;
+  /** The host-path limits of a model's call, sent beside the action. */
+  guard?: HostGuard;
 }
 
 function lost(socketPath: string, cause?: unknown): ControllerError {
@@ -94,7 +97,7 @@ export function callDaemon(
             else if (message.type === "error")
               finish(() => reject(ControllerError.fromJSON(message.error as ControllerErrorJson)));
           });
-          writeJsonLine(socket, { id: 1, type: "call", action });
+          writeJsonLine(socket, { id: 1, type: "call", action, ...(options.guard ? { guard: options.guard } : {}) });
         },
         // A socket removed since the connect is a daemon that is exiting: retried like no daemon.
         (error: NodeJS.ErrnoException) =>

@@ -7,7 +7,9 @@ import { validateAction } from "../actions/validate.js";
 import { ControllerError, isControllerError } from "../errors.js";
 import { StateLayout, type EntryKind } from "../state/layout.js";
 import type { ProgressEvent } from "../wire.js";
+import type { HostGuard } from "../host-guard.js";
 import { callDaemon } from "./connection.js";
+import { guardModelCall, type ConfirmFn } from "./model-guard.js";
 import { ensureDaemon } from "./spawn.js";
 
 // Errors
@@ -40,6 +42,8 @@ export type { EntryView } from "../state/inspect.js";
 export type { EntryState, PreviewLinkInfo, RecordedError } from "../state/records.js";
 export type { ProgressEvent } from "../wire.js";
 export type { DoctorCheck } from "./doctor.js";
+export type { ConfirmFn, ConfirmRequest } from "./model-guard.js";
+export type { ConcernKind, HostConcern } from "../host-guard.js";
 // Printing guest text: results carry it as the guest wrote it; escape before a terminal sees it
 export { escapeControlChars, hasControlChars } from "@pi-sandbox/config";
 export type { ControlCharOptions } from "@pi-sandbox/config";
@@ -54,8 +58,17 @@ export interface CallActionOptions {
   signal?: AbortSignal;
   /** Progress of long actions (boot stages, setup output). */
   onProgress?: (event: ProgressEvent) => void;
-  /** `model` is refused user-only actions such as `shell`. Default `user`. */
+  /**
+   * `model`: refused user-only actions such as `shell`; its host paths are resolved through
+   * symlinks and confined to `cwd` (the project), and whatever it may not do alone (read or write
+   * outside the project, write where code runs, give a file an exec bit, create from a config
+   * declaring secrets or mounts the user has not trusted) needs `confirm`. Default `user`: no limits.
+   */
   caller?: "user" | "model";
+  /** For a model: asks the user (never the model) to allow one call; absent = such calls are refused. */
+  confirm?: ConfirmFn;
+  /** For a model: every host path needs `confirm` (Pi's tools are attached to an instance). */
+  attached?: boolean;
 }
 
 function entryKindOf(args: Record<string, unknown>): EntryKind {
@@ -94,17 +107,45 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
   if (typeof args.config === "string") args.config = resolve(cwd, args.config);
   for (const key of spec.hostPaths ?? []) args[key] = resolveHostPaths(cwd, args[key]);
   const layout = StateLayout.fromEnv(env);
+  const namesHostPaths = (spec.hostPaths ?? []).length > 0 || typeof args.config === "string";
+  const guarded =
+    options.caller === "model" && namesHostPaths
+      ? await guardModelCall(
+          spec.hostPaths ?? [],
+          args,
+          { cwd, strict: options.attached === true, confirm: options.confirm },
+          layout,
+        )
+      : undefined;
   const local = { layout, cwd, env };
   if (spec.route === "local") return spec.run(args, local);
   const answered = spec.runLocally?.(args, local);
   if (answered) return answered;
   await layout.ensurePrivate();
+  for (;;) {
+    try {
+      return await routeToDaemon(layout, spec.route, args, { ...options, env, guard: guarded?.guard });
+    } catch (error) {
+      // A download whose plan needs the user's yes: asked once, then sent again with the answer.
+      if (!(await guarded?.askAgain(error))) throw error;
+    }
+  }
+}
+
+/** Sends a daemon action to its entry's daemon, spawning one first for `spawn` actions. */
+async function routeToDaemon(
+  layout: StateLayout,
+  route: "daemon" | "spawn",
+  args: Record<string, unknown>,
+  options: CallActionOptions & { env: NodeJS.ProcessEnv; guard?: HostGuard },
+): Promise<unknown> {
   const kind = entryKindOf(args);
   const name = args.name as string;
   layout.entryDir(kind, name);
   const socketPath = layout.socketPath(kind, name);
-  const daemonOptions = { signal: options.signal, onProgress: options.onProgress };
-  if (spec.route !== "spawn") return callDaemon(socketPath, args, daemonOptions);
+  const { env } = options;
+  const daemonOptions = { signal: options.signal, onProgress: options.onProgress, guard: options.guard };
+  if (route !== "spawn") return callDaemon(socketPath, args, daemonOptions);
   // A daemon that just finished a stop may still answer its socket for a moment; one that is
   // exiting refuses new work, and a fresh one is spawned for it.
   for (let attempt = 0; ; attempt++) {

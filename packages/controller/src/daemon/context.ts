@@ -6,12 +6,20 @@ import type { EntryView } from "../state/inspect.js";
 import type { EntryKind } from "../state/layout.js";
 import type { PreviewLinkInfo } from "../state/records.js";
 
+/** A host sandbox.yaml to build from. */
+export interface ConfigSource {
+  /** Absolute path of the host sandbox.yaml. */
+  config?: string;
+  /** sha256 its text must have (what a model's caller checked); a file that changed since is refused. */
+  configSha256?: string;
+}
+
 /** Lifecycle operations; each runs alone in the instance's queue. */
 export interface LifecycleActions {
   /** Creates the instance from a host sandbox.yaml (absolute path) or a template, then starts it. */
-  create(source: { config?: string; template?: string }): Promise<EntryView>;
+  create(source: ConfigSource & { template?: string }): Promise<EntryView>;
   /** Boots a fresh disk from a sandbox.yaml, runs setup, saves it as a template. */
-  prepare(source: { config: string }): Promise<EntryView>;
+  prepare(source: ConfigSource & { config: string }): Promise<EntryView>;
   /** Reopens the last checkpoint (or does nothing when running). */
   start(): Promise<EntryView>;
   /** Cuts clients, stops services, checkpoints the disk. */

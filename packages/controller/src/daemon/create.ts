@@ -9,11 +9,13 @@ import type { SandboxConfig } from "@pi-sandbox/config";
 import type { SupervisorClient } from "@pi-sandbox/supervisor";
 import { ControllerError } from "../errors.js";
 import type { EntryView } from "../state/inspect.js";
+import { configDeclares } from "../state/config-trust.js";
 import { readRecord, readStatus, writeRecord, type EntryRecord, type EntryStatus } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
+import type { ConfigSource } from "./context.js";
 import { installGuestConfig, readConfigFile, runSetup } from "./guest-setup.js";
-import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import { recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
+import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import { newSecretSalt } from "./secrets.js";
 import { toControllerError, type InstanceState } from "./state.js";
 
@@ -45,6 +47,12 @@ export interface CreateSteps {
   failStart(error: unknown): Promise<void>;
 }
 
+/** One line naming what the config reaches beyond its VM (secret sources and their hosts, mounts). */
+function noticeDeclares(config: SandboxConfig, progress: (event: ProgressEvent) => void): void {
+  const declares = configDeclares(config);
+  if (declares.length > 0) progress({ stage: "config", message: `this config uses ${declares.join("; ")}` });
+}
+
 /**
  * A new instance: a disk from the config's image or a copy-on-write one from a template, its
  * record (with `pendingCreate` until the first checkpoint), then the first boot. A create that
@@ -52,7 +60,7 @@ export interface CreateSteps {
  */
 export async function createInstance(
   steps: CreateSteps,
-  source: { config?: string; template?: string },
+  source: ConfigSource & { template?: string },
   progress: Progress,
 ): Promise<EntryView> {
   const { state, runtime } = steps;
@@ -85,7 +93,8 @@ export async function createInstance(
     secretSalt: newSecretSalt(),
   };
   if (source.config !== undefined) {
-    ({ config, text: configText } = await readConfigFile(source.config));
+    ({ config, text: configText } = await readConfigFile(source.config, source.configSha256));
+    noticeDeclares(config, progress);
     record.configPath = source.config;
     progress({ stage: "disk", message: `creating a ${config.diskGiB} GiB disk` });
     await runtime.disks.createDisk(diskDir, {
@@ -144,10 +153,10 @@ async function rollBackCreate(steps: CreateSteps, error: unknown): Promise<Contr
   } catch (copyError) {
     log.warn(`keeping the log of the failed create: ${String(copyError)}`);
   }
-  await rm(layout.entryDir("instances", name), { recursive: true, force: true }).catch(() => undefined);
   const address = await recordedPreviewAddress(layout, name);
-  state.finish();
+  await rm(layout.entryDir("instances", name), { recursive: true, force: true }).catch(() => undefined);
   await releasePreviewAddress(layout, name, address).catch(() => undefined);
+  state.finish();
   return new ControllerError(e.code, e.message, {
     hint: `${e.hint ? `${e.hint} ` : ""}Nothing of ${name} was kept: fix the cause and run create again. The controller log is at ${logFile}.`,
     details: { ...e.details, logFile, logTail },
@@ -158,7 +167,7 @@ async function rollBackCreate(steps: CreateSteps, error: unknown): Promise<Contr
 /** A template: a fresh disk, the guest config and setup, then the disk published; a failure publishes nothing. */
 export async function prepareTemplate(
   steps: CreateSteps,
-  source: { config: string },
+  source: ConfigSource & { config: string },
   progress: Progress,
 ): Promise<EntryView> {
   const { state, runtime } = steps;
@@ -169,7 +178,8 @@ export async function prepareTemplate(
       details: { name },
     });
   }
-  const { config, text: configText } = await readConfigFile(source.config);
+  const { config, text: configText } = await readConfigFile(source.config, source.configSha256);
+  noticeDeclares(config, progress);
   const secretSalt = newSecretSalt();
   const templateDir = layout.diskDir("templates", name);
   const workDir = templateDir + ".work";

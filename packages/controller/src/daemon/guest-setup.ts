@@ -1,16 +1,32 @@
 // The first-boot steps of a new disk: the host YAML read once, its text written into the guest as
 // the editable `.sandbox.yaml`, and the setup commands run with progress.
 
+import { createHash } from "node:crypto";
 import { posix } from "node:path";
 import { parseConfig, readConfigText, type SandboxConfig } from "@pi-sandbox/config";
 import type { SetupResult, SupervisorClient } from "@pi-sandbox/supervisor";
 import { shellQuote } from "../actions/shell-words.js";
+import { ControllerError } from "../errors.js";
 import type { ProgressEvent } from "../wire.js";
 import { withSetupProgress } from "./setup-progress.js";
 
-/** Reads a host sandbox.yaml once: the validated config, and its text for the guest's own copy (comments kept). */
-export async function readConfigFile(path: string): Promise<{ config: SandboxConfig; text: string }> {
+/**
+ * Reads a host sandbox.yaml once: the validated config, and its text for the guest's own copy
+ * (comments kept). With `sha256`, a text that is not the one the caller checked (the file changed
+ * since the user trusted it) is refused with CONTROLLER_CONFIG_CHANGED.
+ */
+export async function readConfigFile(path: string, sha256?: string): Promise<{ config: SandboxConfig; text: string }> {
   const { text, sourcePath } = await readConfigText(path);
+  if (sha256 !== undefined && createHash("sha256").update(text).digest("hex") !== sha256) {
+    throw new ControllerError(
+      "CONTROLLER_CONFIG_CHANGED",
+      `${path} changed after it was checked; nothing was created`,
+      {
+        hint: "Check the file's content and ask again.",
+        details: { path },
+      },
+    );
+  }
   return { config: parseConfig(text, { sourcePath }), text };
 }
 

@@ -1,5 +1,6 @@
 import PQueue from "p-queue";
 import type { DaemonContext } from "../actions/define.js";
+import type { HostGuard } from "../host-guard.js";
 import { findAction } from "../actions/registry.js";
 import { ControllerError, isControllerError } from "../errors.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
@@ -19,6 +20,8 @@ export interface CallContext {
   progress: (event: ProgressEvent) => void;
   /** Aborted when the caller's connection closes. */
   signal?: AbortSignal;
+  /** The host-path limits of a model's call. */
+  guard?: HostGuard;
 }
 
 const LIFECYCLE: ReadonlySet<string> = new Set(["create", "prepare", "start", "stop", "suspend", "destroy"]);
@@ -88,6 +91,7 @@ export class InstanceController {
       kind: this.#state.kind,
       progress: ctx.progress,
       signal: ctx.signal,
+      guard: ctx.guard,
       lifecycle: this.#lifecycle.actions(ctx.progress, (work) => this.#enqueue(work)),
       guest: this.#guest,
     };

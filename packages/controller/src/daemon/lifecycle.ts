@@ -11,7 +11,7 @@ import type { EntryView } from "../state/inspect.js";
 import type { EntryKind } from "../state/layout.js";
 import { readRecord, readStatus, writeRecord } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
-import type { LifecycleActions } from "./context.js";
+import type { ConfigSource, LifecycleActions } from "./context.js";
 import { createInstance, prepareTemplate, type BootOptions, type CreateSteps } from "./create.js";
 import { installGuestConfig, runSetup } from "./guest-setup.js";
 import { assertHostPortsFree, hostPortsOf, portsTakenByInstances } from "./host-ports.js";
@@ -52,12 +52,12 @@ export class Lifecycle {
   }
 
   /** A new instance from a config or a template (create.ts). */
-  create(source: { config?: string; template?: string }, progress: Progress): Promise<EntryView> {
+  create(source: ConfigSource & { template?: string }, progress: Progress): Promise<EntryView> {
     return createInstance(this.steps(), source, progress);
   }
 
   /** A template from a config (create.ts). */
-  prepare(source: { config: string }, progress: Progress): Promise<EntryView> {
+  prepare(source: ConfigSource & { config: string }, progress: Progress): Promise<EntryView> {
     return prepareTemplate(this.steps(), source, progress);
   }
 

@@ -7,6 +7,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { open, realpath, stat } from "node:fs/promises";
 import { homedir } from "node:os";
+import { join } from "node:path";
 import {
   LIMITS,
   expandHome,
@@ -56,6 +57,7 @@ export async function resolveSecrets(
       value: await readSecretValue(name, secret, options),
       placeholder: placeholderFor(options.salt, name, secret.placeholderPrefix),
       hosts: [...secret.hosts],
+      ...(secret.headers ? { headers: [...secret.headers] } : {}),
     };
   }
   return out;
@@ -82,7 +84,7 @@ export async function readSecretValue(name: string, secret: SecretConfig, option
     }
     value = found!;
   } else {
-    const file = expandHome(source.path, options.home ?? homedir());
+    const file = expandHome(source.path, options.home ?? hostHome());
     value = await readSecretFile(file, (what) =>
       fail(what, `Put the credential in ${file} (one line; a final line break is dropped), then start again.`),
     );
@@ -127,15 +129,18 @@ async function readSecretFile(file: string, fail: (what: string) => never): Prom
 
 /**
  * The config's mounts with host paths resolved (`~/`, symlinks). Refuses, with
- * CONTROLLER_MOUNT_REFUSED, a host directory that is missing or not a directory, `/`, the home
- * directory itself, the state directory, anything inside it, and anything containing it: the
- * guest would see the other instances' disks, sockets and logs.
+ * CONTROLLER_MOUNT_REFUSED, a host directory that is missing or not a directory; `/`, the home
+ * directory and every directory holding it; the home's dot-directories (`~/.ssh`, `~/.aws`,
+ * `~/.config`, `~/.pi`, `~/.local`…, where credentials and configuration live) and everything in
+ * them; and the state directory, anything inside it and anything containing it (the guest would
+ * see the other instances' disks, sockets and logs). For every caller: a repository's sandbox.yaml
+ * may ask for any of these.
  */
 export async function resolveMounts(
   config: SandboxConfig,
   options: { stateRoot: string; home?: string },
 ): Promise<VmMount[]> {
-  const home = options.home ?? homedir();
+  const home = options.home ?? hostHome();
   const homeReal = await realpath(home).catch(() => home);
   const stateReal = await realpath(options.stateRoot).catch(() => options.stateRoot);
   const mounts: VmMount[] = [];
@@ -162,7 +167,14 @@ export async function resolveMounts(
     }
     const narrower = "Mount a narrower directory (a project's docs, not the whole home).";
     if (real === "/") refuse("the host's root directory may not be mounted", narrower);
-    if (real === homeReal) refuse(`the home directory ${home} itself may not be mounted`, narrower);
+    if (isPathWithin(homeReal, real)) refuse(`${real} is or holds the home directory ${home}`, narrower);
+    const dotDir = homeDotDir(real, homeReal);
+    if (dotDir) {
+      refuse(
+        `${real} is in ${dotDir}, where credentials and configuration live; it is never mounted`,
+        "Copy what the guest needs into a project directory and mount that, or use network.secrets for credentials.",
+      );
+    }
     if (isPathWithin(real, stateReal) || isPathWithin(stateReal, real)) {
       refuse(
         `${real} is or holds the pi-sandbox state directory ${stateReal}, which holds every instance's disks and sockets`,
@@ -172,6 +184,18 @@ export async function resolveMounts(
     mounts.push({ hostPath: real, guestPath: mount.guest });
   }
   return mounts;
+}
+
+/** What `~/` means: `$HOME` as a shell reads it, else the account's home directory. */
+function hostHome(): string {
+  return process.env.HOME || homedir();
+}
+
+/** The home's dot-directory (`~/.ssh`) that `real` is or is inside, if any. */
+function homeDotDir(real: string, homeReal: string): string | undefined {
+  if (!isPathWithin(real, homeReal) || real === homeReal) return undefined;
+  const first = real.slice(homeReal.length + 1).split("/")[0]!;
+  return first.startsWith(".") ? join(homeReal, first) : undefined;
 }
 
 /** The guest file that gives terminal (ssh) sessions the placeholders: ssh resets the environment. */

@@ -5,11 +5,13 @@ import { mkdir } from "node:fs/promises";
 import { dirname } from "node:path";
 import { validateAction } from "../actions/validate.js";
 import { ControllerError, isControllerError } from "../errors.js";
+import { parseHostGuard } from "../host-guard.js";
 import { ensurePrivateDir, type EntryKind, type StateLayout } from "../state/layout.js";
 import { daemonLive, pidAlive } from "../state/liveness.js";
 import { readJsonLines, writeJsonLine, type ClientMessage } from "../wire.js";
 import { InstanceController, toControllerError } from "./instance.js";
 import { createFileLogger, type DaemonLogger } from "./log.js";
+import type { InstanceRuntime } from "./runtime.js";
 
 /** A daemon with no VM and no request for this long exits (e.g. after a failed create). */
 const IDLE_EXIT_MS = 30_000;
@@ -45,8 +47,17 @@ async function takePidFile(layout: StateLayout, kind: EntryKind, name: string): 
   return false;
 }
 
-/** Runs the daemon until its entry is stopped, destroyed or prepared; resolves with an exit code. */
-export async function runDaemon(layout: StateLayout, kind: EntryKind, name: string): Promise<number> {
+/**
+ * Runs the daemon until its entry is stopped, destroyed or prepared; resolves with an exit code.
+ * Tests run a daemon in-process with `runtime` (the local runtime instead of real VMs) and a
+ * shorter `idleExitMs`.
+ */
+export async function runDaemon(
+  layout: StateLayout,
+  kind: EntryKind,
+  name: string,
+  options: { runtime?: InstanceRuntime; idleExitMs?: number } = {},
+): Promise<number> {
   await layout.ensurePrivate();
   await mkdir(layout.entryDir(kind, name), { recursive: true, mode: 0o700 });
   const log = createFileLogger(
@@ -67,7 +78,7 @@ export async function runDaemon(layout: StateLayout, kind: EntryKind, name: stri
     return 0;
   }
   await rm(socketPath, { force: true });
-  const controller = new InstanceController(layout, kind, name, log);
+  const controller = new InstanceController(layout, kind, name, log, options.runtime);
   const sockets = new Set<Socket>();
   let inFlight = 0;
   let lastActivity = Date.now();
@@ -101,6 +112,7 @@ export async function runDaemon(layout: StateLayout, kind: EntryKind, name: stri
       socket.once("close", onClose);
       const result = await controller
         .call(args, {
+          guard: parseHostGuard(message.guard),
           progress: (event) => {
             // A copy's byte ticks go to the caller only: they would flood the log.
             if (event.done === undefined) logger.info(`[${event.stage}] ${event.message}`);
@@ -152,7 +164,12 @@ export async function runDaemon(layout: StateLayout, kind: EntryKind, name: stri
 
   const idle = setInterval(() => {
     controller.checkVm();
-    if (!controller.running && !controller.busy && inFlight === 0 && Date.now() - lastActivity > IDLE_EXIT_MS) {
+    if (
+      !controller.running &&
+      !controller.busy &&
+      inFlight === 0 &&
+      Date.now() - lastActivity > (options.idleExitMs ?? IDLE_EXIT_MS)
+    ) {
       log.info("idle with nothing running; exiting");
       void controller.shutdown();
     }
