@@ -13,6 +13,11 @@ export interface LiveProvider {
   apiKey: string;
   /** Secret for an OAuth access token, with the start Pi recognises such a token by; absent: API keys only. */
   oauth?: { name: string; placeholderPrefix: string };
+  /**
+   * The header Pi sends the key in when it is not a credential header the host fills anyway
+   * (`authorization`, `x-api-key`): the host puts a value into no other header.
+   */
+  headers?: readonly string[];
 }
 
 /**
@@ -27,7 +32,7 @@ export const LIVE_PROVIDERS: Readonly<Record<string, LiveProvider>> = Object.fre
     oauth: { name: "ANTHROPIC_OAUTH_TOKEN", placeholderPrefix: "sk-ant-oat01-" },
   },
   openai: { hosts: ["api.openai.com"], apiKey: "OPENAI_API_KEY" },
-  google: { hosts: ["generativelanguage.googleapis.com"], apiKey: "GEMINI_API_KEY" },
+  google: { hosts: ["generativelanguage.googleapis.com"], apiKey: "GEMINI_API_KEY", headers: ["x-goog-api-key"] },
   openrouter: { hosts: ["openrouter.ai"], apiKey: "OPENROUTER_API_KEY" },
   xai: { hosts: ["api.x.ai"], apiKey: "XAI_API_KEY" },
   groq: { hosts: ["api.groq.com"], apiKey: "GROQ_API_KEY" },
@@ -55,6 +60,8 @@ export interface LiveSecret {
   hosts: readonly string[];
   /** Start of the guest's placeholder, if Pi needs one. */
   placeholderPrefix?: string;
+  /** Extra header names the value may be put in (see {@link LiveProvider.headers}). */
+  headers?: readonly string[];
 }
 
 const SUPPORTED = `Live mode keeps a login on the host for ${Object.keys(LIVE_PROVIDERS).join(", ")} (API keys) and anthropic's Claude Pro/Max login`;
@@ -81,7 +88,7 @@ export function liveSecret(provider: string, kind?: "oauth" | "api_key"): LiveSe
     );
   }
   if (kind === undefined) return undefined;
-  if (kind === "api_key") return { name: entry.apiKey, hosts: entry.hosts };
+  if (kind === "api_key") return apiKeySecret(entry);
   if (!entry.oauth) {
     throw new ReviewSetupError(
       "REVIEW_SETUP_PROVIDER_UNSUPPORTED",
@@ -95,11 +102,16 @@ export function liveSecret(provider: string, kind?: "oauth" | "api_key"): LiveSe
   return { name: entry.oauth.name, hosts: entry.hosts, placeholderPrefix: entry.oauth.placeholderPrefix };
 }
 
+/** The secret of a provider's API key. */
+function apiKeySecret(entry: LiveProvider): LiveSecret {
+  return { name: entry.apiKey, hosts: entry.hosts, ...(entry.headers ? { headers: entry.headers } : {}) };
+}
+
 /** Every secret of `provider` (API key, and OAuth token where supported); empty for others. */
 export function providerSecrets(provider: string): LiveSecret[] {
   const entry = Object.hasOwn(LIVE_PROVIDERS, provider) ? LIVE_PROVIDERS[provider] : undefined;
   if (!entry) return [];
-  const out: LiveSecret[] = [{ name: entry.apiKey, hosts: entry.hosts }];
+  const out: LiveSecret[] = [apiKeySecret(entry)];
   if (entry.oauth)
     out.push({ name: entry.oauth.name, hosts: entry.hosts, placeholderPrefix: entry.oauth.placeholderPrefix });
   return out;
@@ -111,5 +123,6 @@ export function secretDeclaration(secret: LiveSecret, file: string): SecretConfi
     from: `file:${file}`,
     hosts: [...secret.hosts],
     ...(secret.placeholderPrefix ? { placeholderPrefix: secret.placeholderPrefix } : {}),
+    ...(secret.headers ? { headers: [...secret.headers] } : {}),
   };
 }

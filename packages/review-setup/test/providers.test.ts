@@ -97,3 +97,41 @@ test("Pi's Anthropic client sends the prefixed placeholder as an OAuth token, th
     [undefined, "PI_SANDBOX_SECRET_cd", false],
   ]);
 });
+
+/** Header names the host puts a secret's value into for every secret. */
+const CREDENTIAL_HEADERS = ["authorization", "x-api-key", "proxy-authorization"];
+
+test.each(Object.entries(LIVE_PROVIDERS))(
+  "%s: Pi sends the key only in a header the host fills (a credential header or one the secret lists)",
+  async (id, entry) => {
+    const seen: { url: string; headers: http.IncomingHttpHeaders }[] = [];
+    const server = http.createServer((req, res) => {
+      seen.push({ url: req.url ?? "", headers: req.headers });
+      req.resume();
+      req.on("end", () => res.writeHead(401, { "content-type": "application/json" }).end('{"error":"no"}'));
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const model = {
+        ...getBuiltinModels(id as Parameters<typeof getBuiltinModels>[0])[0]!,
+        baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      };
+      const context = { messages: [{ role: "user", content: "hi", timestamp: 0 }] };
+      const events = pi
+        .get(id)!
+        .stream(model, context as never, { apiKey: "PI_SANDBOX_SECRET_zz", maxRetries: 0 } as never);
+      for await (const event of events) if (event.type === "error" || event.type === "done") break;
+    } finally {
+      server.close();
+    }
+    expect(seen.length).toBeGreaterThan(0);
+    const allowed = [...CREDENTIAL_HEADERS, ...(entry.headers ?? [])];
+    for (const { url, headers } of seen) {
+      expect(url).not.toContain("PI_SANDBOX_SECRET_zz");
+      const carrying = Object.entries(headers).filter(([, value]) => String(value).includes("PI_SANDBOX_SECRET_zz"));
+      expect(carrying.length).toBeGreaterThan(0);
+      for (const [name] of carrying) expect(allowed).toContain(name);
+    }
+    expect(secretDeclaration(providerSecrets(id)[0]!, "/k").headers).toEqual(entry.headers);
+  },
+);
