@@ -29,13 +29,16 @@ export function renderHelp(options: { includeUserOnly?: boolean } = {}): string 
     `  network.hostPorts: [port], at most ${LIMITS.hostPortsMax}; the guest reaches host 127.0.0.1:<port> over TCP as ${HOST_SERVICES_HOSTNAME}:<port>, nothing else of the host`,
   );
   lines.push(
-    `  network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host], placeholderPrefix?: text}}, at most ${LIMITS.secretsMax}; the guest sees a placeholder in $NAME`,
+    `  network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host], headers?: [name], placeholderPrefix?: text}}, at most ${LIMITS.secretsMax}; the guest sees a placeholder in $NAME`,
   );
   lines.push(
     "    (after placeholderPrefix, for a client that tells credentials apart by their start, e.g. sk-ant-oat01-),",
   );
   lines.push(
-    "    the host puts the value (read at each start) into request headers to those hosts only; hosts must be in allowedHosts,",
+    "    the host puts the value (read at each start) into authorization, x-api-key, proxy-authorization or a listed header of HTTPS requests",
+  );
+  lines.push(
+    "    to port 443 of those hosts only (elsewhere a placeholder gets 403), and scrubs it from every answer; hosts must be in allowedHosts,",
   );
   lines.push(
     `    or ${HOST_SERVICES_HOSTNAME} (every hostPorts port) or ${HOST_SERVICES_HOSTNAME}:<port> (one): HTTP to that port then goes through a host proxy`,
