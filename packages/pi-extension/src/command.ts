@@ -73,7 +73,7 @@ async function terminal(deps: SandboxDependencies, ctx: ExtensionCommandContext,
   })) as ShellAccess;
   tellUser(
     ctx,
-    `Terminal for ${name} as ${access.user} (fresh key; closed when the instance stops):\n${access.command}`,
+    `Terminal for ${name} as ${access.user} (fresh key; closes after 10 min unused or when the instance stops):\n${access.command}`,
     "info",
   );
 }

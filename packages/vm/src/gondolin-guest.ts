@@ -263,7 +263,7 @@ export class GondolinGuest implements GuestVm {
 
   /**
    * SSH for a user on the host (guest-ssh.ts): Gondolin sets up the guest, our forwarder serves
-   * it. While a user's forwarder is open, asking again returns it.
+   * it. Every call gets a new key and forwarder.
    */
   enableSsh(options: GuestSshOptions = {}): Promise<GuestSshAccess> {
     return this.ssh.enable(options);

@@ -1,6 +1,7 @@
 // SSH into a Gondolin guest for a user on the host: Gondolin sets the guest up (sshd on the guest's
 // loopback, a fresh key in the user's authorized_keys), then our SshForwarder replaces Gondolin's
 // forwarder, which would accept host connections until the VM closes and skips host key checks.
+// Every access has a key and a forwarder of its own (ssh-keys.ts), authorised while it is open.
 
 import { readFile } from "node:fs/promises";
 import type { VM } from "@earendil-works/gondolin";
@@ -9,6 +10,28 @@ import { runInGuest } from "./exec-util.js";
 import type { GuestFault } from "./guest-fault.js";
 import type { GuestSshAccess, GuestSshOptions, GuestVm } from "./guest-vm.js";
 import { DEFAULT_SSH_IDLE_TIMEOUT_MS, parseHostKeys, SshForwarder } from "./ssh-forwarder.js";
+import { authorizeKey, generateSshKeyPair, publicKeyOf, revokeKey, type SshKeyPair } from "./ssh-keys.js";
+
+/** Upper bound of removing a closed access's key from the guest, in ms (a hung guest must not block the queue). */
+const REVOKE_TIMEOUT_MS = 10_000;
+
+/**
+ * At most this many accesses without a session stay open per guest: every call makes one (`exec
+ * -i` too), and each holds a port, key files and an authorized_keys line until it idles out.
+ */
+export const MAX_IDLE_SSH_ACCESSES = 16;
+
+/**
+ * The accesses to close so that at most `max` of those without a session stay open: the oldest
+ * first (`accesses` in the order they opened). Accesses with a session are never chosen.
+ */
+export function idleAccessesBeyond<T extends { readonly sessionCount: number; readonly closed: boolean }>(
+  accesses: Iterable<T>,
+  max: number,
+): T[] {
+  const idle = [...accesses].filter((access) => !access.closed && access.sessionCount === 0);
+  return idle.slice(0, Math.max(0, idle.length - max));
+}
 
 /** What SSH needs to know of its VM's state. */
 export interface SshVmState {
@@ -20,10 +43,15 @@ export interface SshVmState {
   closedError(): VmError;
 }
 
-/** The SSH forwarders of one guest, one per user, set up one at a time. */
+/**
+ * The SSH accesses of one guest. Each call gets a new key pair and its own forwarder; the key is
+ * in the user's authorized_keys while its forwarder is open and removed when it closes. Setups and
+ * removals run one at a time, so authorized_keys is never written by two at once.
+ */
 export class GuestSsh {
-  private readonly accesses = new Map<string, SshForwarder>();
+  private readonly accesses = new Set<SshForwarder>();
   private queue: Promise<unknown> = Promise.resolve();
+  private closing = false;
 
   constructor(
     private readonly vm: VM,
@@ -33,14 +61,18 @@ export class GuestSsh {
   ) {}
 
   /**
-   * SSH for a user on the host: Gondolin sets up the guest (sshd on the guest's loopback, a fresh
-   * key in the user's authorized_keys), then our {@link SshForwarder} replaces Gondolin's
-   * forwarder, which would accept host connections until the VM closes and skips host key checks.
-   * While a user's forwarder is open, asking again returns it: a second setup would rewrite
-   * authorized_keys and lock out the first key.
+   * SSH for a user on the host with a newly made key. With no access of that user open, Gondolin
+   * sets up the guest (sshd, and authorized_keys rewritten with its fresh key, which we take);
+   * otherwise a key made here is added next to the open ones, which keep working. Either way our
+   * {@link SshForwarder} serves it, and its close (idle timeout, `close()`, the VM's close)
+   * removes that key from authorized_keys again.
    */
   enable(options: GuestSshOptions = {}): Promise<GuestSshAccess> {
-    const run = this.queue.then(() => this.enableNow(options));
+    return this.enqueue(() => this.enableNow(options));
+  }
+
+  private enqueue<T>(work: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(work);
     this.queue = run.catch(() => undefined);
     return run;
   }
@@ -50,40 +82,86 @@ export class GuestSsh {
     signal?.throwIfAborted();
     if (this.vmState.closed()) throw this.vmState.closedError();
     const user = options.user ?? "root";
-    const open = this.accesses.get(user);
-    if (open && !open.closed) {
-      open.keepAlive();
-      return open;
-    }
-    const access = await this.gondolinSsh(user);
-    let privateKey: Buffer;
-    let hostKeys: string[];
+    const key = this.hasOpen(user) ? await this.addKey(user, signal) : await this.setUp(user);
+    let forwarder: SshForwarder | undefined;
     try {
-      privateKey = await readFile(access.identityFile);
-      hostKeys = await this.readHostKeys(signal);
-    } finally {
-      // Gondolin's forwarder and key files go at once; ours (below) takes over with a copy of the key.
-      await access.close().catch(() => undefined);
+      const hostKeys = await this.readHostKeys(signal);
+      signal?.throwIfAborted();
+      if (this.vmState.closed()) throw this.vmState.closedError();
+      forwarder = await this.openForwarder(user, key, hostKeys, options);
+    } catch (error) {
+      this.scheduleRevoke(user, key.publicKey);
+      throw error;
     }
-    signal?.throwIfAborted();
-    if (this.vmState.closed()) throw this.vmState.closedError();
-    const forwarder = await SshForwarder.open({
+    if (this.vmState.closed() || signal?.aborted) {
+      // The VM closed (or the caller gave up) while the forwarder opened: closeAll() did not see it.
+      await forwarder.close();
+      throw signal?.aborted ? signal.reason : this.vmState.closedError();
+    }
+    return forwarder;
+  }
+
+  /** Whether `user` has an access that is open (its key is authorised and sshd runs). */
+  private hasOpen(user: string): boolean {
+    for (const access of this.accesses) if (access.user === user && !access.closed) return true;
+    return false;
+  }
+
+  private async openForwarder(
+    user: string,
+    key: SshKeyPair,
+    hostKeys: string[],
+    options: GuestSshOptions,
+  ): Promise<SshForwarder> {
+    const forwarder: SshForwarder = await SshForwarder.open({
       user,
-      privateKey,
+      privateKey: key.privateKey,
       hostKeys,
       connect: () => this.guest.connectTcp(22, { timeoutMs: 10_000 }),
       idleTimeoutMs: options.idleTimeoutMs ?? DEFAULT_SSH_IDLE_TIMEOUT_MS,
       onClose: () => {
-        if (this.accesses.get(user) === forwarder) this.accesses.delete(user);
+        this.accesses.delete(forwarder);
+        this.scheduleRevoke(user, key.publicKey);
       },
     });
-    if (this.vmState.closed() || signal?.aborted) {
-      // The VM closed (or the caller gave up) while the forwarder opened: close() did not see it.
-      await forwarder.close();
-      throw signal?.aborted ? signal.reason : this.vmState.closedError();
-    }
-    this.accesses.set(user, forwarder);
+    this.accesses.add(forwarder);
+    for (const old of idleAccessesBeyond(this.accesses, MAX_IDLE_SSH_ACCESSES)) void old.close();
     return forwarder;
+  }
+
+  /** Gondolin's setup (sshd, authorized_keys with only its new key); we keep a copy of that key. */
+  private async setUp(user: string): Promise<SshKeyPair> {
+    const access = await this.gondolinSsh(user);
+    try {
+      const [privateKey, publicLine] = await Promise.all([
+        readFile(access.identityFile),
+        readFile(`${access.identityFile}.pub`, "utf8"),
+      ]);
+      return { privateKey, publicKey: publicKeyOf(publicLine) };
+    } finally {
+      // Gondolin's forwarder and key files go at once; ours takes over with the copy.
+      await access.close().catch(() => undefined);
+    }
+  }
+
+  /** A new key pair, added to the authorized_keys of a user whose sshd setup is in place. */
+  private async addKey(user: string, signal: AbortSignal | undefined): Promise<SshKeyPair> {
+    const key = await generateSshKeyPair();
+    await this.vmState.fault.race(authorizeKey(this.guest, user, key.publicKey, signal));
+    return key;
+  }
+
+  /**
+   * Queues the removal of a key from the guest (after the setups queued before it). Best effort:
+   * the key's private file is gone already, and the next setup with no access open rewrites the
+   * file. Skipped once the VM closes.
+   */
+  private scheduleRevoke(user: string, publicKey: string): void {
+    void this.enqueue(async () => {
+      if (this.closing || this.vmState.closed()) return;
+      const signal = AbortSignal.timeout(REVOKE_TIMEOUT_MS);
+      await this.vmState.fault.race(revokeKey(this.guest, user, publicKey, signal)).catch(() => false);
+    });
   }
 
   /** Runs Gondolin's SSH setup in the guest, with its failures mapped to our codes. */
@@ -146,8 +224,9 @@ export class GuestSsh {
     return keys;
   }
 
-  /** Closes every forwarder. */
+  /** Closes every forwarder (their keys stay in the guest, which is closing too). */
   async closeAll(): Promise<void> {
-    await Promise.allSettled([...this.accesses.values()].map((access) => access.close()));
+    this.closing = true;
+    await Promise.allSettled([...this.accesses].map((access) => access.close()));
   }
 }

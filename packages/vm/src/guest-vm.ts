@@ -54,8 +54,9 @@ export interface GuestSshOptions {
 /** A temporary SSH endpoint into the guest. */
 export interface GuestSshAccess {
   /**
-   * Ready-to-run `ssh …` command for a terminal on the host. It names a known_hosts file that
-   * pins the guest's host key (`StrictHostKeyChecking=yes`) and a key that only this access has.
+   * Ready-to-run `ssh …` command for a terminal on the host. It reads no ssh config file
+   * (`-F none`), names a known_hosts file that pins the guest's host key
+   * (`StrictHostKeyChecking=yes`) and a key that only this access has.
    */
   readonly command: string;
   /** Host port of the forwarder on 127.0.0.1. */
@@ -64,7 +65,7 @@ export interface GuestSshAccess {
   readonly user: string;
   /** Idle time (no session open) after which the forwarder closes itself, in ms. */
   readonly idleTimeoutMs: number;
-  /** Stops the forwarder, cuts its sessions and removes the key files. */
+  /** Stops the forwarder, cuts its sessions, removes the key files and the key from the guest. */
   close(): Promise<void>;
 }
 
@@ -87,8 +88,8 @@ export interface GuestVm {
   /** Opens a raw TCP stream to `127.0.0.1:port` inside the guest (no guest network stack involved). */
   connectTcp(port: number, options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<Duplex>;
   /**
-   * Starts sshd in the guest and a host forwarder; returns the command a user runs. While that
-   * user's forwarder is open, the same access is returned (its idle countdown restarts).
+   * Starts sshd in the guest and a host forwarder; returns the command a user runs. Every call
+   * makes a new key and forwarder; earlier accesses keep working until they close.
    */
   enableSsh(options?: GuestSshOptions): Promise<GuestSshAccess>;
   /** PID of the host QEMU process, when one runs. */

@@ -1,3 +1,7 @@
+// The host end of a guest terminal: a 127.0.0.1 forwarder to the guest's sshd, its key files, and
+// the one place that spells out the ssh client's options (the CLI's `shell` and `exec -it` run
+// this command as it is; see sshClientArgv).
+
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer, type Server, type Socket } from "node:net";
 import os from "node:os";
@@ -26,6 +30,58 @@ export function parseHostKeys(text: string): string[] {
     if (match) keys.push(`${match[1]} ${match[2]}`);
   }
   return keys;
+}
+
+/** Where {@link sshClientArgv} points ssh. */
+export interface SshClientTarget {
+  /** Forwarder port on 127.0.0.1. */
+  port: number;
+  /** Private key file. */
+  identityFile: string;
+  /** known_hosts file pinning the guest's host keys for `[127.0.0.1]:port`. */
+  knownHostsFile: string;
+  /** Guest user. */
+  user: string;
+}
+
+/**
+ * The ssh client's argv for a forwarder, the only list of its options. `-F none` reads no config
+ * file (neither `~/.ssh/config` nor `/etc/ssh/ssh_config`), so a user's `Host *` block cannot add
+ * X11 or agent forwarding, port forwardings, ProxyCommand, LocalCommand, ControlMaster or SendEnv
+ * to a session into an untrusted guest. Everything the session needs is therefore given here:
+ * our key and no other (no agent either), forwarding off even though those are the defaults, and
+ * the host key pinned in our known_hosts file only (no global file, no updates from the guest).
+ * `-p` comes first so the command reads `ssh -p <port> …`.
+ */
+export function sshClientArgv(target: SshClientTarget): string[] {
+  return [
+    "ssh",
+    "-p",
+    String(target.port),
+    "-F",
+    "none",
+    "-i",
+    target.identityFile,
+    "-o",
+    "IdentitiesOnly=yes",
+    "-o",
+    "IdentityAgent=none",
+    "-o",
+    "ForwardAgent=no",
+    "-o",
+    "ForwardX11=no",
+    "-o",
+    "ClearAllForwardings=yes",
+    "-o",
+    `UserKnownHostsFile=${target.knownHostsFile}`,
+    "-o",
+    "GlobalKnownHostsFile=/dev/null",
+    "-o",
+    "UpdateHostKeys=no",
+    "-o",
+    "StrictHostKeyChecking=yes",
+    `${target.user}@127.0.0.1`,
+  ];
 }
 
 /** What a {@link SshForwarder} needs: the guest side is reached through `connect` only. */
@@ -81,17 +137,14 @@ export class SshForwarder implements GuestSshAccess {
     this.#onClose = options.onClose;
     this.identityFile = path.join(dir, "id_ed25519");
     this.knownHostsFile = path.join(dir, "known_hosts");
-    this.command = [
-      "ssh",
-      `-p ${port}`,
-      `-i ${shellWord(this.identityFile)}`,
-      "-o IdentitiesOnly=yes",
-      "-o ForwardAgent=no",
-      "-o ClearAllForwardings=yes",
-      `-o UserKnownHostsFile=${shellWord(this.knownHostsFile)}`,
-      "-o StrictHostKeyChecking=yes",
-      `${options.user}@127.0.0.1`,
-    ].join(" ");
+    this.command = sshClientArgv({
+      port,
+      identityFile: this.identityFile,
+      knownHostsFile: this.knownHostsFile,
+      user: options.user,
+    })
+      .map(shellWord)
+      .join(" ");
     server.on("connection", (client: Socket) => this.#forward(client));
   }
 

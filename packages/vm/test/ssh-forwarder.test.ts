@@ -1,11 +1,12 @@
 // The SSH forwarder without a VM: a host TCP echo server stands in for the guest's sshd.
+import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { readFile, stat } from "node:fs/promises";
+import { readFile, stat, writeFile } from "node:fs/promises";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import path from "node:path";
 import { isVmError } from "../src/index.js";
 import { parseHostKeys, SshForwarder, type SshForwarderOptions } from "../src/ssh-forwarder.js";
-import { refused } from "./helpers.js";
+import { refused, tempDir } from "./helpers.js";
 
 const KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHrm0vLr6lDcgq9l6R1x3bE8bqX4dOMwzvS5bmDRJ8Hl";
 
@@ -80,9 +81,10 @@ test("the command pins the host key for the forwarder's port, with private key f
   const forwarder = await SshForwarder.open(options());
   try {
     expect(forwarder.command).toBe(
-      `ssh -p ${forwarder.port} -i ${forwarder.identityFile} -o IdentitiesOnly=yes -o ForwardAgent=no ` +
-        `-o ClearAllForwardings=yes -o UserKnownHostsFile=${forwarder.knownHostsFile} ` +
-        `-o StrictHostKeyChecking=yes root@127.0.0.1`,
+      `ssh -p ${forwarder.port} -F none -i ${forwarder.identityFile} -o IdentitiesOnly=yes -o IdentityAgent=none ` +
+        `-o ForwardAgent=no -o ForwardX11=no -o ClearAllForwardings=yes ` +
+        `-o UserKnownHostsFile=${forwarder.knownHostsFile} -o GlobalKnownHostsFile=/dev/null ` +
+        `-o UpdateHostKeys=no -o StrictHostKeyChecking=yes root@127.0.0.1`,
     );
     expect(await readFile(forwarder.knownHostsFile, "utf8")).toBe(`[127.0.0.1]:${forwarder.port} ${KEY}\n`);
     const dir = path.dirname(forwarder.identityFile);
@@ -95,6 +97,90 @@ test("the command pins the host key for the forwarder's port, with private key f
   expect(existsSync(path.dirname(forwarder.identityFile))).toBe(false);
   expect(await refused(forwarder.port)).toBe(true);
 });
+
+test("a user's ssh config cannot add X11 or agent forwarding, a proxy or a local command to the printed command", async () => {
+  // ssh finds ~/.ssh/config through the passwd entry, not $HOME, so a temp HOME would not be
+  // read at all; an earlier -F stands in for it (ssh keeps the last -F), and -G prints the
+  // configuration ssh would use without connecting.
+  const { dir, cleanup } = await tempDir("pisb-sshconfig-");
+  const forwarder = await SshForwarder.open(options({ user: "dev" }));
+  try {
+    const hostile = path.join(dir, "config");
+    await writeFile(
+      hostile,
+      [
+        "Host *",
+        "  ForwardX11 yes",
+        "  ForwardAgent yes",
+        "  IdentityAgent /tmp/agent.sock",
+        "  IdentityFile ~/.ssh/id_other",
+        "  ProxyCommand nc %h %p",
+        "  PermitLocalCommand yes",
+        "  LocalCommand touch /tmp/pwned",
+        "  LocalForward 9999 localhost:80",
+        "  ControlMaster auto",
+        "  ControlPath /tmp/cm-%C",
+        "  SendEnv AWS_*",
+        "  StrictHostKeyChecking no",
+        "",
+      ].join("\n"),
+    );
+    // Through a shell, as a user pasting the printed command would run it.
+    const printed = execFileSync("/bin/sh", ["-c", forwarder.command.replace(/^ssh /, `ssh -G -F ${hostile} `)], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "ignore"],
+    });
+    const settings = new Map<string, string[]>();
+    for (const line of printed.trim().split("\n")) {
+      const [key, ...value] = line.split(" ");
+      settings.set(key!, [...(settings.get(key!) ?? []), value.join(" ")]);
+    }
+    expect(Object.fromEntries([...settings].filter(([key]) => WATCHED.includes(key)))).toEqual({
+      user: ["dev"],
+      hostname: ["127.0.0.1"],
+      port: [String(forwarder.port)],
+      identityfile: [forwarder.identityFile],
+      identitiesonly: ["yes"],
+      identityagent: ["none"],
+      forwardagent: ["no"],
+      forwardx11: ["no"],
+      clearallforwardings: ["yes"],
+      permitlocalcommand: ["no"],
+      controlmaster: ["false"],
+      stricthostkeychecking: ["true"],
+      userknownhostsfile: [forwarder.knownHostsFile],
+      globalknownhostsfile: ["/dev/null"],
+      updatehostkeys: ["false"],
+    });
+  } finally {
+    await forwarder.close();
+    await cleanup();
+  }
+});
+
+/** The `ssh -G` keys the hostile config above tries to change, and the ones the command sets. */
+const WATCHED = [
+  "user",
+  "hostname",
+  "port",
+  "identityfile",
+  "identitiesonly",
+  "identityagent",
+  "forwardagent",
+  "forwardx11",
+  "clearallforwardings",
+  "permitlocalcommand",
+  "localcommand",
+  "proxycommand",
+  "localforward",
+  "controlmaster",
+  "controlpath",
+  "sendenv",
+  "stricthostkeychecking",
+  "userknownhostsfile",
+  "globalknownhostsfile",
+  "updatehostkeys",
+];
 
 test("with no session open the forwarder and its key files go after the idle timeout", async () => {
   let closedBy = 0;

@@ -1,6 +1,7 @@
 // SSH into a real guest: the printed command checks the guest's host key strictly against the
-// known_hosts file it names, and the forwarder (with its key files) goes after its idle timeout
-// with no session open, or when the VM closes. One boot, ~30 s under TCG.
+// known_hosts file it names, every call gets a key of its own that works until its access closes,
+// and the forwarder (with its key files) goes after its idle timeout with no session open, or
+// when the VM closes. One boot, ~30 s under TCG.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -50,6 +51,13 @@ function option(command: string, name: string): string {
   return match[1]!;
 }
 
+/** The private key file the command names (`-i <file>`). */
+function identityFile(command: string): string {
+  const match = / -i (\S+) /.exec(command);
+  if (!match) throw new Error(`-i missing from ${command}`);
+  return match[1]!;
+}
+
 async function until(check: () => Promise<boolean> | boolean, ms: number, state = () => ""): Promise<void> {
   const deadline = Date.now() + ms;
   while (!(await check())) {
@@ -68,8 +76,6 @@ test("the printed command pins the guest's host key and runs with strict checkin
 
   const ok = await runSsh(access.command, "true");
   expect({ code: ok.code, stderr: ok.stderr }).toEqual({ code: 0, stderr: "" });
-  // The same access is handed out again while it is open.
-  expect(await vm!.enableSsh()).toBe(access);
 
   // A different key pinned for this port: ssh refuses to talk (the check is really strict).
   const other = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHrm0vLr6lDcgq9l6R1x3bE8bqX4dOMwzvS5bmDRJ8Hl";
@@ -82,6 +88,31 @@ test("the printed command pins the guest's host key and runs with strict checkin
   await access.close();
   expect(await refused(access.port)).toBe(true);
   expect(fs.existsSync(path.dirname(knownHosts))).toBe(false);
+});
+
+test("every call gives a new key; both log in, and a closed access's key no longer does", async () => {
+  const first = await vm!.enableSsh({ idleTimeoutMs: 120_000 });
+  const second = await vm!.enableSsh({ idleTimeoutMs: 120_000 });
+  const firstKey = fs.readFileSync(identityFile(first.command));
+  expect(fs.readFileSync(identityFile(second.command)).equals(firstKey)).toBe(false);
+  expect(second.port).not.toBe(first.port);
+  for (const access of [first, second]) {
+    const login = await runSsh(access.command, "echo in");
+    expect({ code: login.code, stdout: login.stdout }).toEqual({ code: 0, stdout: "in\n" });
+  }
+
+  // The first key, kept past its access's close, is refused by sshd (tried through the second
+  // forwarder, which is still open), and the second key still logs in.
+  const kept = path.join(root, "kept_key");
+  fs.writeFileSync(kept, firstKey, { mode: 0o600 });
+  await first.close();
+  const withKept = second.command.replace(identityFile(second.command), kept);
+  // The removal runs after the close; wait until it is done rather than for a fixed time.
+  await until(async () => (await runSsh(withKept, "true")).code !== 0, 30_000);
+  const denied = await runSsh(withKept, "true");
+  expect(denied.stderr).toMatch(/Permission denied/);
+  expect((await runSsh(second.command, "true")).code).toBe(0);
+  await second.close();
 });
 
 test("the forwarder and its key files go after the idle timeout, not during a session", async () => {

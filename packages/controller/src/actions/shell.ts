@@ -22,8 +22,9 @@ export const shell = defineAction({
     run: (input) => (input.values.print ? undefined : { kind: "session" }),
     notes: [
       "On a terminal, runs ssh into the guest and exits with its exit code. With --print, --json or",
-      "when stdout is not a terminal, prints the ssh command instead. Its key and forwarder are",
-      "temporary: they close after some idle time with no session open.",
+      "when stdout is not a terminal, prints the ssh command instead. Every call makes a new key and",
+      "forwarder; they close after 10 minutes with no session open. The command reads no ssh config",
+      "(-F none), so ~/.ssh/config cannot forward X11 or the agent into the guest.",
     ],
   },
   run: (args, ctx) => ctx.guest.shell(args.user ?? "root"),

@@ -36,7 +36,10 @@ export function remoteCommand(dir: string, exec: InteractiveExec): string {
   return `cd ${shellQuote(dir)} && exec ${prefix}"\${SHELL:-/bin/sh}" -lc ${shellQuote(exec.cmd)}`;
 }
 
-/** ssh's argv for the command: the access's options, -t or -T, the destination, the command. */
+/**
+ * ssh's argv for the command: the access's options as `shell` gives them (`-F none` and the rest,
+ * listed once in the vm package's ssh-forwarder.ts), -t or -T, the destination, the command.
+ */
 export function sshArgv(accessCommand: string, tty: boolean, remote: string): string[] | undefined {
   const argv = splitShellWords(accessCommand);
   if (!argv || argv[0] !== "ssh" || argv.length < 2) return undefined;
