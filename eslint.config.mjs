@@ -6,8 +6,9 @@ import prettier from "eslint-config-prettier";
 const layers = [
   { sourceTag: "layer:config", onlyDependOnLibsWithTags: [] },
   { sourceTag: "layer:vm", onlyDependOnLibsWithTags: ["layer:config"] },
+  { sourceTag: "layer:image", onlyDependOnLibsWithTags: ["layer:config"] },
   { sourceTag: "layer:service", onlyDependOnLibsWithTags: ["layer:vm", "layer:config"] },
-  { sourceTag: "layer:controller", onlyDependOnLibsWithTags: ["layer:service", "layer:vm", "layer:config"] },
+  { sourceTag: "layer:controller", onlyDependOnLibsWithTags: ["layer:service", "layer:vm", "layer:image", "layer:config"] },
   { sourceTag: "layer:app", onlyDependOnLibsWithTags: ["layer:controller", "layer:config"] },
   { sourceTag: "layer:e2e", onlyDependOnLibsWithTags: ["*"] },
 ];

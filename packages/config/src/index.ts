@@ -38,6 +38,8 @@ export type { ProfileName, Resources } from "./profiles.js";
 // Names
 export {
   INSTANCE_NAME_PATTERN,
+  IMAGE_NAME_PATTERN,
+  isImageName,
   SERVICE_NAME_PATTERN,
   isValidInstanceName,
   assertValidInstanceName,

@@ -6,6 +6,17 @@ export const INSTANCE_NAME_PATTERN = /^[a-z][a-z0-9-]{0,39}$/;
 /** Service names: a lowercase letter or digit, then up to 31 lowercase letters, digits or hyphens. */
 export const SERVICE_NAME_PATTERN = /^[a-z0-9][a-z0-9-]{0,31}$/;
 
+/** Image names (`image: dev`, `pi-sandbox image build dev`): the instance name rule. */
+export const IMAGE_NAME_PATTERN = INSTANCE_NAME_PATTERN;
+
+/**
+ * True when an `image:` value is the name of a built image rather than a path: a bare word that
+ * follows the name rule. A path contains `/` or starts with `.` or `~`.
+ */
+export function isImageName(value: string): boolean {
+  return IMAGE_NAME_PATTERN.test(value);
+}
+
 /** True when `name` may name an instance or a template. */
 export function isValidInstanceName(name: unknown): name is string {
   return typeof name === "string" && INSTANCE_NAME_PATTERN.test(name);

@@ -1,4 +1,6 @@
-import { dirname, posix, resolve } from "node:path";
+import { homedir } from "node:os";
+import { dirname, join, posix, resolve } from "node:path";
+import { isImageName } from "./names.js";
 import { PROFILES } from "./profiles.js";
 import { referencedServices } from "./references.js";
 import { startOrder } from "./rules.js";
@@ -109,11 +111,19 @@ export function normaliseConfig(input: SandboxConfigInput, sourcePath: string | 
     services,
     serviceOrder: startOrder(dependencies),
   };
-  if (input.image !== undefined) {
-    // Relative to the YAML file when we know it, else to the caller's working directory.
-    config.image = sourcePath === undefined ? resolve(input.image) : resolve(dirname(resolve(sourcePath)), input.image);
-  }
+  if (input.image !== undefined) config.image = imageRef(input.image, sourcePath);
   return config;
+}
+
+/**
+ * An `image:` value: a built image's name is kept as written (the controller looks it up in the
+ * image cache); a path is made absolute, `~/…` from the home directory, anything else relative to
+ * the YAML file's directory when we know it, else to the caller's working directory.
+ */
+function imageRef(value: string, sourcePath: string | undefined): string {
+  if (isImageName(value)) return value;
+  if (value === "~" || value.startsWith("~/")) return join(homedir(), value.slice(1));
+  return sourcePath === undefined ? resolve(value) : resolve(dirname(resolve(sourcePath)), value);
 }
 
 /**

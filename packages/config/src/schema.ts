@@ -257,9 +257,15 @@ export const sandboxConfigSchema = v.pipe(
     ),
     image: v.optional(
       v.pipe(
-        v.string(got("must be a path to a Gondolin assets directory")),
-        v.regex(/\S/, "must not be empty; omit it to use Gondolin's default image"),
-        v.description("Gondolin assets directory, relative to this file."),
+        v.string(got("must be an image name or a path to a Gondolin assets directory")),
+        // A name (names.ts' rule) or a path: one pattern, so the JSON Schema carries it too.
+        v.regex(
+          /^(?:[a-z][a-z0-9-]{0,39}$|[.~]|.*\/)/,
+          "must be an image name (lowercase letters, digits and hyphens, such as default) or a path containing / or starting with . or ~ (./images/dev)",
+        ),
+        v.description(
+          "A built image's name (`pi-sandbox image build NAME`; `pi-sandbox image list`), or a Gondolin assets directory: a path containing / or starting with . or ~, relative to this file.",
+        ),
       ),
     ),
     setup: v.optional(v.pipe(commandList, v.description("Run once at create/prepare."))),

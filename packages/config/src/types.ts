@@ -129,7 +129,10 @@ export interface SandboxConfig {
   diskGiB: number;
   /** Absolute guest path of the workspace, normalised. */
   workspace: string;
-  /** Absolute host path of the Gondolin assets directory; undefined means Gondolin's default. */
+  /**
+   * A built image's name as written (`default`; the controller finds it in the image cache), or the
+   * absolute host path of a Gondolin assets directory; undefined means Gondolin's default.
+   */
   image?: string;
   /** Commands run once when a disk is created or prepared. */
   setup: string[];

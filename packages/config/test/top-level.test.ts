@@ -1,5 +1,6 @@
-import { resolve } from "node:path";
-import { CONFIG_DEFAULTS, LIMITS, PROFILES, parseConfig } from "../src/index.js";
+import { homedir } from "node:os";
+import { join, resolve } from "node:path";
+import { CONFIG_DEFAULTS, LIMITS, PROFILES, isImageName, parseConfig } from "../src/index.js";
 import { issueAt, onlyIssue, rejection } from "./helpers.js";
 
 describe("version", () => {
@@ -100,7 +101,21 @@ describe("image", () => {
   });
 
   test("without a source path it is resolved against the working directory", () => {
-    expect(parseConfig("version: 1\nimage: assets\n").image).toBe(resolve("assets"));
+    expect(parseConfig("version: 1\nimage: ./assets\n").image).toBe(resolve("assets"));
+  });
+
+  test("a bare word following the name rule is a built image's name, kept as written", () => {
+    expect(parseConfig("version: 1\nimage: node-dev\n", { sourcePath: "/x/sandbox.yaml" }).image).toBe("node-dev");
+  });
+
+  test("a path starting with ~/ starts from the home directory", () => {
+    expect(parseConfig("version: 1\nimage: ~/images/dev\n").image).toBe(join(homedir(), "images/dev"));
+  });
+
+  test("a word that is neither a name nor a path is refused with both forms in the message", () => {
+    const issue = onlyIssue("version: 1\nimage: My_Image\n");
+    expect(issue.path).toBe("image");
+    expect(issue.message).toMatch(/image name .* or a path containing \//);
   });
 
   test.each(['""', "3", "[a]"])("rejects %s", (value) => {
@@ -285,4 +300,16 @@ describe("services map", () => {
       "`services` must be a mapping of service names to services; got a list",
     );
   });
+});
+
+test("the image pattern and the name rule agree on every bare word", () => {
+  for (const word of ["default", "a", "node-dev", "x".repeat(40), "A", "1abc", "my_image", "x".repeat(41)]) {
+    let accepted = true;
+    try {
+      parseConfig(`version: 1\nimage: ${word}\n`);
+    } catch {
+      accepted = false;
+    }
+    expect([word, accepted]).toEqual([word, isImageName(word)]);
+  }
 });

@@ -128,3 +128,32 @@ test("the accelerator check reports what a boot would really get", async () => {
     detail: expect.stringMatching(/accelerator "warp" is unknown/),
   });
 });
+
+test("a config without image: fails the image check with the command that builds one", async () => {
+  const config = join(dir, "sandbox.yaml");
+  await writeFile(config, "version: 1\n");
+  const result = await doctor({ ...process.env, PI_SANDBOX_HOME: join(dir, "state"), XDG_CACHE_HOME: dir }, config);
+  expect(check(result, "image")).toMatchObject({
+    status: "fail",
+    fix: "Build one with `pi-sandbox image build` and add `image: default` to sandbox.yaml.",
+  });
+});
+
+test("a config naming an image that is not built fails with `pi-sandbox image build <name>`", async () => {
+  const config = join(dir, "sandbox.yaml");
+  await writeFile(config, "version: 1\nimage: node-dev\n");
+  const result = await doctor({ ...process.env, PI_SANDBOX_HOME: join(dir, "state"), XDG_CACHE_HOME: dir }, config);
+  expect(check(result, "image")).toMatchObject({
+    status: "fail",
+    detail: "image node-dev is not built",
+    fix: expect.stringContaining("`pi-sandbox image build node-dev`"),
+  });
+});
+
+test("without a config and with no image built, doctor warns with the build command", async () => {
+  const result = await doctor({ ...process.env, PI_SANDBOX_HOME: join(dir, "state"), XDG_CACHE_HOME: dir });
+  expect(check(result, "images")).toMatchObject({
+    status: "warn",
+    fix: expect.stringContaining("`pi-sandbox image build`"),
+  });
+});

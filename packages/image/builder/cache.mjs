@@ -7,10 +7,15 @@ import os from "node:os";
 import path from "node:path";
 import { log, run } from "./proc.mjs";
 
-/** `${XDG_CACHE_HOME:-$HOME/.cache}/pi-sandbox/test-images` */
-export function cacheRoot() {
-  const base = process.env.XDG_CACHE_HOME || path.join(os.homedir(), ".cache");
-  return path.resolve(base, "pi-sandbox", "test-images");
+/** `${XDG_CACHE_HOME:-$HOME/.cache}/pi-sandbox/images`: builds, names, helpers, downloads, Zig. */
+export function cacheRoot(env = process.env) {
+  const base = env.XDG_CACHE_HOME || path.join(os.homedir(), ".cache");
+  return path.resolve(base, "pi-sandbox", "images");
+}
+
+/** Directory of the finished image `id` below the cache root. */
+export function buildDir(root, id) {
+  return path.join(root, "builds", id);
 }
 
 /**

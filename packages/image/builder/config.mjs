@@ -1,5 +1,6 @@
-// Every fixed choice of the guest test image. Changing anything here changes the cache key,
-// because the key hashes the text of every file under e2e/scripts/.
+// Every fixed choice of a guest image apart from its recipe (recipe.ts in the package's src says
+// which features add which packages). Changing anything here changes the image id, because the
+// id hashes the text of every file under builder/.
 
 /** Debian release the kernel, busybox and the root filesystem come from. */
 export const SUITE = "bookworm";
@@ -18,8 +19,12 @@ export const ZIG_BUILD_FLAGS = ["-Doptimize=ReleaseSmall", "-Dtarget=x86_64-linu
 
 export const GUEST_HELPERS = ["sandboxd", "sandboxfs", "sandboxssh", "sandboxingress"];
 
-/** Packages added to debootstrap's minbase variant. */
-export const ROOTFS_PACKAGES = [
+/**
+ * Packages every image adds to debootstrap's minbase variant: what pi-sandbox itself needs in a
+ * guest (python3 for the agent, sshd for terminals, resize2fs for disk growth, DHCP, CA bundle).
+ * A recipe's packages come on top.
+ */
+export const BASE_PACKAGES = [
   "python3",
   "openssh-server",
   "openssh-client",
@@ -34,16 +39,12 @@ export const ROOTFS_PACKAGES = [
   "kmod",
   "util-linux",
   "netbase",
-  // Native builds (node-gyp) and the review candidate's tools; `fd` is linked to Debian's fdfind.
-  "make",
-  "g++",
-  "fd-find",
 ];
 
 /**
  * Tools unpacked from npm registry tarballs into the root filesystem's /usr/local (see
- * npm-tools.mjs). Pinned by version and by the registry's sha512 integrity, which the build
- * checks; both are part of the cache key because this file's text is.
+ * npm-tools.mjs) when a recipe asks for them. Pinned by version and by the registry's sha512
+ * integrity, which the build checks; both are part of the image id because this file's text is.
  * - node: Node 24 (bin/node and, for node-gyp, include/node with OpenSSL's x86_64 headers only).
  * - npm: npm with its bundled node-gyp, which also backs the `node-gyp` command.
  * - bun: the baseline build (no AVX2 needed), which also runs on QEMU's TCG CPU models.

@@ -13,7 +13,9 @@ export async function gondolinInitScripts() {
   const file = path.join(gondolinDir(), "dist", "src", "alpine", "init-scripts.js");
   const mod = await import(pathToFileURL(file).href);
   if (typeof mod.INITRAMFS_INIT_SCRIPT !== "string" || typeof mod.ROOTFS_INIT_SCRIPT !== "string") {
-    throw new Error(`${file} no longer exports INITRAMFS_INIT_SCRIPT/ROOTFS_INIT_SCRIPT; update e2e/scripts`);
+    throw new Error(
+      `${file} no longer exports INITRAMFS_INIT_SCRIPT/ROOTFS_INIT_SCRIPT; update @pi-sandbox/image builder/`,
+    );
   }
   return { initramfs: mod.INITRAMFS_INIT_SCRIPT, rootfs: mod.ROOTFS_INIT_SCRIPT };
 }
@@ -22,7 +24,9 @@ export async function gondolinInitScripts() {
 export function replaceOnce(text, search, replacement, what) {
   const count = text.split(search).length - 1;
   if (count !== 1) {
-    throw new Error(`expected one occurrence of ${what} in Gondolin's init script, found ${count}; update e2e/scripts`);
+    throw new Error(
+      `expected one occurrence of ${what} in Gondolin's init script, found ${count}; update @pi-sandbox/image builder/`,
+    );
   }
   return text.replace(search, () => replacement);
 }

@@ -1,22 +1,24 @@
-// The cache keys: hashes of every input that can change the produced bytes.
+// The image ids: hashes of every input that can change the produced bytes. A recipe is
+// `{features, packages, npmTools, fdLink, sizeGiB}` as src/recipe.ts resolves it.
 import { createHash } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import {
+  BASE_PACKAGES,
   HOST_TOOLS,
   KERNEL_META_PACKAGE,
   NPM_TOOLS,
   ROOTFS_BASE_PACKAGES,
-  ROOTFS_PACKAGES,
   SUITE,
   ZIG_BUILD_FLAGS,
   ZIG_VERSION,
 } from "./config.mjs";
 import { run } from "./proc.mjs";
 
-export const scriptsDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
+/** This directory: the builder's own text is an input of every image. */
+export const builderDir = path.dirname(fileURLToPath(import.meta.url));
 
 /** Directory of the installed @earendil-works/gondolin package. */
 export function gondolinDir() {
@@ -97,7 +99,7 @@ export async function candidateVersions(names) {
  * and base packages, at its version in the suite's main component (debootstrap uses that suite
  * alone, not -updates or -security).
  */
-async function rootfsVersions() {
+async function rootfsVersions(packages) {
   const out = await run("apt-cache", [
     "depends",
     "--recurse",
@@ -107,7 +109,7 @@ async function rootfsVersions() {
     "--no-breaks",
     "--no-replaces",
     "--no-enhances",
-    ...ROOTFS_PACKAGES,
+    ...packages,
     ...ROOTFS_BASE_PACKAGES,
   ]);
   const names = [...new Set(out.split("\n").filter((l) => /^[a-z0-9]/.test(l)))].sort();
@@ -127,8 +129,13 @@ async function hostToolVersions() {
   return out.trim().split("\n").sort();
 }
 
-/** Everything that determines the image bytes, and the key derived from it. */
-export async function imageInputs() {
+/** The packages debootstrap adds to minbase for `recipe`: the base ones, then the recipe's. */
+export function rootfsPackages(recipe) {
+  return [...new Set([...BASE_PACKAGES, ...recipe.packages])];
+}
+
+/** Everything that determines the image bytes for `recipe`, and the id derived from it. */
+export async function imageInputs(recipe) {
   const helpers = await helperInputs();
   const kernel = await kernelPackage();
   const candidates = await candidateVersions([kernel.name, "busybox-static"]);
@@ -137,11 +144,19 @@ export async function imageInputs() {
     kernel: { ...kernel, version: candidates[kernel.name] ?? null },
     busybox: candidates["busybox-static"] ?? null,
     suite: SUITE,
-    rootfs: await rootfsVersions(),
-    npmTools: NPM_TOOLS,
+    rootfs: await rootfsVersions(rootfsPackages(recipe)),
+    npmTools: Object.fromEntries(recipe.npmTools.map((tool) => [tool, NPM_TOOLS[tool]])),
+    recipe,
     hostTools: await hostToolVersions(),
-    scripts: await hashTree(scriptsDir),
+    builder: await hashTree(builderDir),
   };
+  const unknown = recipe.packages.filter((name) => !(name in inputs.rootfs));
+  if (unknown.length > 0) {
+    const err = new Error(`Debian ${SUITE} has no package ${unknown.join(", ")} (checked with apt-cache)`);
+    err.code = "UNKNOWN_PACKAGE";
+    err.packages = unknown;
+    throw err;
+  }
   if (!inputs.kernel.version || !inputs.busybox || Object.keys(inputs.rootfs).length === 0) {
     throw new Error(
       `apt-cache has no candidate for the kernel, busybox-static or ${SUITE} packages; run "apt-get update".`,

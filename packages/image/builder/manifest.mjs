@@ -19,7 +19,7 @@ async function gondolinBuildId(checksums, arch) {
   const file = path.join(gondolinDir(), "dist", "src", "assets.js");
   const mod = await import(pathToFileURL(file).href);
   if (typeof mod.computeAssetBuildId !== "function") {
-    throw new Error(`${file} no longer exports computeAssetBuildId; update e2e/scripts/lib/manifest.mjs`);
+    throw new Error(`${file} no longer exports computeAssetBuildId; update @pi-sandbox/image builder/manifest.mjs`);
   }
   return mod.computeAssetBuildId({ checksums, arch });
 }

@@ -33,14 +33,16 @@ export function tarballName(spec) {
 }
 
 /**
- * Make sure every NPM_TOOLS tarball is in `<root>/downloads` with its pinned integrity.
+ * Make sure the tarball of each of `tools` (names in NPM_TOOLS) is in `<root>/downloads` with its
+ * pinned integrity.
  * @returns {Promise<Record<string, string>>} tool name -> tarball path
  */
-export async function fetchNpmTools(root, logFile) {
+export async function fetchNpmTools(root, tools, logFile) {
   const dir = path.join(root, "downloads");
   await mkdir(dir, { recursive: true });
   const out = {};
-  for (const [tool, { spec, integrity }] of Object.entries(NPM_TOOLS)) {
+  for (const tool of tools) {
+    const { spec, integrity } = NPM_TOOLS[tool];
     const file = path.join(dir, tarballName(spec));
     if (existsSync(file) && (await integrityOf(file)) === integrity) {
       out[tool] = file;
@@ -57,7 +59,7 @@ export async function fetchNpmTools(root, logFile) {
       const actual = await integrityOf(path.join(staging, packed));
       if (actual !== integrity) {
         throw new Error(
-          `npm pack ${spec} gave integrity ${actual}, but e2e/scripts/lib/config.mjs pins ${integrity}. ` +
+          `npm pack ${spec} gave integrity ${actual}, but @pi-sandbox/image builder/config.mjs pins ${integrity}. ` +
             "If the version was changed on purpose, pin its integrity (npm view <spec> dist.integrity).",
         );
       }
@@ -82,28 +84,20 @@ async function link(target, at) {
   await symlink(target, at);
 }
 
-/**
- * Unpack the fetched tools into `<root>/usr/local`:
- * - bin/node, include/node (OpenSSL headers of x86_64 Linux only), share/doc/node/LICENSE;
- * - lib/node_modules/npm with bin/npm, bin/npx and bin/node-gyp (npm's bundled node-gyp), and
- *   etc/npmrc (NPMRC);
- * - bin/bun and bin/bunx;
- * - bin/fd -> /usr/bin/fdfind (Debian's name for fd).
- * node-gyp would download Node's headers from nodejs.org, which guests cannot reach: its header
- * cache for this Node version is prepared in NODE_GYP_CACHE instead. (Setting `nodedir` would do
- * too, but npm 11 warns about that key on every command.)
- *
- * @returns {Promise<{node: string, npm: string, nodeGyp: string, bun: string}>} the versions
- */
-export async function installNpmTools({ root, work, tarballs, logFile }) {
-  log("installing Node, npm, node-gyp and bun into /usr/local");
-  const stage = path.join(work, "npm-tools");
-  const local = path.join(root, "usr", "local");
-  for (const sub of ["bin", "include", "lib/node_modules", "share/doc/node"]) {
-    await mkdir(path.join(local, sub), { recursive: true });
-  }
-  const version = async (pkgDir) => JSON.parse(await readFile(path.join(pkgDir, "package.json"), "utf8")).version;
+/** The version in an unpacked npm package. */
+async function versionOf(pkgDir) {
+  return JSON.parse(await readFile(path.join(pkgDir, "package.json"), "utf8")).version;
+}
 
+/**
+ * Node into `<root>/usr/local`: bin/node, include/node (OpenSSL headers of x86_64 Linux only),
+ * share/doc/node/LICENSE; and npm in lib/node_modules/npm with bin/npm, bin/npx and bin/node-gyp
+ * (npm's bundled node-gyp), and etc/npmrc (NPMRC). node-gyp would download Node's headers from
+ * nodejs.org, which guests cannot reach: its header cache for this Node version is prepared in
+ * NODE_GYP_CACHE instead. (Setting `nodedir` would do too, but npm 11 warns about that key on
+ * every command.)
+ */
+async function installNode({ root, local, stage, tarballs, logFile }) {
   const node = await unpack(tarballs.node, path.join(stage, "node"), logFile);
   await copyFile(path.join(node, "bin", "node"), path.join(local, "bin", "node"));
   await chmod(path.join(local, "bin", "node"), 0o755);
@@ -111,13 +105,15 @@ export async function installNpmTools({ root, work, tarballs, logFile }) {
   await cp(path.join(node, "include", "node"), path.join(local, "include", "node"), { recursive: true });
   const archs = path.join(local, "include", "node", "openssl", "archs");
   if (!existsSync(path.join(archs, OPENSSL_ARCH))) {
-    throw new Error(`Node's headers have no openssl/archs/${OPENSSL_ARCH}; update e2e/scripts/lib/npm-tools.mjs`);
+    throw new Error(
+      `Node's headers have no openssl/archs/${OPENSSL_ARCH}; update @pi-sandbox/image builder/npm-tools.mjs`,
+    );
   }
   for (const name of await readdir(archs)) {
     if (name !== OPENSSL_ARCH) await rm(path.join(archs, name), { recursive: true, force: true });
   }
   await copyFile(path.join(node, "LICENSE"), path.join(local, "share", "doc", "node", "LICENSE"));
-  const nodeVersion = await version(node);
+  const nodeVersion = await versionOf(node);
 
   const npmStage = await unpack(tarballs.npm, path.join(stage, "npm"), logFile);
   const npmDir = path.join(local, "lib", "node_modules", "npm");
@@ -144,14 +140,37 @@ export async function installNpmTools({ root, work, tarballs, logFile }) {
   // (guests reach it through Gondolin's userspace network stack, slow under TCG).
   await mkdir(path.join(local, "etc"), { recursive: true });
   await writeFile(path.join(local, "etc", "npmrc"), NPMRC);
+  return { node: nodeVersion, npm: await versionOf(npmDir), nodeGyp: gyp.version };
+}
 
+/** bun into `<root>/usr/local`: bin/bun and bin/bunx. */
+async function installBun({ local, stage, tarballs, logFile }) {
   const bun = await unpack(tarballs.bun, path.join(stage, "bun"), logFile);
   await copyFile(path.join(bun, "bin", "bun"), path.join(local, "bin", "bun"));
   await chmod(path.join(local, "bin", "bun"), 0o755);
   await link("bun", path.join(local, "bin", "bunx"));
+  return { bun: await versionOf(bun) };
+}
 
-  await link("/usr/bin/fdfind", path.join(local, "bin", "fd"));
-  const versions = { node: nodeVersion, npm: await version(npmDir), nodeGyp: gyp.version, bun: await version(bun) };
+/**
+ * Unpack the fetched tools (`tarballs`: node and npm, bun, or any of them) into the root
+ * filesystem's /usr/local.
+ *
+ * @returns {Promise<Record<string, string>>} the versions installed, e.g. `{node, npm, nodeGyp, bun}`
+ */
+export async function installNpmTools({ root, work, tarballs, logFile }) {
+  if (Object.keys(tarballs).length === 0) return {};
+  log(`installing ${Object.keys(tarballs).join(", ")} into /usr/local`);
+  const stage = path.join(work, "npm-tools");
+  const local = path.join(root, "usr", "local");
+  for (const sub of ["bin", "include", "lib/node_modules", "share/doc/node"]) {
+    await mkdir(path.join(local, sub), { recursive: true });
+  }
+  const context = { root, local, stage, tarballs, logFile };
+  const versions = {
+    ...(tarballs.node ? await installNode(context) : {}),
+    ...(tarballs.bun ? await installBun(context) : {}),
+  };
   await rm(stage, { recursive: true, force: true });
   return versions;
 }

@@ -1,5 +1,5 @@
-// Running commands and reporting progress. Progress goes to stderr; stdout is reserved for the
-// single result line of test-image.mjs.
+// Running commands and reporting progress. Progress lines go to the sink setLogSink installs
+// (stderr by default), so a CLI can print them and stdout stays free for a result.
 import { spawn } from "node:child_process";
 import { createWriteStream } from "node:fs";
 import { readFile } from "node:fs/promises";
@@ -22,10 +22,16 @@ function installSignalHandlers() {
   }
 }
 
-/** Print one progress line to stderr, prefixed with the seconds since start. */
+let sink = (message, seconds) => process.stderr.write(`[image ${seconds}s] ${message}\n`);
+
+/** Send progress lines to `fn(message, seconds)` from now on (seconds since start, padded). */
+export function setLogSink(fn) {
+  sink = fn;
+}
+
+/** Report one progress line with the seconds since start. */
 export function log(message) {
-  const seconds = ((Date.now() - started) / 1000).toFixed(1).padStart(6);
-  process.stderr.write(`[test-image ${seconds}s] ${message}\n`);
+  sink(message, ((Date.now() - started) / 1000).toFixed(1).padStart(6));
 }
 
 export class CommandError extends Error {
@@ -71,10 +77,13 @@ export function run(cmd, args, opts = {}) {
     child.on("error", (err) => {
       logStream?.end();
       reject(
-        new CommandError(`could not start ${cmd}: ${err.message}. Is it installed? (.ci/run lists the packages)`, {
-          cmd,
-          args,
-        }),
+        new CommandError(
+          `could not start ${cmd}: ${err.message}. Is it installed? (pi-sandbox image build checks the host tools first)`,
+          {
+            cmd,
+            args,
+          },
+        ),
       );
     });
     child.on("close", (code, signal) => {

@@ -11,7 +11,6 @@ import {
   ROOTFS_HEADROOM_BYTES,
   ROOTFS_HEADROOM_FRACTION,
   ROOTFS_LABEL,
-  ROOTFS_PACKAGES,
   ROOTFS_UUID,
   SOURCE_DATE_EPOCH,
   SUITE,
@@ -50,7 +49,9 @@ export function rootfsInit(script) {
   const debugStart = s.indexOf('log "[init] /dev entries:"\n');
   const debugEnd = s.indexOf("if modprobe virtio_console > /dev/null 2>&1; then");
   if (debugStart < 0 || debugEnd < debugStart) {
-    throw new Error("could not find the debug listing block in Gondolin's rootfs init; update e2e/scripts");
+    throw new Error(
+      "could not find the debug listing block in Gondolin's rootfs init; update @pi-sandbox/image builder/",
+    );
   }
   s = s.slice(0, debugStart) + s.slice(debugEnd);
   s = replaceOnce(
@@ -103,13 +104,13 @@ const FAST_CA_UPDATE = `fast_update_ca_certificates() {
 }
 `;
 
-/** debootstrap minbase + ROOTFS_PACKAGES into `<work>/rootfs`. */
-export async function debootstrap(work, logFile) {
+/** debootstrap minbase + `packages` into `<work>/rootfs`. */
+export async function debootstrap(work, packages, logFile) {
   const root = path.join(work, "rootfs");
-  log(`debootstrap ${SUITE} (minbase + ${ROOTFS_PACKAGES.length} packages; about 2-3 min)`);
+  log(`debootstrap ${SUITE} (minbase + ${packages.length} packages; about 2-3 min)`);
   await run(
     "debootstrap",
-    ["--variant=minbase", `--include=${ROOTFS_PACKAGES.join(",")}`, "--merged-usr", SUITE, root, DEBIAN_MIRROR],
+    ["--variant=minbase", `--include=${packages.join(",")}`, "--merged-usr", SUITE, root, DEBIAN_MIRROR],
     {
       logFile,
       capture: false,
@@ -146,7 +147,7 @@ async function normalizeShadow(root) {
 }
 
 /** Add Gondolin's pieces and the kernel modules, and strip machine-specific and volatile files. */
-export async function customizeRootfs({ root, helpersDir, kernel, kernelRelease, initScript }) {
+export async function customizeRootfs({ root, helpersDir, kernel, kernelRelease, initScript, fdLink }) {
   log("customising the root filesystem");
   await writeFile(path.join(root, "init"), rootfsInit(initScript), { mode: 0o755 });
   for (const name of GUEST_HELPERS) {
@@ -167,6 +168,12 @@ export async function customizeRootfs({ root, helpersDir, kernel, kernelRelease,
   await symlink("/etc/udhcpc/default.script", path.join(root, "usr", "share", "udhcpc", "default.script"));
   await rm(path.join(root, "usr", "bin", "python"), { force: true });
   await symlink("python3", path.join(root, "usr", "bin", "python"));
+  if (fdLink) {
+    // Debian names fd's binary fdfind; `fd` is what people type.
+    await mkdir(path.join(root, "usr", "local", "bin"), { recursive: true });
+    await rm(path.join(root, "usr", "local", "bin", "fd"), { force: true });
+    await symlink("/usr/bin/fdfind", path.join(root, "usr", "local", "bin", "fd"));
+  }
 
   await writeFile(path.join(root, "etc", "hostname"), `${GUEST_HOSTNAME}\n`);
   await writeFile(
@@ -209,11 +216,23 @@ async function treeBytes(root) {
   return Number(out.split(/\s/)[0]);
 }
 
-/** Pack the tree into a journaled ext4 image with room to spare; resize2fs can grow it later. */
-export async function makeExt4({ root, outFile, logFile }) {
+/**
+ * Pack the tree into a journaled ext4 image with room to spare (or exactly `sizeGiB` when given);
+ * resize2fs can grow it later.
+ */
+export async function makeExt4({ root, outFile, logFile, sizeGiB }) {
   const content = await treeBytes(root);
   const mib = 1024 * 1024;
-  const size = Math.ceil((content * (1 + ROOTFS_HEADROOM_FRACTION) + ROOTFS_HEADROOM_BYTES) / mib) * mib;
+  const needed = Math.ceil((content * (1 + ROOTFS_HEADROOM_FRACTION) + ROOTFS_HEADROOM_BYTES) / mib) * mib;
+  const size = sizeGiB ? sizeGiB * 1024 * mib : needed;
+  if (size < needed) {
+    const err = new Error(
+      `the files need a ${Math.ceil(needed / mib)} MiB root filesystem, more than --size ${sizeGiB} GiB`,
+    );
+    err.code = "SIZE_TOO_SMALL";
+    err.neededGiB = Math.ceil(needed / (1024 * mib));
+    throw err;
+  }
   log(
     `writing rootfs.ext4: ${(content / mib).toFixed(0)} MiB of files in a ${(size / mib).toFixed(0)} MiB journaled ext4`,
   );

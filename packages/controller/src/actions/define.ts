@@ -41,6 +41,8 @@ export interface LocalContext {
   cwd: string;
   /** The caller's environment. */
   env: NodeJS.ProcessEnv;
+  /** Streams progress to the caller, when it asked for progress (long local actions: image build). */
+  progress?: (event: ProgressEvent) => void;
 }
 
 /** What a daemon handler may use: the instance's lifecycle and, while it runs, its guest. */

@@ -7,6 +7,8 @@ import { exec, execKill, execStatus } from "./exec.js";
 import { download, upload } from "./copy.js";
 import { read, write } from "./files.js";
 import { helpAction } from "./help-action.js";
+import { imageBuild, imageImport, imageInspect, imageList, imageRm } from "./image.js";
+import { init } from "./init.js";
 import { inspect } from "./inspect.js";
 import { create, destroy, prepare, start, stop } from "./lifecycle.js";
 import { list } from "./list.js";
@@ -41,6 +43,12 @@ export const ACTIONS = [
   secrets,
   doctor,
   shell,
+  init,
+  imageBuild,
+  imageList,
+  imageInspect,
+  imageRm,
+  imageImport,
 ] as const;
 
 type AnyAction = (typeof ACTIONS)[number];
@@ -73,3 +81,6 @@ export function findCliAction(command: string): ActionSpec | undefined {
     (spec) => spec.cli && (spec.name === command || spec.cli.aliases?.includes(command)),
   );
 }
+
+/** Commands written as two words on the command line: `image build` is the action `image-build`. */
+export const COMMAND_GROUPS: readonly string[] = ["image"];

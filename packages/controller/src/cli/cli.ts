@@ -6,7 +6,7 @@
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import { escapeControlChars, isCodedError } from "@pi-sandbox/config";
 import { UsageError, type ActionSpec, type CliInput, type CliMapping, type CliRun } from "../actions/define.js";
-import { findAction, findCliAction } from "../actions/registry.js";
+import { ACTIONS, COMMAND_GROUPS, findAction, findCliAction } from "../actions/registry.js";
 import { callAction, renderHelp, type ProgressEvent } from "../client/index.js";
 import { ControllerError } from "../errors.js";
 import { COMPLETION_SHELLS, completionScript } from "./completion.js";
@@ -34,8 +34,31 @@ export type ParsedCommand =
   | { kind: "version" }
   | { kind: "completion"; shell: (typeof COMPLETION_SHELLS)[number] };
 
+/**
+ * `image build …` as `image-build …`: a two-word command (COMMAND_GROUPS) becomes its action's
+ * name, as the command word or after `help`. A group word alone is a usage error naming its
+ * subcommands.
+ */
+export function joinCommandGroups(argv: string[]): string[] {
+  let at = argv.findIndex((a) => !a.startsWith("-"));
+  if (argv[at] === "help") at = argv.findIndex((a, i) => i > at && !a.startsWith("-"));
+  const group = argv[at];
+  if (at < 0 || group === undefined || !COMMAND_GROUPS.includes(group)) return argv;
+  const sub = argv[at + 1];
+  if (sub !== undefined && findCliAction(`${group}-${sub}`)) {
+    return [...argv.slice(0, at), `${group}-${sub}`, ...argv.slice(at + 2)];
+  }
+  const subs = ACTIONS.filter((spec) => spec.name.startsWith(`${group}-`)).map((spec) =>
+    spec.name.slice(group.length + 1),
+  );
+  throw new UsageError(
+    `${group} needs a subcommand: ${subs.join(", ")}${sub !== undefined && !sub.startsWith("-") ? ` (not ${sub})` : ""}`,
+  );
+}
+
 /** Parses a command line (without node and script); throws `UsageError` (or parseArgs' TypeError). */
-export async function actionFromArgv(argv: string[]): Promise<ParsedCommand> {
+export async function actionFromArgv(rawArgv: string[]): Promise<ParsedCommand> {
+  const argv = joinCommandGroups(rawArgv);
   const command = argv.find((a) => !a.startsWith("-"));
   if (command === undefined) {
     const { values } = parseArgs({
@@ -182,7 +205,13 @@ export async function runCli(argv: string[]): Promise<number> {
   try {
     parsed = await actionFromArgv(argv);
   } catch (error) {
-    return usageError(argv, error as Error);
+    let joined = argv;
+    try {
+      joined = joinCommandGroups(argv);
+    } catch {
+      // the group word alone: the error already names its subcommands
+    }
+    return usageError(joined, error as Error);
   }
   switch (parsed.kind) {
     case "version":

@@ -4,7 +4,8 @@ import { access } from "node:fs/promises";
 import { arch, platform } from "node:os";
 import { delimiter, join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { loadConfig } from "@pi-sandbox/config";
+import { isImageName, loadConfig } from "@pi-sandbox/config";
+import { DEFAULT_IMAGE_NAME, imageCacheRoot, isImageError, listImages, resolveImageRef } from "@pi-sandbox/image";
 import { chooseAccelerator, loadImageDir, probeHost, resolveAccelerator } from "@pi-sandbox/vm/host";
 import { isControllerError } from "../errors.js";
 import type { StateLayout } from "../state/layout.js";
@@ -134,6 +135,56 @@ async function acceleratorCheck(
   };
 }
 
+/** The command that builds the image `image: default` names. */
+const BUILD_COMMAND = "pi-sandbox image build";
+
+/**
+ * The assets directory of a config's `image:` (a path as given, a name looked up in the image
+ * cache), or undefined after pushing the failed check that says which command builds one.
+ */
+async function configImageDir(
+  image: string | undefined,
+  env: NodeJS.ProcessEnv,
+  checks: DoctorCheck[],
+): Promise<string | undefined> {
+  if (image === undefined) {
+    checks.push({
+      name: "image",
+      status: "fail",
+      detail: "no image: set; Gondolin's default image has no python3, so commands and services cannot run",
+      fix: `Build one with \`${BUILD_COMMAND}\` and add \`image: default\` to sandbox.yaml.`,
+    });
+    return undefined;
+  }
+  if (!isImageName(image)) return image;
+  try {
+    return await resolveImageRef(image, env);
+  } catch (error) {
+    checks.push({
+      name: "image",
+      status: "fail",
+      detail: `image ${image} is not built`,
+      fix: `Build it: \`${BUILD_COMMAND}${image === DEFAULT_IMAGE_NAME ? "" : ` ${image}`}\` (\`pi-sandbox image list\` shows the built ones).`,
+    });
+    if (!isImageError(error)) throw error;
+    return undefined;
+  }
+}
+
+/** Without a config: whether any image is built, and the command that builds one if not. */
+async function imagesCheck(env: NodeJS.ProcessEnv): Promise<DoctorCheck> {
+  const names = (await listImages(imageCacheRoot(env)).catch(() => [])).flatMap((i) => (i.name ? [i.name] : []));
+  if (names.length === 0) {
+    return {
+      name: "images",
+      status: "warn",
+      detail: "no guest image is built",
+      fix: `Build one: \`${BUILD_COMMAND}\` (then \`image: default\` in sandbox.yaml).`,
+    };
+  }
+  return { name: "images", status: "ok", detail: `built: ${names.join(", ")}` };
+}
+
 /** Checks the host and, given a config, its image; each failed check says how to fix it. */
 export async function runDoctor(
   layout: StateLayout,
@@ -193,19 +244,17 @@ export async function runDoctor(
     try {
       const config = await loadConfig(configPath);
       checks.push({ name: "config", status: "ok", detail: `${configPath} is valid` });
-      if (!config.image) {
-        checks.push({
-          name: "image",
-          status: "warn",
-          detail: "no image: set, Gondolin's default image will be used",
-          fix: "Set image: to a Gondolin assets directory.",
-        });
-      } else {
-        kernelPath = (await loadImageDir(config.image).catch(() => undefined))?.kernelPath;
-        const rootfs = join(config.image, "rootfs.ext4");
+      const imagePath = await configImageDir(config.image, options.env, checks);
+      if (imagePath !== undefined) {
+        kernelPath = (await loadImageDir(imagePath).catch(() => undefined))?.kernelPath;
+        const rootfs = join(imagePath, "rootfs.ext4");
         try {
           await access(rootfs, constants.R_OK);
-          checks.push({ name: "image", status: "ok", detail: config.image });
+          checks.push({
+            name: "image",
+            status: "ok",
+            detail: imagePath === config.image ? imagePath : `${config.image}: ${imagePath}`,
+          });
           for (const t of GUEST_TOOLS) {
             let found = false;
             for (const p of t.paths) if (!found) found = await pathInExt4(rootfs, p);
@@ -225,7 +274,7 @@ export async function runDoctor(
             name: "image",
             status: "fail",
             detail: `${rootfs} is missing or unreadable`,
-            fix: "Point image: at a Gondolin assets directory (vmlinuz-virt, initramfs.cpio.lz4, rootfs.ext4, manifest.json).",
+            fix: `Point image: at a Gondolin assets directory (vmlinuz-virt, initramfs.cpio.lz4, rootfs.ext4, manifest.json), or build one: ${BUILD_COMMAND}.`,
           });
         }
       }
@@ -241,6 +290,7 @@ export async function runDoctor(
       });
     }
   }
+  if (!options.config) checks.push(await imagesCheck(options.env));
   checks.splice(acceleratorAt, 0, await acceleratorCheck(qemuPath, options.env, layout, kernelPath));
   return { ok: checks.every((c) => c.status !== "fail"), checks };
 }

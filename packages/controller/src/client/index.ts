@@ -117,7 +117,7 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
           layout,
         )
       : undefined;
-  const local = { layout, cwd, env };
+  const local = { layout, cwd, env, ...(options.onProgress ? { progress: options.onProgress } : {}) };
   if (spec.route === "local") return spec.run(args, local);
   const answered = spec.runLocally?.(args, local);
   if (answered) return answered;

@@ -14,6 +14,7 @@ import { readRecord, readStatus, writeRecord, type EntryRecord, type EntryStatus
 import type { ProgressEvent } from "../wire.js";
 import type { ConfigSource } from "./context.js";
 import { installGuestConfig, readConfigFile, runSetup } from "./guest-setup.js";
+import { withImageDir } from "../image-ref.js";
 import { recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import { newSecretSalt } from "./secrets.js";
@@ -94,6 +95,7 @@ export async function createInstance(
   };
   if (source.config !== undefined) {
     ({ config, text: configText } = await readConfigFile(source.config, source.configSha256));
+    config = await withImageDir(config);
     noticeDeclares(config, progress);
     record.configPath = source.config;
     progress({ stage: "disk", message: `creating a ${config.diskGiB} GiB disk` });
@@ -178,7 +180,9 @@ export async function prepareTemplate(
       details: { name },
     });
   }
-  const { config, text: configText } = await readConfigFile(source.config, source.configSha256);
+  const read = await readConfigFile(source.config, source.configSha256);
+  const config = await withImageDir(read.config);
+  const configText = read.text;
   noticeDeclares(config, progress);
   const secretSalt = newSecretSalt();
   const templateDir = layout.diskDir("templates", name);

@@ -1,0 +1,44 @@
+// Types of the builder's surface (index.mjs) for the package's TypeScript side.
+
+/** A resolved recipe: what src/recipe.ts makes of `--with`, `--packages` and `--size`. */
+export interface BuilderRecipe {
+  /** Feature names, sorted. */
+  features: string[];
+  /** Debian packages on top of BASE_PACKAGES, sorted. */
+  packages: string[];
+  /** npm registry tools to unpack into /usr/local (keys of NPM_TOOLS), sorted. */
+  npmTools: string[];
+  /** Link /usr/local/bin/fd to Debian's fdfind. */
+  fdLink: boolean;
+  /** Size of rootfs.ext4 in GiB; null sizes it to the content plus headroom. */
+  sizeGiB: number | null;
+}
+
+/** Build or reuse the image of `recipe` under `root`. */
+export function ensureImage(options: {
+  root: string;
+  recipe: BuilderRecipe;
+  rebuild?: boolean;
+  prune?: { keep: Set<string> };
+  preflight?: () => Promise<void>;
+}): Promise<{ dir: string; id: string; reused: boolean }>;
+/** True when `dir` holds a finished image. */
+export function isComplete(dir: string): boolean;
+/** The cache root for `env`. */
+export function cacheRoot(env?: NodeJS.ProcessEnv): string;
+/** `<root>/builds/<id>`. */
+export function buildDir(root: string, id: string): string;
+/** Delete a directory, unmounting what an interrupted build left mounted inside it first. */
+export function removeBuildDir(dir: string): Promise<void>;
+/** Packages every image has. */
+export const BASE_PACKAGES: readonly string[];
+/** npm registry tools by name. */
+export const NPM_TOOLS: Record<string, { spec: string; integrity: string }>;
+/** The Debian release. */
+export const SUITE: string;
+/** The Zig release that compiles Gondolin's helpers. */
+export const ZIG_VERSION: string;
+/** Asset file names by role. */
+export const ASSET_FILES: { kernel: string; initramfs: string; rootfs: string };
+/** Where progress lines go: each message with the seconds since start, padded. */
+export function setLogSink(fn: (message: string, seconds: string) => void): void;

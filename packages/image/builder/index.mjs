@@ -1,0 +1,8 @@
+// What the package's TypeScript side (src/) uses of the builder. The builder stays plain ESM
+// JavaScript shipped as written, so the text the image id hashes is the same in a checkout and in
+// an installed tarball; index.d.mts types this surface.
+export { ensureImage, isComplete } from "./build.mjs";
+export { buildDir, cacheRoot, removeBuildDir } from "./cache.mjs";
+export { BASE_PACKAGES, NPM_TOOLS, SUITE, ZIG_VERSION } from "./config.mjs";
+export { ASSET_FILES } from "./manifest.mjs";
+export { setLogSink } from "./proc.mjs";
