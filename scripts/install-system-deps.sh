@@ -14,6 +14,9 @@ if ! command -v python3 >/dev/null 2>&1 || ! python3 -c "import ensurepip, venv"
 if ! command -v chromium-headless-shell >/dev/null 2>&1 && ! command -v chromium >/dev/null 2>&1; then
   missing+=(chromium-headless-shell)
 fi
+# The controller's node-floor test runs the pi-sandbox command on the distribution's own Node
+# (/usr/bin/node, older than the CLI's floor) to check the one-line refusal.
+[ -x /usr/bin/node ] || missing+=(nodejs)
 [ "${#missing[@]}" -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "install these with your package manager: ${missing[*]}" >&2

@@ -36,7 +36,7 @@ test("--service-command and --port end up in the service, quoted so YAML keeps t
     "5173",
   ]);
   expect(action).toMatchObject({ kind: "action" });
-  await callAction((action as { action: { action: "init" } }).action, { env, cwd: dir });
+  await callAction((action as unknown as { action: { action: "init" } }).action, { env, cwd: dir });
   const config = await loadConfig(join(dir, "sandbox.yaml"));
   expect(config.services.web).toMatchObject({ command: "npm run dev -- --port $PORT # x: y", port: 5173 });
 });
