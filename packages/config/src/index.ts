@@ -28,7 +28,7 @@ export type {
 export { parseSecretSource, expandHome } from "./secrets.js";
 export { HOST_SERVICE_SECRET_HOST, isHostServiceEntry, secretHostPorts, secretHttpHosts } from "./host-services.js";
 export type { SecretSource } from "./secrets.js";
-export { RESERVED_MOUNT_PATHS, RESERVED_SECRET_NAMES, isPathWithin } from "./schema.js";
+export { RESERVED_MOUNT_PATHS, RESERVED_SECRET_NAMES, SECRET_SOURCE_PATTERN, isPathWithin } from "./schema.js";
 export { hostPatternCovers } from "./rules.js";
 
 // Profiles
@@ -36,6 +36,7 @@ export { PROFILES, PROFILE_NAMES, DEFAULT_PROFILE } from "./profiles.js";
 export type { ProfileName, Resources } from "./profiles.js";
 
 // Names
+export { ENV_NAME_PATTERN } from "./schema.js";
 export {
   INSTANCE_NAME_PATTERN,
   IMAGE_NAME_PATTERN,
@@ -53,6 +54,10 @@ export type { Limits } from "./limits.js";
 // Text from a guest, made safe to print
 export { escapeControlChars, hasControlChars } from "./control-chars.js";
 export type { ControlCharOptions } from "./control-chars.js";
+
+// Helpers every package shares: shell quoting and crash-safe file writes
+export { shellQuote } from "./shell-quote.js";
+export { writeFileAtomic, writeJsonAtomic } from "./atomic-file.js";
 
 // Service references
 export { resolvePublicUrlReferences, referencedServices, findServicePlaceholders } from "./references.js";

@@ -1,5 +1,6 @@
 import { spawnSync } from "node:child_process";
-import { commandLine, shellQuote, splitShellWords } from "../src/actions/shell-words.js";
+import { shellQuote } from "@pi-sandbox/config";
+import { commandLine, splitShellWords } from "../src/actions/shell-words.js";
 
 test("split undoes quote, for the words the vm package's ssh line holds and for hostile ones", () => {
   const words = [

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseConfig } from "@pi-sandbox/config";
 import { callAction, ControllerError, StateLayout } from "../src/client/index.js";
-import { writeJsonAtomic } from "../src/state/atomic.js";
+import { writeJsonAtomic } from "@pi-sandbox/config";
 import { writeRecord, writeStatus } from "../src/state/records.js";
 
 let root: string;

@@ -1,6 +1,8 @@
-import { randomBytes } from "node:crypto";
-import { open, readFile, rename, rm } from "node:fs/promises";
+// Port leases of an instance's previews, kept in one JSON file so a reopened instance gets the
+// same origins.
+import { readFile } from "node:fs/promises";
 import path from "node:path";
+import { writeJsonAtomic } from "@pi-sandbox/config";
 import { IngressError } from "./errors.js";
 import { isLoopbackV4 } from "./host-guard.js";
 
@@ -172,26 +174,9 @@ export class JsonFilePortLeaseStore implements PortLeaseStore {
       ...(state.address === undefined ? {} : { address: state.address }),
       leases: state.leases,
     };
-    const dir = path.dirname(this.path);
-    const temp = path.join(dir, `.${path.basename(this.path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
     try {
-      const handle = await open(temp, "wx", 0o600);
-      try {
-        await handle.writeFile(`${JSON.stringify(body, null, 2)}\n`, "utf8");
-        await handle.sync();
-      } finally {
-        await handle.close();
-      }
-      await rename(temp, this.path);
-      // The rename is only durable once the directory entry is on disk.
-      const dirHandle = await open(dir, "r");
-      try {
-        await dirHandle.sync();
-      } finally {
-        await dirHandle.close();
-      }
+      await writeJsonAtomic(this.path, body);
     } catch (error) {
-      await rm(temp, { force: true }).catch(() => undefined);
       throw this.#failure(`cannot write the port lease file ${this.path}`, error);
     }
   }

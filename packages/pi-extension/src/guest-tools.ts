@@ -25,7 +25,8 @@ import {
   type ToolDefinition,
   type WriteOperations,
 } from "@earendil-works/pi-coding-agent";
-import { GuestInstance, shellQuote } from "./guest.js";
+import { shellQuote } from "@pi-sandbox/config";
+import { GuestInstance } from "./guest.js";
 
 /** Names of the tools an attach routes, in Pi's order. */
 export const ROUTED_TOOLS = ["read", "bash", "edit", "write", "grep", "find", "ls"] as const;

@@ -2,6 +2,7 @@
 // exec-status, exec-kill, read and write actions. Nothing the guest returns is trusted: sizes,
 // base64 and probe lines are checked, and every transfer is bounded.
 
+import { shellQuote } from "@pi-sandbox/config";
 import type { ExecView } from "@pi-sandbox/controller/client";
 import type { CallActionFn } from "./tool.js";
 
@@ -23,11 +24,6 @@ const STREAM_WAIT_MS = 1_000;
 const HELPER_POLL_MS = 5_000;
 /** Longest a helper command (probe, stat, listing, search, file chunk) may run before it is killed. */
 const HELPER_WAIT_MS = 60_000;
-
-/** Quotes one word for the guest shell. */
-export function shellQuote(value: string): string {
-  return `'${value.replace(/'/g, `'\\''`)}'`;
-}
 
 /** What the attach probe found in the guest. */
 export interface GuestFacts {

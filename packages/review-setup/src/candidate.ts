@@ -3,8 +3,9 @@
 // previous candidate is kept (a running Pi may use it), older ones go. A failing step leaves the
 // current candidate as it was.
 
+import { shellQuote } from "@pi-sandbox/config";
 import { ReviewSetupError } from "./errors.js";
-import { shellQuote, type GuestSession } from "./guest.js";
+import type { GuestSession } from "./guest.js";
 import type { ReviewLayout } from "./layout.js";
 import type { StepEvent, StepName } from "./refresh.js";
 import type { Snapshot } from "./snapshot.js";

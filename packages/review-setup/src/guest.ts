@@ -84,8 +84,3 @@ export function controllerGuest(
     },
   };
 }
-
-/** Quotes a string for a POSIX shell. */
-export function shellQuote(text: string): string {
-  return /^[A-Za-z0-9_./:=@%+-]+$/.test(text) ? text : `'${text.replaceAll("'", `'\\''`)}'`;
-}

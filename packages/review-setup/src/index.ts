@@ -27,7 +27,8 @@ export type { RefreshLockHolder, RefreshLockSeams } from "./lock.js";
 export { listWorkingFiles, createSnapshot, sha256File } from "./snapshot.js";
 export type { Snapshot, SnapshotOptions, WorkingFiles, Vcs } from "./snapshot.js";
 // Guest access, layout, launch
-export { controllerGuest, shellQuote } from "./guest.js";
+export { controllerGuest } from "./guest.js";
+export { shellQuote } from "@pi-sandbox/config";
 export type { GuestSession, GuestResult, ControllerOptions } from "./guest.js";
 export { reviewLayout } from "./layout.js";
 export type { ReviewLayout } from "./layout.js";

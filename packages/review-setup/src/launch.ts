@@ -1,4 +1,4 @@
-import { shellQuote } from "./guest.js";
+import { shellQuote } from "@pi-sandbox/config";
 import type { ReviewLayout } from "./layout.js";
 
 /** Options of `launchCommand`. */

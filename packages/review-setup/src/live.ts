@@ -1,8 +1,9 @@
 // Guest side of live mode: the placeholder in the private agent dir, then one real response.
+import { shellQuote } from "@pi-sandbox/config";
 import type { CallActionOptions } from "@pi-sandbox/controller/client";
 import type { HostCredential } from "./credentials.js";
 import { ReviewSetupError } from "./errors.js";
-import { shellQuote, type ControllerOptions, type GuestSession } from "./guest.js";
+import type { ControllerOptions, GuestSession } from "./guest.js";
 import { pushLiveSecret } from "./host-secrets.js";
 import { launchCommand } from "./launch.js";
 import type { ReviewLayout } from "./layout.js";

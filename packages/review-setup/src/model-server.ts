@@ -7,13 +7,16 @@ import { homedir } from "node:os";
 import { resolve } from "node:path";
 import {
   HOST_SERVICES_HOSTNAME,
+  SECRET_SOURCE_PATTERN,
   expandHome,
+  hasControlChars,
   parseSecretSource,
   secretHostPorts,
   type SecretConfig,
+  shellQuote,
 } from "@pi-sandbox/config";
 import { ReviewSetupError } from "./errors.js";
-import { shellQuote, type GuestSession } from "./guest.js";
+import type { GuestSession } from "./guest.js";
 import type { ReviewLayout } from "./layout.js";
 
 /** Pi provider id of the model server in the guest (the extension refreshes this one). */
@@ -64,7 +67,7 @@ function usage(message: string, hint: string): ReviewSetupError {
  */
 export function parseModelServerKey(text: string, cwd = process.cwd()): string {
   const hint = "Example: --model-server-key env:OMLX_API_KEY or --model-server-key file:~/.config/omlx/key";
-  if (!/^(?:env:[A-Za-z_][A-Za-z0-9_]*|file:\S(?:.*\S)?)$/.test(text)) {
+  if (!SECRET_SOURCE_PATTERN.test(text)) {
     throw usage(
       "--model-server-key must name where the host reads the key (env:VAR or file:PATH), never the key itself",
       hint,
@@ -187,13 +190,7 @@ export function servedModelsOf(body: unknown): { id: string; loaded: boolean }[]
   const seen = new Map<string, boolean>();
   for (const entry of data) {
     const { id, status } = (entry ?? {}) as { id?: unknown; status?: unknown };
-    if (
-      typeof id !== "string" ||
-      id.trim() === "" ||
-      id.length > MAX_ID_CHARS ||
-      /[\u0000-\u001f\u007f-\u009f]/.test(id)
-    )
-      continue;
+    if (typeof id !== "string" || id.trim() === "" || id.length > MAX_ID_CHARS || hasControlChars(id)) continue;
     if (seen.has(id)) continue;
     const state = typeof status === "object" && status !== null ? (status as { value?: unknown }).value : status;
     seen.set(id, state === "loaded");

@@ -2,11 +2,12 @@
 // -> agent dir -> (live: credentials -> live check). Guest work goes through GuestSession only; the
 // candidate's steps (transfer to switch) are in candidate.ts.
 import { resolve } from "node:path";
+import { shellQuote } from "@pi-sandbox/config";
 import type { CallActionOptions } from "@pi-sandbox/controller/client";
 import type { ReviewSetupArgs } from "./args.js";
 import { resolveHostCredential, type HostCredential } from "./credentials.js";
 import { ReviewSetupError } from "./errors.js";
-import { controllerGuest, shellQuote, type ControllerOptions, type GuestSession } from "./guest.js";
+import { controllerGuest, type ControllerOptions, type GuestSession } from "./guest.js";
 import { declareLiveSecrets, hostLoginProviders, requireSecret } from "./host-secrets.js";
 import { checkGuestTools, ensureInstance, GUEST_PROBE } from "./instance.js";
 import { launchCommand } from "./launch.js";

@@ -4,8 +4,8 @@
 // depends on, in dependency order.
 import { readFile } from "node:fs/promises";
 import { join, posix } from "node:path";
+import { shellQuote } from "@pi-sandbox/config";
 import { ReviewSetupError } from "./errors.js";
-import { shellQuote } from "./guest.js";
 
 /** `full`: the whole workspace. `pi`: only what the launch command needs. */
 export type InstallScope = "full" | "pi";

@@ -2,8 +2,9 @@ import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
+import { writeFileAtomic } from "@pi-sandbox/config";
 import { VmError } from "./errors.js";
-import { allocatedBytes, fsyncDir, fsyncFile, readJsonIfExists, writeFileAtomic } from "./fs-util.js";
+import { allocatedBytes, fsyncDir, fsyncFile, readJsonIfExists } from "./fs-util.js";
 import { type RecordedImage } from "./image.js";
 import { QEMU_PID_FILE } from "./qemu-process.js";
 

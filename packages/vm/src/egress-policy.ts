@@ -1,5 +1,5 @@
 import type { DnsOptions, HttpHooks, TcpOptions } from "@earendil-works/gondolin";
-import { HOST_SERVICES_HOSTNAME, secretHttpHosts } from "@pi-sandbox/config";
+import { ENV_NAME_PATTERN, HOST_SERVICES_HOSTNAME, secretHttpHosts } from "@pi-sandbox/config";
 import { VmError } from "./errors.js";
 import type { GondolinModule } from "./gondolin-loader.js";
 import { isHostAllowed } from "./host-patterns.js";
@@ -161,8 +161,6 @@ export function secretStore(secrets: Readonly<Record<string, VmSecret>>): Secret
   return store;
 }
 
-const SECRET_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
-
 /** An HTTP header name (RFC 9110 token). */
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$/;
 
@@ -171,7 +169,7 @@ function invalid(name: string, message: string): VmError {
 }
 
 function checkSecret(name: string, secret: VmSecret, store: SecretStore): void {
-  if (!SECRET_NAME.test(name)) {
+  if (!ENV_NAME_PATTERN.test(name)) {
     throw invalid(name, `secret name ${JSON.stringify(name)} is not an environment variable name`);
   }
   checkValue(name, secret.value, secret.placeholder);

@@ -3,7 +3,7 @@ import { createHash } from "node:crypto";
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
-import { writeFileAtomic } from "./fs-util.js";
+import { writeFileAtomic } from "@pi-sandbox/config";
 import { isAlive, processStartTime, type ProcessIdentity } from "./process-util.js";
 
 /**

@@ -1,7 +1,8 @@
 import fsp from "node:fs/promises";
 import path from "node:path";
+import { shellQuote, writeFileAtomic } from "@pi-sandbox/config";
 import { VmError } from "./errors.js";
-import { writeFileAtomic, readJsonIfExists } from "./fs-util.js";
+import { readJsonIfExists } from "./fs-util.js";
 import { findExecutable, qemuArchOf } from "./host.js";
 import { inspectDiskLock } from "./disk-lock.js";
 import { QMP_SOCKET_NAME } from "./qmp.js";
@@ -108,10 +109,6 @@ export async function prepareQemuLauncher(binDir: string, arch: string = process
     seccomp: seccomp.supported,
     ...(seccomp.problem !== undefined ? { seccompProblem: seccomp.problem } : {}),
   };
-}
-
-function shellQuote(value: string): string {
-  return `'${value.replace(/'/g, `'\\''`)}'`;
 }
 
 /** Contents of the QEMU pid record. */

@@ -1,7 +1,7 @@
 // exec, exec-status and exec-kill: commands in the guest, with handles for the ones still running.
 
 import * as v from "valibot";
-import { LIMITS } from "@pi-sandbox/config";
+import { ENV_NAME_PATTERN, LIMITS } from "@pi-sandbox/config";
 import type { ExecKillResult, ExecResult } from "@pi-sandbox/supervisor";
 import { UsageError, defineAction, type CliInput } from "./define.js";
 import { actionSchema, arg, intOption, name, nameArg, positional, text, timeoutArg, waitMs } from "./parts.js";
@@ -29,11 +29,11 @@ function briefExec(result: ExecView): string | undefined {
   return typeof result.exitCode === "number" ? `exit ${result.exitCode}` : undefined;
 }
 
-/** An environment variable name, as the config's rule for service env. */
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
-
 const envSchema = v.record(
-  v.pipe(v.string(), v.regex(ENV_NAME, "is not a variable name (letters, digits and _, not starting with a digit)")),
+  v.pipe(
+    v.string(),
+    v.regex(ENV_NAME_PATTERN, "is not a variable name (letters, digits and _, not starting with a digit)"),
+  ),
   v.pipe(
     v.string(),
     v.check((value: string) => !value.includes("\0"), "must not contain a NUL character"),

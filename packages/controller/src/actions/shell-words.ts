@@ -1,20 +1,11 @@
 // POSIX shell words: quoting the argv of `pi-sandbox exec … -- cmd args` into one command line for
 // the guest's login shell, and splitting the ssh command that `shell` returns back into an argv.
+import { shellQuote } from "@pi-sandbox/config";
 
-const PLAIN = /^[A-Za-z0-9_./:=@%+,-]+$/;
 /** Words the shell reads as syntax in a command's place (bash's list); quoted, they are a command name again. */
 const RESERVED = new Set(
   "! case coproc do done elif else esac fi for function if in select then time until while [[ ]] { }".split(" "),
 );
-
-/** One word as the shell reads it back unchanged: plain words as they are, others single-quoted. */
-export function shellQuote(word: string): string {
-  return PLAIN.test(word) ? word : singleQuoted(word);
-}
-
-function singleQuoted(word: string): string {
-  return `'${word.replace(/'/g, "'\\''")}'`;
-}
 
 /**
  * The command line of an argv: one word is already a shell command line (`exec demo -- 'ls | wc'`)
@@ -25,14 +16,15 @@ export function commandLine(argv: readonly string[]): string {
   // In the first place `A=b` would be an assignment and `if` a keyword; docker would run a program
   // of that name, so they are quoted.
   const [program, ...args] = argv as [string, ...string[]];
-  const first = program.includes("=") || RESERVED.has(program) ? singleQuoted(program) : shellQuote(program);
+  const quoted = shellQuote(program);
+  const first = quoted === program && (program.includes("=") || RESERVED.has(program)) ? `'${program}'` : quoted;
   return [first, ...args.map(shellQuote)].join(" ");
 }
 
 /**
  * Splits a command line into words the way a POSIX shell does for quotes and backslashes (no
  * expansions, no operators); undefined when a quote is left open. Used on the `ssh …` line that
- * the vm package builds with {@link shellQuote}'s rules.
+ * the vm package builds with `shellQuote`'s rules (`@pi-sandbox/config`).
  */
 export function splitShellWords(text: string): string[] | undefined {
   const words: string[] = [];

@@ -8,8 +8,7 @@
 import { createHash } from "node:crypto";
 import { realpath } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { parseConfig, readConfigText, type SandboxConfig } from "@pi-sandbox/config";
-import { shellQuote } from "../actions/shell-words.js";
+import { parseConfig, readConfigText, shellQuote, type SandboxConfig } from "@pi-sandbox/config";
 import { ControllerError, isControllerError } from "../errors.js";
 import {
   confirmationRequired,

@@ -3,9 +3,8 @@
 
 import { createHash } from "node:crypto";
 import { posix } from "node:path";
-import { parseConfig, readConfigText, type SandboxConfig } from "@pi-sandbox/config";
+import { parseConfig, readConfigText, shellQuote, type SandboxConfig } from "@pi-sandbox/config";
 import type { SetupResult, SupervisorClient } from "@pi-sandbox/supervisor";
-import { shellQuote } from "../actions/shell-words.js";
 import { ControllerError } from "../errors.js";
 import type { ProgressEvent } from "../wire.js";
 import { withSetupProgress } from "./setup-progress.js";

@@ -3,9 +3,9 @@
 // named by its sha256, so an edited config is a new text and is asked about again.
 
 import { mkdir } from "node:fs/promises";
-import type { SandboxConfig } from "@pi-sandbox/config";
 import { dirname } from "node:path";
-import { readJson, writeJsonAtomic } from "./atomic.js";
+import { writeJsonAtomic, type SandboxConfig } from "@pi-sandbox/config";
+import { readJson } from "./read-json.js";
 import type { StateLayout } from "./layout.js";
 
 /** What is kept of one trusted config. */

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { lstat, mkdir, stat } from "node:fs/promises";
 import { homedir, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { isValidInstanceName } from "@pi-sandbox/config";
+import { assertValidInstanceName, isConfigError } from "@pi-sandbox/config";
 import { ControllerError } from "../errors.js";
 
 /** The two name spaces under the state root. */
@@ -21,12 +21,19 @@ export function resolveStateRoot(env: NodeJS.ProcessEnv = process.env): string {
   return join(env.HOME ?? homedir(), ".local", "state", "pi-sandbox");
 }
 
-/** Throws CONTROLLER_INVALID_NAME unless `name` is a valid instance/template name. */
-export function assertName(name: unknown, what = "name"): asserts name is string {
-  if (typeof name !== "string" || !isValidInstanceName(name)) {
-    throw new ControllerError("CONTROLLER_INVALID_NAME", `${what} ${JSON.stringify(name)} is not a valid name`, {
-      hint: "Use 1-40 characters, a lowercase letter first, then lowercase letters, digits or '-': a name like `demo` or `web-2`.",
-      details: { name },
+/**
+ * Throws CONTROLLER_INVALID_NAME unless `name` is a valid instance/template name: config's check
+ * (`assertValidInstanceName`), its message and hint, under the controller's code.
+ */
+export function assertName(name: unknown, kind = "instance"): asserts name is string {
+  try {
+    assertValidInstanceName(name, kind);
+  } catch (error) {
+    if (!isConfigError(error)) throw error;
+    throw new ControllerError("CONTROLLER_INVALID_NAME", error.message, {
+      hint: error.hint,
+      details: error.details,
+      cause: error,
     });
   }
 }

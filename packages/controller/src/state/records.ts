@@ -1,6 +1,6 @@
 import { readdir } from "node:fs/promises";
-import { isValidInstanceName, type SandboxConfig } from "@pi-sandbox/config";
-import { readJson, writeJsonAtomic } from "./atomic.js";
+import { isValidInstanceName, writeJsonAtomic, type SandboxConfig } from "@pi-sandbox/config";
+import { readJson } from "./read-json.js";
 import type { EntryKind, StateLayout } from "./layout.js";
 
 /** Lifecycle states of an entry. */
