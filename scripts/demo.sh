@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # One command from a fresh clone to a running demo environment: system packages, npm ci, build,
-# a guest image (built locally, cached), then `pi-sandbox create demo` (or `start` if it exists).
+# a guest image (`pi-sandbox image build`: built locally, cached, the same one npm test boots),
+# then `pi-sandbox create demo` (or `start` if it exists).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-system-deps.sh
 [ -d node_modules ] || npm ci --no-audit --no-fund
 npm run -s build >/dev/null
+cli() { npx --no-install pi-sandbox "$@"; }
 echo "getting a guest image (the first build takes a few minutes)…" >&2
-image=$(npm run -s test-image | tail -n 1)
+cli image build >&2
 
 mkdir -p .demo
 cat > .demo/sandbox.yaml <<YAML
 version: 1
 profile: tiny
 diskGiB: 4
-image: $image
+image: default
 setup:
   - printf 'Hello from the guest\n' > /workspace/index.html
 services:
@@ -25,7 +27,6 @@ services:
     preview: true
 YAML
 
-cli() { npx --no-install pi-sandbox "$@"; }
 if cli inspect demo >/dev/null 2>&1; then
   cli start demo
 else
