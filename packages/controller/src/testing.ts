@@ -15,6 +15,8 @@ export {
 } from "./testing-runtime.js";
 export { InstanceController } from "./daemon/instance.js";
 export { createVmRuntime } from "./daemon/runtime.js";
+/** For a host-side fake HTTPS API behind `createVmRuntime`'s `upstream` seam (review-setup may not import vm). */
+export { selfSignedCert } from "@pi-sandbox/vm/testing";
 export { runDaemon } from "./daemon/server.js";
 export { createFileLogger } from "./daemon/log.js";
 

@@ -10,6 +10,14 @@ import { makeSandbox, teardown, type Sandbox } from "../src/testing.js";
 const ENV_VALUE = "pisb-vm-env-token-5d3c2a19";
 const FILE_VALUE = "pisb-vm-file-token-0be7c6f4";
 
+// Node's fetch through the VM's TLS proxy, as Pi's provider clients do; any HTTP answer means the
+// guest's Node accepted the proxy's certificate.
+const TLS_PROBE = `fetch("https://api.example.com/").then(
+  () => console.log("tls ok"),
+  (error) => console.log("tls failed", error.cause?.code ?? error.message),
+);
+`;
+
 let sandbox: Sandbox;
 
 beforeAll(async () => {
@@ -53,7 +61,7 @@ function runSsh(command: string, remote: string): Promise<{ code: number | null;
   );
 }
 
-test("setup, exec and a terminal see placeholders, a mount is read-only, and no value is left anywhere", async () => {
+test("setup, exec and a terminal see placeholders and trust the TLS proxy, a mount is read-only, and no value is left anywhere", async () => {
   const prepared = await sandbox.call({ action: "prepare", name: "base", config: "sandbox.yaml" });
   expect(prepared.state).toBe("prepared");
   const created = await sandbox.call({ action: "create", name: "demo", template: "base" });
@@ -84,6 +92,13 @@ test("setup, exec and a terminal see placeholders, a mount is read-only, and no 
   const shell = await sandbox.call({ action: "shell", name: "demo" });
   const login = await runSsh(shell.command as string, `sh -lc 'printf "%s %s\\n" "$API_TOKEN" "$FILE_TOKEN"'`);
   expect(login).toEqual({ code: 0, stdout: `${placeholders}\n` });
+  // HTTPS goes through the VM's TLS proxy: Node trusts its CA in an exec (the VM's environment
+  // names it) and in a terminal (the profile `shell` writes), with nothing turned off. The
+  // handshake is what is checked; the upstream's answer does not matter.
+  await sandbox.call({ action: "write", name: "demo", path: "/tmp/tls.js", content: TLS_PROBE });
+  const execTls = await sandbox.call({ action: "exec", name: "demo", cmd: "node /tmp/tls.js" });
+  expect(execTls.output).toBe("tls ok\n");
+  expect(await runSsh(shell.command as string, "sh -lc 'node /tmp/tls.js'")).toEqual({ code: 0, stdout: "tls ok\n" });
 
   const guestEnviron = await sandbox.call({
     action: "exec",

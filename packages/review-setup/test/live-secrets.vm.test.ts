@@ -1,14 +1,18 @@
 // Live mode with the credential kept on the host, on one real VM: a host-side fake provider stands
-// for api.anthropic.com (this process's `dns.lookup` sends that name to 127.0.0.1, and the
-// controller runs in-process with that name as an allowed internal host, the way the vm package's
-// secrets test reaches its fake API). The host has a Claude Pro/Max-style OAuth login; the guest's
-// stand-in for Pi sends what its auth.json holds, and the fake provider must receive the real
-// token. Then a rotated token reaches it after a second refresh, without a restart, and after a
-// stop no byte of either token is anywhere in the state root (disk layers included).
+// for https://api.anthropic.com (this process's `dns.lookup` sends that name to 127.0.0.1, and the
+// controller runs in-process with that name as an allowed internal host and the runtime's
+// `upstream` seam, which trusts the fake's self-signed certificate and dials its port for the
+// guest's HTTPS to port 443, the way the vm package's secrets test reaches its fake API). The
+// guest's Node (the stand-in for Pi) and curl reach it through Gondolin's MITM CA, which they must
+// trust as they find it (no -k, no NODE_TLS_REJECT_UNAUTHORIZED). The host has a Claude
+// Pro/Max-style OAuth login; the guest's stand-in for Pi sends what its auth.json holds, and the
+// fake provider must receive the real token. Then a rotated token reaches it after a second
+// refresh, without a restart, and after a stop no byte of either token is anywhere in the state
+// root (disk layers included).
 import { createHash } from "node:crypto";
 import dns from "node:dns";
 import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
-import http from "node:http";
+import https from "node:https";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -19,7 +23,7 @@ import {
   validateAction,
   type CallActionOptions,
 } from "@pi-sandbox/controller/client";
-import { InstanceController, createFileLogger, createVmRuntime } from "@pi-sandbox/controller/testing";
+import { InstanceController, createFileLogger, createVmRuntime, selfSignedCert } from "@pi-sandbox/controller/testing";
 import { controllerGuest } from "../src/guest.js";
 import { runReviewSetup, type ReviewSetupOptions } from "../src/refresh.js";
 import { makeFixtureRepo } from "./fixture.js";
@@ -36,7 +40,7 @@ let repo: string;
 let layout: StateLayout;
 let controller: InstanceController;
 let ping: net.Server;
-let server: http.Server;
+let server: https.Server;
 let port: number;
 const received: string[] = [];
 
@@ -82,7 +86,7 @@ function options(extra: Partial<ReviewSetupOptions> = {}): ReviewSetupOptions {
     name: NAME,
     repo,
     liveModel: { provider: "anthropic", model: "claude-fake" },
-    piCommand: `FAKE_URL=http://${API}:${port} node launch.js`,
+    piCommand: `FAKE_URL=https://${API} node launch.js`,
     controller: { cwd: dir },
     guest: controllerGuest(NAME, {}, call),
     callAction: call,
@@ -100,7 +104,8 @@ beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "prl-"));
   repo = await makeFixtureRepo();
   await writeFile(join(dir, "sandbox.yaml"), `version: 1\nimage: ${image}\nprofile: tiny\ndiskGiB: 4\n`);
-  server = http.createServer((req, res) => {
+  const tls = selfSignedCert([API]);
+  server = https.createServer(tls, (req, res) => {
     req.resume();
     req.on("end", () => {
       const token = (req.headers.authorization ?? "").replace(/^Bearer /, "");
@@ -136,7 +141,11 @@ beforeAll(async () => {
     "instances",
     NAME,
     createFileLogger(layout.logFile("instances", NAME), `[${NAME}]`),
-    createVmRuntime({ stateRoot: layout.runtimeDir(), allowedInternalHosts: [API] }),
+    createVmRuntime({
+      stateRoot: layout.runtimeDir(),
+      allowedInternalHosts: [API],
+      upstream: { ca: tls.cert, httpsPort: port },
+    }),
   );
 });
 
@@ -180,7 +189,7 @@ test("the token stays on the host, the guest holds a placeholder, a rotated toke
   // The old token is no longer put in: a request with the placeholder now carries the new one.
   const curl = await act({
     action: "exec",
-    cmd: `curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $ANTHROPIC_OAUTH_TOKEN" http://${API}:${port}/`,
+    cmd: `curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $ANTHROPIC_OAUTH_TOKEN" https://${API}/`,
   });
   expect(curl.output).toBe("200");
   expect(received.at(-1)).toBe(ROTATED);

@@ -12,6 +12,7 @@ export {
   type VmMount,
   type VmLogger,
 } from "./boot.js";
+export type { UpstreamOverrides } from "./secret-fetch.js";
 
 // The guest interface for upper layers
 export type {

@@ -11,6 +11,7 @@ import type { GuestExecOptions, GuestExecution, GuestExitStatus, GuestSshAccess,
 export { runInGuest } from "./exec-util.js";
 export { bootTestVm, type TestVm } from "./test-vm.js";
 export { openGondolinIngress, type BareIngress } from "./bare-ingress.js";
+export { selfSignedCert } from "./test-cert.js";
 
 /** Options of {@link createLocalGuestVm}. */
 export interface LocalGuestVmOptions {

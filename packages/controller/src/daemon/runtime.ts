@@ -6,7 +6,15 @@
 import type { SandboxConfig } from "@pi-sandbox/config";
 import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector } from "@pi-sandbox/ingress";
 import { SupervisorClient } from "@pi-sandbox/supervisor";
-import { DiskStore, startVm, type GuestVm, type VmError, type VmMount, type VmSecret } from "@pi-sandbox/vm";
+import {
+  DiskStore,
+  startVm,
+  type GuestVm,
+  type UpstreamOverrides,
+  type VmError,
+  type VmMount,
+  type VmSecret,
+} from "@pi-sandbox/vm";
 import type { DaemonLogger } from "./log.js";
 
 /** A booted guest as the daemon uses it. `RunningVm` of `@pi-sandbox/vm` is one. */
@@ -89,12 +97,14 @@ export interface InstanceRuntime {
 
 /**
  * The real runtime: Gondolin VMs, the Python agent in the guest, localhost previews.
- * `allowedInternalHosts` is a test seam (a host-side fake API under an allowed name); the daemon
- * never passes it.
+ * `allowedInternalHosts` and `upstream` are test seams (a host-side fake API under an allowed
+ * name; its self-signed CA and port for the guest's HTTPS to port 443, used with secrets); the
+ * daemon never passes them.
  */
 export function createVmRuntime(options: {
   stateRoot: string;
   allowedInternalHosts?: readonly string[];
+  upstream?: UpstreamOverrides;
 }): InstanceRuntime {
   const disks = new DiskStore({ stateRoot: options.stateRoot });
   return {
@@ -113,6 +123,7 @@ export function createVmRuntime(options: {
         diskStore: disks,
         onProgress,
         ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
+        ...(options.upstream ? { upstream: options.upstream } : {}),
       }),
     startAgent: (vm, { workspace, logger }) => SupervisorClient.start({ vm, workspace, logger }),
     openGateway: (vm, { portsFile, address, avoidPorts, logger }) =>

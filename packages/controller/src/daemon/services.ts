@@ -18,6 +18,7 @@ import type { GuestActions, ServicesView } from "./context.js";
 import { GUEST_SECRETS_PROFILE, resolveSecrets, secretsProfile } from "./secrets.js";
 import { toControllerError, type InstanceState } from "./state.js";
 import { previewsToReopen } from "./suspend.js";
+import { GUEST_TLS_PROFILE, tlsProfileScript } from "./terminal-tls.js";
 
 type Progress = (event: ProgressEvent) => void;
 
@@ -270,19 +271,19 @@ export class GuestOperations implements GuestActions {
   async shell(user: string) {
     const { vm } = this.state.running();
     const access = await vm.enableSsh({ user });
-    // ssh starts sessions with a fresh environment: their login shell reads the placeholders
-    // from /etc/profile.d instead (exec, services and hooks have them from the VM itself).
+    // ssh starts sessions with a fresh environment: their login shell reads the VM's CA variables
+    // and the placeholders from /etc/profile.d instead (exec, services and hooks have them from
+    // the VM itself). One exec writes both: its environment is the VM's.
     const record = await readRecord(this.state.layout, this.state.kind, this.state.name);
-    if (record?.secretSalt && Object.keys(record.config.network.secrets ?? {}).length > 0) {
-      const written = await runInGuest(
-        vm,
-        ["/bin/sh", "-c", `umask 022 && mkdir -p /etc/profile.d && cat > ${GUEST_SECRETS_PROFILE}`],
-        {
-          stdin: secretsProfile(record.config, record.secretSalt),
-        },
-      );
-      if (written.exitCode !== 0)
-        this.state.log.warn(`writing ${GUEST_SECRETS_PROFILE} failed: exit ${written.exitCode}`);
+    const secrets =
+      record?.secretSalt && Object.keys(record.config.network.secrets ?? {}).length > 0
+        ? secretsProfile(record.config, record.secretSalt)
+        : undefined;
+    const script = secrets ? `${tlsProfileScript()}\ncat > ${GUEST_SECRETS_PROFILE}` : tlsProfileScript();
+    const written = await runInGuest(vm, ["/bin/sh", "-c", script], secrets ? { stdin: secrets } : {});
+    if (written.exitCode !== 0) {
+      const files = secrets ? `${GUEST_TLS_PROFILE} and ${GUEST_SECRETS_PROFILE}` : GUEST_TLS_PROFILE;
+      this.state.log.warn(`writing ${files} failed: exit ${written.exitCode}`);
     }
     return { command: access.command, user: access.user, port: access.port };
   }

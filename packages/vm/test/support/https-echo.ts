@@ -1,12 +1,10 @@
-// A host-side fake API over HTTPS for the secret tests: a fresh self-signed certificate (made with
-// the host's openssl) for the given names, and a server that answers every request with what it
-// received (method, URL, headers, body) as JSON, so a test sees exactly what reached "the API".
-import { execFileSync } from "node:child_process";
-import fs from "node:fs";
+// A host-side fake API over HTTPS for the secret tests: a fresh self-signed certificate for the
+// given names (`selfSignedCert` of the testing entry), and a server that answers every request
+// with what it received (method, URL, headers, body) as JSON, so a test sees exactly what reached
+// "the API".
 import https from "node:https";
 import type { AddressInfo } from "node:net";
-import os from "node:os";
-import path from "node:path";
+import { selfSignedCert } from "../../src/testing.js";
 
 /** One request as the fake API received it. */
 export interface Received {
@@ -22,25 +20,6 @@ export interface HttpsEcho {
   ca: string;
   received: Received[];
   close(): Promise<void>;
-}
-
-/** A self-signed certificate and key (PEM) for `names`. */
-export function selfSignedCert(names: readonly string[]): { cert: string; key: string } {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pisb-cert-"));
-  try {
-    const [cert, key] = [path.join(dir, "cert.pem"), path.join(dir, "key.pem")];
-    execFileSync(
-      "openssl",
-      [
-        ...["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", key, "-out", cert],
-        ...["-subj", `/CN=${names[0]}`, "-addext", `subjectAltName=${names.map((n) => `DNS:${n}`).join(",")}`],
-      ],
-      { stdio: "ignore" },
-    );
-    return { cert: fs.readFileSync(cert, "utf8"), key: fs.readFileSync(key, "utf8") };
-  } finally {
-    fs.rmSync(dir, { recursive: true, force: true });
-  }
 }
 
 /** Starts the echo server on 127.0.0.1; `answer` may replace the JSON echo for some requests. */
