@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
 import { formatView } from "../src/actions/text.js";
-import { renderHelp } from "../src/actions/help.js";
+import { renderHelp } from "../src/client/index.js";
 import { inspectEntry, type EntryView } from "../src/state/inspect.js";
 import { readRecord } from "../src/state/records.js";
 import { createLocalRuntime, type LocalRuntime } from "../src/testing.js";
@@ -250,8 +250,9 @@ test("an instance from a template keeps the template's placeholders", async () =
 test("help documents both keys with an example", () => {
   const help = renderHelp();
   expect(help).toContain(
-    "network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host], placeholderPrefix?: text}}",
+    "network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host], headers?: [name], placeholderPrefix?: text}}",
   );
+  expect(help).toContain("into authorization, x-api-key, proxy-authorization or a listed header of HTTPS requests");
   expect(help).toContain("after placeholderPrefix, for a client that tells credentials apart by their start");
   expect(help).toContain("secrets: {GITHUB_TOKEN: {from: env:GITHUB_TOKEN, hosts: [api.github.com]}}");
   expect(help).toContain("mounts: [{host: dir relative to the YAML, guest: /abs/path}]");
