@@ -1,6 +1,7 @@
 import nx from "@nx/eslint-plugin";
 import tseslint from "typescript-eslint";
 import prettier from "eslint-config-prettier";
+import { createNodeResolver, importX } from "eslint-plugin-import-x";
 
 // Layers of ARCHITECTURE.md: dependencies point down only.
 const layers = [
@@ -37,6 +38,17 @@ export default tseslint.config(
       "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
       "no-restricted-imports": bannedImports(false, false),
     },
+  },
+  // No import cycles inside a package (CONTRIBUTING.md "Structure"); between packages the layers
+  // above already forbid them. `.js` specifiers resolve to the `.ts` sources.
+  {
+    files: ["**/*.ts", "**/*.mts"],
+    plugins: { "import-x": importX },
+    settings: {
+      "import-x/extensions": [".ts", ".mts", ".js", ".mjs"],
+      "import-x/resolver-next": [createNodeResolver({ extensionAlias: { ".js": [".ts", ".js"] } })],
+    },
+    rules: { "import-x/no-cycle": ["error", { ignoreExternal: true }] },
   },
   { files: ["packages/vm/**", "e2e/**"], rules: { "no-restricted-imports": bannedImports(true, false) } },
   { files: ["packages/pi-extension/**"], rules: { "no-restricted-imports": bannedImports(false, true) } },

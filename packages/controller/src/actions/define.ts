@@ -41,6 +41,8 @@ export interface LocalContext {
   cwd: string;
   /** The caller's environment. */
   env: NodeJS.ProcessEnv;
+  /** Every action, in help's order (the help action renders them; it cannot import the registry that lists it). */
+  actions: readonly ActionSpec[];
   /** Streams progress to the caller, when it asked for progress (long local actions: image build). */
   progress?: (event: ProgressEvent) => void;
 }
@@ -183,3 +185,9 @@ export class UsageError extends ControllerError {
 
 /** The entry view returned by lifecycle actions and inspect. */
 export type { EntryView };
+
+/** One action's JSON shape for help and hints: `{"action":"exec", name: string, cmd: string, …}`. */
+export function actionUsage(spec: ActionSpec): string {
+  const parts = spec.args.map((a) => (a.required ? `${a.name}: ${a.type}` : `${a.name}?: ${a.type}`));
+  return `{"action":"${spec.name}"${parts.length ? ", " + parts.join(", ") : ""}}`;
+}

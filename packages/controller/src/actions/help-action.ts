@@ -1,5 +1,5 @@
 import { defineAction } from "./define.js";
-import { renderHelp } from "./help.js";
+import { renderActionHelp } from "./help.js";
 import { actionSchema } from "./parts.js";
 
 /** `help`: actions, arguments, YAML keys, profiles and limits. */
@@ -13,6 +13,6 @@ export const helpAction = defineAction({
     usage: "help                                 actions, YAML keys, limits",
     toAction: () => ({ action: "help" }),
   },
-  run: async () => ({ help: renderHelp() }),
+  run: async (_args, ctx) => ({ help: renderActionHelp(ctx.actions) }),
   formatText: (result) => `${result.help}\n`,
 });

@@ -1,14 +1,16 @@
 import { CONFIG_DEFAULTS, DEFAULT_PROFILE, HOST_SERVICES_HOSTNAME, LIMITS, PROFILES } from "@pi-sandbox/config";
-import { ACTIONS } from "./registry.js";
-import { actionUsage } from "./validate.js";
+import { actionUsage, type ActionSpec } from "./define.js";
 
-/** Help for models and humans, generated from the action table and the config package's tables. */
-export function renderHelp(options: { includeUserOnly?: boolean } = {}): string {
+/**
+ * Help for models and humans, generated from the action table (`ACTIONS`, passed in: the help
+ * action is one of them) and the config package's tables.
+ */
+export function renderActionHelp(actions: readonly ActionSpec[], options: { includeUserOnly?: boolean } = {}): string {
   const lines: string[] = [];
   lines.push("pi-sandbox: named local dev environments in QEMU microVMs. Send one JSON action.");
   lines.push("");
   lines.push("Actions:");
-  for (const spec of ACTIONS) {
+  for (const spec of actions) {
     if (spec.userOnly && !options.includeUserOnly) continue;
     lines.push(`- ${spec.name}${spec.userOnly ? " (user only)" : ""}: ${spec.summary}`);
     lines.push(`    ${actionUsage(spec)}`);

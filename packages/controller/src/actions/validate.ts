@@ -1,7 +1,7 @@
 import * as v from "valibot";
 import { ControllerError } from "../errors.js";
 import { assertName } from "../state/layout.js";
-import type { ActionSpec } from "./define.js";
+import { actionUsage as usage, type ActionSpec } from "./define.js";
 import { ACTIONS, findAction } from "./registry.js";
 
 /** A validated action: its spec and the checked arguments. */
@@ -10,11 +10,6 @@ export interface ValidatedAction {
   spec: ActionSpec;
   /** The action object, `action` included. */
   args: Record<string, unknown> & { action: string };
-}
-
-function usage(spec: ActionSpec): string {
-  const parts = spec.args.map((a) => (a.required ? `${a.name}: ${a.type}` : `${a.name}?: ${a.type}`));
-  return `{"action":"${spec.name}"${parts.length ? ", " + parts.join(", ") : ""}}`;
 }
 
 /**
@@ -91,5 +86,3 @@ export function validateAction(input: unknown): ValidatedAction {
   }
   return { spec, args };
 }
-
-export { usage as actionUsage };

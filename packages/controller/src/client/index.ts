@@ -2,7 +2,9 @@
 // spawns) the per-instance daemon for the rest. No Gondolin, no QEMU: importable from Node 22.
 
 import { resolve } from "node:path";
-import type { ActionInput, ActionName, ActionResult } from "../actions/registry.js";
+import type { ActionSpec } from "../actions/define.js";
+import { renderActionHelp } from "../actions/help.js";
+import { ACTIONS, type ActionInput, type ActionName, type ActionResult } from "../actions/registry.js";
 import { validateAction } from "../actions/validate.js";
 import { ControllerError, isControllerError } from "../errors.js";
 import { StateLayout, type EntryKind } from "../state/layout.js";
@@ -30,7 +32,6 @@ export type {
 } from "../actions/define.js";
 export { validateAction } from "../actions/validate.js";
 export type { ValidatedAction } from "../actions/validate.js";
-export { renderHelp } from "../actions/help.js";
 export type { ExecView } from "../actions/exec.js";
 export type { ControllerLogTail, ServiceLogRead } from "../actions/logs.js";
 export type { CopyResult } from "../actions/copy-tree.js";
@@ -47,6 +48,11 @@ export type { ConcernKind, HostConcern } from "../host-guard.js";
 // Printing guest text: results carry it as the guest wrote it; escape before a terminal sees it
 export { escapeControlChars, hasControlChars } from "@pi-sandbox/config";
 export type { ControlCharOptions } from "@pi-sandbox/config";
+
+/** Help for models and humans: every action's arguments, the sandbox.yaml keys, profiles and limits. */
+export function renderHelp(options: { includeUserOnly?: boolean } = {}): string {
+  return renderActionHelp(ACTIONS, options);
+}
 
 /** Options of `callAction`. */
 export interface CallActionOptions {
@@ -117,7 +123,13 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
           layout,
         )
       : undefined;
-  const local = { layout, cwd, env, ...(options.onProgress ? { progress: options.onProgress } : {}) };
+  const local = {
+    layout,
+    cwd,
+    env,
+    actions: ACTIONS as readonly ActionSpec[],
+    ...(options.onProgress ? { progress: options.onProgress } : {}),
+  };
   if (spec.route === "local") return spec.run(args, local);
   const answered = spec.runLocally?.(args, local);
   if (answered) return answered;
