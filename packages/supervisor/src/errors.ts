@@ -86,7 +86,11 @@ export function isSupervisorError(value: unknown, code?: SupervisorErrorCode): v
   return code === undefined || (value as SupervisorError).code === code;
 }
 
-const KNOWN_CODES = new Set<string>([
+/**
+ * Codes the host keeps as they come from the agent (plus the host's own); the agent's wire codes
+ * among them are checked against the Python source by test/agent-contract.test.ts.
+ */
+export const KNOWN_CODES: ReadonlySet<string> = new Set<string>([
   "GUEST_PYTHON_MISSING",
   "AGENT_START_FAILED",
   "AGENT_CLOSED",
