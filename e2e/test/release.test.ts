@@ -1,9 +1,10 @@
 // Release check: every publishable package is packed as `npm publish` would pack it (prepack
 // builds it and adds the LICENSE), the tarballs are installed into an empty directory with
 // third-party dependencies from the registry, and the installed CLI works from there: --version,
-// and doctor with a config, which parses it and proves the accelerator by booting the image's
-// kernel with the installed vm package. (`pi install` of the packed extension is pi-extension's
-// install.test.ts; creating instances is every other suite's business.)
+// doctor with a config, which parses it and proves the accelerator by booting the image's kernel
+// with the installed vm package; and the README's path without this repository: `image build`
+// (reusing the test image, which is its default recipe), `init`, `create`, and a preview that
+// answers over HTTP. (`pi install` of the packed extension is pi-extension's install.test.ts.)
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
@@ -13,7 +14,7 @@ import { makeSandbox, SEED_YAML, teardown, type Sandbox } from "@pi-sandbox/cont
 
 const run = promisify(execFile);
 const ROOT = resolve(import.meta.dirname, "..", "..");
-const PACKAGES = ["config", "vm", "supervisor", "ingress", "controller", "pi-extension", "review-setup"];
+const PACKAGES = ["config", "vm", "supervisor", "ingress", "image", "controller", "pi-extension"];
 
 interface Packed {
   name: string;
@@ -82,6 +83,8 @@ test("every tarball carries its build, LICENSE and README, and nothing from src/
       readme: true,
     });
     expect(paths.filter((p) => /^(src|test|bench)\//.test(p) || p.endsWith(".test.js"))).toEqual([]);
+    // Source maps would point at ../../src, which is not shipped.
+    expect({ dir, maps: paths.filter((p) => p.endsWith(".map")) }).toEqual({ dir, maps: [] });
     const installed = join(install, "node_modules", info.name);
     expect(await readFile(join(installed, "LICENSE"), "utf8")).toBe(license);
     // Every entry point the package exports exists in the installed copy.
@@ -112,8 +115,6 @@ test("the installed packages load, and the installed CLI answers --version and d
   }
   const version = await cli(["--version"]);
   expect(version).toEqual({ code: 0, stdout: `pi-sandbox ${packed.get("controller")!.version}\n`, stderr: "" });
-  const review = await run(join(install, "node_modules", ".bin", "pi-sandbox-review-setup"), ["--help"]);
-  expect(review.stdout).toMatch(/--name/);
   await sandbox.writeConfig(SEED_YAML);
   const doctor = await cli(["doctor", "-c", "sandbox.yaml"]);
   expect({ code: doctor.code, stderr: doctor.code === 0 ? "" : doctor.stderr }).toEqual({ code: 0, stderr: "" });
@@ -123,3 +124,33 @@ test("the installed packages load, and the installed CLI answers --version and d
   expect(doctor.stdout).toMatch(/^(ok|warn) +accelerator: (kvm|tcg): /m);
   expect(doctor.stdout).toMatch(/^ok +image:python3: python3 present$/m);
 }, 120_000);
+
+test("without this repository: image build reuses the test image, init writes a config, create serves a preview", async () => {
+  const testImage = process.env.PI_SANDBOX_TEST_IMAGE!;
+  // The test image is `image build`'s default recipe under another name, in the same cache.
+  const build = await cli(["image", "build"]);
+  expect({ code: build.code, stderr: build.code === 0 ? "" : build.stderr }).toEqual({ code: 0, stderr: "" });
+  expect(build.stdout).toBe(
+    `reused image default (${testImage.split("/").pop()}): ${testImage}\nuse it with \`image: default\` in sandbox.yaml\n`,
+  );
+  const dir = join(sandbox.dir, "project");
+  await mkdir(dir);
+  const init = await run(join(install, "node_modules", ".bin", "pi-sandbox"), ["init"], { cwd: dir, env: sandbox.env });
+  expect(init.stdout).toMatch(/^wrote .*sandbox\.yaml\nthen: pi-sandbox create NAME -c sandbox\.yaml\n$/);
+  const config = join(dir, "sandbox.yaml");
+  const text = await readFile(config, "utf8");
+  expect(text).toMatch(/^image: default$/m);
+  // Only the size changes: this machine runs several VMs at once.
+  await writeFile(config, text.replace("profile: small", "profile: tiny"));
+  const create = await cli(["create", "release-demo", "-c", config]);
+  expect({ code: create.code, stderr: create.code === 0 ? "" : create.stderr }).toEqual({ code: 0, stderr: "" });
+  const inspect = await cli(["inspect", "release-demo", "--json"]);
+  const url = (JSON.parse(inspect.stdout) as { previews: { url: string }[] }).previews[0]!.url;
+  const response = await fetch(url);
+  expect({ status: response.status, body: await response.text() }).toEqual({
+    status: 200,
+    body: "Hello from the guest\n",
+  });
+  const destroy = await cli(["destroy", "release-demo", "--confirm", "release-demo"]);
+  expect(destroy.code).toBe(0);
+}, 900_000);
