@@ -14,6 +14,8 @@ import {
 // Doctor finds an image's kernel to prove KVM with; image.ts loads Gondolin only when asked to.
 export { loadImageDir, type GuestImage } from "./image.js";
 export { probeKvmKernel, type KvmVerdict } from "./kvm-probe.js";
+// The controller checks its daemon's pid with the same /proc reader (a zombie is gone).
+export { pidAlive } from "./process-util.js";
 
 /** QEMU accelerator names this package chooses between. */
 export type Accelerator = "kvm" | "hvf" | "tcg";

@@ -1,3 +1,5 @@
+// Processes by pid: the one reader of /proc/<pid>/stat (state, parent, start time), liveness that
+// never counts a zombie, and identities that survive pid reuse.
 import fs from "node:fs";
 
 /** A process identity that survives pid reuse: pid plus the kernel's start time (Linux). */
@@ -8,16 +10,49 @@ export interface ProcessIdentity {
   startTime?: string;
 }
 
-/** Start time of `pid` from `/proc`, or `undefined` when unavailable. */
-export function processStartTime(pid: number): string | undefined {
+/** What `/proc/<pid>/stat` says of a process (Linux). */
+export interface ProcStat {
+  /** Field 3: `R`, `S`, `D`, ... ; `Z` for a zombie (exited, not yet reaped), `X` for dead. */
+  state: string;
+  /** Field 4: the parent's pid. */
+  ppid: number;
+  /** Field 22: start time in clock ticks since boot. */
+  startTime: string;
+}
+
+/** `/proc/<pid>/stat` of `pid`, or `undefined` when there is none (no such process, no /proc). */
+export function readProcStat(pid: number): ProcStat | undefined {
+  let stat: string;
   try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
-    // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return rest[19];
+    stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
   } catch {
     return undefined;
   }
+  // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+  const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  if (rest.length < 20) return undefined;
+  return { state: rest[0]!, ppid: Number(rest[1]), startTime: rest[19]! };
+}
+
+/** Start time of `pid` from `/proc`, or `undefined` when unavailable. */
+export function processStartTime(pid: number): string | undefined {
+  return readProcStat(pid)?.startTime;
+}
+
+/**
+ * True when a process with this pid exists (we may signal it, or it is another user's) and is not
+ * a zombie: a process that exited but whose parent has not reaped it yet is gone all the same.
+ * Without /proc (macOS) kill(0) alone decides.
+ */
+export function pidAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EPERM") return false;
+  }
+  const state = readProcStat(pid)?.state;
+  return state !== "Z" && state !== "X";
 }
 
 /** This process's identity. */
@@ -28,14 +63,10 @@ export function selfIdentity(): ProcessIdentity {
 
 /** Whether a process with this identity is still running (a reused pid does not count). */
 export function isAlive(identity: ProcessIdentity): boolean {
-  try {
-    process.kill(identity.pid, 0);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "EPERM") return false;
-  }
+  if (!pidAlive(identity.pid)) return false;
   if (identity.startTime === undefined) return true;
   const now = processStartTime(identity.pid);
-  // Zombies and /proc-less hosts report nothing: trust kill(0) then.
+  // /proc-less hosts report nothing: trust kill(0) then.
   return now === undefined || now === identity.startTime;
 }
 

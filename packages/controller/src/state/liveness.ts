@@ -1,33 +1,10 @@
-import { readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { connect, type Socket } from "node:net";
+import { pidAlive } from "@pi-sandbox/vm/host";
 import { readJsonLines, writeJsonLine, type DaemonMessage } from "../wire.js";
 
-/**
- * True when a process with this pid exists (and we may signal it) and is not a zombie: a killed
- * daemon whose parent (the process that spawned it) has not reaped it yet is gone all the same.
- */
-export function pidAlive(pid: number): boolean {
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-  return !isZombie(pid);
-}
-
-/** Linux: the state field of /proc/<pid>/stat is Z (or X); elsewhere (no /proc) never. */
-function isZombie(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    // The command name in parentheses may hold spaces and parentheses: the state follows the last ")".
-    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
-    return state === "Z" || state === "X";
-  } catch {
-    return false;
-  }
-}
+/** True when `pid` exists and is not a zombie (vm's reader of /proc/<pid>/stat). */
+export { pidAlive };
 
 /** Reads a pid file; undefined when missing or garbage. */
 export async function readPidFile(path: string): Promise<number | undefined> {
