@@ -11,6 +11,7 @@ import { callAction, renderHelp, type ProgressEvent } from "../client/index.js";
 import { ControllerError } from "../errors.js";
 import { COMPLETION_SHELLS, completionScript } from "./completion.js";
 import { followExec } from "./exec-follow.js";
+import { hintsAsCommands } from "./hint-commands.js";
 import { execInteractive, type InteractiveExec } from "./exec-interactive.js";
 import { commandHelp, overview, synopsis, version } from "./help-text.js";
 import { followLogs } from "./logs-follow.js";
@@ -113,7 +114,7 @@ function dropUndefined(action: Record<string, unknown>): Record<string, unknown>
 export function formatResult(action: string, result: unknown, input?: Record<string, unknown>): string {
   const spec = findAction(action);
   try {
-    if (spec?.formatText) return spec.formatText(result, input);
+    if (spec?.formatText) return hintsAsCommands(spec.formatText(result, input));
   } catch {
     // an unexpected shape: fall back to JSON
   }
@@ -151,7 +152,11 @@ function printError(error: unknown, json: boolean): void {
     ? error.toJSON()
     : new ControllerError("CONTROLLER_INTERNAL", (error as Error).message ?? String(error)).toJSON();
   if (json) err(`${JSON.stringify({ error: body })}\n`);
-  else err(`error ${escapeControlChars(body.code)}: ${body.message}${body.hint ? `\nhint: ${body.hint}` : ""}\n`);
+  else {
+    // Hints name actions as JSON for the Pi tool; here they name commands.
+    const hint = body.hint ? `\nhint: ${hintsAsCommands(body.hint)}` : "";
+    err(`error ${escapeControlChars(body.code)}: ${hintsAsCommands(body.message)}${hint}\n`);
+  }
 }
 
 /** What to say when Ctrl-C ends the wait for a long action, whose work the daemon goes on with. */
