@@ -7,7 +7,9 @@ import { renderActionHelp } from "../actions/help.js";
 import { ACTIONS, type ActionInput, type ActionName, type ActionResult } from "../actions/registry.js";
 import { validateAction } from "../actions/validate.js";
 import { ControllerError, isControllerError } from "../errors.js";
+import { notFound } from "../state/inspect.js";
 import { StateLayout, type EntryKind } from "../state/layout.js";
+import { readRecord } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { HostGuard } from "../host-guard.js";
 import { callDaemon } from "./connection.js";
@@ -138,6 +140,11 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
     try {
       return await routeToDaemon(layout, spec.route, args, { ...options, env, guard: guarded?.guard });
     } catch (error) {
+      // No daemon answers for a name with no record: the instance does not exist, it is not stopped.
+      if (isControllerError(error) && error.code === "CONTROLLER_NOT_RUNNING" && typeof args.name === "string") {
+        const kind = entryKindOf(args);
+        if (!(await readRecord(layout, kind, args.name))) throw notFound(kind, args.name);
+      }
       // A download whose plan needs the user's yes: asked once, then sent again with the answer.
       if (!(await guarded?.askAgain(error))) throw error;
     }

@@ -62,22 +62,21 @@ export interface EntryView {
 
 const ACTIVE: ReadonlySet<EntryState> = new Set(["starting", "running", "stopping", "suspending"]);
 
+/** CONTROLLER_NOT_FOUND for an entry with no record, with a hint to list the existing ones. */
+export function notFound(kind: EntryKind, name: string): ControllerError {
+  return new ControllerError("CONTROLLER_NOT_FOUND", `no ${kind === "templates" ? "template" : "instance"} named ${name}`, {
+    hint:
+      kind === "templates"
+        ? 'List templates with {"action":"list","kind":"templates"}.'
+        : 'List instances with {"action":"list"}.',
+    details: { name, kind },
+  });
+}
+
 /** Builds the view of one entry from its files and the daemon's liveness; never trusts a stale status. */
 export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: string): Promise<EntryView> {
   const record = await readRecord(layout, kind, name);
-  if (!record) {
-    throw new ControllerError(
-      "CONTROLLER_NOT_FOUND",
-      `no ${kind === "templates" ? "template" : "instance"} named ${name}`,
-      {
-        hint:
-          kind === "templates"
-            ? 'List templates with {"action":"list","kind":"templates"}.'
-            : 'List instances with {"action":"list"}.',
-        details: { name, kind },
-      },
-    );
-  }
+  if (!record) throw notFound(kind, name);
   const status = await readStatus(layout, kind, name);
   const liveness = await daemonLive(layout.pidFile(kind, name), layout.socketPath(kind, name));
   let state: EntryState = status?.state ?? (kind === "templates" ? "failed" : "stopped");
