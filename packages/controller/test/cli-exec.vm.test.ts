@@ -87,6 +87,10 @@ test("exits with the command's exit code", async () => {
   expect((await cli(["exec", NAME, "--", "sh", "-c", "exit 7"])).code).toBe(7);
   // A signal N is 128+N, as a shell reports it.
   expect((await cli(["exec", NAME, "--", "sh", "-c", "kill -TERM $$"])).code).toBe(143);
+  // docker's codes: 127 not found, 126 cannot run (the guest shell's), 125 pi-sandbox's own failure.
+  expect((await cli(["exec", NAME, "--", "no-such-command-28"])).code).toBe(127);
+  expect((await cli(["exec", NAME, "--", "/etc/hostname"])).code).toBe(126);
+  expect((await cli(["exec", `${NAME}-missing`, "--", "true"])).code).toBe(125);
 });
 
 test("several words are an argv, one word a command line; -e and -w reach the command", async () => {

@@ -43,19 +43,17 @@ test("every action named in a controller hint reads as a pi-sandbox command that
 });
 
 test("a hint reads as commands: start, list --templates, destroy --confirm, logs of a service", () => {
-  expect(hintsAsCommands('Start it with {"action":"start","name":"demo"}.')).toBe("Start it with pi-sandbox start demo.");
+  expect(hintsAsCommands('Start it with {"action":"start","name":"demo"}.')).toBe(
+    "Start it with pi-sandbox start demo.",
+  );
   expect(hintsAsCommands('List templates with {"action":"list","kind":"templates"}.')).toBe(
     "List templates with pi-sandbox list --templates.",
   );
   expect(hintsAsCommands('Send {"action":"destroy","name":"t","confirm":"t","kind":"templates"}; gone.')).toBe(
     "Send pi-sandbox destroy t --confirm t --template; gone.",
   );
-  expect(hintsAsCommands('See {"action":"logs","name":"demo","service":"web"}.')).toBe(
-    "See pi-sandbox logs demo web.",
-  );
-  expect(hintsAsCommands('{"action":"services","name":"demo","op":"status"}')).toBe(
-    "pi-sandbox services demo status",
-  );
+  expect(hintsAsCommands('See {"action":"logs","name":"demo","service":"web"}.')).toBe("See pi-sandbox logs demo web.");
+  expect(hintsAsCommands('{"action":"services","name":"demo","op":"status"}')).toBe("pi-sandbox services demo status");
 });
 
 test("help's argument shapes are left alone, and an action no command builds stays JSON for call", () => {

@@ -36,3 +36,16 @@ describe("a missing instance", () => {
     );
   });
 });
+
+describe("exit codes", () => {
+  test("exec's own failures exit 125, as docker's: no such instance, a usage error", () => {
+    expect(cli("exec", "nope", "--", "ls").status).toBe(125);
+    expect(cli("exec", "nope").status).toBe(125);
+    expect(cli("exec", "--frobnicate", "nope", "--", "ls").status).toBe(125);
+  });
+
+  test("other commands keep 1 for errors and 2 for usage", () => {
+    expect(cli("logs", "nope").status).toBe(1);
+    expect(cli("logs").status).toBe(2);
+  });
+});

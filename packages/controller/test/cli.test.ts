@@ -155,16 +155,16 @@ describe("exec", () => {
     });
   });
 
-  test("usage errors exit 2 with the command's usage; bad env names are the action's coded error", () => {
+  test("usage errors exit 125 (docker's code for exec's own failures) with the command's usage; bad env names are the action's coded error", () => {
     const noCommand = cli("exec", "demo");
-    expect(noCommand.status).toBe(2);
+    expect(noCommand.status).toBe(125);
     expect(noCommand.stderr).toMatch(/^exec needs a command after --\n\nusage: pi-sandbox exec <name> .*-- <command>/);
     expect(noCommand.stderr).not.toMatch(/usage: pi-sandbox <command>/);
     const badEnv = cli("exec", "demo", "-e", "NOVALUE", "--", "true");
-    expect(badEnv.status).toBe(2);
+    expect(badEnv.status).toBe(125);
     expect(badEnv.stderr).toMatch(/--env takes NAME=value; got NOVALUE/);
     const badName = cli("exec", "demo", "-e", "1X=2", "--json", "--", "true");
-    expect(badName.status).toBe(1);
+    expect(badName.status).toBe(125);
     expect(JSON.parse(badName.stderr)).toEqual({
       error: expect.objectContaining({ code: "CONTROLLER_BAD_INPUT", message: expect.stringMatching(/env\.1X/) }),
     });

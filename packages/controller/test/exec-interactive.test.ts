@@ -39,9 +39,9 @@ test("-t without a terminal is refused before anything is called; a bad pwd stop
     err: (text: string) => (errors += text),
     stdinIsTTY: false,
   };
-  expect(await execInteractive({ name: "d", cmd: "sh" }, true, io)).toBe(1);
+  expect(await execInteractive({ name: "d", cmd: "sh" }, true, io)).toBe(125);
   expect(calls).toEqual([]);
   expect(errors).toMatch(/needs a terminal/);
-  expect(await execInteractive({ name: "d", cmd: "sh", cwd: "x" }, false, io)).toBe(1);
+  expect(await execInteractive({ name: "d", cmd: "sh", cwd: "x" }, false, io)).toBe(125);
   expect(calls).toEqual([{ action: "exec", name: "d", cmd: "pwd", cwd: "x", timeoutMs: 30_000 }]);
 });

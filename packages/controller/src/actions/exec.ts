@@ -128,6 +128,8 @@ export const exec = defineAction({
       "-i: forward stdin; -t (or -it): a terminal, like shell, which the guest's output reaches raw.",
       "  Both run the command over the instance's ssh access (see shell) in a login shell, in the same",
       "  directory and with the same -e variables; the exit code is the command's (255: ssh failed).",
+      "Exit codes, as docker exec's: the command's; 126 cannot run it and 127 not found (the guest",
+      "  shell's); 125 when pi-sandbox itself failed (a usage error, no such instance, not running, …).",
     ],
   },
   run: async (args, ctx) =>

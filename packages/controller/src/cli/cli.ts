@@ -12,7 +12,7 @@ import { ControllerError } from "../errors.js";
 import { COMPLETION_SHELLS, completionScript } from "./completion.js";
 import { followExec } from "./exec-follow.js";
 import { hintsAsCommands } from "./hint-commands.js";
-import { execInteractive, type InteractiveExec } from "./exec-interactive.js";
+import { EXEC_CLI_FAILED, execInteractive, type InteractiveExec } from "./exec-interactive.js";
 import { commandHelp, overview, synopsis, version } from "./help-text.js";
 import { followLogs } from "./logs-follow.js";
 import { progressPrinter } from "./progress-bar.js";
@@ -144,7 +144,7 @@ function usageError(argv: string[], error: Error): number {
     ? `usage: pi-sandbox ${synopsis(spec.cli) || spec.name}\n(pi-sandbox ${command} --help for more)`
     : overview();
   err(`${error.message}\n\n${usage}\n`);
-  return 2;
+  return spec?.name === "exec" ? EXEC_CLI_FAILED : 2;
 }
 
 function printError(error: unknown, json: boolean): void {
@@ -281,6 +281,7 @@ export async function runCli(argv: string[]): Promise<number> {
     return 0;
   } catch (error) {
     printError(error, json);
-    return 1;
+    // exec's own code is the command's, so its failures take docker's 125.
+    return actionName === "exec" ? EXEC_CLI_FAILED : 1;
   }
 }

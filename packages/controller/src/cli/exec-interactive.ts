@@ -64,17 +64,23 @@ function spawnSsh(argv: string[], tty: boolean, io: Pick<InteractiveIo, "out" | 
     };
     child.once("error", (error) => {
       io.err(`could not run ssh (${error.message})\n`);
-      done(127);
+      done(EXEC_CLI_FAILED);
     });
     child.once("close", (code, signal) => done(code ?? 128 + (signal ? (constants.signals[signal] ?? 0) : 0)));
   });
 }
 
+/**
+ * exec's exit code when the CLI itself failed (docker's 125); the guest shell's own 126 (cannot
+ * run) and 127 (not found) and the command's codes pass through.
+ */
+export const EXEC_CLI_FAILED = 125;
+
 /** Runs `exec` with stdin (and a terminal with `tty`); resolves with the command's exit code. */
 export async function execInteractive(exec: InteractiveExec, tty: boolean, io: InteractiveIo): Promise<number> {
   if (tty && !io.stdinIsTTY) {
     io.err("exec -t needs a terminal on stdin (the input device is not a TTY); use -i alone\n");
-    return 1;
+    return EXEC_CLI_FAILED;
   }
   // Where exec would run: the guest resolves cwd (and refuses a missing one) the same way.
   const where = (await io.call({
@@ -88,13 +94,13 @@ export async function execInteractive(exec: InteractiveExec, tty: boolean, io: I
   const dir = (where.output ?? "").trimEnd().split("\n").at(-1) ?? "";
   if (where.exitCode !== 0 || !dir.startsWith("/") || /[\0-\x1f\x7f]/.test(dir)) {
     io.err(`could not find the guest working directory (pwd printed ${JSON.stringify(dir)})\n`);
-    return 1;
+    return EXEC_CLI_FAILED;
   }
   const access = (await io.call({ action: "shell", name: exec.name })) as { command: string };
   const argv = sshArgv(access.command, tty, remoteCommand(dir, exec));
   if (!argv) {
     io.err(`the shell action returned an unexpected command; not running it:\n${access.command}\n`);
-    return 1;
+    return EXEC_CLI_FAILED;
   }
   return (io.runSsh ?? spawnSsh)(argv, tty, io);
 }

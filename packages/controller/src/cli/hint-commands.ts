@@ -47,7 +47,7 @@ export function commandLineOf(action: Record<string, unknown>): string | undefin
   if (!spec || !cli) return undefined;
   const argv: string[] = typeof action.name === "string" ? [action.name] : [];
   const rest = Object.entries(action).filter(([key]) => key !== "action" && key !== "name");
-  for (let progress = true; rest.length > 0 && progress; ) {
+  for (let progress = true; rest.length > 0 && progress;) {
     progress = false;
     for (const [i, [key, value]] of rest.entries()) {
       const candidates: string[][] = [];

@@ -64,13 +64,17 @@ const ACTIVE: ReadonlySet<EntryState> = new Set(["starting", "running", "stoppin
 
 /** CONTROLLER_NOT_FOUND for an entry with no record, with a hint to list the existing ones. */
 export function notFound(kind: EntryKind, name: string): ControllerError {
-  return new ControllerError("CONTROLLER_NOT_FOUND", `no ${kind === "templates" ? "template" : "instance"} named ${name}`, {
-    hint:
-      kind === "templates"
-        ? 'List templates with {"action":"list","kind":"templates"}.'
-        : 'List instances with {"action":"list"}.',
-    details: { name, kind },
-  });
+  return new ControllerError(
+    "CONTROLLER_NOT_FOUND",
+    `no ${kind === "templates" ? "template" : "instance"} named ${name}`,
+    {
+      hint:
+        kind === "templates"
+          ? 'List templates with {"action":"list","kind":"templates"}.'
+          : 'List instances with {"action":"list"}.',
+      details: { name, kind },
+    },
+  );
 }
 
 /** Builds the view of one entry from its files and the daemon's liveness; never trusts a stale status. */
