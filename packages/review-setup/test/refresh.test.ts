@@ -41,7 +41,7 @@ test("a refresh uploads the archive, verifies, unpacks, installs, builds, then s
     instance: "review",
     mode: "offline-snapshot",
     vcs: "git",
-    files: 7,
+    files: 10,
     candidateId: expect.stringMatching(/^20260102-030405-[0-9a-f]{8}$/),
     currentPath: "/workspace/.review/current",
     previousId: undefined,

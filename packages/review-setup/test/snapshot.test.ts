@@ -24,7 +24,18 @@ test("lists tracked files of a git checkout from any subdirectory", async () => 
   expect(listed).toEqual({
     vcs: "git",
     root: repo,
-    files: [".gitignore", "build.js", "launch.js", "package-lock.json", "package.json", "src/a.txt", "src/b.txt"],
+    files: [
+      ".gitignore",
+      "build.js",
+      "launch.js",
+      "package-lock.json",
+      "package.json",
+      "packages/lister/build.js",
+      "packages/lister/package.json",
+      "packages/lister/src/index.js",
+      "src/a.txt",
+      "src/b.txt",
+    ],
   });
 });
 
@@ -45,6 +56,9 @@ test("edits and deletions are included, untracked and ignored files are not", as
       "launch.js",
       "package-lock.json",
       "package.json",
+      "packages/lister/build.js",
+      "packages/lister/package.json",
+      "packages/lister/src/index.js",
       "src/a.txt",
       "staged.txt",
     ]);
