@@ -50,7 +50,7 @@ test("a hint reads as commands: start, list --templates, destroy --confirm, logs
     "List templates with pi-sandbox list --templates.",
   );
   expect(hintsAsCommands('Send {"action":"destroy","name":"t","confirm":"t","kind":"templates"}; gone.')).toBe(
-    "Send pi-sandbox destroy t --confirm t --template; gone.",
+    "Send pi-sandbox destroy t --force --template; gone.",
   );
   expect(hintsAsCommands('See {"action":"logs","name":"demo","service":"web"}.')).toBe("See pi-sandbox logs demo web.");
   expect(hintsAsCommands('{"action":"services","name":"demo","op":"status"}')).toBe("pi-sandbox services demo status");

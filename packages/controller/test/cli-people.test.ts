@@ -5,6 +5,9 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { actionFromArgv } from "../src/cli/cli.js";
+import { confirmDestroy } from "../src/cli/confirm.js";
+import { cliActions, positionalLimit } from "../src/cli/help-text.js";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
 let home: string;
@@ -47,5 +50,47 @@ describe("exit codes", () => {
   test("other commands keep 1 for errors and 2 for usage", () => {
     expect(cli("logs", "nope").status).toBe(1);
     expect(cli("logs").status).toBe(2);
+  });
+});
+
+describe("several names and extra arguments", () => {
+  test("stop, start, rm and suspend act on each name, report each and fail if any failed", () => {
+    for (const command of ["stop", "start", "rm -f", "suspend"]) {
+      const out = cli(...command.split(" "), "nope-a", "nope-b");
+      expect({ command, status: out.status }).toEqual({ command, status: 1 });
+      expect(out.stderr).toMatch(/no instance named nope-a\n[^]*no instance named nope-b\n/);
+    }
+  });
+
+  test("every other command refuses an extra argument with a usage error instead of dropping it", async () => {
+    for (const spec of cliActions()) {
+      const limit = positionalLimit(spec);
+      if (spec.name === "help" || spec.cli.eachName || limit === undefined) continue;
+      const words = [...spec.name.split(/(?<=^image)-/), ...Array.from({ length: limit + 1 }, (_, i) => `a${i}`)];
+      await expect(actionFromArgv(words)).rejects.toThrow(`unexpected: a${limit}`);
+    }
+    const out = cli("inspect", "a", "b");
+    expect(out.status).toBe(2);
+    expect(out.stderr).toMatch(/^inspect takes at most 1; unexpected: b\n\nusage: pi-sandbox inspect <name>/);
+  });
+});
+
+describe("destroy's confirmation", () => {
+  test("-f confirms each name; off a terminal, without -f or --confirm, nothing is asked and destroy refuses", async () => {
+    expect(await actionFromArgv(["rm", "-f", "demo"])).toMatchObject({ action: { confirm: "demo" } });
+    const out = cli("destroy", "nope");
+    expect(out.status).toBe(1);
+    expect(out.stderr).toMatch(/^error CONTROLLER_CONFIRM_MISMATCH: .*\nhint: Run pi-sandbox destroy nope --force;/);
+  });
+
+  test("on a terminal it asks for the name: the name confirms, anything else refuses before sending", async () => {
+    const asked: string[] = [];
+    const ask = (answer: string) => (question: string) => (asked.push(question), Promise.resolve(answer));
+    const action = { action: "destroy", name: "demo", confirm: "" };
+    expect(await confirmDestroy(action, ask("demo\n"))).toEqual({ ...action, confirm: "demo" });
+    expect(asked).toEqual(["Destroy instance demo, its disk and logs, for good? Type its name to confirm: "]);
+    await expect(confirmDestroy(action, ask("y"))).rejects.toMatchObject({ code: "CONTROLLER_CONFIRM_MISMATCH" });
+    expect(await confirmDestroy(action)).toBe(action);
+    expect(await confirmDestroy({ ...action, confirm: "demo" }, ask("x"))).toEqual({ ...action, confirm: "demo" });
   });
 });

@@ -194,7 +194,7 @@ test("each command has its own --help: its usage, notes, options and the action'
   const ssh = cli("ssh", "-h");
   expect(ssh.stdout).toMatch(/^usage: pi-sandbox shell <name> \[user\] \[--print\]\nalias: ssh\n/);
   // Commands that shared a usage line have their own now.
-  expect(cli("stop", "--help").stdout).toMatch(/^usage: pi-sandbox stop <name>\n/);
+  expect(cli("stop", "--help").stdout).toMatch(/^usage: pi-sandbox stop <name>…\n/);
   expect(cli("exec-kill", "--help").stdout).toMatch(/^usage: pi-sandbox exec-kill <name> <handle>\n/);
   expect(cli("write", "--help").stdout).toMatch(/^usage: pi-sandbox write <name> <guest-path>/);
   expect(cli("help", "frobnicate").status).toBe(2);

@@ -96,6 +96,11 @@ export interface CliMapping {
    * spaces and a few words for the command overview. Empty: the subcommand is not listed.
    */
   usage: string;
+  /**
+   * Takes several names, as docker's stop/start/rm do: the action runs for each name in turn,
+   * each reported, and the command fails if any did.
+   */
+  eachName?: boolean;
   /** Other subcommand names (`ssh` for `shell`). */
   aliases?: readonly string[];
   /** `node:util` parseArgs options the subcommand takes (`--json` and `--help` are always taken). */

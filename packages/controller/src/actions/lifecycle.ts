@@ -75,7 +75,8 @@ export const start = defineAction({
   long: true,
   schema: actionSchema("start", { name }),
   cli: {
-    usage: "start <name>",
+    eachName: true,
+    usage: "start <name>…",
     toAction: (input) => ({ action: "start", name: positional(input, 0, "a name", "start") }),
   },
   run: (_args, ctx) => ctx.lifecycle.start(),
@@ -93,7 +94,8 @@ export const stop = defineAction({
   long: true,
   schema: actionSchema("stop", { name }),
   cli: {
-    usage: "stop <name>",
+    eachName: true,
+    usage: "stop <name>…",
     toAction: (input) => ({ action: "stop", name: positional(input, 0, "a name", "stop") }),
   },
   run: (_args, ctx) => ctx.lifecycle.stop(),
@@ -109,9 +111,11 @@ export const destroy = defineAction({
   long: true,
   schema: actionSchema("destroy", { name, confirm: v.string(), kind: v.optional(kind) }),
   cli: {
-    usage: "destroy <name> --confirm <name> [--template]",
+    eachName: true,
+    usage: "destroy <name>… [-f | --confirm <name>] [--template]",
     aliases: ["rm"],
     options: {
+      force: { type: "boolean", short: "f" },
       confirm: { type: "string" },
       template: { type: "boolean" },
       templates: { type: "boolean" },
@@ -119,7 +123,13 @@ export const destroy = defineAction({
     toAction: (input) => ({
       action: "destroy",
       name: positional(input, 0, "a name", "destroy"),
-      confirm: typeof input.values.confirm === "string" ? input.values.confirm : "",
+      // -f confirms every name; without it or --confirm, the CLI asks on a terminal.
+      confirm:
+        input.values.force === true
+          ? positional(input, 0, "a name", "destroy")
+          : typeof input.values.confirm === "string"
+            ? input.values.confirm
+            : "",
       ...kindOption(input),
     }),
   },

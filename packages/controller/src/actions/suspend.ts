@@ -15,7 +15,8 @@ export const suspend = defineAction({
   long: true,
   schema: actionSchema("suspend", { name }),
   cli: {
-    usage: "suspend <name>",
+    eachName: true,
+    usage: "suspend <name>…",
     toAction: (input) => ({ action: "suspend", name: positional(input, 0, "a name", "suspend") }),
   },
   run: (_args, ctx) => ctx.lifecycle.suspend(),

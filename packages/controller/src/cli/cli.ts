@@ -10,10 +10,11 @@ import { ACTIONS, COMMAND_GROUPS, findAction, findCliAction } from "../actions/r
 import { callAction, renderHelp, type ProgressEvent } from "../client/index.js";
 import { ControllerError } from "../errors.js";
 import { COMPLETION_SHELLS, completionScript } from "./completion.js";
+import { askOnTerminal, confirmDestroy } from "./confirm.js";
 import { followExec } from "./exec-follow.js";
 import { hintsAsCommands } from "./hint-commands.js";
 import { EXEC_CLI_FAILED, execInteractive, type InteractiveExec } from "./exec-interactive.js";
-import { commandHelp, overview, synopsis, version } from "./help-text.js";
+import { commandHelp, overview, positionalLimit, synopsis, version } from "./help-text.js";
 import { followLogs } from "./logs-follow.js";
 import { progressPrinter } from "./progress-bar.js";
 import { runSshSession } from "./shell-session.js";
@@ -30,6 +31,8 @@ const COMMON: ParseArgsOptionsConfig = { json: { type: "boolean" }, help: { type
 export type ParsedCommand =
   /** Call an action (`{json: text}` for `call`) and print its result, or run it as `run` says. */
   | { kind: "action"; action: Record<string, unknown>; json: boolean; run?: CliRun }
+  /** Call the action once per name (`stop a b`), reporting each. */
+  | { kind: "each"; actions: Record<string, unknown>[]; json: boolean }
   /** The overview and the action help, or one command's help. */
   | { kind: "help"; json: boolean; spec?: ActionSpec & { cli: CliMapping } }
   | { kind: "version" }
@@ -102,6 +105,16 @@ export async function actionFromArgv(rawArgv: string[]): Promise<ParsedCommand> 
   if (values.help) return { kind: "help", json, spec };
   // Only string options are declared `multiple`, so lists hold strings.
   const input: CliInput = { positionals: positionals.slice(1), values: values as CliInput["values"], stdin: readStdin };
+  if (spec.cli.eachName && input.positionals.length > 1) {
+    const actions: Record<string, unknown>[] = [];
+    for (const name of input.positionals) actions.push(await spec.cli.toAction({ ...input, positionals: [name] }));
+    return { kind: "each", actions, json };
+  }
+  const limit = spec.cli.eachName ? 1 : positionalLimit(spec);
+  if (limit !== undefined && input.positionals.length > limit) {
+    const extra = input.positionals.slice(limit).join(" ");
+    throw new UsageError(`${command} takes ${limit === 0 ? "no arguments" : `at most ${limit}`}; unexpected: ${extra}`);
+  }
   const action = await spec.cli.toAction(input);
   return { kind: "action", action, json, run: spec.cli.run?.(input) };
 }
@@ -204,6 +217,27 @@ async function callOnce(
   }
 }
 
+/** Questions go to the user only on a terminal (stdin and stderr) and without --json. */
+function terminalAsk(json: boolean): typeof askOnTerminal | undefined {
+  return !json && process.stdin.isTTY && process.stderr.isTTY ? askOnTerminal : undefined;
+}
+
+/** `stop a b`: one call per name, each result or error printed; 1 if any failed. */
+async function runEach(actions: Record<string, unknown>[], json: boolean): Promise<number> {
+  let failed = false;
+  for (const action of actions) {
+    try {
+      const called = await callOnce(await confirmDestroy(dropUndefined(action), terminalAsk(json)), json);
+      if ("interrupted" in called) return 130;
+      out(json ? `${JSON.stringify(called.result)}\n` : formatResult(String(action.action), called.result, action));
+    } catch (error) {
+      failed = true;
+      printError(error, json);
+    }
+  }
+  return failed ? 1 : 0;
+}
+
 /** Runs the CLI with `argv` (without node and script); resolves with the exit code. */
 export async function runCli(argv: string[]): Promise<number> {
   let parsed: ParsedCommand;
@@ -231,6 +265,7 @@ export async function runCli(argv: string[]): Promise<number> {
       );
       return 0;
   }
+  if (parsed.kind === "each") return runEach(parsed.actions, parsed.json);
   const { json, run } = parsed;
   // `call` passes its JSON text through: bad JSON is the action API's own coded error.
   const input = "json" in parsed.action ? (parsed.action.json as string) : dropUndefined(parsed.action);
@@ -265,7 +300,10 @@ export async function runCli(argv: string[]): Promise<number> {
         interrupts: process,
       });
     }
-    const called = await callOnce(input, json);
+    const called = await callOnce(
+      typeof input === "string" ? input : await confirmDestroy(input, terminalAsk(json)),
+      json,
+    );
     if ("interrupted" in called) return 130;
     const { result } = called;
     if (run?.kind === "session" && !json && process.stdout.isTTY) {

@@ -36,7 +36,7 @@ function commands(): CommandWords[] {
     summary: spec.summary,
     options: optionWords(spec.cli),
     // create names a new instance; every other `<name>` is an existing one.
-    takesName: spec.name !== "create" && synopsis(spec.cli).split(" ")[1] === "<name>",
+    takesName: spec.name !== "create" && synopsis(spec.cli).split(" ")[1]?.startsWith("<name>") === true,
   }));
   return [
     { names: ["call"], summary: "run any action given as JSON", options: ["--help"], takesName: false },

@@ -3,7 +3,7 @@
 
 import { readFileSync } from "node:fs";
 import type { ActionSpec, CliMapping } from "../actions/define.js";
-import { ACTIONS } from "../actions/registry.js";
+import { ACTIONS, COMMAND_GROUPS } from "../actions/registry.js";
 
 /** Subcommands that are not actions: `call` and `completion`. */
 export const EXTRA_COMMANDS = [
@@ -19,6 +19,26 @@ export function cliActions(): (ActionSpec & { cli: CliMapping })[] {
 /** The usage line of a subcommand without its overview description (two or more spaces end it). */
 export function synopsis(cli: CliMapping): string {
   return cli.usage.split(/ {2,}/)[0]!.trim();
+}
+
+/**
+ * How many positionals a subcommand takes, read from its synopsis (`<x>`, `[x]` and `NAME` words
+ * that are not an option's value); undefined when a word ends in `…` (any number).
+ */
+export function positionalLimit(spec: ActionSpec & { cli: CliMapping }): number | undefined {
+  const all = synopsis(spec.cli).split(" ");
+  const words = all.slice(COMMAND_GROUPS.includes(all[0]!) ? 2 : 1);
+  let count = 0;
+  for (let i = 0; i < words.length; i++) {
+    const word = words[i]!;
+    if (word.startsWith("-") && word !== "--") {
+      if (/^<|^[A-Z]+$/.test(words[i + 1] ?? "")) i++;
+    } else if (/^[<[][^-]|^[A-Z][A-Z_]*$/.test(word)) {
+      if (word.includes("…")) return undefined;
+      count++;
+    }
+  }
+  return count;
 }
 
 /** The overview printed by `pi-sandbox help` and after a usage error. */

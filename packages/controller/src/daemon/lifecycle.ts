@@ -305,7 +305,7 @@ export class Lifecycle {
         "CONTROLLER_CONFIRM_MISMATCH",
         `destroy needs confirm equal to the name "${this.name}"`,
         {
-          hint: `Send {"action":"destroy","name":"${this.name}","confirm":"${this.name}"}; this removes the disk for good.`,
+          hint: `Run {"action":"destroy","name":"${this.name}","confirm":"${this.name}"}; this removes the disk for good.`,
           details: { name: this.name, confirm },
         },
       );
