@@ -1,12 +1,14 @@
 // The CLI as people meet it (issue #28, "A CLI that speaks to people"), driven as a process
 // against an empty state directory: no VM.
 import { spawnSync } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { actionFromArgv } from "../src/cli/cli.js";
 import { confirmDestroy } from "../src/cli/confirm.js";
+import { parseEnvFile } from "../src/actions/exec.js";
+import type { EntryView } from "../src/state/inspect.js";
 import { cliActions, positionalLimit } from "../src/cli/help-text.js";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
@@ -92,5 +94,47 @@ describe("destroy's confirmation", () => {
     await expect(confirmDestroy(action, ask("y"))).rejects.toMatchObject({ code: "CONTROLLER_CONFIRM_MISMATCH" });
     expect(await confirmDestroy(action)).toBe(action);
     expect(await confirmDestroy({ ...action, confirm: "demo" }, ask("x"))).toEqual({ ...action, confirm: "demo" });
+  });
+});
+
+describe("flags people expect from docker", () => {
+  const view = {
+    name: "demo",
+    kind: "instances",
+    state: "running",
+    resources: { cpus: 2, memoryGiB: 4 },
+    previews: [],
+  } as unknown as EntryView;
+
+  test("list -q prints names only and --format a line per entry from a template, or JSON lines", async () => {
+    const print = async (...argv: string[]) => {
+      const parsed = await actionFromArgv(["ls", ...argv]);
+      if (parsed.kind !== "action" || !parsed.print) throw new Error("no printer");
+      return parsed.print({ instances: [view, { ...view, name: "other", state: "stopped" }] });
+    };
+    expect(await print("-q")).toBe("demo\nother\n");
+    expect(await print("--format", "{{.Name}} {{.State}} {{.Resources.Cpus}} {{.nope}}")).toBe(
+      "demo running 2 \nother stopped 2 \n",
+    );
+    expect(JSON.parse((await print("--format", "json")).split("\n")[0]!)).toEqual(view);
+    await expect(actionFromArgv(["ls", "--format", "{{Name}}"])).rejects.toThrow(/not a field such as/);
+    expect(cli("ls", "-q").stdout).toBe("");
+  });
+
+  test("exec --env-file reads docker's KEY=VALUE lines and # comments, -e wins; -u runs the command via runuser", async () => {
+    const file = join(home, "env");
+    await writeFile(file, "# a comment\nA=1\n\nB=two words\nC=x\n");
+    expect(await actionFromArgv(["exec", "demo", "--env-file", file, "-e", "C=y", "--", "env"])).toMatchObject({
+      action: { env: { A: "1", B: "two words", C: "y" } },
+    });
+    expect(parseEnvFile("HOSTONLY\nMISSING\n", { HOSTONLY: "h" })).toEqual({ HOSTONLY: "h" });
+    expect(() => parseEnvFile("=x\n")).toThrow(/without a name/);
+    // In-process: node itself stops at a missing --env-file anywhere on its command line (exit 9).
+    await expect(actionFromArgv(["exec", "demo", "--env-file", join(home, "absent"), "--", "true"])).rejects.toThrow(
+      /--env-file: cannot read/,
+    );
+    expect(await actionFromArgv(["exec", "demo", "-u", "dev", "--", "id", "-un"])).toMatchObject({
+      action: { cmd: "runuser -u dev -- sh -c 'id -un'" },
+    });
   });
 });

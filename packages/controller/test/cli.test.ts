@@ -184,7 +184,7 @@ test("each command has its own --help: its usage, notes, options and the action'
   const exec = cli("exec", "--help");
   expect(exec.status).toBe(0);
   expect(exec.stdout).toMatch(
-    /^usage: pi-sandbox exec <name> \[-w dir\] \[-e K=V\]… \[-d\] \[-i\] \[-t\] -- <command> \[args…\]\n/,
+    /^usage: pi-sandbox exec <name> \[-w dir\] \[-e K=V\]… \[--env-file f\] \[-u user\] \[-d\] \[-i\] \[-t\] -- <command> \[args…\]\n/,
   );
   expect(exec.stdout).toMatch(/Guest stdout goes to stdout and stderr to stderr/);
   expect(exec.stdout).toMatch(/^ {2}-e, --env <value> \(repeatable\)$/m);
@@ -225,11 +225,13 @@ describe("completion", () => {
       "--cwd",
       "--detach",
       "--env",
+      "--env-file",
       "--help",
       "--interactive",
       "--json",
       "--timeout",
       "--tty",
+      "--user",
     ]);
     expect(complete("pi-sandbox", "ssh", "demo", "--p")).toEqual(["--print"]);
     expect(complete("pi-sandbox", "completion", "")).toEqual(["bash", "zsh"]);
@@ -245,7 +247,7 @@ describe("completion", () => {
       "'exec:run a command in a guest login shell; returns output, or a handle if still running'",
     );
     expect(zsh.stdout).toMatch(
-      /^ {4}exec\) opts=\(--cwd -w --env -e --detach -d --interactive -i --tty -t --timeout --json --help\); names=1 ;;$/m,
+      /^ {4}exec\) opts=\(--cwd -w --env -e --env-file --user -u --detach -d --interactive -i --tty -t --timeout --json --help\); names=1 ;;$/m,
     );
     expect(zsh.stdout).toMatch(/^ {4}shell\|ssh\) /m);
     const fish = cli("completion", "fish");

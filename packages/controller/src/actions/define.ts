@@ -107,6 +107,8 @@ export interface CliMapping {
   options?: Record<string, { type: "string" | "boolean"; short?: string; multiple?: boolean }>;
   /** The action object for the parsed input; throw `UsageError` for missing positionals. */
   toAction(input: CliInput): Record<string, unknown> | Promise<Record<string, unknown>>;
+  /** How the CLI prints the result instead of `formatText` (list -q, --format), if the input asks. */
+  print?(input: CliInput): ((result: never) => string) | undefined;
   /** How the CLI runs the action beyond one call (exec follows its handle); default one call. */
   run?(input: CliInput): CliRun | undefined;
   /** Lines of the subcommand's `--help` after its usage: what the argument docs do not say. */

@@ -1,5 +1,6 @@
 // exec, exec-status and exec-kill: commands in the guest, with handles for the ones still running.
 
+import { readFileSync } from "node:fs";
 import * as v from "valibot";
 import { ENV_NAME_PATTERN, LIMITS } from "@pi-sandbox/config";
 import type { ExecKillResult, ExecResult } from "@pi-sandbox/supervisor";
@@ -41,10 +42,38 @@ const envSchema = v.record(
 );
 
 /** `--env NAME=value` options as an env object (the action's schema checks the names). */
+/**
+ * The variables of an --env-file, in docker's format: `NAME=value` lines taken literally (no
+ * quotes removed), `NAME` alone takes the host's value if it has one, blank and `#` lines skipped.
+ */
+export function parseEnvFile(text: string, hostEnv: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const raw of text.split(/\r?\n/)) {
+    const line = raw.trimStart();
+    if (line === "" || line.startsWith("#")) continue;
+    const eq = line.indexOf("=");
+    if (eq === 0) throw new UsageError(`--env-file: a line without a name: ${line}`);
+    if (eq > 0) env[line.slice(0, eq)] = line.slice(eq + 1);
+    else if (hostEnv[line.trimEnd()] !== undefined) env[line.trimEnd()] = hostEnv[line.trimEnd()]!;
+  }
+  return env;
+}
+
 function envOption(input: CliInput): Record<string, string> | undefined {
   const entries = input.values.env;
-  if (!Array.isArray(entries) || entries.length === 0) return undefined;
-  const env: Record<string, string> = {};
+  const file = input.values["env-file"];
+  let fromFile: Record<string, string> = {};
+  if (typeof file === "string") {
+    try {
+      fromFile = parseEnvFile(readFileSync(file, "utf8"));
+    } catch (error) {
+      if (error instanceof UsageError) throw error;
+      throw new UsageError(`--env-file: cannot read ${file} (${(error as Error).message})`);
+    }
+  }
+  if (!Array.isArray(entries) || entries.length === 0) return Object.keys(fromFile).length > 0 ? fromFile : undefined;
+  // -e wins over the file, as in docker.
+  const env: Record<string, string> = { ...fromFile };
   for (const entry of entries) {
     const eq = entry.indexOf("=");
     if (eq <= 0) throw new UsageError(`--env takes NAME=value; got ${entry}`);
@@ -80,10 +109,12 @@ export const exec = defineAction({
     timeoutMs: v.optional(waitMs),
   }),
   cli: {
-    usage: "exec <name> [-w dir] [-e K=V]… [-d] [-i] [-t] -- <command> [args…]",
+    usage: "exec <name> [-w dir] [-e K=V]… [--env-file f] [-u user] [-d] [-i] [-t] -- <command> [args…]",
     options: {
       cwd: { type: "string", short: "w" },
       env: { type: "string", short: "e", multiple: true },
+      "env-file": { type: "string" },
+      user: { type: "string", short: "u" },
       detach: { type: "boolean", short: "d" },
       interactive: { type: "boolean", short: "i" },
       tty: { type: "boolean", short: "t" },
@@ -98,7 +129,11 @@ export const exec = defineAction({
       return {
         action: "exec",
         name: instance,
-        cmd: commandLine(argv),
+        // -u: the guest agent runs commands as root; runuser (util-linux) switches to the user.
+        cmd:
+          typeof input.values.user === "string"
+            ? commandLine(["runuser", "-u", input.values.user, "--", "sh", "-c", commandLine(argv)])
+            : commandLine(argv),
         cwd: input.values.cwd,
         env: envOption(input),
         // Followed, guest stdout goes to stdout and stderr to stderr; a detached result is one text.
@@ -121,6 +156,9 @@ export const exec = defineAction({
       "  follow it with exec-status, end it with exec-kill.",
       "--timeout ms: without -d, stop following after ms and print the handle; the command keeps running.",
       "-w, --cwd dir: workspace-relative working directory. -e, --env NAME=value: repeatable.",
+      "--env-file FILE: NAME=value lines (docker's format: # comments, NAME alone takes the host's value); -e wins.",
+      "  (Node itself checks every --env-file on its command line: a missing one fails with node's exit 9.)",
+      "-u, --user USER: run as USER via runuser -u USER -- sh -c '<command>' (commands run as root otherwise).",
       "--json: one result when following ends, its output that of every call.",
       "Ctrl-C ends the command (its whole process group) and exits 130; a second Ctrl-C detaches.",
       "Guest stdout goes to stdout and stderr to stderr (with -d, one text of both). Control characters",

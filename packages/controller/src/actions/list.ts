@@ -1,9 +1,39 @@
 import * as v from "valibot";
 import type { EntryView } from "../state/inspect.js";
 import { listEntries } from "../state/inspect.js";
-import { defineAction } from "./define.js";
+import { UsageError, defineAction } from "./define.js";
 import { actionSchema, arg, kind, kindOption } from "./parts.js";
 import { table } from "./text.js";
+
+/**
+ * A docker-style `--format` template of an entry: `{{.Name}}` is the field `name`, `{{.Resources.Cpus}}`
+ * a nested one; objects print as JSON, absent fields as nothing. Unknown syntax is a usage error.
+ */
+export function entryTemplate(template: string): (view: EntryView) => string {
+  const parts = template.split(/(\{\{[^}]*\}\})/);
+  for (const part of parts)
+    if (part.startsWith("{{") && !/^\{\{\s*(\.[A-Za-z]\w*)+\s*\}\}$/.test(part))
+      throw new UsageError(`--format: ${part} is not a field such as {{.Name}}`);
+  return (view) =>
+    parts
+      .map((part) => {
+        if (!part.startsWith("{{")) return part;
+        let value: unknown = view;
+        for (const key of part
+          .replace(/[{}\s]/g, "")
+          .split(".")
+          .slice(1)) {
+          const field = key[0]!.toLowerCase() + key.slice(1);
+          value = value !== null && typeof value === "object" ? (value as Record<string, unknown>)[field] : undefined;
+        }
+        return value === undefined || value === null
+          ? ""
+          : typeof value === "object"
+            ? JSON.stringify(value)
+            : String(value);
+      })
+      .join("");
+}
 
 /** `list`: instances or templates with their state. */
 export const list = defineAction({
@@ -15,8 +45,33 @@ export const list = defineAction({
   cli: {
     usage: "list [--templates]                   instances (or templates) and their state",
     aliases: ["ls"],
-    options: { templates: { type: "boolean" }, template: { type: "boolean" } },
-    toAction: (input) => ({ action: "list", ...kindOption(input) }),
+    options: {
+      templates: { type: "boolean" },
+      template: { type: "boolean" },
+      quiet: { type: "boolean", short: "q" },
+      format: { type: "string" },
+    },
+    toAction: (input) => {
+      if (input.values.quiet && input.values.format !== undefined) throw new UsageError("list -q cannot take --format");
+      return { action: "list", ...kindOption(input) };
+    },
+    print(input) {
+      const format = input.values.format;
+      if (!input.values.quiet && typeof format !== "string") return undefined;
+      const render = input.values.quiet
+        ? (view: EntryView) => view.name
+        : format === "json"
+          ? (view: EntryView) => JSON.stringify(view)
+          : entryTemplate(String(format));
+      return (result: { instances: EntryView[] } | { templates: EntryView[] }) =>
+        ("templates" in result ? result.templates : result.instances).map((view) => `${render(view)}\n`).join("");
+    },
+    notes: [
+      "-q, --quiet: names only, one a line.",
+      "--format TEMPLATE: one line per entry from a template of its fields, e.g. '{{.Name}} {{.State}}'",
+      "  ({{.Resources.Cpus}}, {{.Previews}}: any field of list --json, first letter either case);",
+      "  --format json: one JSON object a line.",
+    ],
   },
   async run(args, ctx): Promise<{ instances: EntryView[] } | { templates: EntryView[] }> {
     await ctx.layout.ensurePrivate();

@@ -30,7 +30,14 @@ const COMMON: ParseArgsOptionsConfig = { json: { type: "boolean" }, help: { type
 /** What a command line asks for. */
 export type ParsedCommand =
   /** Call an action (`{json: text}` for `call`) and print its result, or run it as `run` says. */
-  | { kind: "action"; action: Record<string, unknown>; json: boolean; run?: CliRun }
+  | {
+      kind: "action";
+      action: Record<string, unknown>;
+      json: boolean;
+      run?: CliRun;
+      /** Prints the result instead of the action's formatter (`list -q`). */
+      print?: (result: unknown) => string;
+    }
   /** Call the action once per name (`stop a b`), reporting each. */
   | { kind: "each"; actions: Record<string, unknown>[]; json: boolean }
   /** The overview and the action help, or one command's help. */
@@ -116,7 +123,8 @@ export async function actionFromArgv(rawArgv: string[]): Promise<ParsedCommand> 
     throw new UsageError(`${command} takes ${limit === 0 ? "no arguments" : `at most ${limit}`}; unexpected: ${extra}`);
   }
   const action = await spec.cli.toAction(input);
-  return { kind: "action", action, json, run: spec.cli.run?.(input) };
+  const print = spec.cli.print?.(input) as ((result: unknown) => string) | undefined;
+  return { kind: "action", action, json, run: spec.cli.run?.(input), ...(print ? { print } : {}) };
 }
 
 function dropUndefined(action: Record<string, unknown>): Record<string, unknown> {
@@ -312,7 +320,9 @@ export async function runCli(argv: string[]): Promise<number> {
     out(
       json
         ? `${JSON.stringify(result, null, 2)}\n`
-        : formatResult(actionName, result, typeof input === "string" ? undefined : input),
+        : parsed.print
+          ? parsed.print(result)
+          : formatResult(actionName, result, typeof input === "string" ? undefined : input),
     );
     // doctor reports problems as data; the exit code still tells scripts whether all is well.
     if (actionName === "doctor" && (result as { ok?: boolean }).ok === false) return 1;
