@@ -1,7 +1,20 @@
-import { CodedError, brandError, hasBrand, type CodedErrorJson, type CodedErrorOptions } from "@pi-sandbox/config";
+// The controller's coded error: its closed code union (its own codes and those of the packages
+// under it, kept as they come), the wire form, and the cross-copy guard.
+import {
+  CodedError,
+  brandError,
+  hasBrand,
+  type CodedErrorJson,
+  type CodedErrorOptions,
+  type ConfigErrorCode,
+} from "@pi-sandbox/config";
+import type { ImageErrorCode } from "@pi-sandbox/image";
+import type { IngressErrorCode } from "@pi-sandbox/ingress";
+import type { SupervisorErrorCode } from "@pi-sandbox/supervisor";
+import type { VmErrorCode } from "@pi-sandbox/vm";
 
-/** Stable codes of every error the controller reports. */
-export type ControllerErrorCode =
+/** The controller's own codes. */
+export type ControllerOwnErrorCode =
   | "CONTROLLER_BAD_INPUT"
   | "CONTROLLER_USAGE"
   | "CONTROLLER_UNKNOWN_ACTION"
@@ -31,8 +44,16 @@ export type ControllerErrorCode =
   | "CONTROLLER_HOST_PORT_CONFLICT"
   | "CONTROLLER_SECRET_UNAVAILABLE"
   | "CONTROLLER_MOUNT_REFUSED"
-  | "CONTROLLER_INTERNAL"
-  | (string & {});
+  | "CONTROLLER_INTERNAL";
+
+/**
+ * Stable codes of every error the controller reports: its own, and those of the packages under
+ * it, which the daemon passes on unchanged (`toControllerError`). Anything else (a Node system
+ * error's `ENOENT`, say) arrives as `CONTROLLER_INTERNAL` with the original code in
+ * `details.cause`.
+ */
+export type ControllerErrorCode =
+  ControllerOwnErrorCode | ConfigErrorCode | ImageErrorCode | VmErrorCode | SupervisorErrorCode | IngressErrorCode;
 
 const brand = Symbol.for("pi-sandbox.ControllerError");
 
@@ -43,7 +64,12 @@ export type ControllerErrorOptions = CodedErrorOptions;
  * The wire form of an error: what the daemon sends and the CLI prints, `{name, code, message,
  * hint?, details?}`. `name` is optional when read, for a daemon of an older release.
  */
-export type ControllerErrorJson = Omit<CodedErrorJson, "name"> & { name?: string };
+export type ControllerErrorJson = Omit<CodedErrorJson, "name" | "code"> & {
+  /** The class name; absent from a daemon of an older release. */
+  name?: string;
+  /** One of the union: the daemon sends only ControllerErrors (`toControllerError`). */
+  code: ControllerErrorCode;
+};
 
 /** Every failure of the controller and its client; switch on `code`. */
 export class ControllerError extends CodedError<ControllerErrorCode> {
@@ -52,6 +78,11 @@ export class ControllerError extends CodedError<ControllerErrorCode> {
   constructor(code: ControllerErrorCode, message: string, options: ControllerErrorOptions = {}) {
     super(code, message, options);
     brandError(this, brand);
+  }
+
+  /** The wire form, its code typed as one of the union. */
+  override toJSON(): ControllerErrorJson & { name: string } {
+    return { ...super.toJSON(), code: this.code };
   }
 
   /** Rebuilds an error from its wire form. */

@@ -84,7 +84,7 @@ test("a ControllerError becomes a tool error with its code and hint; anything el
   const s = await start(async () => {
     n += 1;
     if (n === 1) {
-      throw new ControllerError("CONTROLLER_BUSY", "demo is busy with create", {
+      throw new ControllerError("CONTROLLER_DAEMON_EXITING", "the controller of demo is exiting", {
         hint: "Wait for it to finish, then try again.",
       });
     }
@@ -93,12 +93,12 @@ test("a ControllerError becomes a tool error with its code and hint; anything el
   await s.session.prompt("stop");
   const [busy, bug] = ends(s);
   expect(busy!.isError).toBe(true);
-  expect(textOf(busy!)).toBe("CONTROLLER_BUSY: demo is busy with create\nHint: Wait for it to finish, then try again.");
+  expect(textOf(busy!)).toBe("CONTROLLER_DAEMON_EXITING: the controller of demo is exiting\nHint: Wait for it to finish, then try again.");
   expect(busy!.result.details).toMatchObject({
     action: "stop",
     name: "demo",
     status: "error",
-    error: { code: "CONTROLLER_BUSY", hint: "Wait for it to finish, then try again." },
+    error: { code: "CONTROLLER_DAEMON_EXITING", hint: "Wait for it to finish, then try again." },
   });
   expect(bug!.isError).toBe(true);
   expect(textOf(bug!)).toMatch(/^PI_SANDBOX_UNEXPECTED: boom\nHint: /);

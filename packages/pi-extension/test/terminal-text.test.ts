@@ -46,12 +46,12 @@ test("a result full of guest text: the model's JSON keeps the value, no line car
 });
 
 test("an error whose message and hint come from the guest is escaped for the model and the TUI", () => {
-  const error = new ControllerError("SERVICE_FAILED", `web died: ${HOSTILE}\nsecond line`, { hint: `see ${HOSTILE}` });
+  const error = new ControllerError("SERVICE_NOT_READY", `web died: ${HOSTILE}\nsecond line`, { hint: `see ${HOSTILE}` });
   const result = errorResult({ action: "services", name: "demo" }, error);
   const text = modelText(result);
   expect(text).not.toMatch(RAW_CONTROL);
   expect(text).toBe(
-    "SERVICE_FAILED: web died: x\\x1b]52;c;aGk=\\x07\\x1b[2Jz\\u009b2J\nsecond line\nHint: see x\\x1b]52;c;aGk=\\x07\\x1b[2Jz\\u009b2J",
+    "SERVICE_NOT_READY: web died: x\\x1b]52;c;aGk=\\x07\\x1b[2Jz\\u009b2J\nsecond line\nHint: see x\\x1b]52;c;aGk=\\x07\\x1b[2Jz\\u009b2J",
   );
   expect(rendered(result)).not.toMatch(RAW_CONTROL);
   const unexpected = errorResult({ action: "exec", name: "demo" }, new Error(HOSTILE));

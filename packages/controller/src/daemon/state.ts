@@ -1,9 +1,11 @@
 // The state one instance's daemon holds, shared by its lifecycle and guest operations: what runs
 // (VM, agent, previews), the status it last wrote, and the errors kept for inspect.
 
-import { isCodedError } from "@pi-sandbox/config";
-import type { PreviewGateway } from "@pi-sandbox/ingress";
-import type { SupervisorClient } from "@pi-sandbox/supervisor";
+import { isConfigError } from "@pi-sandbox/config";
+import { isImageError } from "@pi-sandbox/image";
+import { isIngressError, type PreviewGateway } from "@pi-sandbox/ingress";
+import { isSupervisorError, type SupervisorClient } from "@pi-sandbox/supervisor";
+import { isVmError } from "@pi-sandbox/vm";
 import { ControllerError, isControllerError } from "../errors.js";
 import { inspectEntry, type EntryView } from "../state/inspect.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
@@ -18,22 +20,33 @@ export interface RunningParts {
   gateway: PreviewGateway;
 }
 
-/** Converts lower-layer errors into the controller's wire form, keeping code and hint. */
+/**
+ * Converts lower-layer errors into the controller's wire form. A coded error of ours (config,
+ * image, vm, supervisor, ingress) keeps its code, hint and details; anything else (a Node system
+ * error's `ENOENT`, a bug's TypeError) becomes `CONTROLLER_INTERNAL`, its own code, if any, kept
+ * in `details.cause`, so callers switching on `code` meet only codes of the union.
+ */
 export function toControllerError(error: unknown): ControllerError {
   if (isControllerError(error)) return error;
-  if (isCodedError(error)) {
+  if (
+    isConfigError(error) ||
+    isImageError(error) ||
+    isVmError(error) ||
+    isSupervisorError(error) ||
+    isIngressError(error)
+  ) {
     return new ControllerError(error.code, error.message, { hint: error.hint, details: error.details, cause: error });
   }
-  // Not one of ours but coded all the same (a Node system error's `code`, say): keep what it has.
-  const e = error as { code?: unknown; message?: unknown; hint?: unknown; details?: unknown };
-  if (e && typeof e.code === "string" && typeof e.message === "string") {
-    return new ControllerError(e.code, e.message, {
-      hint: typeof e.hint === "string" ? e.hint : undefined,
-      details: typeof e.details === "object" && e.details ? (e.details as Record<string, unknown>) : undefined,
-      cause: error,
-    });
-  }
-  return new ControllerError("CONTROLLER_INTERNAL", String((error as Error)?.message ?? error), { cause: error });
+  const e = error as { code?: unknown; message?: unknown; details?: unknown } | null | undefined;
+  const details: Record<string, unknown> =
+    typeof e?.details === "object" && e.details !== null ? { ...(e.details as Record<string, unknown>) } : {};
+  if (typeof e?.code === "string" || typeof e?.code === "number") details.cause = e.code;
+  const message = typeof e?.message === "string" ? e.message : String(error);
+  return new ControllerError("CONTROLLER_INTERNAL", message, {
+    hint: "An unexpected failure inside the controller: the logs action without a service shows the controller log; inspect shows the instance's state.",
+    details: Object.keys(details).length > 0 ? details : undefined,
+    cause: error,
+  });
 }
 
 /** One entry's daemon-side state. */
