@@ -11,7 +11,7 @@ import { cp, mkdir, readdir, readlink, rm, stat, writeFile } from "node:fs/promi
 import { join } from "node:path";
 import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector } from "@pi-sandbox/ingress";
 import { DEFAULT_AGENT_PATH, DEFAULT_AGENT_STATE_DIR, SupervisorClient } from "@pi-sandbox/supervisor";
-import { VmError } from "@pi-sandbox/vm";
+import { POINTER_FILE, VmError } from "@pi-sandbox/vm";
 import { createLocalGuestVm, type LocalGuestVm } from "@pi-sandbox/vm/testing";
 import type { InstanceRuntime, RuntimeVm } from "./daemon/runtime.js";
 
@@ -55,7 +55,7 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
       async createDisk(dir) {
         if (await exists(dir)) throw new VmError("VM_DISK_EXISTS", `a disk exists in ${dir}`, { details: { dir } });
         await mkdir(join(dir, "root"), { recursive: true });
-        await writeFile(join(dir, "disk.json"), JSON.stringify({ kind: "local" }));
+        await writeFile(join(dir, POINTER_FILE), JSON.stringify({ kind: "local" }));
       },
       async createFromTemplate(templateDir, dir) {
         await cp(templateDir, dir, { recursive: true });
@@ -78,7 +78,7 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
       runtime.boots++;
       const started = performance.now();
       await runtime.hooks.beforeBoot?.(name, diskDir);
-      if (!(await exists(join(diskDir, "disk.json")))) {
+      if (!(await exists(join(diskDir, POINTER_FILE)))) {
         throw new VmError("VM_DISK_NOT_FOUND", `no disk in ${diskDir}`, { details: { dir: diskDir } });
       }
       // The guest's environment holds each secret's placeholder, as Gondolin's would, and none of

@@ -7,20 +7,33 @@ import os from "node:os";
 import path from "node:path";
 import type { VM, VMOptions } from "@earendil-works/gondolin";
 import { BootedVm, ensureQemuGone } from "./booted-vm.js";
+import {
+  CONTROL_SOCKET,
+  gondolinCertDir,
+  FS_SOCKET,
+  INCOMING_MARKER,
+  INGRESS_SOCKET,
+  LONGEST_SOCKET_NAME,
+  NET_SOCKET,
+  QMP_SOCKET,
+  SSH_SOCKET,
+  TMP_SOCKET_DIR_PREFIX,
+  socketDirsRoot,
+} from "./filenames.js";
 import type { DiskRun } from "./disk-store.js";
 import { egressPolicy, secretStore } from "./egress-policy.js";
 import { VmError, isVmError, messageOf } from "./errors.js";
 import { runInGuest } from "./exec-util.js";
 import { GondolinGuest } from "./gondolin-guest.js";
-import { gondolinCertDir, type loadGondolin } from "./gondolin-loader.js";
+import type { loadGondolin } from "./gondolin-loader.js";
 import { dialMappedTcpOnConnect, seedVfsInodes } from "./gondolin-private.js";
 import { GuestFault } from "./guest-fault.js";
 import { HostPortProxies, hostPortRoutes } from "./host-port-proxy.js";
 import { readonlyMounts } from "./mounts.js";
 import { hostDiskFullError, isNoSpaceError } from "./host-disk.js";
 import { qemuMemory, type AcceleratorChoice } from "./host.js";
-import { INCOMING_MARKER, writeQemuPidRecord } from "./qemu-process.js";
-import { QMP_SOCKET_NAME, QmpMonitor, type IoErrorPause } from "./qmp.js";
+import { writeQemuPidRecord } from "./qemu-process.js";
+import { QmpMonitor, type IoErrorPause } from "./qmp.js";
 import { restoreMemory, savedMachineOf, type SuspendState } from "./vm-memory.js";
 import type { RestoreOutcome, RunningVm, StartVmOptions } from "./vm-types.js";
 
@@ -87,7 +100,7 @@ export async function bootAttempt(
     // QEMU (through our wrapper) listens on this socket from early in its start; a guest paused
     // on a full host disk is reported here, during the boot as much as later, and so is a KVM
     // internal error (QEMU stops the guest with run state internal-error).
-    monitor = new QmpMonitor(path.join(runtimeDir, QMP_SOCKET_NAME), {
+    monitor = new QmpMonitor(path.join(runtimeDir, QMP_SOCKET), {
       onIoErrorPause: (pause) => {
         if (fault.raise(pausedGuestError(pause, options.name, options.diskDir))) {
           logger?.warn(`[vm ${options.name}] ${fault.current!.message}`);
@@ -135,11 +148,11 @@ export async function bootAttempt(
         append: KERNEL_APPEND,
         console: options.debug ? "stdio" : "none",
         mitmCertDir: gondolinCertDir(options.diskDir),
-        virtioSocketPath: path.join(runtimeDir, "ctl.sock"),
-        virtioFsSocketPath: path.join(runtimeDir, "fs.sock"),
-        virtioSshSocketPath: path.join(runtimeDir, "ssh.sock"),
-        virtioIngressSocketPath: path.join(runtimeDir, "ing.sock"),
-        netSocketPath: path.join(runtimeDir, "net.sock"),
+        virtioSocketPath: path.join(runtimeDir, CONTROL_SOCKET),
+        virtioFsSocketPath: path.join(runtimeDir, FS_SOCKET),
+        virtioSshSocketPath: path.join(runtimeDir, SSH_SOCKET),
+        virtioIngressSocketPath: path.join(runtimeDir, INGRESS_SOCKET),
+        netSocketPath: path.join(runtimeDir, NET_SOCKET),
         // With secrets: substitution under the header rules and scrubbed responses (secret-fetch.ts).
         ...(policy.fetch ? { fetch: policy.fetch as NonNullable<VMOptions["fetch"]> } : {}),
         ...(options.debug ? { debug: ["protocol"] as const } : {}),
@@ -300,16 +313,16 @@ async function growFilesystem(guest: GondolinGuest, signal: AbortSignal | undefi
  */
 async function makeRuntimeDir(stateRoot: string): Promise<string> {
   const id = randomBytes(4).toString("hex");
-  const preferred = path.join(stateRoot, "run", id);
+  const preferred = path.join(socketDirsRoot(stateRoot), id);
   let dir: string;
-  if (path.join(preferred, "ing.sock").length <= MAX_SOCKET_PATH) {
+  if (path.join(preferred, LONGEST_SOCKET_NAME).length <= MAX_SOCKET_PATH) {
     await fsp.mkdir(path.dirname(preferred), { recursive: true, mode: 0o700 });
     // Not recursive: an existing directory (or a link in its place) fails with EEXIST, never reused.
     await fsp.mkdir(preferred, { mode: 0o700 });
     dir = preferred;
   } else {
     // Under the shared temp dir: mkdtemp creates a fresh 0700 directory with a random name.
-    dir = await fsp.mkdtemp(path.join(os.tmpdir(), "pisb-"));
+    dir = await fsp.mkdtemp(path.join(os.tmpdir(), TMP_SOCKET_DIR_PREFIX));
   }
   const info = await fsp.lstat(dir);
   const uid = typeof process.getuid === "function" ? process.getuid() : info.uid;

@@ -6,6 +6,7 @@ import { bootAttempt, startTimeoutOf, type BootAttempt } from "./boot-attempt.js
 import { DiskStore, type DiskRun } from "./disk-store.js";
 import { hostPortsTcp } from "./egress-policy.js";
 import { isVmError, messageOf } from "./errors.js";
+import { launcherDir } from "./filenames.js";
 import { loadGondolin } from "./gondolin-loader.js";
 import { hostDiskFullError, isNoSpaceError } from "./host-disk.js";
 import {
@@ -53,7 +54,7 @@ export async function startVm(input: StartVmOptions): Promise<RunningVm> {
   checkResources(options.spec.resources, host);
   hostPortsTcp(options.spec.network.hostPorts ?? []); // refused before the disk is opened
   const forcedAccel = options.accelerator ?? process.env.PI_SANDBOX_ACCEL;
-  const launcher = await prepareQemuLauncher(path.join(options.stateRoot, "bin"), host.arch);
+  const launcher = await prepareQemuLauncher(launcherDir(options.stateRoot), host.arch);
   const probeQemu = options.kvmProbeQemuPath ?? (process.env.PI_SANDBOX_TEST_KVM_PROBE_QEMU || undefined);
   if (probeQemu) host = { ...host, kvmAccessible: true };
   const gondolin = await loadGondolin(options.stateRoot);

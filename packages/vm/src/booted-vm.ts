@@ -14,8 +14,8 @@ import { hostDiskFullError, hostSpaceOf } from "./host-disk.js";
 import type { AcceleratorChoice } from "./host.js";
 import { isAlive, waitFor } from "./process-util.js";
 import type { QmpMonitor } from "./qmp.js";
+import { memoryTempName } from "./filenames.js";
 import {
-  memoryTempName,
   removeSuspendState,
   saveMemory,
   writeSuspendState,

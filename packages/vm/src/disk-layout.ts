@@ -1,4 +1,5 @@
-import { randomBytes } from "node:crypto";
+// Types and file operations of a disk directory (pointer, layers, orphans), shared by the store
+// and its runs; the directory's file names are in filenames.ts.
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
@@ -6,13 +7,15 @@ import { writeFileAtomic } from "@pi-sandbox/config";
 import { VmError } from "./errors.js";
 import { allocatedBytes, fsyncDir, fsyncFile, readJsonIfExists } from "./fs-util.js";
 import { type RecordedImage } from "./image.js";
-import { QEMU_PID_FILE } from "./qemu-process.js";
+import {
+  LAYER_PATTERN,
+  LOCK_TEMP_PREFIX,
+  POINTER_FILE,
+  QEMU_PID_FILE,
+  STALE_LOCK_PREFIX,
+  TEMP_PREFIX,
+} from "./filenames.js";
 
-// Names, types and file operations of a disk directory, shared by the store and its runs.
-
-/** The pointer file naming a disk's current layer chain. Replaced atomically; never edited in place. */
-export const POINTER_FILE = "disk.json";
-export const LAYER_PATTERN = /^layer-[0-9a-f]{16}\.qcow2$/;
 export const GiB = 1024 ** 3;
 export const MiB = 1024 ** 2;
 /** Free space a layer merge keeps beyond the data it may write (qcow2 metadata, the pointer). */
@@ -102,10 +105,6 @@ export interface DiskRun {
   discard(): Promise<void>;
 }
 
-export function newLayerName(): string {
-  return `layer-${randomBytes(8).toString("hex")}.qcow2`;
-}
-
 export function diskBytesOf(diskGiB: number): number {
   return Math.ceil((diskGiB * GiB) / MiB) * MiB;
 }
@@ -169,8 +168,8 @@ export async function removeOrphans(dir: string, keep: readonly string[]): Promi
     const orphanLayer = LAYER_PATTERN.test(entry) && !keep.includes(entry);
     // `.tmp-lock-*` belong to lock attempts in flight (removed by their owners); keep them.
     const leftover =
-      (entry.startsWith(".tmp-") && !entry.startsWith(".tmp-lock-")) ||
-      entry.startsWith(".stale-lock-") ||
+      (entry.startsWith(TEMP_PREFIX) && !entry.startsWith(LOCK_TEMP_PREFIX)) ||
+      entry.startsWith(STALE_LOCK_PREFIX) ||
       entry === QEMU_PID_FILE;
     if (!orphanLayer && !leftover) continue;
     await fsp.rm(path.join(dir, entry), { force: true });

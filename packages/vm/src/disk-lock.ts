@@ -3,10 +3,10 @@ import fsp from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { VmError, isVmError } from "./errors.js";
+import { LOCK_FILE, lockTempName, staleLockName } from "./filenames.js";
 import { isAlive, selfIdentity, type ProcessIdentity } from "./process-util.js";
 
 /** File name of the lock inside a disk directory. */
-export const LOCK_FILE = "lock.json";
 
 /** Contents of a lock file. */
 export interface LockOwner extends ProcessIdentity {
@@ -57,7 +57,7 @@ export async function acquireDiskLock(dir: string, purpose: string): Promise<Dis
     acquiredAt: new Date().toISOString(),
     token: randomBytes(8).toString("hex"),
   };
-  const temp = path.join(dir, `.tmp-lock-${owner.token}`);
+  const temp = path.join(dir, lockTempName(owner.token));
   await fsp.writeFile(temp, JSON.stringify(owner), { mode: 0o600 });
   let staleOwner: LockOwner | undefined;
   try {
@@ -84,7 +84,7 @@ export async function acquireDiskLock(dir: string, purpose: string): Promise<Dis
         );
       }
       // Stale: move it aside under a unique name, then make sure we moved the one we judged.
-      const aside = path.join(dir, `.stale-lock-${owner.token}-${attempt}`);
+      const aside = path.join(dir, staleLockName(owner.token, attempt));
       try {
         await fsp.rename(file, aside);
       } catch (error) {

@@ -9,10 +9,9 @@ import { recordImage, resolveImage, verifyRecordedImage, type GuestImage } from 
 import { QemuImg } from "./qemu-img.js";
 import { reapStrayQemu } from "./qemu-process.js";
 import { removeSuspendState, suspendStateBytes } from "./vm-memory.js";
+import { LOCK_FILE, POINTER_FILE, newLayerName } from "./filenames.js";
 import {
-  POINTER_FILE,
   GiB,
-  newLayerName,
   diskBytesOf,
   rootfsFormat,
   requireDir,
@@ -28,7 +27,6 @@ import {
 import { OpenRun } from "./disk-run.js";
 
 export {
-  POINTER_FILE,
   directoryAllocatedBytes,
   type CheckpointResult,
   type DiskInfo,
@@ -234,7 +232,7 @@ export class DiskStore {
       await fsp.rm(path.join(dir, POINTER_FILE), { force: true });
       await fsyncDir(dir);
       for (const entry of await fsp.readdir(dir)) {
-        if (entry === "lock.json") continue;
+        if (entry === LOCK_FILE) continue;
         await fsp.rm(path.join(dir, entry), { recursive: true, force: true });
       }
     } finally {

@@ -1,4 +1,4 @@
-import path from "node:path";
+import { gondolinSessionsDir } from "./filenames.js";
 
 /** The Gondolin module, loaded lazily. */
 export type GondolinModule = typeof import("@earendil-works/gondolin");
@@ -24,18 +24,4 @@ export function loadGondolin(stateRoot?: string): Promise<GondolinModule> {
     });
   }
   return loaded;
-}
-
-/** Where Gondolin's session registry lives for a state root. */
-export function gondolinSessionsDir(stateRoot: string): string {
-  return path.join(stateRoot, "gondolin", "sessions");
-}
-
-/**
- * Where Gondolin's MITM CA (for guest HTTPS egress) lives: one per disk. A CA shared by the whole
- * state root was created by whichever first boots raced to it, and a guest could end up trusting
- * a CA whose key another boot had just replaced. Per disk, the disk lock serialises its creation.
- */
-export function gondolinCertDir(diskDir: string): string {
-  return path.join(diskDir, "mitm-ca");
 }

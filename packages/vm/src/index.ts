@@ -29,7 +29,6 @@ export { runInGuest } from "./exec-util.js";
 // Disks: instances, templates, checkpoints
 export {
   DiskStore,
-  POINTER_FILE,
   directoryAllocatedBytes,
   type DiskInfo,
   type DiskKind,
@@ -37,7 +36,7 @@ export {
   type DiskRun,
   type CheckpointResult,
 } from "./disk-store.js";
-export { SUSPEND_STATE_FILE, MEMORY_FILE } from "./vm-memory.js";
+export { POINTER_FILE, LOCK_FILE, SUSPEND_STATE_FILE, MEMORY_FILE, QEMU_PID_FILE } from "./filenames.js";
 export { QemuImg, mapQemuFailure, type QemuImageInfo, type QemuImgRunner } from "./qemu-img.js";
 
 // Images
@@ -69,13 +68,7 @@ export {
 } from "./kvm-probe.js";
 
 // QEMU process hygiene
-export {
-  prepareQemuLauncher,
-  reapStrayQemu,
-  QEMU_PID_FILE,
-  type QemuLauncher,
-  type ReapResult,
-} from "./qemu-process.js";
+export { prepareQemuLauncher, reapStrayQemu, type QemuLauncher, type ReapResult } from "./qemu-process.js";
 
 // Errors
 export { VmError, isVmError, type VmErrorCode, type VmErrorOptions } from "./errors.js";

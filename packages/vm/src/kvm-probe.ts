@@ -4,6 +4,7 @@ import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { writeFileAtomic } from "@pi-sandbox/config";
+import { kvmVerdictsDir } from "./filenames.js";
 import { isAlive, processStartTime, type ProcessIdentity } from "./process-util.js";
 
 /**
@@ -187,7 +188,7 @@ export class KvmVerdictCache {
   readonly dir: string;
 
   constructor(stateRoot: string) {
-    this.dir = path.join(stateRoot, "kvm-verdicts");
+    this.dir = kvmVerdictsDir(stateRoot);
   }
 
   #file(key: KvmVerdictKey, ext: string): string {

@@ -5,15 +5,9 @@ import { VmError } from "./errors.js";
 import { readJsonIfExists } from "./fs-util.js";
 import { findExecutable, qemuArchOf } from "./host.js";
 import { inspectDiskLock } from "./disk-lock.js";
-import { QMP_SOCKET_NAME } from "./qmp.js";
+import { INCOMING_MARKER, QEMU_PID_FILE, QMP_SOCKET } from "./filenames.js";
 import { QEMU_SANDBOX_OPTIONS, probeQemuSeccomp } from "./qemu-seccomp.js";
 import { isAlive, processCmdline, processStartTime, waitFor, type ProcessIdentity } from "./process-util.js";
-
-/** File name of the QEMU pid record inside a disk directory. */
-export const QEMU_PID_FILE = "qemu.pid.json";
-
-/** A file in the run directory that makes the wrapper start QEMU waiting for a saved state. */
-export const INCOMING_MARKER = "incoming";
 
 /** The QEMU binary to hand to Gondolin. */
 export interface QemuLauncher {
@@ -86,7 +80,7 @@ export async function prepareQemuLauncher(binDir: string, arch: string = process
     '    socket,id=virtiocon0,path=*) p="${arg#socket,id=virtiocon0,path=}"; p="${p%%,*}"; run="${p%/*}" ;;',
     "  esac",
     "done",
-    `if [ -n "$run" ]; then set -- "$@" -qmp "unix:$run/${QMP_SOCKET_NAME},server=on,wait=off"; fi`,
+    `if [ -n "$run" ]; then set -- "$@" -qmp "unix:$run/${QMP_SOCKET},server=on,wait=off"; fi`,
     `if [ -n "$run" ] && [ -e "$run/${INCOMING_MARKER}" ]; then set -- "$@" -incoming defer; fi`,
     "ulimit -c 0",
     "umask 077",

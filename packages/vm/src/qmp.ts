@@ -1,8 +1,5 @@
 import net from "node:net";
 
-/** File name of the QMP socket QEMU listens on, next to Gondolin's control socket of the same VM. */
-export const QMP_SOCKET_NAME = "qmp.sock";
-
 /** What QEMU said when it paused the guest on a failed disk request (`BLOCK_IO_ERROR` data). */
 export interface IoErrorPause {
   /** True when the host write failed with ENOSPC (the host file system is full). */

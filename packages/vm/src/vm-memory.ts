@@ -2,7 +2,6 @@
 // unix socket into a file (QEMU 7.2 has no `file:` migration, and its seccomp sandbox forbids the
 // process an `exec:` migration would start), and fed back into a new QEMU that the wrapper started
 // with `-incoming defer` (qemu-process.ts).
-import { randomBytes } from "node:crypto";
 import { execFile } from "node:child_process";
 import fs from "node:fs";
 import fsp from "node:fs/promises";
@@ -13,18 +12,12 @@ import { pipeline } from "node:stream/promises";
 import { promisify } from "node:util";
 import { writeFileAtomic } from "@pi-sandbox/config";
 import { VmError, messageOf } from "./errors.js";
+import { INCOMING_SOCKET, MEMORY_FILE, MIGRATE_SOCKET, SUSPEND_STATE_FILE } from "./filenames.js";
 import { fsyncDir, fsyncFile, readJsonIfExists } from "./fs-util.js";
 import type { VfsInodeTable } from "./gondolin-private.js";
 import { qemuMemory } from "./host.js";
 import type { QmpMonitor } from "./qmp.js";
 
-/** The record of a saved memory state in a disk directory (absent: nothing saved). */
-export const SUSPEND_STATE_FILE = "suspend.json";
-/** QEMU's migration stream of the guest, next to {@link SUSPEND_STATE_FILE}. */
-export const MEMORY_FILE = "memory.bin";
-
-const MIGRATE_SOCKET = "mig.sock";
-const INCOMING_SOCKET = "in.sock";
 const POLL_MS = 50;
 
 /** What a saved memory state can only be loaded into: the same QEMU, machine and image. */
@@ -153,11 +146,6 @@ async function waitForMigration(monitor: QmpMonitor, deadline: number): Promise<
     if (performance.now() > deadline) throw new Error(`migration still ${String(info.status)} at the deadline`);
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
   }
-}
-
-/** A temp name for a memory file being written (removed as an orphan if the suspend dies). */
-export function memoryTempName(): string {
-  return `.tmp-memory-${randomBytes(4).toString("hex")}`;
 }
 
 /** Publishes a saved memory file and its record; the caller holds the disk. */

@@ -6,7 +6,7 @@ import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { MEMORY_FILE, SUSPEND_STATE_FILE, prepareQemuLauncher } from "../src/index.js";
-import { INCOMING_MARKER } from "../src/qemu-process.js";
+import { INCOMING_MARKER } from "../src/filenames.js";
 import { QmpMonitor } from "../src/qmp.js";
 import {
   checkSuspendState,
