@@ -4,6 +4,7 @@
 // Rules that involve more than one field (port uniqueness, references, folders) live in rules.ts.
 import * as v from "valibot";
 import { LIMITS } from "./limits.js";
+import { SERVICE_NAME_PATTERN } from "./names.js";
 import { PROFILE_NAMES } from "./profiles.js";
 import {
   ENV_NAME_PATTERN,
@@ -26,8 +27,6 @@ export {
   isPathWithin,
   posixNormal,
 } from "./schema-secrets-mounts.js";
-
-const SERVICE_NAME_PATTERN = /^[a-z0-9][a-z0-9-]{0,31}$/;
 
 const shellCommand = v.pipe(
   v.string(got("must be a shell command (a string)")),
