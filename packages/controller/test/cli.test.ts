@@ -1,6 +1,6 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -69,7 +69,7 @@ test("human commands print readable text; usage errors exit 2", () => {
   expect(cli("list").stdout).toBe("no instances\n");
   const help = cli("help");
   expect(help.stdout).toMatch(/usage: pi-sandbox/);
-  expect(help.stdout).toMatch(/- shell \(user only\)/);
+  expect(cli("help", "actions").stdout).toMatch(/- shell \(user only\)/);
   const bad = cli("frobnicate");
   expect(bad.status).toBe(2);
   expect(bad.stderr).toMatch(/unknown command frobnicate/);
@@ -108,7 +108,7 @@ test("call answers bad JSON with a coded JSON error; an option a command does no
   });
   const extra = cli("start", "demo", "-c", "x.yaml");
   expect(extra.status).toBe(2);
-  expect(extra.stderr).toMatch(/Unknown option '-c'/);
+  expect(extra.stderr).toMatch(/^start has no option -c\n/);
   expect(cli("ls").stdout).toBe("no instances\n");
 });
 
@@ -187,7 +187,7 @@ test("each command has its own --help: its usage, notes, options and the action'
     /^usage: pi-sandbox exec <name> \[-w dir\] \[-e K=V\]… \[--env-file f\] \[-u user\] \[-d\] \[-i\] \[-t\] -- <command> \[args…\]\n/,
   );
   expect(exec.stdout).toMatch(/Guest stdout goes to stdout and stderr to stderr/);
-  expect(exec.stdout).toMatch(/^ {2}-e, --env <value> \(repeatable\)$/m);
+  expect(exec.stdout).toMatch(/^ {2}-e, --env <NAME=value> \(repeatable\) +set a variable$/m);
   expect(exec.stdout).toMatch(/^ {2}env \(optional\): NAME -> string/m);
   expect(exec.stdout).not.toMatch(/sandbox\.yaml keys/);
   expect(cli("help", "exec").stdout).toBe(exec.stdout);
@@ -234,9 +234,67 @@ describe("completion", () => {
       "--user",
     ]);
     expect(complete("pi-sandbox", "ssh", "demo", "--p")).toEqual(["--print"]);
-    expect(complete("pi-sandbox", "completion", "")).toEqual(["bash", "zsh"]);
+    expect(complete("pi-sandbox", "completion", "")).toEqual(["bash", "fish", "zsh"]);
     // After -- the words are the guest command's: nothing from pi-sandbox.
     expect(complete("pi-sandbox", "exec", "demo", "--", "--")).toEqual([]);
+  });
+
+  test("bash: instance names after a command, template names after create -t, and NAME: in cp's arguments", async () => {
+    // A stand-in pi-sandbox: two instances and one template, as list -q prints them.
+    const fake = join(dir, "fake-pi-sandbox");
+    await writeFile(
+      fake,
+      '#!/bin/sh\n[ "$1 $2 $3" = "list -q --templates" ] && { echo base; exit 0; }\n[ "$1 $2" = "list -q" ] && printf "demo\\nother\\n"\n',
+      { mode: 0o755 },
+    );
+    const script = cli("completion", "bash").stdout;
+    const complete = (...words: string[]) => {
+      const run = spawnSync(
+        "bash",
+        [
+          "-c",
+          `cd "$1"; shift; ${script}\nCOMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _pi_sandbox; printf '%s\\n' "\${COMPREPLY[@]}"`,
+          "bash",
+          dir,
+          fake,
+          ...words,
+        ],
+        { encoding: "utf8" },
+      );
+      expect(run.stderr).toBe("");
+      return run.stdout.split("\n").filter(Boolean).sort();
+    };
+    expect(complete("stop", "")).toEqual(["demo", "other"]);
+    expect(complete("create", "web", "-t", "")).toEqual(["base"]);
+    expect(complete("create", "web", "--from", "b")).toEqual(["base"]);
+    expect(complete("cp", "d")).toEqual(["demo:"]);
+    expect(complete("cp", "fake")).toEqual(["fake-pi-sandbox"]);
+    // After NAME: (bash splits the word at :) comes a guest path: no names.
+    expect(complete("cp", "demo", ":", "")).toEqual([]);
+  });
+
+  test("fish: commands with descriptions, each command's flags described, template and instance names", () => {
+    const fish = cli("completion", "fish");
+    expect(fish.status).toBe(0);
+    expect(fish.stdout).toMatch(/^# fish completion for pi-sandbox/);
+    expect(fish.stdout).toContain(
+      "complete -c pi-sandbox -n 'not __pi_sandbox_cmd' -a 'exec' -d 'run a command in a guest login shell; returns output, or a handle if still running'",
+    );
+    expect(fish.stdout).toContain(
+      "complete -c pi-sandbox -n '__pi_sandbox_using exec; and not __pi_sandbox_dashdash' -s w -l cwd -r -d 'working directory, relative to the workspace'",
+    );
+    expect(fish.stdout).toContain(
+      "complete -c pi-sandbox -n '__pi_sandbox_using create; and not __pi_sandbox_dashdash' -s t -l from -x -a '(__pi_sandbox_list --templates)'",
+    );
+    expect(fish.stdout).toContain(
+      "complete -c pi-sandbox -n '__pi_sandbox_using stop; and __pi_sandbox_first' -a '(__pi_sandbox_list)'",
+    );
+    expect(fish.stdout).toMatch(
+      /-n '__pi_sandbox_using upload cp' -F -a '\(__pi_sandbox_list \| string replace -r "\\\$" ":"\)'/,
+    );
+    expect(fish.stdout).toContain(
+      "-d 'one line per entry from a template such as \\'{{.Name}} {{.State}}\\', or json (see below)'",
+    );
   });
 
   test("zsh: a #compdef script with the same commands and options; an unknown shell is a usage error", () => {
@@ -247,11 +305,14 @@ describe("completion", () => {
       "'exec:run a command in a guest login shell; returns output, or a handle if still running'",
     );
     expect(zsh.stdout).toMatch(
-      /^ {4}exec\) opts=\(--cwd -w --env -e --env-file --user -u --detach -d --interactive -i --tty -t --timeout --json --help\); names=1 ;;$/m,
+      /^ {4}exec\) opts=\(--cwd -w --env -e --env-file --user -u --detach -d --interactive -i --tty -t --timeout --json --help\); names=1; tmpl=\(\); remote=0 ;;$/m,
     );
     expect(zsh.stdout).toMatch(/^ {4}shell\|ssh\) /m);
-    const fish = cli("completion", "fish");
-    expect(fish.status).toBe(2);
-    expect(fish.stderr).toMatch(/completion knows bash and zsh, not fish/);
+    expect(zsh.stdout).toMatch(/^ {4}create\) .*; tmpl=\(-t --from\); remote=0 ;;$/m);
+    expect(zsh.stdout).toMatch(/^ {4}upload\|cp\) .*; remote=1 ;;$/m);
+    expect(zsh.stdout).toContain(`compadd -S ':' -- \${(f)"$(\${words[1]} list -q 2>/dev/null)"}`);
+    const tcsh = cli("completion", "tcsh");
+    expect(tcsh.status).toBe(2);
+    expect(tcsh.stderr).toMatch(/completion knows bash, zsh and fish, not tcsh/);
   });
 });

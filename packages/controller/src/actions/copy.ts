@@ -80,8 +80,10 @@ export const upload = defineAction({
   hostPaths: ["from"],
   schema: actionSchema("upload", { name, from: paths, to: text }),
   cli: {
-    usage: "cp <src>… <dst>                      copy files and directories; one side is <name>:<guest path>",
+    usage: "cp <src>… <dst>   copy files and directories; one side is <name>:<guest path>",
     aliases: ["cp"],
+    alsoBuilds: ["download"],
+    completesRemote: true,
     toAction: cpAction,
     notes: [
       "pi-sandbox cp ./app demo:/workspace/     host to guest (upload)",

@@ -89,11 +89,27 @@ export type CliRun =
   /** exec -i / -it: run the command over ssh with the user's stdin (and terminal with `tty`). */
   | { kind: "interactive"; tty: boolean };
 
+/** One option of a subcommand: a `node:util` parseArgs option and its line in `--help`. */
+export interface CliOption {
+  /** `string` takes a value, `boolean` is a flag. */
+  type: "string" | "boolean";
+  /** One letter for `-x`. */
+  short?: string;
+  /** Repeatable; the values arrive as a list (string options only). */
+  multiple?: boolean;
+  /** Name of the value in `--help` (`-w, --cwd <dir>`); default `value`. */
+  value?: string;
+  /** One line for the command's `--help`: what the option does, with defaults and units. */
+  description: string;
+  /** What shell completion offers for the value: template names (`create -t`). */
+  completeWith?: "templates";
+}
+
 /** How a subcommand of `pi-sandbox` maps onto the action. */
 export interface CliMapping {
   /**
-   * One line of usage, e.g. `inspect <name> [--template]`, optionally followed by two or more
-   * spaces and a few words for the command overview. Empty: the subcommand is not listed.
+   * One line of usage, e.g. `inspect <name> [--template]`, followed by two or more spaces and a few
+   * words for the command overview. Empty: the subcommand is not listed.
    */
   usage: string;
   /**
@@ -104,7 +120,14 @@ export interface CliMapping {
   /** Other subcommand names (`ssh` for `shell`). */
   aliases?: readonly string[];
   /** `node:util` parseArgs options the subcommand takes (`--json` and `--help` are always taken). */
-  options?: Record<string, { type: "string" | "boolean"; short?: string; multiple?: boolean }>;
+  options?: Record<string, CliOption>;
+  /**
+   * Other actions the subcommand builds from some inputs (`cp` builds `download` when the source is
+   * the guest's): its `--help` lists their arguments too.
+   */
+  alsoBuilds?: readonly string[];
+  /** Its arguments may be `<name>:<path>` (cp): shell completion offers `name:` for each instance. */
+  completesRemote?: boolean;
   /** The action object for the parsed input; throw `UsageError` for missing positionals. */
   toAction(input: CliInput): Record<string, unknown> | Promise<Record<string, unknown>>;
   /** How the CLI prints the result instead of `formatText` (list -q, --format), if the input asks. */

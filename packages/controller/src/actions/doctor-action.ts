@@ -12,7 +12,14 @@ export const doctor = defineAction({
   schema: actionSchema("doctor", { config: v.optional(text) }),
   cli: {
     usage: "doctor [-c sandbox.yaml]             check the host (and an image)",
-    options: { config: { type: "string", short: "c" } },
+    options: {
+      config: {
+        type: "string",
+        short: "c",
+        value: "file",
+        description: "also check the image this sandbox.yaml names",
+      },
+    },
     toAction: (input) => ({ action: "doctor", config: input.values.config }),
   },
   run: (args, ctx) =>

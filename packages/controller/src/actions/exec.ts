@@ -109,16 +109,34 @@ export const exec = defineAction({
     timeoutMs: v.optional(waitMs),
   }),
   cli: {
-    usage: "exec <name> [-w dir] [-e K=V]… [--env-file f] [-u user] [-d] [-i] [-t] -- <command> [args…]",
+    usage:
+      "exec <name> [-w dir] [-e K=V]… [--env-file f] [-u user] [-d] [-i] [-t] -- <command> [args…]   run a command",
     options: {
-      cwd: { type: "string", short: "w" },
-      env: { type: "string", short: "e", multiple: true },
-      "env-file": { type: "string" },
-      user: { type: "string", short: "u" },
-      detach: { type: "boolean", short: "d" },
-      interactive: { type: "boolean", short: "i" },
-      tty: { type: "boolean", short: "t" },
-      timeout: { type: "string" },
+      cwd: { type: "string", short: "w", value: "dir", description: "working directory, relative to the workspace" },
+      env: { type: "string", short: "e", multiple: true, value: "NAME=value", description: "set a variable" },
+      "env-file": {
+        type: "string",
+        value: "file",
+        description: "NAME=value lines (docker's format: # comments, NAME alone takes the host's value); -e wins",
+      },
+      user: {
+        type: "string",
+        short: "u",
+        value: "user",
+        description: "run as user via runuser -u user -- sh -c '<command>' (root otherwise)",
+      },
+      detach: {
+        type: "boolean",
+        short: "d",
+        description: `print the handle and return at once (or after --timeout ms, at most ${LIMITS.execWaitMaxMs})`,
+      },
+      interactive: { type: "boolean", short: "i", description: "forward stdin (over ssh, see shell)" },
+      tty: { type: "boolean", short: "t", description: "a terminal, like shell (-it: with stdin)" },
+      timeout: {
+        type: "string",
+        value: "ms",
+        description: "without -d: stop following after ms and print the handle (the command keeps running)",
+      },
     },
     toAction: (input) => {
       const instance = positional(input, 0, "a name", "exec");
@@ -152,13 +170,8 @@ export const exec = defineAction({
       "Waits until the command ends, streaming its output, and exits with its exit code (128+N after",
       "signal N). Several words after -- are passed as arguments, each quoted for the guest shell; one",
       "word is a shell command line (exec demo -- 'npm test | tail').",
-      `-d, --detach: print the handle and return at once (or after --timeout ms, at most ${LIMITS.execWaitMaxMs});`,
-      "  follow it with exec-status, end it with exec-kill.",
-      "--timeout ms: without -d, stop following after ms and print the handle; the command keeps running.",
-      "-w, --cwd dir: workspace-relative working directory. -e, --env NAME=value: repeatable.",
-      "--env-file FILE: NAME=value lines (docker's format: # comments, NAME alone takes the host's value); -e wins.",
-      "  (Node itself checks every --env-file on its command line: a missing one fails with node's exit 9.)",
-      "-u, --user USER: run as USER via runuser -u USER -- sh -c '<command>' (commands run as root otherwise).",
+      "A detached command is followed with exec-status and ended with exec-kill.",
+      "(Node itself checks every --env-file on its command line: a missing one fails with node's exit 9.)",
       "--json: one result when following ends, its output that of every call.",
       "Ctrl-C ends the command (its whole process group) and exits 130; a second Ctrl-C detaches.",
       "Guest stdout goes to stdout and stderr to stderr (with -d, one text of both). Control characters",
@@ -191,8 +204,14 @@ export const execStatus = defineAction({
   route: "daemon",
   schema: actionSchema("exec-status", { name, pid: text, timeoutMs: v.optional(waitMs) }),
   cli: {
-    usage: "exec-status <name> <handle> [--timeout ms]",
-    options: { timeout: { type: "string" } },
+    usage: "exec-status <name> <handle> [--timeout ms]   wait for a detached command",
+    options: {
+      timeout: {
+        type: "string",
+        value: "ms",
+        description: `how long to wait for the command to end (max ${LIMITS.execWaitMaxMs})`,
+      },
+    },
     toAction: (input) => ({
       action: "exec-status",
       name: positional(input, 0, "a name", "exec-status"),
@@ -213,7 +232,7 @@ export const execKill = defineAction({
   route: "daemon",
   schema: actionSchema("exec-kill", { name, pid: text }),
   cli: {
-    usage: "exec-kill <name> <handle>",
+    usage: "exec-kill <name> <handle>   end a detached command",
     toAction: (input) => ({
       action: "exec-kill",
       name: positional(input, 0, "a name", "exec-kill"),

@@ -14,7 +14,7 @@ export const read = defineAction({
   route: "daemon",
   schema: actionSchema("read", { name, path: text }),
   cli: {
-    usage: "read <name> <guest-path>",
+    usage: "read <name> <guest-path>   print a guest text file",
     toAction: (input) => ({
       action: "read",
       name: positional(input, 0, "a name", "read"),
@@ -37,7 +37,7 @@ export const write = defineAction({
   route: "daemon",
   schema: actionSchema("write", { name, path: text, content: v.string() }),
   cli: {
-    usage: "write <name> <guest-path>            content from stdin",
+    usage: "write <name> <guest-path>   write stdin to a guest text file",
     toAction: async (input) => ({
       action: "write",
       name: positional(input, 0, "a name", "write"),

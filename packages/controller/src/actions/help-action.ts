@@ -10,7 +10,7 @@ export const helpAction = defineAction({
   route: "local",
   schema: actionSchema("help", {}),
   cli: {
-    usage: "help                                 actions, YAML keys, limits",
+    usage: "help [actions | <command>]   this overview; help actions: every action, YAML keys, limits",
     toAction: () => ({ action: "help" }),
   },
   run: async (_args, ctx) => ({ help: renderActionHelp(ctx.actions) }),

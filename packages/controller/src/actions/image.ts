@@ -66,10 +66,10 @@ export const imageBuild = defineAction({
   cli: {
     usage: "image build [NAME] [--with a,b] [--packages a,b] [--size GiB]   build a guest image",
     options: {
-      with: { type: "string" },
-      packages: { type: "string" },
-      size: { type: "string" },
-      rebuild: { type: "boolean" },
+      with: { type: "string", value: "a,b", description: "optional features, comma-separated (listed below)" },
+      packages: { type: "string", value: "a,b", description: "more Debian packages, comma-separated" },
+      size: { type: "string", value: "GiB", description: "the root filesystem's size" },
+      rebuild: { type: "boolean", description: "build again even when an image of the same inputs exists" },
     },
     toAction: (input) => ({
       action: "image-build",
@@ -186,7 +186,7 @@ export const imageRm = defineAction({
   schema: actionSchema("image-rm", { name: text, force: v.optional(v.boolean()) }),
   cli: {
     usage: "image rm NAME [--force]              remove an image",
-    options: { force: { type: "boolean" } },
+    options: { force: { type: "boolean", description: "remove it even when a sandbox.yaml or template may use it" } },
     toAction: (input) => ({
       action: "image-rm",
       name: positional(input, 0, "an image name", "image rm"),

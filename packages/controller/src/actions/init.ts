@@ -93,9 +93,9 @@ export const init = defineAction({
   cli: {
     usage: "init [--service-command CMD] [--port N]   write a commented sandbox.yaml",
     options: {
-      config: { type: "string", short: "c" },
-      "service-command": { type: "string" },
-      port: { type: "string" },
+      config: { type: "string", short: "c", value: "file", description: "where to write it (default ./sandbox.yaml)" },
+      "service-command": { type: "string", value: "CMD", description: "the command of a service to declare" },
+      port: { type: "string", value: "N", description: "the port that service listens on" },
     },
     toAction: (input) => ({
       action: "init",

@@ -13,7 +13,10 @@ export const inspect = defineAction({
   schema: actionSchema("inspect", { name, kind: v.optional(kind) }),
   cli: {
     usage: "inspect <name> [--template]          details, previews, errors, recovery hint",
-    options: { template: { type: "boolean" }, templates: { type: "boolean" } },
+    options: {
+      template: { type: "boolean", description: "inspect a template, not an instance" },
+      templates: { type: "boolean", description: "the same as --template" },
+    },
     toAction: (input) => ({ action: "inspect", name: positional(input, 0, "a name", "inspect"), ...kindOption(input) }),
   },
   async run(args, ctx): Promise<EntryView> {

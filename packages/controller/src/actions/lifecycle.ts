@@ -20,7 +20,7 @@ export const prepare = defineAction({
   schema: actionSchema("prepare", { name, config: text }),
   cli: {
     usage: "prepare <template> -c sandbox.yaml   run setup and save a template",
-    options: { config: { type: "string", short: "c" } },
+    options: { config: { type: "string", short: "c", value: "file", description: "the sandbox.yaml to prepare from" } },
     toAction: (input) => ({
       action: "prepare",
       name: positional(input, 0, "a template name", "prepare"),
@@ -51,8 +51,17 @@ export const create = defineAction({
     }
   },
   cli: {
-    usage: "create <name> (-c sandbox.yaml | -t template)",
-    options: { config: { type: "string", short: "c" }, from: { type: "string", short: "t" } },
+    usage: "create <name> (-c sandbox.yaml | -t template)   a new instance, started",
+    options: {
+      config: { type: "string", short: "c", value: "file", description: "create from this sandbox.yaml (runs setup)" },
+      from: {
+        type: "string",
+        short: "t",
+        value: "template",
+        description: "create from a template made by prepare",
+        completeWith: "templates",
+      },
+    },
     toAction: (input) => ({
       action: "create",
       name: positional(input, 0, "a name", "create"),
@@ -76,7 +85,7 @@ export const start = defineAction({
   schema: actionSchema("start", { name }),
   cli: {
     eachName: true,
-    usage: "start <name>…",
+    usage: "start <name>…   start, resume or reconnect instances",
     toAction: (input) => ({ action: "start", name: positional(input, 0, "a name", "start") }),
   },
   run: (_args, ctx) => ctx.lifecycle.start(),
@@ -95,7 +104,7 @@ export const stop = defineAction({
   schema: actionSchema("stop", { name }),
   cli: {
     eachName: true,
-    usage: "stop <name>…",
+    usage: "stop <name>…   stop instances (the disk stays)",
     toAction: (input) => ({ action: "stop", name: positional(input, 0, "a name", "stop") }),
   },
   run: (_args, ctx) => ctx.lifecycle.stop(),
@@ -112,13 +121,13 @@ export const destroy = defineAction({
   schema: actionSchema("destroy", { name, confirm: v.string(), kind: v.optional(kind) }),
   cli: {
     eachName: true,
-    usage: "destroy <name>… [-f | --confirm <name>] [--template]",
+    usage: "destroy <name>… [-f | --confirm <name>] [--template]   remove instances, their disks and logs",
     aliases: ["rm"],
     options: {
-      force: { type: "boolean", short: "f" },
-      confirm: { type: "string" },
-      template: { type: "boolean" },
-      templates: { type: "boolean" },
+      force: { type: "boolean", short: "f", description: "confirm each name without asking" },
+      confirm: { type: "string", value: "name", description: "confirm by repeating the name (one name)" },
+      template: { type: "boolean", description: "destroy a template, not an instance" },
+      templates: { type: "boolean", description: "the same as --template" },
     },
     toAction: (input) => ({
       action: "destroy",

@@ -46,10 +46,14 @@ export const list = defineAction({
     usage: "list [--templates]                   instances (or templates) and their state",
     aliases: ["ls"],
     options: {
-      templates: { type: "boolean" },
-      template: { type: "boolean" },
-      quiet: { type: "boolean", short: "q" },
-      format: { type: "string" },
+      templates: { type: "boolean", description: "list templates instead of instances" },
+      template: { type: "boolean", description: "the same as --templates" },
+      quiet: { type: "boolean", short: "q", description: "names only, one a line" },
+      format: {
+        type: "string",
+        value: "template",
+        description: "one line per entry from a template such as '{{.Name}} {{.State}}', or json (see below)",
+      },
     },
     toAction: (input) => {
       if (input.values.quiet && input.values.format !== undefined) throw new UsageError("list -q cannot take --format");
@@ -67,10 +71,8 @@ export const list = defineAction({
         ("templates" in result ? result.templates : result.instances).map((view) => `${render(view)}\n`).join("");
     },
     notes: [
-      "-q, --quiet: names only, one a line.",
-      "--format TEMPLATE: one line per entry from a template of its fields, e.g. '{{.Name}} {{.State}}'",
-      "  ({{.Resources.Cpus}}, {{.Previews}}: any field of list --json, first letter either case);",
-      "  --format json: one JSON object a line.",
+      "--format's template names any field of list --json, first letter either case: {{.Name}},",
+      "{{.State}}, {{.Resources.Cpus}}, {{.Previews}}, …; --format json prints one JSON object a line.",
     ],
   },
   async run(args, ctx): Promise<{ instances: EntryView[] } | { templates: EntryView[] }> {

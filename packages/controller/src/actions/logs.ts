@@ -51,8 +51,15 @@ export const logs = defineAction({
     cursor: v.optional(v.pipe(v.string(), v.regex(LOG_CURSOR, "is not a cursor from an earlier logs result"))),
   }),
   cli: {
-    usage: "logs <name> [service] [-n lines] [-f]",
-    options: { lines: { type: "string", short: "n" }, follow: { type: "boolean", short: "f" } },
+    usage: "logs <name> [service] [-n lines] [-f]   a service's log, or the controller log",
+    options: {
+      lines: { type: "string", short: "n", value: "N", description: "how many of the last lines to show first" },
+      follow: {
+        type: "boolean",
+        short: "f",
+        description: "then print lines as they are written, until Ctrl-C",
+      },
+    },
     toAction: (input) => ({
       action: "logs",
       name: positional(input, 0, "a name", "logs"),
@@ -62,9 +69,8 @@ export const logs = defineAction({
     }),
     run: (input) => (input.values.follow === true ? { kind: "follow-logs" } : undefined),
     notes: [
-      "-n, --lines N: how many of the last lines to show first.",
-      "-f, --follow: then print lines as they are written until Ctrl-C, across the log's rotations and",
-      "  the service's restarts (each read brings at most 64 KiB; a read every 0.5 s when idle).",
+      "-f follows across the log's rotations and the service's restarts (each read brings at most",
+      "64 KiB; a read every 0.5 s when idle).",
     ],
   },
   runLocally(args, ctx): Promise<ServiceLogRead | ControllerLogTail> | undefined {

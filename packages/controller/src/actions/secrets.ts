@@ -13,7 +13,7 @@ export const secrets = defineAction({
   route: "daemon",
   schema: actionSchema("secrets", { name }),
   cli: {
-    usage: "secrets <name>                       read its secrets' sources again (values stay on the host)",
+    usage: "secrets <name>                       read an instance's secrets again (values stay on the host)",
     toAction: (input) => ({ action: "secrets", name: positional(input, 0, "a name", "secrets") }),
     notes: [
       "Each value is read again from its file, or from the environment the instance was started",

@@ -40,7 +40,7 @@ export const services = defineAction({
   route: "daemon",
   schema: actionSchema("services", { name, op: v.picklist(OPS), service: v.optional(text) }),
   cli: {
-    usage: "services <name> <ensure|status|restart|stop> [service]",
+    usage: "services <name> <ensure|status|restart|stop> [service]   the guest's services",
     toAction: (input) => ({
       action: "services",
       name: positional(input, 0, "a name", "services"),
@@ -159,8 +159,8 @@ export const preview = defineAction({
   route: "daemon",
   schema: actionSchema("preview", { name, port, title: v.optional(label), description: v.optional(prose) }),
   cli: {
-    usage: "preview <name> <guest-port> [--title t]",
-    options: { title: { type: "string" } },
+    usage: "preview <name> <guest-port> [--title t]   a localhost URL for a guest HTTP port",
+    options: { title: { type: "string", value: "text", description: "the preview's title" } },
     toAction: (input) => ({
       action: "preview",
       name: positional(input, 0, "a name", "preview"),

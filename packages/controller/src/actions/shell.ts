@@ -11,9 +11,9 @@ export const shell = defineAction({
   userOnly: true,
   schema: actionSchema("shell", { name, user: v.optional(v.pipe(v.string(), v.regex(/^[a-z_][a-z0-9_-]{0,31}$/))) }),
   cli: {
-    usage: "shell <name> [user] [--print]        a terminal in the guest over ssh (alias: ssh)",
+    usage: "shell <name> [user] [--print]   a terminal in the guest over ssh",
     aliases: ["ssh"],
-    options: { print: { type: "boolean" } },
+    options: { print: { type: "boolean", description: "print the ssh command instead of running it" } },
     toAction: (input) => ({
       action: "shell",
       name: positional(input, 0, "a name", "shell"),

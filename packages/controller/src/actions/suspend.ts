@@ -16,7 +16,7 @@ export const suspend = defineAction({
   schema: actionSchema("suspend", { name }),
   cli: {
     eachName: true,
-    usage: "suspend <name>…",
+    usage: "suspend <name>…   save instances' memory to disk and stop them",
     toAction: (input) => ({ action: "suspend", name: positional(input, 0, "a name", "suspend") }),
   },
   run: (_args, ctx) => ctx.lifecycle.suspend(),

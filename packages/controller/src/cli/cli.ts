@@ -14,7 +14,17 @@ import { askOnTerminal, confirmDestroy } from "./confirm.js";
 import { followExec } from "./exec-follow.js";
 import { hintsAsCommands } from "./hint-commands.js";
 import { EXEC_CLI_FAILED, execInteractive, type InteractiveExec } from "./exec-interactive.js";
-import { commandHelp, overview, positionalLimit, synopsis, version } from "./help-text.js";
+import {
+  EXTRA_COMMANDS,
+  cliActions,
+  commandHelp,
+  completionHelp,
+  overview,
+  positionalLimit,
+  synopsis,
+  version,
+} from "./help-text.js";
+import { didYouMean } from "./suggest.js";
 import { followLogs } from "./logs-follow.js";
 import { progressPrinter } from "./progress-bar.js";
 import { runSshSession } from "./shell-session.js";
@@ -40,8 +50,11 @@ export type ParsedCommand =
     }
   /** Call the action once per name (`stop a b`), reporting each. */
   | { kind: "each"; actions: Record<string, unknown>[]; json: boolean }
-  /** The overview and the action help, or one command's help. */
-  | { kind: "help"; json: boolean; spec?: ActionSpec & { cli: CliMapping } }
+  /**
+   * The overview (neither `spec` nor `topic`), one command's help, every action's reference
+   * (`help actions`) or completion's help.
+   */
+  | { kind: "help"; json: boolean; spec?: ActionSpec & { cli: CliMapping }; topic?: "actions" | "completion" }
   | { kind: "version" }
   | { kind: "completion"; shell: (typeof COMPLETION_SHELLS)[number] };
 
@@ -62,9 +75,39 @@ export function joinCommandGroups(argv: string[]): string[] {
   const subs = ACTIONS.filter((spec) => spec.name.startsWith(`${group}-`)).map((spec) =>
     spec.name.slice(group.length + 1),
   );
-  throw new UsageError(
-    `${group} needs a subcommand: ${subs.join(", ")}${sub !== undefined && !sub.startsWith("-") ? ` (not ${sub})` : ""}`,
-  );
+  const typed = sub !== undefined && !sub.startsWith("-") ? ` (not ${sub}${didYouMean(sub, subs)})` : "";
+  throw new UsageError(`${group} needs a subcommand: ${subs.join(", ")}${typed}`);
+}
+
+/** Every command word: action subcommands and their aliases, `call`, `completion`, group words. */
+function commandWords(): string[] {
+  return [
+    ...cliActions().flatMap((spec) =>
+      COMMAND_GROUPS.some((g) => spec.name.startsWith(`${g}-`)) ? [] : [spec.name, ...(spec.cli.aliases ?? [])],
+    ),
+    ...EXTRA_COMMANDS.map((extra) => extra.name),
+    ...COMMAND_GROUPS,
+  ];
+}
+
+/** `unknown command frobnicate; did you mean …?` */
+function unknownCommand(command: string): UsageError {
+  return new UsageError(`unknown command ${command}${didYouMean(command, commandWords())}`);
+}
+
+/** parseArgs for one command; an unknown flag is a usage error naming the closest known ones. */
+function parseCommand(command: string | undefined, argv: string[], options: ParseArgsOptionsConfig) {
+  try {
+    return parseArgs({ args: argv, allowPositionals: command !== undefined, options });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const flag = /'([^']+)'/.exec((error as Error).message)?.[1];
+    if (code !== "ERR_PARSE_ARGS_UNKNOWN_OPTION" || flag === undefined) throw error;
+    const known = Object.entries(options).flatMap(([long, o]) => [`--${long}`, ...(o.short ? [`-${o.short}`] : [])]);
+    // A one-letter flag is too short to guess from; its command's flags are listed by --help.
+    const hint = flag.startsWith("--") ? didYouMean(flag, known) : "";
+    throw new UsageError(`${command ?? "pi-sandbox"} has no option ${flag}${hint}`);
+  }
 }
 
 /** Parses a command line (without node and script); throws `UsageError` (or parseArgs' TypeError). */
@@ -72,39 +115,38 @@ export async function actionFromArgv(rawArgv: string[]): Promise<ParsedCommand> 
   const argv = joinCommandGroups(rawArgv);
   const command = argv.find((a) => !a.startsWith("-"));
   if (command === undefined) {
-    const { values } = parseArgs({
-      args: argv,
-      options: { json: { type: "boolean" }, help: { type: "boolean", short: "h" }, version: { type: "boolean" } },
-    });
+    const { values } = parseCommand(undefined, argv, { ...COMMON, version: { type: "boolean" } });
     if (values.version) return { kind: "version" };
     return values.json ? { kind: "action", action: { action: "help" }, json: true } : { kind: "help", json: false };
   }
   if (command === "call") {
-    const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: COMMON });
+    const { values, positionals } = parseCommand(command, argv, COMMON);
     const input = positionals[1];
     if (values.help) return { kind: "action", action: { action: "help" }, json: true };
     if (input === undefined) throw new UsageError("call needs an action JSON");
     return { kind: "action", action: { json: input }, json: true };
   }
   if (command === "completion") {
-    const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: COMMON });
+    const { values, positionals } = parseCommand(command, argv, COMMON);
     const shell = positionals[1];
-    if (values.help || shell === undefined) throw new UsageError("completion needs a shell: bash or zsh");
+    const shells = `${COMPLETION_SHELLS.slice(0, -1).join(", ")} and ${COMPLETION_SHELLS.at(-1)}`;
+    if (values.help) return { kind: "help", json: false, topic: "completion" };
+    if (shell === undefined) throw new UsageError(`completion needs a shell: ${shells}`);
     if (!(COMPLETION_SHELLS as readonly string[]).includes(shell))
-      throw new UsageError(`completion knows bash and zsh, not ${shell}`);
+      throw new UsageError(`completion knows ${shells}, not ${shell}${didYouMean(shell, COMPLETION_SHELLS)}`);
     return { kind: "completion", shell: shell as (typeof COMPLETION_SHELLS)[number] };
   }
   const spec = findCliAction(command) as (ActionSpec & { cli: CliMapping }) | undefined;
-  if (!spec) throw new UsageError(`unknown command ${command}`);
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: { ...COMMON, ...(spec.cli.options ?? {}) },
-  });
+  if (!spec) throw unknownCommand(command);
+  const { values, positionals } = parseCommand(command, argv, { ...COMMON, ...parseOptions(spec.cli) });
   const json = values.json === true;
   if (spec.name === "help") {
-    const about = positionals[1] === undefined ? undefined : findCliAction(positionals[1]);
-    if (positionals[1] !== undefined && !about) throw new UsageError(`unknown command ${positionals[1]}`);
+    const topic = positionals[1];
+    if (topic === "actions")
+      return json ? { kind: "action", action: { action: "help" }, json } : { kind: "help", json, topic };
+    if (topic === "completion") return { kind: "help", json, topic };
+    const about = topic === undefined ? undefined : findCliAction(topic);
+    if (topic !== undefined && !about) throw unknownCommand(topic);
     if (about) return { kind: "help", json, spec: about as ActionSpec & { cli: CliMapping } };
     // `help --json` is the help action's JSON, as before.
     return json ? { kind: "action", action: { action: "help" }, json } : { kind: "help", json };
@@ -125,6 +167,16 @@ export async function actionFromArgv(rawArgv: string[]): Promise<ParsedCommand> 
   const action = await spec.cli.toAction(input);
   const print = spec.cli.print?.(input) as ((result: unknown) => string) | undefined;
   return { kind: "action", action, json, run: spec.cli.run?.(input), ...(print ? { print } : {}) };
+}
+
+/** A command's options as parseArgs takes them (without their help texts). */
+function parseOptions(cli: CliMapping): ParseArgsOptionsConfig {
+  return Object.fromEntries(
+    Object.entries(cli.options ?? {}).map(([long, { type, short, multiple }]) => [
+      long,
+      { type, ...(short ? { short } : {}), ...(multiple ? { multiple } : {}) },
+    ]),
+  );
 }
 
 function dropUndefined(action: Record<string, unknown>): Record<string, unknown> {
@@ -269,7 +321,15 @@ export async function runCli(argv: string[]): Promise<number> {
       return 0;
     case "help":
       out(
-        parsed.spec ? `${commandHelp(parsed.spec)}\n` : `${overview()}\n\n${renderHelp({ includeUserOnly: true })}\n`,
+        `${
+          parsed.spec
+            ? commandHelp(parsed.spec)
+            : parsed.topic === "actions"
+              ? renderHelp({ includeUserOnly: true })
+              : parsed.topic === "completion"
+                ? completionHelp()
+                : overview()
+        }\n`,
       );
       return 0;
   }

@@ -2,13 +2,13 @@
 // from the action modules (their `cli` mappings and argument docs).
 
 import { readFileSync } from "node:fs";
-import type { ActionSpec, CliMapping } from "../actions/define.js";
-import { ACTIONS, COMMAND_GROUPS } from "../actions/registry.js";
+import type { ActionSpec, CliMapping, CliOption } from "../actions/define.js";
+import { ACTIONS, COMMAND_GROUPS, findAction } from "../actions/registry.js";
 
 /** Subcommands that are not actions: `call` and `completion`. */
 export const EXTRA_COMMANDS = [
-  { name: "call", usage: "call '<action JSON>'                 run any action; prints its JSON result" },
-  { name: "completion", usage: "completion bash|zsh                  print a shell completion script" },
+  { name: "call", usage: "call '<action JSON>'   run any action; prints its JSON result" },
+  { name: "completion", usage: "completion bash|zsh|fish   print a shell completion script" },
 ] as const;
 
 /** Every action with a subcommand, in help order. */
@@ -41,41 +41,140 @@ export function positionalLimit(spec: ActionSpec & { cli: CliMapping }): number 
   return count;
 }
 
-/** The overview printed by `pi-sandbox help` and after a usage error. */
+/** The overview's groups of commands (action names, `image` for its subcommands); the rest go last. */
+const OVERVIEW_GROUPS: readonly { title: string; commands: readonly string[] }[] = [
+  { title: "Instances", commands: ["list", "inspect", "create", "start", "stop", "suspend", "destroy", "prepare"] },
+  {
+    title: "Inside an instance",
+    commands: [
+      "exec",
+      "exec-status",
+      "exec-kill",
+      "shell",
+      "read",
+      "write",
+      "upload",
+      "logs",
+      "services",
+      "preview",
+      "secrets",
+    ],
+  },
+  { title: "Setting up", commands: ["init", "doctor", "image"] },
+  { title: "This CLI", commands: ["help", "call", "completion"] },
+];
+
+/** The description after a usage line's synopsis (two or more spaces start it). */
+function usageDescription(usage: string): string {
+  return usage.split(/ {2,}/).slice(1).join(" ").trim();
+}
+
+/** The overview's rows: command words (with aliases) and one line each, keyed by action name. */
+function overviewRows(): Map<string, [string, string]> {
+  const rows = new Map<string, [string, string]>();
+  for (const extra of EXTRA_COMMANDS) rows.set(extra.name, [extra.name, usageDescription(extra.usage)]);
+  const groupSubs = new Map<string, string[]>();
+  for (const spec of cliActions()) {
+    if (!spec.cli.usage) continue;
+    const words = synopsis(spec.cli).split(" ");
+    const group = COMMAND_GROUPS.find((g) => spec.name.startsWith(`${g}-`));
+    if (group) {
+      groupSubs.set(group, [...(groupSubs.get(group) ?? []), spec.name.slice(group.length + 1)]);
+      continue;
+    }
+    const names = [words[0]!, ...(spec.cli.aliases ?? []).filter((alias) => alias !== words[0])];
+    rows.set(spec.name, [names.join(", "), usageDescription(spec.cli.usage)]);
+  }
+  for (const [group, subs] of groupSubs) {
+    rows.set(group, [group, `guest images: ${group} ${subs.join("|")}`]);
+  }
+  return rows;
+}
+
+/**
+ * The overview printed by `pi-sandbox --help` (and `help`) and after a usage error: what the CLI
+ * is, its commands in groups with one line each, and where to read more. At most 40 lines.
+ */
 export function overview(): string {
-  const lines = ["usage: pi-sandbox <command> [arguments] [--json]", ""];
-  lines.push(`  ${EXTRA_COMMANDS[0].usage}`);
-  for (const spec of cliActions()) if (spec.cli.usage) lines.push(`  ${spec.cli.usage}`);
-  lines.push(`  ${EXTRA_COMMANDS[1].usage}`);
-  lines.push("");
-  lines.push("pi-sandbox <command> --help shows one command; pi-sandbox --version the version.");
-  lines.push('Errors exit 1 and print "error CODE: message" and a hint on stderr');
-  lines.push('({"error":{code,message,hint}} with --json, and always for call).');
+  const rows = overviewRows();
+  const lines = [
+    "pi-sandbox: named local dev environments in QEMU microVMs; each command is an action of the Pi tool.",
+    "",
+    "usage: pi-sandbox <command> [arguments] [--json]",
+  ];
+  const width = Math.max(...[...rows.values()].map(([words]) => words.length)) + 3;
+  const row = ([words, text]: [string, string]) => `  ${words.padEnd(width)}${text}`;
+  for (const group of OVERVIEW_GROUPS) {
+    lines.push("", `${group.title}:`);
+    for (const name of group.commands) {
+      const found = rows.get(name);
+      if (found) lines.push(row(found));
+      rows.delete(name);
+    }
+    // A command no group names is listed with the last group, never left out.
+    if (group === OVERVIEW_GROUPS.at(-1)) for (const rest of rows.values()) lines.push(row(rest));
+  }
+  lines.push(
+    "",
+    "pi-sandbox <command> --help: its flags; pi-sandbox help actions: every action's arguments, the",
+    "sandbox.yaml keys, profiles and limits; more in the README of @pi-sandbox/controller. Errors exit 1",
+    '(exec: 125) with "error CODE: message" and a hint on stderr; usage errors exit 2.',
+  );
   return lines.join("\n");
 }
 
-/** `-w, --cwd <value>` lines of a subcommand's options, `--json` and `--help` included. */
-export function optionLines(cli: CliMapping): string[] {
-  const lines = Object.entries(cli.options ?? {}).map(
-    ([long, option]) =>
-      `${option.short ? `-${option.short}, ` : ""}--${long}${option.type === "string" ? " <value>" : ""}${option.multiple ? " (repeatable)" : ""}`,
-  );
-  return [...lines, "--json", "-h, --help"];
+/** The `--json` and `--help` every command takes. */
+const COMMON_OPTIONS: Record<string, CliOption> = {
+  json: { type: "boolean", description: "print the result, or the error, as JSON" },
+  help: { type: "boolean", short: "h", description: "this help" },
+};
+
+/** `-w, --cwd <dir>   description` lines of a subcommand's options, `--json` and `--help` included. */
+export function optionLines(cli: Pick<CliMapping, "options">): string[] {
+  const all = Object.entries({ ...(cli.options ?? {}), ...COMMON_OPTIONS }).map(([long, option]) => [
+    `${option.short ? `-${option.short}, ` : ""}--${long}${option.type === "string" ? ` <${option.value ?? "value"}>` : ""}${option.multiple ? " (repeatable)" : ""}`,
+    option.description,
+  ]);
+  const width = Math.max(...all.map(([flag]) => flag!.length)) + 3;
+  return all.map(([flag, text]) => `${flag!.padEnd(width)}${text}`);
+}
+
+function argumentLines(spec: ActionSpec): string[] {
+  if (spec.args.length === 0) return [];
+  const lines = ["", `arguments of the action (pi-sandbox call '{"action":"${spec.name}",…}'):`];
+  for (const a of spec.args) lines.push(`  ${a.name}${a.required ? "" : " (optional)"}: ${a.text}`);
+  return lines;
 }
 
 /** `pi-sandbox <command> --help`: usage, what it does, its options and the action's arguments. */
 export function commandHelp(spec: ActionSpec & { cli: CliMapping }): string {
   const cli = spec.cli;
+  const also = (cli.alsoBuilds ?? []).map((name) => findAction(name)).filter((s) => s !== undefined);
   const lines = [`usage: pi-sandbox ${synopsis(cli) || spec.name}`];
-  if (cli.aliases?.length) lines.push(`alias: ${cli.aliases.join(", ")}`);
-  lines.push("", spec.summary);
+  const aliases = (cli.aliases ?? []).filter((alias) => alias !== synopsis(cli).split(" ")[0]);
+  if (aliases.length) lines.push(`alias: ${aliases.join(", ")}`);
+  lines.push("", spec.summary, ...also.map((other) => `or: ${other.summary}`));
   if (cli.notes?.length) lines.push("", ...cli.notes);
   lines.push("", "options:", ...optionLines(cli).map((option) => `  ${option}`));
-  if (spec.args.length > 0) {
-    lines.push("", `arguments of the action (pi-sandbox call '{"action":"${spec.name}",…}'):`);
-    for (const a of spec.args) lines.push(`  ${a.name}${a.required ? "" : " (optional)"}: ${a.text}`);
-  }
+  lines.push(...argumentLines(spec));
+  for (const other of also) lines.push(...argumentLines(other));
   return lines.join("\n");
+}
+
+/** `pi-sandbox completion --help`. */
+export function completionHelp(): string {
+  return [
+    "usage: pi-sandbox completion bash|zsh|fish",
+    "",
+    "Prints a completion script for the shell: commands, their flags, instance names (from",
+    "pi-sandbox list), template names after create -t, and instance names before : in cp.",
+    "  bash:  source <(pi-sandbox completion bash)         (e.g. in ~/.bashrc)",
+    "  zsh:   source <(pi-sandbox completion zsh)          (after compinit), or save it as _pi-sandbox in $fpath",
+    "  fish:  pi-sandbox completion fish | source          or save it as ~/.config/fish/completions/pi-sandbox.fish",
+    "",
+    "options:",
+    ...optionLines({}).map((option) => `  ${option}`),
+  ].join("\n");
 }
 
 /** The controller package's version. */
