@@ -84,8 +84,11 @@ export type CliRun =
   | { kind: "follow"; timeoutMs?: number }
   /** shell: run the returned ssh command on the user's terminal (when stdout is one). */
   | { kind: "session" }
-  /** logs -f: print the tail, then read on from the returned cursor until Ctrl-C. */
-  | { kind: "follow-logs" }
+  /**
+   * logs -f: print the tail, then read on from the returned cursor until Ctrl-C; `stampReceived`
+   * prefixes each line after the tail with the time the CLI received it (service logs carry none).
+   */
+  | { kind: "follow-logs"; stampReceived?: boolean }
   /** exec -i / -it: run the command over ssh with the user's stdin (and terminal with `tty`). */
   | { kind: "interactive"; tty: boolean };
 

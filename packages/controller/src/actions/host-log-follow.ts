@@ -119,3 +119,37 @@ export async function hostLogSince(file: string, cursor: string): Promise<HostLo
   const read = await readFrom(current, 0, budget);
   return { lines: read.lines, cursor: `${ino}:${read.next}`, more: read.more };
 }
+
+/** A controller log line's time: the ISO timestamp it starts with (daemon/log.ts writes one). */
+const LINE_TIME = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) /;
+
+/**
+ * The controller log's lines written at or after `since` (an ISO time), the rotated `.1` file
+ * included, at most the last `count`; and a cursor at the current file's end. A line without a
+ * time of its own goes with the line before it.
+ */
+export async function hostLogTailSince(
+  file: string,
+  since: string,
+  count: number,
+): Promise<{ lines: string[]; cursor: string }> {
+  const from = Date.parse(since);
+  const old = await openIf(`${file}.1`, undefined);
+  let earlier: string[] = [];
+  if (old) {
+    try {
+      earlier = (await old.handle.readFile()).toString("utf8").split("\n");
+      if (earlier.at(-1) === "") earlier.pop();
+    } finally {
+      await old.handle.close();
+    }
+  }
+  const current = await hostLogTail(file, Number.MAX_SAFE_INTEGER);
+  let keep = false;
+  const lines = [...earlier, ...current.lines].filter((line) => {
+    const time = LINE_TIME.exec(line)?.[1];
+    if (time !== undefined) keep = Date.parse(time) >= from;
+    return keep;
+  });
+  return { lines: lines.slice(-count), cursor: current.cursor };
+}

@@ -2,8 +2,9 @@ import * as v from "valibot";
 import { LIMITS } from "@pi-sandbox/config";
 import type { LogFollowed, LogTail } from "@pi-sandbox/supervisor";
 import { inspectEntry } from "../state/inspect.js";
-import { defineAction } from "./define.js";
-import { LOG_CURSOR, hostLogSince, hostLogTail } from "./host-log-follow.js";
+import { ControllerError } from "../errors.js";
+import { UsageError, defineAction } from "./define.js";
+import { LOG_CURSOR, hostLogSince, hostLogTail, hostLogTailSince } from "./host-log-follow.js";
 import { actionSchema, arg, intOption, name, nameArg, positional, text } from "./parts.js";
 import { line, oneLine } from "./text.js";
 
@@ -21,6 +22,30 @@ export interface ControllerLogTail {
   cursor?: string;
   /** With `follow` or `cursor`: more is already waiting after `cursor`. */
   more?: boolean;
+}
+
+/** Why `since` is refused for a service log. */
+const SERVICE_SINCE =
+  "since works for the controller log only: a service log keeps what the service printed, as printed, with no time of its own";
+
+/** `--since 10m`, `1h30m`, `2d` or a timestamp (`2026-01-31T12:00:00Z`, `2026-01-31`) as an ISO time. */
+export function sinceOption(value: string | boolean | string[] | undefined, now = Date.now()): string | undefined {
+  if (typeof value !== "string") return undefined;
+  const units: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+  if (/^(\d+[smhd])+$/.test(value)) {
+    let ms = 0;
+    for (const [, n, unit] of value.matchAll(/(\d+)([smhd])/g)) ms += Number(n) * units[unit!]!;
+    return new Date(now - ms).toISOString();
+  }
+  const time = /^\d{4}-\d\d-\d\d([T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?)?$/.test(value)
+    ? Date.parse(value)
+    : NaN;
+  if (Number.isNaN(time)) {
+    throw new UsageError(
+      `--since takes a duration such as 10m, 1h30m or 2d, or a time such as 2026-01-31T12:00:00Z; got ${value}`,
+    );
+  }
+  return new Date(time).toISOString();
 }
 
 /** A service log read: a tail, or with `follow`/`cursor` a followed read carrying its cursor. */
@@ -41,6 +66,12 @@ export const logs = defineAction({
       false,
       `the cursor of an earlier result: only what was written after it (at most ${LIMITS.outputMaxBytes / 1024} KiB; \`more\` says more is waiting), across log rotations and service restarts`,
     ),
+    arg(
+      "since",
+      "string",
+      false,
+      `controller log only: its lines written at or after this ISO time (e.g. 2026-01-31T12:00:00Z), the rotated file included, at most \`lines\` (default ${LIMITS.logLinesMax}); service logs record no times`,
+    ),
   ],
   route: "daemon",
   schema: actionSchema("logs", {
@@ -49,7 +80,25 @@ export const logs = defineAction({
     lines: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(LIMITS.logLinesMax))),
     follow: v.optional(v.boolean()),
     cursor: v.optional(v.pipe(v.string(), v.regex(LOG_CURSOR, "is not a cursor from an earlier logs result"))),
+    since: v.optional(v.pipe(v.string(), v.isoTimestamp("is not an ISO time such as 2026-01-31T12:00:00Z"))),
   }),
+  refine(args) {
+    if (args.since === undefined) return;
+    if (args.service !== undefined) {
+      throw new ControllerError("CONTROLLER_BAD_INPUT", SERVICE_SINCE, {
+        hint: "Leave out since, or read the controller log (no service) since a time.",
+      });
+    }
+    if (args.cursor !== undefined) {
+      throw new ControllerError(
+        "CONTROLLER_BAD_INPUT",
+        "since and cursor cannot be combined: a cursor already says where to start",
+        {
+          hint: "Pass since on the first read only.",
+        },
+      );
+    }
+  },
   cli: {
     usage: "logs <name> [service] [-n lines] [-f]   a service's log, or the controller log",
     options: {
@@ -59,18 +108,50 @@ export const logs = defineAction({
         short: "f",
         description: "then print lines as they are written, until Ctrl-C",
       },
+      since: {
+        type: "string",
+        value: "10m|2026-01-31T12:00:00Z",
+        description: "controller log only: lines written since a duration ago (s, m, h, d) or a time",
+      },
+      timestamps: {
+        type: "boolean",
+        short: "t",
+        description: "service log with -f: prefix each new line with the time pi-sandbox received it",
+      },
     },
-    toAction: (input) => ({
-      action: "logs",
-      name: positional(input, 0, "a name", "logs"),
-      service: input.positionals[1],
-      lines: intOption(input.values.lines, "--lines"),
-      follow: input.values.follow === true ? true : undefined,
-    }),
-    run: (input) => (input.values.follow === true ? { kind: "follow-logs" } : undefined),
+    toAction: (input) => {
+      const service = input.positionals[1];
+      if (service !== undefined && input.values.since !== undefined) throw new UsageError(`--since: ${SERVICE_SINCE}`);
+      if (service !== undefined && input.values.timestamps === true && input.values.follow !== true) {
+        throw new UsageError(
+          "--timestamps on a service log needs -f: its lines carry no time, so only the time each line reaches pi-sandbox can be shown",
+        );
+      }
+      return {
+        action: "logs",
+        name: positional(input, 0, "a name", "logs"),
+        service,
+        lines: intOption(input.values.lines, "--lines"),
+        follow: input.values.follow === true ? true : undefined,
+        since: sinceOption(input.values.since),
+      };
+    },
+    run: (input) =>
+      input.values.follow === true
+        ? {
+            kind: "follow-logs",
+            ...(input.values.timestamps === true && input.positionals[1] !== undefined ? { stampReceived: true } : {}),
+          }
+        : undefined,
     notes: [
       "-f follows across the log's rotations and the service's restarts (each read brings at most",
       "64 KiB; a read every 0.5 s when idle).",
+      "Times: each controller log line starts with the time it was written (--timestamps adds nothing;",
+      "--since filters by it). A service log holds what the service printed, as printed, with no time",
+      "of its own: --since is refused for it, and --timestamps (with -f only) prefixes the lines that",
+      "arrive while following with the time pi-sandbox received them (polled every 0.5 s: close to,",
+      "never before, their writing); the tail printed first is left as it is. With --json each read",
+      "after the tail carries receivedAt.",
     ],
   },
   runLocally(args, ctx): Promise<ServiceLogRead | ControllerLogTail> | undefined {
@@ -79,6 +160,11 @@ export const logs = defineAction({
       await ctx.layout.ensurePrivate();
       await inspectEntry(ctx.layout, "instances", args.name);
       const file = ctx.layout.logFile("instances", args.name);
+      if (args.since !== undefined) {
+        const tail = await hostLogTailSince(file, args.since, args.lines ?? LIMITS.logLinesMax);
+        const read = { name: args.name, log: "controller" as const, file, lines: tail.lines };
+        return args.follow ? { ...read, cursor: tail.cursor, more: false } : read;
+      }
       if (args.cursor !== undefined) {
         const read = await hostLogSince(file, args.cursor);
         return { name: args.name, log: "controller" as const, file, ...read };

@@ -25,7 +25,7 @@ import {
   version,
 } from "./help-text.js";
 import { didYouMean } from "./suggest.js";
-import { followLogs } from "./logs-follow.js";
+import { followLogs, receivedStamper } from "./logs-follow.js";
 import { progressPrinter } from "./progress-bar.js";
 import { runSshSession } from "./shell-session.js";
 
@@ -360,10 +360,20 @@ export async function runCli(argv: string[]): Promise<number> {
       });
     }
     if (run?.kind === "follow-logs" && typeof input !== "string") {
+      // --timestamps: every read after the tail carries the time it was received.
+      const stamp = run.stampReceived ? receivedStamper() : undefined;
+      let reads = 0;
       return await followLogs(input, {
         call: (action, signal) => callAction(action, { caller: "user", signal }),
         // With --json, one compact JSON object per read (JSON lines).
-        print: (result) => out(json ? `${JSON.stringify(result)}\n` : formatResult("logs", result)),
+        print: (result) => {
+          const received = stamp && reads++ > 0 ? new Date() : undefined;
+          if (json)
+            out(
+              `${JSON.stringify(received ? { ...(result as object), receivedAt: received.toISOString() } : result)}\n`,
+            );
+          else out(stamp ? stamp(formatResult("logs", result), received) : formatResult("logs", result));
+        },
         err,
         interrupts: process,
       });

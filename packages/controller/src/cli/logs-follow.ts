@@ -59,3 +59,23 @@ export async function followLogs(action: Record<string, unknown>, io: LogsFollow
     io.interrupts.off("SIGINT", onInterrupt);
   }
 }
+
+/**
+ * `logs -f --timestamps` for a service log, whose lines carry no time: returns a function that
+ * prefixes each line beginning in `text` with `time` (ISO), or with no `time` only notes where the
+ * text ended (the tail, whose lines' times are unknown), so a line split across reads is prefixed
+ * once.
+ */
+export function receivedStamper(): (text: string, time?: Date) => string {
+  let atLineStart = true;
+  return (text, time) => {
+    if (text === "") return text;
+    let stamped = "";
+    for (const piece of text.split(/(?<=\n)/)) {
+      if (atLineStart && time !== undefined) stamped += `${time.toISOString()} `;
+      stamped += piece;
+      atLineStart = piece.endsWith("\n");
+    }
+    return stamped;
+  };
+}
