@@ -100,7 +100,7 @@ export const logs = defineAction({
     }
   },
   cli: {
-    usage: "logs <name> [service] [-n lines] [-f]   a service's log, or the controller log",
+    usage: "logs <name> [service] [-n lines] [-f] [--since TIME] [-t]   a service's log, or the controller log",
     options: {
       lines: { type: "string", short: "n", value: "N", description: "how many of the last lines to show first" },
       follow: {
