@@ -1,3 +1,5 @@
+// Short descriptions of parsed YAML values and paths for "got …" messages, escaped to one
+// printable line.
 import { escapeControlChars } from "./control-chars.js";
 
 /**

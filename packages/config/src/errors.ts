@@ -1,3 +1,5 @@
+// The config package's coded error: its codes, the issues found in a file (path, line, column),
+// and the one-line form of an issue.
 import { CodedError, brandError, hasBrand, type CodedErrorOptions } from "./coded-error.js";
 
 /** Stable codes of every error this package throws; callers switch on these. */

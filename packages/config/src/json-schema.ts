@@ -1,3 +1,5 @@
+// The JSON Schema of sandbox.yaml for editors, converted from the valibot schema, and the URL it
+// is published at.
 import { toJsonSchema } from "@valibot/to-json-schema";
 import { sandboxConfigSchema } from "./schema.js";
 

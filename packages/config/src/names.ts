@@ -1,3 +1,4 @@
+// The name rules: instance, template, service and image names, with their checks.
 import { ConfigError } from "./errors.js";
 
 /** Instance and template names: a lowercase letter, then up to 39 lowercase letters, digits or hyphens. */

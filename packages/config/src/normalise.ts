@@ -1,3 +1,5 @@
+// Turns a validated sandbox.yaml document into the typed config, with defaults and profiles
+// applied.
 import { homedir } from "node:os";
 import { dirname, join, posix, resolve } from "node:path";
 import { isImageName } from "./names.js";

@@ -1,3 +1,5 @@
+// Reading and parsing sandbox.yaml: YAML with positions, schema validation, cross-field rules,
+// every issue with its path, line and column.
 import { open } from "node:fs/promises";
 import { resolve } from "node:path";
 import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type Node } from "yaml";

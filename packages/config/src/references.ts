@@ -1,3 +1,5 @@
+// `${services.NAME.publicURL}` placeholders: finding them, the services they name, and resolving
+// them to preview origins.
 import { ConfigError } from "./errors.js";
 
 /** Matches every `${services.…}` placeholder; group 1 is the text between the braces after `services.`. */

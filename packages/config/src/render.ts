@@ -1,3 +1,4 @@
+// Renders a typed config back to sandbox.yaml text.
 import { stringify } from "yaml";
 import { PROFILES } from "./profiles.js";
 import { CONFIG_DEFAULTS, type PreviewLink, type SandboxConfig, type ServiceConfig } from "./types.js";

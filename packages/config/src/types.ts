@@ -1,3 +1,4 @@
+// The typed config that parsing returns: services, previews, network, secrets, mounts, resources.
 import { LIMITS } from "./limits.js";
 import type { ProfileName, Resources } from "./profiles.js";
 

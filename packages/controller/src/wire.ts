@@ -1,3 +1,5 @@
+// The client-daemon protocol: line-delimited JSON messages over the Unix socket, with a bounded
+// line length.
 import type { Socket } from "node:net";
 import type { ControllerErrorJson } from "./errors.js";
 import type { HostGuard } from "./host-guard.js";

@@ -1,3 +1,5 @@
+// How the gateway reaches a guest port: a connector opening byte streams (a VM's through
+// GuestVm.connectTcp), with a deadline.
 import type { Duplex } from "node:stream";
 
 /**

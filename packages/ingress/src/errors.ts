@@ -1,3 +1,4 @@
+// The ingress package's coded error and its codes.
 import { CodedError, brandError, hasBrand, type CodedErrorOptions } from "@pi-sandbox/config";
 
 /** Stable codes of every error this package raises. Callers switch on these. */

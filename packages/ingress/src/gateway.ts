@@ -1,3 +1,5 @@
+// The preview gateway of one VM run: opens and closes previews, one listener and leased host port
+// each.
 import { connectWithDeadline, type GuestConnector } from "./connector.js";
 import { IngressError } from "./errors.js";
 import { DEFAULT_PREVIEW_ADDRESS, isLoopbackV4 } from "./host-guard.js";

@@ -1,3 +1,4 @@
+// Forwarding one HTTP request to the guest and its answer back, headers filtered both ways.
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import { PassThrough } from "node:stream";
 import { pipeline } from "node:stream/promises";

@@ -1,3 +1,4 @@
+// The short plain-text answers the gateway gives itself (guard refusals, upstream failures).
 import type { ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { STATUS_CODES } from "node:http";

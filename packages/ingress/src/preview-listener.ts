@@ -1,3 +1,4 @@
+// One preview's localhost listener: Host and Origin guards, then HTTP and upgrade forwarding.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";

@@ -1,3 +1,4 @@
+// Preview descriptions: specs, links, ad-hoc previews and their validation.
 import { IngressError } from "./errors.js";
 
 /** One declared link of a preview: an app path (`/docs`) or an absolute external `http(s)://` URL. */

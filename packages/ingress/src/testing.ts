@@ -1,3 +1,4 @@
+// Test seam: a connector to host loopback ports standing in for a guest.
 import { connect } from "node:net";
 import { duplexPair, type Duplex } from "node:stream";
 import type { GuestConnector } from "./connector.js";

@@ -1,3 +1,4 @@
+// Forwarding an upgraded connection (WebSocket) to the guest as raw bytes both ways.
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { connectWithDeadline, type GuestConnector } from "./connector.js";

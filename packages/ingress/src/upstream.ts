@@ -1,3 +1,4 @@
+// The guest side of one preview: connections with deadlines and pooling, and their typed failures.
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { Pool } from "undici";

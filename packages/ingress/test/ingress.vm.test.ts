@@ -1,11 +1,10 @@
+// The same suite as python-guest.test.ts, with the Python fixture inside a real VM, reached
+// through GuestVm.connectTcp (Gondolin's virtio ingress channel).
 import { readFile } from "node:fs/promises";
 import type { GuestExecution } from "@pi-sandbox/vm";
 import { guestVmConnector } from "../src/index.js";
 import { guestServerSuite } from "./support/guest-suite.js";
 import { bootTestVm, type TestVm } from "@pi-sandbox/vm/testing";
-
-// The same suite as python-guest.test.ts, with the Python fixture inside a real VM, reached
-// through GuestVm.connectTcp (Gondolin's virtio ingress channel).
 
 const guestPort = 8123;
 let testVm: TestVm | undefined;

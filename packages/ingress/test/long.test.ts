@@ -1,9 +1,8 @@
+// Dev-server realism: a first request that compiles for a minute, and an SSE stream that stays
+// open. Both run at once to keep the suite near one minute.
 import { request as httpRequest } from "node:http";
 import { PreviewGateway } from "../src/index.js";
 import { fetchRaw, httpStandIn, testGateway, type StandIn } from "./helpers.js";
-
-// Dev-server realism: a first request that compiles for a minute, and an SSE stream that stays
-// open. Both run at once to keep the suite near one minute.
 
 const sseSeconds = 30;
 const slowFirstResponseMs = 60_000;

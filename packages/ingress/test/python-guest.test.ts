@@ -1,10 +1,9 @@
+// The Python fixture that the real-VM suite runs in the guest, run here on the host first: same
+// server, same expectations, host loopback instead of the virtio channel.
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { loopbackConnector } from "../src/testing.js";
 import { guestServerSuite } from "./support/guest-suite.js";
-
-// The Python fixture that the real-VM suite runs in the guest, run here on the host first: same
-// server, same expectations, host loopback instead of the virtio channel.
 
 const script = fileURLToPath(new URL("./fixtures/guest_server.py", import.meta.url));
 let child: ChildProcess;

@@ -1,3 +1,4 @@
+// The Pi extension's own coded error and its codes; controller errors keep their own.
 import { CodedError, brandError, hasBrand, type CodedErrorOptions } from "@pi-sandbox/controller/client";
 
 /** Stable codes of the errors this package reports itself; controller errors keep their own codes. */

@@ -1,3 +1,4 @@
+// The `sandbox:setup` command line: its options, usage and parsing.
 import { parseArgs } from "node:util";
 import { ReviewSetupError } from "./errors.js";
 import { parseModelServer, parseModelServerKey, type ModelServer } from "./model-server.js";

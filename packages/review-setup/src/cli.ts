@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// The review-setup executable's entry: runs main with the process's arguments; Ctrl-C aborts.
 import { main } from "./main.js";
 
 const controller = new AbortController();

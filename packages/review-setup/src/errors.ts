@@ -1,3 +1,4 @@
+// review-setup's coded error and its codes; controller errors pass through with their own.
 import { CodedError, brandError, hasBrand, type CodedErrorOptions } from "@pi-sandbox/config";
 
 /** Stable codes of review-setup failures; controller errors pass through with their own codes. */

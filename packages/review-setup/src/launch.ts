@@ -1,3 +1,4 @@
+// The command that launches Pi in the review directory inside the instance.
 import { shellQuote } from "@pi-sandbox/config";
 import type { ReviewLayout } from "./layout.js";
 

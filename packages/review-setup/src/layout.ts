@@ -1,3 +1,4 @@
+// Guest paths of the review directory, named in one place.
 import { posix } from "node:path";
 
 /** Guest paths of the review directory; the one place that names them. */

@@ -1,3 +1,4 @@
+// review-setup's main: parses the command line, runs the setup, prints the result.
 import { isCodedError } from "@pi-sandbox/config";
 import { escapeControlChars } from "@pi-sandbox/controller/client";
 import { parseCommandLine, USAGE } from "./args.js";

@@ -1,3 +1,4 @@
+// Where the guest agent's zipapp is on the host, and building it from agent/ in a checkout.
 import { execFile } from "node:child_process";
 import { access, readdir, readFile, stat } from "node:fs/promises";
 import { fileURLToPath } from "node:url";

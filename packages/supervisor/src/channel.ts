@@ -1,3 +1,5 @@
+// The agent channel: requests and replies over the exec bridge, each reply checked against its
+// request; events; a protocol break closes it.
 import { once } from "node:events";
 import type { GuestExecution, GuestExitStatus } from "@pi-sandbox/vm";
 import { checkEvent, type AgentEvent } from "./agent-events.js";

@@ -1,3 +1,5 @@
+// The supervisor client: the host's API to the guest agent (exec, services, setup/resume, files,
+// logs) over one agent channel.
 import { LIMITS, type SandboxConfig } from "@pi-sandbox/config";
 import { checkAbsolute, checkWait, cutUtf8, isSetupHandle, toExecResult } from "./call-args.js";
 import { AgentChannel, type AgentEvent } from "./channel.js";

@@ -1,3 +1,5 @@
+// The supervisor's coded error: its codes (the agent's wire codes among them) and the mapping of
+// an agent's code to ours.
 import { CodedError, brandError, hasBrand, messageOf, type CodedErrorOptions } from "@pi-sandbox/config";
 import { AGENT_PROTOCOL_CODES } from "./protocol.js";
 

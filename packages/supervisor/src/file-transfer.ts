@@ -1,3 +1,4 @@
+// Chunked file reads and writes through the agent, each checked against its sha256.
 import { createHash } from "node:crypto";
 import type { AgentChannel } from "./channel.js";
 import { SupervisorError } from "./errors.js";

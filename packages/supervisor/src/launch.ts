@@ -1,3 +1,4 @@
+// Attaching to the guest agent: the exec bridge that starts it if needed, and the hello exchange.
 import { createHash } from "node:crypto";
 import type { GuestVm } from "@pi-sandbox/vm";
 import { readAgentArchive } from "./agent-script.js";

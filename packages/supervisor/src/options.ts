@@ -1,3 +1,4 @@
+// Options of the supervisor client and its calls (timeouts, waits, exec, services, setup).
 import type { SandboxConfig } from "@pi-sandbox/config";
 import type { GuestVm } from "@pi-sandbox/vm";
 import type { SupervisorLogger } from "./logger.js";

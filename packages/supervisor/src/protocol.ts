@@ -1,7 +1,8 @@
-import { LIMITS } from "@pi-sandbox/config";
-
 // The wire protocol, host side: line-delimited JSON over the agent's exec channel. The guest side
 // is `agent/pi_sandbox_agent/protocol.py`.
+import { LIMITS } from "@pi-sandbox/config";
+
+// Messages, one JSON object per line:
 //
 //   request   {"id": 7, "op": "exec", "args": {...}}
 //   response  {"id": 7, "ok": true, "result": {...}}  or  {"id": 7, "ok": false, "error": {...}}

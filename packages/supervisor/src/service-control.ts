@@ -1,3 +1,5 @@
+// The supervisor client's service calls over its channel, remembering which service names it
+// sent to this agent.
 import { LIMITS, isValidServiceName, type SandboxConfig } from "@pi-sandbox/config";
 import type { AgentChannel } from "./channel.js";
 import { SupervisorError, isSupervisorError } from "./errors.js";

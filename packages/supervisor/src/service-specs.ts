@@ -1,3 +1,4 @@
+// Turns the guest config's services into the agent's service specs, with preview origins resolved.
 import {
   hasPreview,
   isConfigError,

@@ -1,3 +1,4 @@
+// Service statuses from the agent: readiness budgets and merging raw statuses.
 import { LIMITS, type SandboxConfig } from "@pi-sandbox/config";
 import { guestServices, type AgentServiceSpec } from "./service-specs.js";
 import type { ServiceStatus } from "./types.js";

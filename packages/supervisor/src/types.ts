@@ -1,3 +1,4 @@
+// The results the supervisor client returns: hello, exec, file reads and writes, service status.
 import type { HealthCheck } from "@pi-sandbox/config";
 import type { SupervisorErrorCode } from "./errors.js";
 

@@ -1,3 +1,5 @@
+// Gondolin's built-in ingress gateway opened bare, for benchmarks that compare it with the
+// product's previews (which use connectTcp).
 import { gondolinVmOf, type RunningVm } from "./boot.js";
 import { VmError } from "./errors.js";
 

@@ -1,3 +1,5 @@
+// The disk lock: one owner (pid, start time, purpose) per disk, taken atomically, a dead owner's
+// lock taken over.
 import { randomBytes } from "node:crypto";
 import fsp from "node:fs/promises";
 import os from "node:os";

@@ -1,3 +1,4 @@
+// One run of a disk: its writable top layer, the checkpoint that makes it current, and compaction.
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { VmError, messageOf } from "./errors.js";

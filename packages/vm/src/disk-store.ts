@@ -1,3 +1,5 @@
+// The disk store: creating, cloning, inspecting, destroying and opening runs of instance and
+// template disks.
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";

@@ -1,3 +1,5 @@
+// The guest's way out as Gondolin options: synthetic DNS, HTTP(S) to allowed hosts only, TCP to
+// listed host ports, secrets substituted on the host.
 import type { DnsOptions, HttpHooks, TcpOptions } from "@earendil-works/gondolin";
 import { ENV_NAME_PATTERN, HOST_SERVICES_HOSTNAME, secretHttpHosts } from "@pi-sandbox/config";
 import { VmError } from "./errors.js";

@@ -1,3 +1,4 @@
+// The vm package's coded error and its codes.
 import { CodedError, brandError, hasBrand, messageOf, type CodedErrorOptions } from "@pi-sandbox/config";
 
 /** Stable codes of every error this package raises. Callers switch on these. */

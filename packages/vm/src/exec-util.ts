@@ -1,3 +1,4 @@
+// Running a command in a guest to completion, and naming how an execution ended.
 import os from "node:os";
 import { PassThrough, type Readable } from "node:stream";
 import type { GuestExecOptions, GuestExecution, GuestRunResult, GuestVm } from "./guest-vm.js";

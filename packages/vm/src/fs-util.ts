@@ -1,3 +1,5 @@
+// Small file helpers for crash safety: fsync of files and directories, JSON reads, allocated
+// bytes.
 import fsp from "node:fs/promises";
 
 /** Flushes a file's data and metadata to stable storage. */

@@ -1,3 +1,4 @@
+// A booted Gondolin VM behind the GuestVm interface: exec, files, TCP and SSH.
 import { randomBytes } from "node:crypto";
 import { Writable, type Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";

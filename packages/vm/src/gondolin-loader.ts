@@ -1,3 +1,4 @@
+// Loading Gondolin lazily, with its session registry under our state root.
 import { gondolinSessionsDir } from "./filenames.js";
 
 /** The Gondolin module, loaded lazily. */

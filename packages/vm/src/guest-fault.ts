@@ -1,3 +1,5 @@
+// A running guest's sticky fault (QEMU paused it: the host disk is full): operations in flight and
+// new ones reject with it instead of waiting for a guest that will not answer.
 import type { VmError } from "./errors.js";
 
 /**

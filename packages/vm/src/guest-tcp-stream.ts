@@ -1,3 +1,5 @@
+// A Duplex stream over one guest TCP connection of Gondolin's ingress channel, with bounded
+// queues.
 import { Duplex } from "node:stream";
 
 /**

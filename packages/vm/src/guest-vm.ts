@@ -1,3 +1,4 @@
+// The GuestVm interface: what the layers above may do with a guest (exec, files, TCP, SSH).
 import type { Duplex, Readable, Writable } from "node:stream";
 
 /** Options for one command run in the guest. */

@@ -1,3 +1,5 @@
+// The host's facts (CPUs, memory, KVM access), the accelerator choice (KVM proven by a guest
+// kernel, else TCG) and resource checks; `@pi-sandbox/vm/host`, which never loads Gondolin.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";

@@ -1,3 +1,5 @@
+// Guest images: loading an image directory, checking it is readable, recording and verifying the
+// image a disk was made from.
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";

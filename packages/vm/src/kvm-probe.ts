@@ -1,3 +1,4 @@
+// Whether KVM can really run a guest, proven by booting a guest kernel, and the cache of verdicts.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import fs from "node:fs";

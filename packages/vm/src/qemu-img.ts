@@ -1,3 +1,4 @@
+// qemu-img: creating, inspecting and committing qcow2 layers, with its failures typed.
 import { execFile } from "node:child_process";
 import path from "node:path";
 import { VmError, messageOf } from "./errors.js";

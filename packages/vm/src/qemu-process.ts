@@ -1,3 +1,5 @@
+// QEMU process hygiene: the wrapper script (seccomp, parent-death signal, QMP), the pid record,
+// and reaping a stray QEMU.
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { shellQuote, writeFileAtomic } from "@pi-sandbox/config";

@@ -1,3 +1,4 @@
+// QEMU's seccomp sandbox options, and probing which the installed QEMU supports.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import { qemuWords } from "./kvm-probe.js";

@@ -1,3 +1,4 @@
+// A QMP monitor client: commands to QEMU and its events (I/O-error pauses).
 import net from "node:net";
 
 /** What QEMU said when it paused the guest on a failed disk request (`BLOCK_IO_ERROR` data). */

@@ -1,3 +1,4 @@
+// Real-VM suites' VM: boots the guest test image on a fresh 4 GiB disk in a short temp directory.
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

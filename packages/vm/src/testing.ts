@@ -1,3 +1,4 @@
+// The host-process fake of GuestVm for tests: the "guest" is a directory and host processes.
 import { spawn, type ChildProcess } from "node:child_process";
 import fsp from "node:fs/promises";
 import net from "node:net";

@@ -1,10 +1,10 @@
+// Each host shape seen in the wild, played by a fake QEMU: a shell script that records how it was
+// called and then behaves like QEMU did on that host.
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { probeKvmKernel, recordKvmFailure, resolveAccelerator, type HostFacts } from "../src/index.js";
 import { tempDir } from "./helpers.js";
 
-// Each host shape seen in the wild, played by a fake QEMU: a shell script that records how it was
-// called and then behaves like QEMU did on that host.
 const GiB = 1024 ** 3;
 const kvmHost: HostFacts = { platform: "linux", arch: "x64", cpus: 2, memoryBytes: 8 * GiB, kvmAccessible: true };
 

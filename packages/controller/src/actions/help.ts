@@ -1,3 +1,4 @@
+// Help text for models and humans, generated from the action table and the config's tables.
 import { CONFIG_DEFAULTS, DEFAULT_PROFILE, HOST_SERVICES_HOSTNAME, LIMITS, PROFILES } from "@pi-sandbox/config";
 import { actionUsage, type ActionSpec } from "./define.js";
 

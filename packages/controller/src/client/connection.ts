@@ -1,3 +1,5 @@
+// The client's side of a daemon's Unix socket: checks the socket is ours, sends one call, streams
+// its progress and rebuilds its result or error.
 import { lstat } from "node:fs/promises";
 import { connect, type Socket } from "node:net";
 import { dirname } from "node:path";

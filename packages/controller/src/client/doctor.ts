@@ -1,3 +1,4 @@
+// `doctor`: checks the host (Node, QEMU, KVM, the state directory, images) and says what to fix.
 import { execFile } from "node:child_process";
 import { constants } from "node:fs";
 import { access } from "node:fs/promises";

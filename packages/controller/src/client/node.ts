@@ -1,3 +1,4 @@
+// The Node floors of the CLI/daemon and the client, and finding a Node new enough to run a daemon.
 import { execFileSync } from "node:child_process";
 import { accessSync, constants, readFileSync } from "node:fs";
 import { delimiter, join } from "node:path";

@@ -1,3 +1,4 @@
+// Starting an instance's daemon detached when none answers, and waiting for its socket.
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, open, readFile } from "node:fs/promises";

@@ -1,3 +1,5 @@
+// One entry's controller inside its daemon: runs actions, lifecycle work one at a time in a queue,
+// guest actions beside it.
 import PQueue from "p-queue";
 import type { DaemonContext } from "../actions/define.js";
 import type { HostGuard } from "../host-guard.js";

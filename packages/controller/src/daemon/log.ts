@@ -1,3 +1,4 @@
+// The controller log: `time [prefix] message` lines in a size-bounded file, rotated once.
 import { appendFileSync, renameSync, statSync } from "node:fs";
 import { escapeControlChars } from "@pi-sandbox/config";
 

@@ -1,3 +1,5 @@
+// The daemon process: takes the entry's pid file, serves calls on its Unix socket, and exits when
+// its entry is stopped, destroyed or idle.
 import { chmodSync } from "node:fs";
 import { open, readFile, rm, unlink } from "node:fs/promises";
 import { createServer, type Server, type Socket } from "node:net";

@@ -1,3 +1,5 @@
+// `inspect` and `list` from the state files alone: an entry's view, with a dead daemon read as
+// interrupted.
 import { access } from "node:fs/promises";
 import { ControllerError } from "../errors.js";
 import { daemonAnswers, daemonLive } from "./liveness.js";

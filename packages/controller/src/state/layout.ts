@@ -1,3 +1,4 @@
+// The state directory: its root, and the one place that names the controller's files and sockets.
 import { createHash } from "node:crypto";
 import { lstat, mkdir, stat } from "node:fs/promises";
 import { homedir, tmpdir } from "node:os";

@@ -1,3 +1,4 @@
+// Whether an entry's daemon is alive: its pid file, its process and whether its socket answers.
 import { readFile } from "node:fs/promises";
 import { connect, type Socket } from "node:net";
 import { pidAlive } from "@pi-sandbox/vm/host";

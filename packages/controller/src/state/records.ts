@@ -1,3 +1,4 @@
+// An entry's record.json and status.json: their types, atomic writes and reads.
 import { readdir } from "node:fs/promises";
 import { isValidInstanceName, writeJsonAtomic, type SandboxConfig } from "@pi-sandbox/config";
 import { readJson } from "./read-json.js";
