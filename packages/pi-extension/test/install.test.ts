@@ -22,7 +22,7 @@ import {
 } from "./pi-harness.js";
 
 /** Workspace packages in the runtime closure of this one, by directory under packages/. */
-const WORKSPACE = ["config", "vm", "supervisor", "ingress", "controller", "pi-extension"];
+const WORKSPACE = ["config", "image", "vm", "supervisor", "ingress", "controller", "pi-extension"];
 
 let fake: FakeOpenAI;
 let home: PiHome;

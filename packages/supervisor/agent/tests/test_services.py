@@ -43,10 +43,15 @@ def test_a_crashing_service_is_restarted_after_the_host_delay(
     services = make_services(service_restart_delay_ms=300)
     spec = {"name": "crash", "command": "exit 3", "health": {"kind": "process"}, "timeoutMs": 5000}
     services.ensure([spec], wait=False)
-    wait_until(lambda: status(services, "crash")["restarts"] >= 2, what="two restarts")
+
+    # The restart count moves before the restarted process's start event is sent: wait for both.
+    def started() -> list[JsonDict]:
+        return [e for e in wire.events("service") if e["type"] == "start"]
+
+    wait_until(lambda: status(services, "crash")["restarts"] >= 2 and len(started()) >= 3, what="two restarts")
     s = status(services, "crash")
     assert s["lastExit"]["exitCode"] == 3
-    starts = [e for e in wire.events("service") if e["type"] == "start"]
+    starts = started()
     exits = [e for e in wire.events("service") if e["type"] == "exit"]
     assert len(starts) >= 3 and all(e["exitCode"] == 3 for e in exits)
     assert all(e["service"] == "crash" and e["port"] == s["port"] for e in starts)
