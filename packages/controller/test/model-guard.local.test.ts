@@ -246,3 +246,9 @@ test("the user's own calls keep working without a prompt, with a notice of what 
   expect(events).toContain("[config] this config uses secret LOOT from env:AWS_SECRET_ACCESS_KEY sent to evil.example");
   await asUser({ action: "stop", name: "users" });
 });
+
+test("a config that cannot be read when checked is refused then, not read later unchecked", async () => {
+  const { result } = asModel({ action: "create", name: "later", config: "later.yaml" });
+  await expect(result).rejects.toMatchObject({ code: "CONFIG_NOT_FOUND" });
+  expect(existsSync(join(dir, "st/instances/later"))).toBe(false);
+});

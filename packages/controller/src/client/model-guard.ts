@@ -148,14 +148,20 @@ export async function guardModelCall(
   }
   let trust: (() => Promise<void>) | undefined;
   if (typeof args.config === "string" && args.action !== "doctor") {
-    const facts = await readConfigFacts(args.config).catch(() => undefined);
-    if (facts) {
-      guard.configSha256 = facts.sha256;
-      if (facts.declares.length > 0 && !(await isConfigTrusted(layout, facts.sha256))) {
-        concerns.push({ kind: "untrusted-config", path: args.config, declares: facts.declares });
-        const entry = { path: args.config, declares: facts.declares };
-        trust = () => trustConfig(layout, facts.sha256, entry);
-      }
+    let facts: Awaited<ReturnType<typeof readConfigFacts>>;
+    try {
+      facts = await readConfigFacts(args.config);
+    } catch (error) {
+      // Unreadable now is refused now: a file that appeared later would reach the daemon
+      // unchecked. Outside the project, the user says yes before the model learns why.
+      if (concerns.length > 0) await ask(policy, args, concerns);
+      throw error;
+    }
+    guard.configSha256 = facts.sha256;
+    if (facts.declares.length > 0 && !(await isConfigTrusted(layout, facts.sha256))) {
+      concerns.push({ kind: "untrusted-config", path: args.config, declares: facts.declares });
+      const entry = { path: args.config, declares: facts.declares };
+      trust = () => trustConfig(layout, facts.sha256, entry);
     }
   }
   if (concerns.length > 0) {
