@@ -89,7 +89,7 @@ test("exits with the command's exit code", async () => {
   expect((await cli(["exec", NAME, "--", "sh", "-c", "kill -TERM $$"])).code).toBe(143);
   // docker's codes: 127 not found, 126 cannot run (the guest shell's), 125 pi-sandbox's own failure.
   expect((await cli(["exec", NAME, "--", "no-such-command-28"])).code).toBe(127);
-  expect((await cli(["exec", NAME, "--", "/etc/hostname"])).code).toBe(126);
+  expect((await cli(["exec", NAME, "--", "/etc/passwd"])).code).toBe(126);
   expect((await cli(["exec", `${NAME}-missing`, "--", "true"])).code).toBe(125);
 });
 

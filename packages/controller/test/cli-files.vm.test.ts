@@ -199,8 +199,8 @@ test("exec -i forwards stdin; -it gives the command a terminal; both in exec's d
     "hello\n",
   );
   expect(piped).toEqual({ code: 0, stdout: "HELLO\n1 /workspace\n", stderr: "" });
-  // -t without a terminal on stdin is refused, as docker does.
-  expect((await cli(["exec", "-it", NAME, "--", "true"])).code).toBe(1);
+  // -t without a terminal on stdin is refused, as docker does: pi-sandbox's own failure, 125.
+  expect((await cli(["exec", "-it", NAME, "--", "true"])).code).toBe(125);
   const session = await onTerminal(
     ["exec", "-it", NAME, "--", "sh", "-c", 'tty; printf "name? "; read name; echo "got:$name"; exit 5'],
     /name\? /,
