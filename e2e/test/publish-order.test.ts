@@ -28,7 +28,9 @@ test("a dry-run publish goes in dependency order and leaves private packages out
     maxBuffer: 64 * 1024 * 1024,
     env: { ...process.env, NX_DAEMON: "false" },
   });
-  const order = [...stdout.matchAll(/^> nx run (@pi-sandbox\/[a-z-]+):nx-release-publish/gm)].map((m) => m[1]!);
+  // Nx colours its output in CI even into a pipe: read it without the escape sequences.
+  const plain = stdout.replace(/\u001b\[[0-9;]*m/g, "");
+  const order = [...plain.matchAll(/^> nx run (@pi-sandbox\/[a-z-]+):nx-release-publish/gm)].map((m) => m[1]!);
   const publishable = manifests.filter((m) => !m.private).map((m) => m.name);
   expect([...order].sort()).toEqual([...publishable].sort());
   for (const manifest of manifests.filter((m) => !m.private)) {
