@@ -1,30 +1,12 @@
 // The CLI's help as people meet it (issue #28 section 5): a short overview, the full reference
 // behind `help actions`, a described line for every flag, and "did you mean" for typos. No VM.
-import { spawnSync } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { renderHelp } from "../src/client/index.js";
 import { actionFromArgv } from "../src/cli/cli.js";
 import { cliActions, commandHelp, synopsis } from "../src/cli/help-text.js";
 import { suggestions } from "../src/cli/suggest.js";
+import { cliProcess } from "./support/cli-process.js";
 
-const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
-let home: string;
-beforeAll(async () => {
-  home = await mkdtemp(join(tmpdir(), "cli-help-"));
-});
-afterAll(async () => {
-  await rm(home, { recursive: true, force: true });
-});
-
-function cli(...args: string[]) {
-  return spawnSync(process.execPath, [CLI, ...args], {
-    encoding: "utf8",
-    env: { ...process.env, PI_SANDBOX_HOME: join(home, "state") },
-  });
-}
+const { cli } = cliProcess("cli-help-");
 
 describe("the overview", () => {
   test("--help, help and no arguments print one overview of at most 40 lines naming every command", () => {

@@ -1,31 +1,15 @@
 // The CLI as people meet it (issue #28, "A CLI that speaks to people"), driven as a process
 // against an empty state directory: no VM.
-import { spawnSync } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { actionFromArgv } from "../src/cli/cli.js";
 import { confirmDestroy } from "../src/cli/confirm.js";
 import { parseEnvFile } from "../src/actions/exec.js";
 import type { EntryView } from "../src/state/inspect.js";
 import { cliActions, positionalLimit } from "../src/cli/help-text.js";
+import { cliProcess } from "./support/cli-process.js";
 
-const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
-let home: string;
-beforeAll(async () => {
-  home = await mkdtemp(join(tmpdir(), "cli-people-"));
-});
-afterAll(async () => {
-  await rm(home, { recursive: true, force: true });
-});
-
-function cli(...args: string[]) {
-  return spawnSync(process.execPath, [CLI, ...args], {
-    encoding: "utf8",
-    env: { ...process.env, PI_SANDBOX_HOME: join(home, "state") },
-  });
-}
+const { cli, dir } = cliProcess("cli-people-");
 
 describe("a missing instance", () => {
   test.each([
@@ -122,7 +106,7 @@ describe("flags people expect from docker", () => {
   });
 
   test("exec --env-file reads docker's KEY=VALUE lines and # comments, -e wins; -u runs the command via runuser", async () => {
-    const file = join(home, "env");
+    const file = join(dir(), "env");
     await writeFile(file, "# a comment\nA=1\n\nB=two words\nC=x\n");
     expect(await actionFromArgv(["exec", "demo", "--env-file", file, "-e", "C=y", "--", "env"])).toMatchObject({
       action: { env: { A: "1", B: "two words", C: "y" } },
@@ -130,7 +114,7 @@ describe("flags people expect from docker", () => {
     expect(parseEnvFile("HOSTONLY\nMISSING\n", { HOSTONLY: "h" })).toEqual({ HOSTONLY: "h" });
     expect(() => parseEnvFile("=x\n")).toThrow(/without a name/);
     // In-process: node itself stops at a missing --env-file anywhere on its command line (exit 9).
-    await expect(actionFromArgv(["exec", "demo", "--env-file", join(home, "absent"), "--", "true"])).rejects.toThrow(
+    await expect(actionFromArgv(["exec", "demo", "--env-file", join(dir(), "absent"), "--", "true"])).rejects.toThrow(
       /--env-file: cannot read/,
     );
     expect(await actionFromArgv(["exec", "demo", "-u", "dev", "--", "id", "-un"])).toMatchObject({
