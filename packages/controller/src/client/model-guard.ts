@@ -69,14 +69,14 @@ async function realHostPath(path: string): Promise<string> {
 /** The pi-sandbox command that does what the call asks, for the user to run themselves. */
 export function cliEquivalent(args: Record<string, unknown>): string {
   const q = (value: unknown) => shellQuote(String(value));
-  const list = (value: unknown) => (Array.isArray(value) ? value : [value]).map(q);
+  const paths = (value: unknown) => (Array.isArray(value) ? value : [value]).map(String);
   const name = String(args.name ?? "");
   switch (args.action) {
     case "upload":
-      return `pi-sandbox cp ${list(args.from).join(" ")} ${q(`${name}:${String(args.to)}`)}`;
+      return `pi-sandbox cp ${paths(args.from).map(q).join(" ")} ${q(`${name}:${String(args.to)}`)}`;
     case "download":
-      return `pi-sandbox cp ${list(args.from)
-        .map((p) => q(`${name}:${p.replace(/^'|'$/g, "")}`))
+      return `pi-sandbox cp ${paths(args.from)
+        .map((p) => q(`${name}:${p}`))
         .join(" ")} ${q(args.to)}`;
     case "doctor":
       return `pi-sandbox doctor -c ${q(args.config)}`;
