@@ -18,6 +18,10 @@ export interface ProcStat {
   ppid: number;
   /** Field 22: start time in clock ticks since boot. */
   startTime: string;
+  /** Fields 14 and 15: CPU time spent in user and kernel mode, in clock ticks (USER_HZ, 100 a second). */
+  cpuTicks: number;
+  /** Field 24: resident set size, in pages. */
+  rssPages: number;
 }
 
 /** `/proc/<pid>/stat` of `pid`, or `undefined` when there is none (no such process, no /proc). */
@@ -30,8 +34,14 @@ export function readProcStat(pid: number): ProcStat | undefined {
   }
   // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
   const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  if (rest.length < 20) return undefined;
-  return { state: rest[0]!, ppid: Number(rest[1]), startTime: rest[19]! };
+  if (rest.length < 22) return undefined;
+  return {
+    state: rest[0]!,
+    ppid: Number(rest[1]),
+    startTime: rest[19]!,
+    cpuTicks: Number(rest[11]) + Number(rest[12]),
+    rssPages: Number(rest[21]),
+  };
 }
 
 /** Start time of `pid` from `/proc`, or `undefined` when unavailable. */

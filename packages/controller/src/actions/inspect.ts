@@ -1,5 +1,7 @@
+// The inspect action: one entry's view from the state files, with what its QEMU costs while it runs.
 import * as v from "valibot";
 import { inspectEntry, type EntryView } from "../state/inspect.js";
+import { addUsage } from "../state/usage.js";
 import { defineAction } from "./define.js";
 import { actionSchema, kind, kindArg, kindOption, name, nameArg, positional } from "./parts.js";
 import { formatView } from "./text.js";
@@ -21,7 +23,9 @@ export const inspect = defineAction({
   },
   async run(args, ctx): Promise<EntryView> {
     await ctx.layout.ensurePrivate();
-    return inspectEntry(ctx.layout, args.kind ?? "instances", args.name);
+    const view = await inspectEntry(ctx.layout, args.kind ?? "instances", args.name);
+    await addUsage(ctx.layout, [view]);
+    return view;
   },
   formatText: formatView,
 });

@@ -1,9 +1,11 @@
+// The list action: every instance's (or template's) view, with what each running QEMU costs.
 import * as v from "valibot";
 import type { EntryView } from "../state/inspect.js";
 import { listEntries } from "../state/inspect.js";
+import { addUsage } from "../state/usage.js";
 import { UsageError, defineAction } from "./define.js";
 import { actionSchema, arg, kind, kindOption } from "./parts.js";
-import { table } from "./text.js";
+import { formatMiB, table } from "./text.js";
 
 /**
  * A docker-style `--format` template of an entry: `{{.Name}}` is the field `name`, `{{.Resources.Cpus}}`
@@ -79,19 +81,22 @@ export const list = defineAction({
     await ctx.layout.ensurePrivate();
     const which = args.kind ?? "instances";
     const views = await listEntries(ctx.layout, which);
+    await addUsage(ctx.layout, views);
     return which === "templates" ? { templates: views } : { instances: views };
   },
   formatText(result) {
     const views = "templates" in result ? result.templates : result.instances;
     if (views.length === 0) return `no ${"templates" in result ? "templates" : "instances"}\n`;
     return table([
-      ["NAME", "STATE", "CPUS", "MEMORY", "DISK", "PREVIEW"],
+      ["NAME", "STATE", "CPUS", "MEMORY", "DISK", "CPU %", "RSS", "PREVIEW"],
       ...views.map((view) => [
         view.name,
         view.state,
         String(view.resources.cpus),
         `${view.resources.memoryGiB} GiB`,
         `${view.diskGiB} GiB`,
+        view.usage ? `${view.usage.cpuPercent.toFixed(1)}` : "",
+        view.usage ? formatMiB(view.usage.rssBytes) : "",
         view.previews[0]?.url ?? "",
       ]),
     ]);

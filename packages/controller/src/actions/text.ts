@@ -68,6 +68,10 @@ export function formatView(view: EntryView): string {
         ? `restore:     resumed from saved memory in ${(view.restore.restoreMs / 1000).toFixed(1)} s`
         : `restore:     booted cold: ${indented(view.restore.reason, INDENT)}`,
     );
+  if (view.usage)
+    lines.push(
+      `usage:       ${view.usage.cpuPercent.toFixed(1)} % CPU, ${formatMiB(view.usage.rssBytes)} resident (QEMU)`,
+    );
   if (view.resumePid) lines.push(`resume:      still running, handle ${oneLine(view.resumePid)}`);
   for (const e of view.errors)
     lines.push(
@@ -75,6 +79,11 @@ export function formatView(view: EntryView): string {
     );
   if (view.hint) lines.push(`hint:        ${indented(view.hint, INDENT)}`);
   return lines.join("\n") + "\n";
+}
+
+/** Bytes as MiB with one decimal, e.g. `412.3 MiB`. */
+export function formatMiB(bytes: number): string {
+  return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
 }
 
 /** A line ending with exactly one newline (none added to empty text). */

@@ -56,6 +56,11 @@ export interface EntryView {
   restore?: RestoreInfo;
   /** Background resume handle for exec-status. */
   resumePid?: string;
+  /**
+   * What the instance's QEMU costs the host now, while it runs: CPU in percent of one host CPU
+   * (over a 200 ms window) and resident memory in bytes. Read from /proc; absent without a QEMU.
+   */
+  usage?: { cpuPercent: number; rssBytes: number };
   /** Daemon pid when live. */
   daemonPid?: number;
   /** What to do next, when the state calls for it. */
