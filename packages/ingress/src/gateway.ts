@@ -1,5 +1,6 @@
-// The preview gateway of one VM run: opens and closes previews, one listener and leased host port
-// each.
+// The preview gateway of an instance: opens and closes previews, one listener and leased host port
+// each, and counts their traffic for an owner that suspends an idle guest.
+import { ActivityMeter, type PreviewActivity } from "./activity.js";
 import { connectWithDeadline, type GuestConnector } from "./connector.js";
 import { IngressError } from "./errors.js";
 import { DEFAULT_PREVIEW_ADDRESS, isLoopbackV4 } from "./host-guard.js";
@@ -50,6 +51,13 @@ export interface PreviewGatewayOptions {
   checkOrigin?: boolean;
   /** Upper bound of closing one preview, in ms. Default 5000. */
   closeTimeoutMs?: number;
+  /**
+   * Asked before each request or WebSocket upgrade (past the guards) is forwarded. Undefined: go
+   * on at once. A promise: the request waits for it, then goes to the guest (an owner that
+   * suspended an idle guest resumes it here, so the first request after is answered, not
+   * refused); a rejection is answered with 503 and its message. Default: never wait.
+   */
+  wake?: () => Promise<void> | undefined;
 }
 
 interface OpenPreview {
@@ -83,6 +91,8 @@ export class PreviewGateway implements AsyncDisposable {
   readonly #open = new Map<string, OpenPreview>();
   readonly #queues = new Map<string, Promise<unknown>>();
   readonly #closing = new AbortController();
+  readonly #activity = new ActivityMeter();
+  readonly #wake: (() => Promise<void> | undefined) | undefined;
   #closedAll: Promise<void> | undefined;
 
   /** Throws `INGRESS_INVALID_ADDRESS` when `options.address` is not an IPv4 address in 127.0.0.0/8. */
@@ -100,6 +110,7 @@ export class PreviewGateway implements AsyncDisposable {
       checkOrigin: options.checkOrigin ?? true,
       closeTimeoutMs: options.closeTimeoutMs ?? 5_000,
     };
+    this.#wake = options.wake;
   }
 
   /**
@@ -138,6 +149,14 @@ export class PreviewGateway implements AsyncDisposable {
   /** Whether `key` is open or reserved. */
   has(key: string): boolean {
     return this.#open.has(key);
+  }
+
+  /**
+   * The traffic of every preview now: requests and WebSockets open, and how many were seen so
+   * far. Counting starts past the Host and Origin guards: a refused request is no activity.
+   */
+  activity(): PreviewActivity {
+    return this.#activity.snapshot();
   }
 
   /** How many previews are open or reserved (each holds a host listener). */
@@ -297,6 +316,8 @@ export class PreviewGateway implements AsyncDisposable {
       isInstancePort: (port: number) => [...this.#open.values()].some(({ listener }) => listener.hostPort === port),
       closeTimeoutMs: this.#settings.closeTimeoutMs,
       logger: this.#log(key),
+      activity: this.#activity,
+      wake: this.#wake,
     };
     const leased = await this.#leases.get(key);
     signal.throwIfAborted();

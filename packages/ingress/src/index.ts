@@ -1,6 +1,7 @@
 // Gateway
 export { PreviewGateway } from "./gateway.js";
 export type { PreviewGatewayOptions } from "./gateway.js";
+export type { PreviewActivity } from "./activity.js";
 
 // Previews and links
 export { adHocPreview, validatePreview } from "./preview.js";

@@ -2,6 +2,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
+import type { ActivityMeter } from "./activity.js";
 import type { GuestConnector } from "./connector.js";
 import { IngressError } from "./errors.js";
 import { crossOriginRefusal, isAllowedHost, previewHostNames } from "./host-guard.js";
@@ -31,6 +32,10 @@ export interface PreviewListenerOptions {
   closeTimeoutMs: number;
   /** Log sink (lines already prefixed by the caller or not). */
   logger: IngressLogger;
+  /** Counts this listener's requests and upgrades (shared by the gateway's listeners). */
+  activity: ActivityMeter;
+  /** The gateway's wake hook (see `PreviewGatewayOptions.wake`). */
+  wake: (() => Promise<void> | undefined) | undefined;
 }
 
 /** Grace for a guest pool to finish in-flight requests when the preview moves to another guest port. */
@@ -205,6 +210,30 @@ export class PreviewListener {
       sendAnswer(res, refusal);
       return;
     }
+    // Counted open before the wake hook is asked, in the same tick: an owner that checks for open
+    // requests as it decides to suspend either sees this one or is asked to wake by it.
+    const end = this.#options.activity.begin();
+    res.once("close", end);
+    const waking = this.#wake();
+    if (!waking) {
+      this.#forwardRequest(req, res);
+      return;
+    }
+    waking.then(
+      () => {
+        // The client may have given up while the guest woke: nothing to forward then.
+        if (this.#closing.signal.aborted || res.destroyed) res.destroy();
+        else this.#forwardRequest(req, res);
+      },
+      (error: unknown) => {
+        const answer = this.#wakeFailed(error);
+        this.#options.logger.warn(`${req.method} ${req.url}: ${answer.message}`);
+        sendAnswer(res, answer);
+      },
+    );
+  }
+
+  #forwardRequest(req: IncomingMessage, res: ServerResponse): void {
     if (!this.#upstream) {
       sendAnswer(res, this.#notYet());
       return;
@@ -222,6 +251,27 @@ export class PreviewListener {
       sendRawAnswer(socket, refusal);
       return;
     }
+    // An open WebSocket is activity for as long as its client stays connected.
+    socket.once("close", this.#options.activity.begin());
+    const waking = this.#wake();
+    if (!waking) {
+      this.#forwardUpgrade(req, socket, head);
+      return;
+    }
+    waking.then(
+      () => {
+        if (this.#closing.signal.aborted || socket.destroyed) socket.destroy();
+        else this.#forwardUpgrade(req, socket, head);
+      },
+      (error: unknown) => {
+        const answer = this.#wakeFailed(error);
+        this.#options.logger.warn(`upgrade ${req.url}: ${answer.message}`);
+        sendRawAnswer(socket, answer);
+      },
+    );
+  }
+
+  #forwardUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const upstream = this.#upstream;
     if (!upstream) {
       sendRawAnswer(socket, this.#notYet());
@@ -239,6 +289,24 @@ export class PreviewListener {
       this.#options.logger.warn(`upgrade ${req.url}: ${(error as Error).message}`);
       socket.destroy();
     });
+  }
+
+  /** The owner's wake hook, if it has one and it wants this request to wait. */
+  #wake(): Promise<void> | undefined {
+    try {
+      return this.#options.wake?.();
+    } catch (error) {
+      return Promise.reject(error as Error);
+    }
+  }
+
+  /** The answer when the owner could not wake the guest: nothing was forwarded. */
+  #wakeFailed(error: unknown): GatewayAnswer {
+    const reason = error instanceof Error ? error.message : String(error);
+    return {
+      status: 503,
+      message: `Preview ${this.key} could not wake its instance: ${reason}. Reload to try again; if this stays, check the instance's state and its controller log.`,
+    };
   }
 
   /** The answer of a reserved listener: its service is still starting, its guest port unknown. */
