@@ -2,6 +2,7 @@
 
 import type * as v from "valibot";
 import type { ActionSpec, DaemonAction, LocalAction } from "./define.js";
+import { dashboard } from "./dashboard.js";
 import { doctor } from "./doctor-action.js";
 import { exec, execKill, execStatus } from "./exec.js";
 import { download, upload } from "./copy.js";
@@ -42,6 +43,7 @@ export const ACTIONS = [
   preview,
   secrets,
   doctor,
+  dashboard,
   shell,
   init,
   imageBuild,

@@ -43,7 +43,10 @@ export function positionalLimit(spec: ActionSpec & { cli: CliMapping }): number 
 
 /** The overview's groups of commands (action names, `image` for its subcommands); the rest go last. */
 const OVERVIEW_GROUPS: readonly { title: string; commands: readonly string[] }[] = [
-  { title: "Instances", commands: ["list", "inspect", "create", "start", "stop", "suspend", "destroy", "prepare"] },
+  {
+    title: "Instances",
+    commands: ["list", "inspect", "create", "start", "stop", "suspend", "destroy", "prepare", "dashboard"],
+  },
   {
     title: "Inside an instance",
     commands: [
@@ -116,9 +119,8 @@ export function overview(): string {
   }
   lines.push(
     "",
-    "pi-sandbox <command> --help: its flags; pi-sandbox help actions: every action's arguments, the",
-    "sandbox.yaml keys, profiles and limits; more in the README of @pi-sandbox/controller. Errors exit 1",
-    '(exec: 125) with "error CODE: message" and a hint on stderr; usage errors exit 2.',
+    "pi-sandbox <command> --help: its flags; pi-sandbox help actions: every action, YAML keys, limits.",
+    'Errors exit 1 (exec: 125) with "error CODE: message" and a hint on stderr; usage errors exit 2.',
   );
   return lines.join("\n");
 }

@@ -147,6 +147,19 @@ export class StateLayout {
     return join(this.root, "logs", `${name}.create-failed.log`);
   }
 
+  /**
+   * The dashboard's record (`dashboard.json`, 0600): its pid and start time, its port, and the key
+   * its links' tokens are signed with. Created exclusively by the one dashboard of this state root.
+   */
+  dashboardFile(): string {
+    return join(this.root, "dashboard.json");
+  }
+
+  /** The dashboard's own log (what it served, refused and why), rotated like a controller log. */
+  dashboardLogFile(): string {
+    return join(this.root, "logs", "dashboard.log");
+  }
+
   /** The user's trust of one sandbox.yaml text that declares secrets or mounts, by its sha256. */
   trustFile(sha256: string): string {
     if (!/^[0-9a-f]{64}$/.test(sha256)) throw new ControllerError("CONTROLLER_BAD_INPUT", "not a sha256 digest");

@@ -1,0 +1,329 @@
+// The pi-sandbox dashboard page: renders the snapshot the server pushes (server-sent events), runs
+// the page's actions, and follows logs. Every text from the server, a guest's preview titles and
+// log lines included, goes into the page as text (textContent, text nodes), never as HTML.
+
+const $ = (selector) => document.querySelector(selector);
+
+/** An element with attributes and children (strings become text nodes). */
+function el(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) {
+    if (value === undefined || value === false) continue;
+    if (key === "text") node.textContent = String(value);
+    else if (key === "onclick") node.addEventListener("click", value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children) if (child !== undefined) node.append(child);
+  return node;
+}
+
+function formatAge(iso) {
+  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (seconds < 90) return `${Math.round(seconds)} s`;
+  if (seconds < 90 * 60) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 36 * 3600) return `${Math.round(seconds / 3600)} h`;
+  return `${Math.round(seconds / 86400)} d`;
+}
+
+function formatMiB(bytes) {
+  return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+/** A small line chart of `values` (newest last), described for screen readers by `label`. */
+function sparkline(values, label) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  const width = 80;
+  const height = 18;
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("width", String(width));
+  svg.setAttribute("height", String(height));
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", label);
+  if (values.length > 1) {
+    const max = Math.max(...values) || 1;
+    const step = width / (values.length - 1);
+    const points = values.map(
+      (v, i) => `${(i * step).toFixed(1)},${(height - 1 - (v / max) * (height - 2)).toFixed(1)}`,
+    );
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", points.join(" "));
+    svg.append(line);
+  }
+  return svg;
+}
+
+/** Shows a coded error with its hint, as the CLI prints it. */
+function showError(error, context) {
+  const box = el(
+    "div",
+    { class: "error" },
+    el(
+      "p",
+      {},
+      context ? `${context}: ` : "",
+      el("span", { class: "code", text: error.code ?? "ERROR" }),
+      ` ${error.message ?? ""}`,
+    ),
+  );
+  if (error.hint) box.append(el("p", { text: `hint: ${error.hint}` }));
+  box.append(el("button", { type: "button", text: "Dismiss", onclick: () => box.remove() }));
+  $("#errors").append(box);
+}
+
+/** Calls one of the page's actions; refreshes come with the next pushed snapshot. */
+async function act(body, button) {
+  if (button) button.disabled = true;
+  try {
+    const response = await fetch("/api/action", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const answer = await response
+      .json()
+      .catch(() => ({ error: { code: `HTTP_${response.status}`, message: response.statusText } }));
+    if (answer.error) showError(answer.error, `${body.op} ${body.name}`);
+    return answer;
+  } catch (error) {
+    showError(
+      {
+        code: "DASHBOARD_UNREACHABLE",
+        message: String(error),
+        hint: "Is the dashboard still running? Run pi-sandbox dashboard.",
+      },
+      `${body.op} ${body.name}`,
+    );
+  } finally {
+    if (button) button.disabled = false;
+  }
+}
+
+const ACTIVE = new Set(["starting", "running", "stopping", "suspending"]);
+
+function button(label, key, onclick, extra = {}) {
+  return el("button", { type: "button", "data-key": key, text: label, onclick, ...extra });
+}
+
+function previewList(previews) {
+  if (!previews.length) return el("span", { class: "muted", text: "—" });
+  const list = el("ul");
+  for (const preview of previews) {
+    let safe = false;
+    try {
+      safe = ["http:", "https:"].includes(new URL(preview.url).protocol);
+    } catch {
+      safe = false;
+    }
+    const title = preview.folder ? `${preview.folder} / ${preview.title}` : preview.title;
+    const link = safe
+      ? el("a", { href: preview.url, target: "_blank", rel: "noopener noreferrer", text: title, title: preview.url })
+      : el("span", { text: `${title} (${preview.url})` });
+    const item = el("li", {}, link);
+    if (preview.description) item.append(el("span", { class: "description", text: preview.description }));
+    list.append(item);
+  }
+  return list;
+}
+
+function stateCell(view) {
+  const cell = el("td", {}, el("span", { class: `state state-${view.state}`, text: view.state }));
+  for (const error of view.errors ?? [])
+    cell.append(el("div", { class: "muted", text: `${error.code}: ${error.message}` }));
+  if (view.hint) cell.append(el("div", { class: "muted", text: view.hint }));
+  return cell;
+}
+
+function usageCells(view, history) {
+  const samples = history[view.name] ?? [];
+  if (!view.usage) return [el("td", { class: "muted", text: "—" }), el("td", { class: "muted", text: "—" })];
+  const cpu = samples.map((s) => s.cpu);
+  const rss = samples.map((s) => s.rss);
+  const minutes = samples.length ? Math.max(1, Math.round((Date.now() - samples[0].t) / 60000)) : 0;
+  return [
+    el(
+      "td",
+      { class: "cpu" },
+      `${view.usage.cpuPercent.toFixed(1)} %`,
+      sparkline(
+        cpu,
+        `CPU over the last ${minutes} min: now ${view.usage.cpuPercent.toFixed(1)} %, peak ${Math.max(0, ...cpu).toFixed(1)} %`,
+      ),
+    ),
+    el(
+      "td",
+      { class: "rss" },
+      formatMiB(view.usage.rssBytes),
+      sparkline(
+        rss,
+        `Memory over the last ${minutes} min: now ${formatMiB(view.usage.rssBytes)}, peak ${formatMiB(Math.max(0, ...rss))}`,
+      ),
+    ),
+  ];
+}
+
+function destroyButton(view, kind) {
+  return button("Destroy…", `destroy:${kind}:${view.name}`, () => askDestroy(view.name, kind), { class: "danger" });
+}
+
+function instanceRow(view, history) {
+  const actions = el("td", { class: "actions" });
+  const name = view.name;
+  if (ACTIVE.has(view.state) || view.state === "unavailable") {
+    actions.append(button("Stop", `stop:${name}`, (e) => act({ op: "stop", name }, e.currentTarget)));
+    actions.append(button("Suspend", `suspend:${name}`, (e) => act({ op: "suspend", name }, e.currentTarget)));
+  } else {
+    actions.append(button("Start", `start:${name}`, (e) => act({ op: "start", name }, e.currentTarget)));
+  }
+  actions.append(button("Services & logs", `detail:${name}`, () => openDetail(name)));
+  actions.append(destroyButton(view, "instances"));
+  const accelerator = view.accelerator
+    ? el("span", { text: view.accelerator, title: view.acceleratorReason ?? "" })
+    : "—";
+  const resources = `${view.resources.cpus} cpu, ${view.resources.memoryGiB} GiB, ${view.diskGiB} GiB disk`;
+  return el(
+    "tr",
+    { "data-name": name },
+    el("th", { scope: "row", text: name }),
+    stateCell(view),
+    el("td", {}, accelerator),
+    el("td", { text: resources }),
+    el("td", { text: formatAge(view.createdAt), title: view.createdAt }),
+    ...usageCells(view, history),
+    el("td", { class: "previews" }, previewList(view.previews ?? [])),
+    actions,
+  );
+}
+
+function templateRow(view) {
+  const resources = `${view.resources.cpus} cpu, ${view.resources.memoryGiB} GiB, ${view.diskGiB} GiB disk`;
+  return el(
+    "tr",
+    { "data-name": view.name },
+    el("th", { scope: "row", text: view.name }),
+    stateCell(view),
+    el("td", { text: resources }),
+    el("td", { text: formatAge(view.createdAt), title: view.createdAt }),
+    el("td", { class: "actions" }, destroyButton(view, "templates")),
+  );
+}
+
+/** Replaces a table's rows, keeping keyboard focus on the same button if it is still there. */
+function replaceRows(tbody, rows) {
+  const focused = document.activeElement?.getAttribute?.("data-key");
+  tbody.replaceChildren(...rows);
+  if (focused) tbody.querySelector(`[data-key="${CSS.escape(focused)}"]`)?.focus();
+}
+
+let latest;
+function render(snapshot) {
+  latest = snapshot;
+  replaceRows(
+    $("#instances tbody"),
+    snapshot.instances.map((view) => instanceRow(view, snapshot.history ?? {})),
+  );
+  replaceRows(
+    $("#templates tbody"),
+    snapshot.templates.map((view) => templateRow(view)),
+  );
+  $("#instances-empty").hidden = snapshot.instances.length > 0;
+  $("#templates-empty").hidden = snapshot.templates.length > 0;
+  $("#updated").textContent = snapshot.error
+    ? `Could not refresh: ${snapshot.error.code}: ${snapshot.error.message}`
+    : `Updated ${new Date(snapshot.at).toLocaleTimeString()}`;
+}
+
+// Destroy asks for the name, as the CLI's confirm does.
+let destroying;
+function askDestroy(name, kind) {
+  destroying = { name, kind };
+  $("#destroy-name").textContent = name;
+  $("#destroy-confirm").value = "";
+  $("#destroy-ok").disabled = true;
+  $("#destroy-dialog").showModal();
+  $("#destroy-confirm").focus();
+}
+$("#destroy-confirm").addEventListener("input", (event) => {
+  $("#destroy-ok").disabled = event.currentTarget.value !== destroying?.name;
+});
+$("#destroy-dialog").addEventListener("close", () => {
+  if ($("#destroy-dialog").returnValue !== "ok" || !destroying) return;
+  const { name, kind } = destroying;
+  void act({ op: "destroy", name, kind, confirm: $("#destroy-confirm").value });
+});
+
+// Services and logs of one instance.
+let logSource;
+let detailName;
+async function openDetail(name) {
+  detailName = name;
+  $("#detail").hidden = false;
+  $("#detail-title").textContent = `${name}: services and logs`;
+  const select = $("#log-select");
+  select.replaceChildren(el("option", { value: "", text: "controller log" }));
+  $("#services tbody").replaceChildren();
+  $("#services-note").textContent = "";
+  followLog(name, "");
+  $("#detail").scrollIntoView();
+  $("#detail-title").setAttribute("tabindex", "-1");
+  $("#detail-title").focus();
+  const response = await fetch(`/api/services?name=${encodeURIComponent(name)}`);
+  const answer = await response.json();
+  if (answer.error) {
+    $("#services-note").textContent = `${answer.error.code}: ${answer.error.message}`;
+    return;
+  }
+  for (const service of answer.services ?? []) {
+    select.append(el("option", { value: service.name, text: `service ${service.name}` }));
+    const restart = button("Restart", `restart:${name}:${service.name}`, (e) =>
+      act({ op: "restart-service", name, service: service.name }, e.currentTarget),
+    );
+    const showLog = button("Log", `log:${name}:${service.name}`, () => {
+      select.value = service.name;
+      followLog(name, service.name);
+    });
+    $("#services tbody").append(
+      el(
+        "tr",
+        { "data-service": service.name },
+        el("th", { scope: "row", text: service.name }),
+        el("td", { text: service.state ?? "" }),
+        el("td", { text: service.port ?? "—" }),
+        el("td", { text: service.restarts ?? 0 }),
+        el("td", {}, restart, showLog),
+      ),
+    );
+  }
+}
+$("#log-select").addEventListener("change", (event) => followLog(detailName, event.currentTarget.value));
+
+const MAX_LOG_LINES = 2000;
+function followLog(name, service) {
+  logSource?.close();
+  const log = $("#log");
+  log.replaceChildren();
+  const query = new URLSearchParams({ name });
+  if (service) query.set("service", service);
+  logSource = new EventSource(`/api/logs?${query}`);
+  logSource.addEventListener("lines", (event) => {
+    const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    for (const line of JSON.parse(event.data).lines) log.append(document.createTextNode(`${line}\n`));
+    while (log.childNodes.length > MAX_LOG_LINES) log.firstChild.remove();
+    if (atEnd) log.scrollTop = log.scrollHeight;
+  });
+  logSource.addEventListener("failure", (event) => {
+    if (!event.data) return;
+    const { error } = JSON.parse(event.data);
+    log.append(document.createTextNode(`[${error.code}: ${error.message}]\n`));
+  });
+}
+
+// Live state: the server pushes a snapshot after each poll.
+const events = new EventSource("/api/events");
+events.addEventListener("state", (event) => render(JSON.parse(event.data)));
+events.addEventListener("error", () => {
+  if (events.readyState === EventSource.CLOSED)
+    $("#updated").textContent = "Disconnected: is the dashboard still running?";
+});
+setInterval(() => latest && render(latest), 30_000);

@@ -1,0 +1,245 @@
+// The dashboard's HTTP server on 127.0.0.1: the page and its assets, a JSON snapshot and its live
+// updates (server-sent events), log following, and the few actions the page offers. Every request
+// passes the guard (guard.ts) first; everything else goes through the action layer (`callAction`),
+// never to the state files.
+import { readFile } from "node:fs/promises";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
+import { fileURLToPath } from "node:url";
+import { ControllerError } from "../errors.js";
+import type { DaemonLogger } from "../daemon/log.js";
+import { checkRequest, sessionCookie } from "./guard.js";
+import { followLog, type LogEvent } from "./log-stream.js";
+import { SnapshotPoller, errorJson, escapeDeep, type CallFn } from "./snapshot.js";
+import { newSessionId } from "./tokens.js";
+
+/** The page's files, shipped beside `dist/` (and `src/`) in the package's `assets/dashboard/`. */
+const ASSETS: Readonly<Record<string, { file: string; type: string }>> = {
+  "/": { file: "index.html", type: "text/html; charset=utf-8" },
+  "/app.js": { file: "app.js", type: "text/javascript; charset=utf-8" },
+  "/app.css": { file: "app.css", type: "text/css; charset=utf-8" },
+};
+
+/** Headers of every answer: no caching, no framing, no referrer (the links are previews), own scripts only. */
+const COMMON_HEADERS: Readonly<Record<string, string>> = {
+  "cache-control": "no-store",
+  "content-security-policy":
+    "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
+  "referrer-policy": "no-referrer",
+  "x-content-type-options": "nosniff",
+  "x-frame-options": "DENY",
+};
+
+/** The largest action request body the page sends, in bytes. */
+const MAX_BODY_BYTES = 16 * 1024;
+
+/** Options of {@link startDashboardServer}. */
+export interface DashboardServerOptions {
+  /** Runs one action (bound to the dashboard's state root). */
+  call: CallFn;
+  /** Hex key the links' tokens are signed with. */
+  key: string;
+  /** Where refusals and failures are logged. */
+  log: DaemonLogger;
+  /** Port to listen on; 0 (default) picks a free one. */
+  port?: number;
+  /** Poll intervals of the snapshot, in ms (tests shorten them). */
+  pollMs?: { active?: number; idle?: number };
+}
+
+/** A running dashboard server. */
+export interface DashboardServer {
+  /** The port it listens on (127.0.0.1). */
+  port: number;
+  /** Stops listening, ends the page's streams and polling. */
+  close(): Promise<void>;
+}
+
+function assetDir(): string {
+  // src/dashboard/server.ts and dist/dashboard/server.js are both two levels below the package.
+  return fileURLToPath(new URL("../../assets/dashboard/", import.meta.url));
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { ...COMMON_HEADERS, "content-type": "application/json; charset=utf-8" });
+  res.end(JSON.stringify(body));
+}
+
+function refuse(res: ServerResponse, reason: string): void {
+  res.writeHead(403, { ...COMMON_HEADERS, "content-type": "text/plain; charset=utf-8" });
+  res.end(`403 forbidden: ${reason}.\nRun pi-sandbox dashboard for a fresh link, and open it in this browser.\n`);
+}
+
+async function readBody(req: IncomingMessage): Promise<unknown> {
+  if (!(req.headers["content-type"] ?? "").startsWith("application/json")) {
+    throw new ControllerError("CONTROLLER_BAD_INPUT", "the dashboard takes actions as application/json only");
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) throw new ControllerError("CONTROLLER_BAD_INPUT", "the request body is too large");
+    chunks.push(chunk);
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString("utf8"));
+  } catch {
+    throw new ControllerError("CONTROLLER_BAD_INPUT", "the request body is not JSON");
+  }
+}
+
+/** Maps the page's request onto an action; the page may start, stop, suspend, destroy and restart a service. */
+export function pageAction(body: unknown): Record<string, unknown> {
+  const input = (body ?? {}) as Record<string, unknown>;
+  const { op, name, kind, service, confirm } = input;
+  const bad = (message: string) =>
+    new ControllerError("CONTROLLER_BAD_INPUT", message, {
+      hint: "The page sends start, stop, suspend, destroy or restart-service with a name.",
+    });
+  if (typeof name !== "string") throw bad("the action names no instance");
+  switch (op) {
+    case "start":
+    case "stop":
+    case "suspend":
+      return { action: op, name };
+    case "destroy":
+      return { action: "destroy", name, confirm, ...(kind === "templates" ? { kind } : {}) };
+    case "restart-service":
+      if (typeof service !== "string") throw bad("restart-service names no service");
+      return { action: "services", name, op: "restart", service };
+    default:
+      throw bad(`${JSON.stringify(op)} is not an action of the dashboard`);
+  }
+}
+
+/** Opens a server-sent event stream; returns a writer of named events. */
+function eventStream(req: IncomingMessage, res: ServerResponse): (event: string, data: unknown) => void {
+  res.writeHead(200, {
+    ...COMMON_HEADERS,
+    "content-type": "text/event-stream; charset=utf-8",
+    connection: "keep-alive",
+  });
+  res.write(": stream\n\n");
+  const heartbeat = setInterval(() => res.write(": keep-alive\n\n"), 15_000);
+  req.on("close", () => clearInterval(heartbeat));
+  return (event, data) => res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+}
+
+/** Starts the server on 127.0.0.1 and the snapshot polling. */
+export async function startDashboardServer(options: DashboardServerOptions): Promise<DashboardServer> {
+  const { call, key, log } = options;
+  const sessions = new Set<string>();
+  const poller = new SnapshotPoller(call, { activeMs: options.pollMs?.active, idleMs: options.pollMs?.idle });
+  const streams = new Set<ServerResponse>();
+  let port = 0;
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const verdict = checkRequest(
+      { method: req.method ?? "GET", url: req.url ?? "/", headers: req.headers },
+      {
+        port,
+        key,
+        sessions,
+      },
+    );
+    if (verdict.kind === "refuse") {
+      log.warn(`refused ${req.method} ${(req.url ?? "").split("?")[0]}: ${verdict.reason}`);
+      return refuse(res, verdict.reason);
+    }
+    if (verdict.kind === "login") {
+      const id = newSessionId();
+      sessions.add(id);
+      res.writeHead(303, { ...COMMON_HEADERS, location: verdict.location, "set-cookie": sessionCookie(port, id) });
+      return void res.end();
+    }
+    const url = new URL(req.url ?? "/", "http://dashboard.invalid");
+    const asset = ASSETS[url.pathname];
+    if (asset && req.method === "GET") {
+      const body = await readFile(`${assetDir()}${asset.file}`);
+      res.writeHead(200, { ...COMMON_HEADERS, "content-type": asset.type });
+      return void res.end(body);
+    }
+    if (url.pathname === "/api/state" && req.method === "GET") return sendJson(res, 200, poller.snapshot);
+    if (url.pathname === "/api/events" && req.method === "GET") {
+      const send = eventStream(req, res);
+      streams.add(res);
+      const unsubscribe = poller.subscribe((snapshot) => send("state", snapshot));
+      send("state", poller.snapshot);
+      req.on("close", () => {
+        unsubscribe();
+        streams.delete(res);
+      });
+      return;
+    }
+    if (url.pathname === "/api/logs" && req.method === "GET") {
+      const name = url.searchParams.get("name") ?? "";
+      const service = url.searchParams.get("service") ?? undefined;
+      const send = eventStream(req, res);
+      streams.add(res);
+      const abort = new AbortController();
+      req.on("close", () => {
+        abort.abort();
+        streams.delete(res);
+      });
+      void followLog(call, { name, service }, (event: LogEvent) => send(event.type, event), abort.signal);
+      return;
+    }
+    if (url.pathname === "/api/services" && req.method === "GET") {
+      const name = url.searchParams.get("name") ?? "";
+      try {
+        return sendJson(res, 200, escapeDeep(await call({ action: "services", name, op: "status" })));
+      } catch (error) {
+        return sendJson(res, 409, { error: errorJson(error) });
+      }
+    }
+    if (url.pathname === "/api/action" && req.method === "POST") {
+      try {
+        const action = pageAction(await readBody(req));
+        log.info(`${action.action} ${String(action.name)}${action.service ? ` ${String(action.service)}` : ""}`);
+        const result = await call(action);
+        void poller.refresh();
+        return sendJson(res, 200, { result: escapeDeep(result) });
+      } catch (error) {
+        void poller.refresh();
+        return sendJson(res, 409, { error: errorJson(error) });
+      }
+    }
+    sendJson(res, 404, { error: errorJson(new ControllerError("CONTROLLER_BAD_INPUT", `no page ${url.pathname}`)) });
+  };
+
+  const server: Server = createServer((req, res) => {
+    handle(req, res).catch((error: unknown) => {
+      log.warn(`failed ${req.method} ${(req.url ?? "").split("?")[0]}: ${String(error)}`);
+      if (!res.headersSent) sendJson(res, 500, { error: errorJson(error) });
+      else res.end();
+    });
+  });
+  // The page uses no WebSocket: every upgrade is refused, after the guard has logged why.
+  server.on("upgrade", (req: IncomingMessage, socket: Duplex) => {
+    const verdict = checkRequest(
+      { method: req.method ?? "GET", url: req.url ?? "/", headers: req.headers, upgrade: true },
+      { port, key, sessions },
+    );
+    log.warn(`refused an upgrade: ${verdict.kind === "refuse" ? verdict.reason : "the dashboard takes no WebSocket"}`);
+    socket.end("HTTP/1.1 403 Forbidden\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port ?? 0, "127.0.0.1", () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  port = (server.address() as AddressInfo).port;
+  poller.start();
+  return {
+    port,
+    close: async () => {
+      poller.close();
+      for (const res of streams) res.end();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

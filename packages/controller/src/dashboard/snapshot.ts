@@ -1,0 +1,149 @@
+// What the dashboard page shows, polled through the action layer (`list`, as the CLI calls it):
+// every instance and template, and a short history of each running instance's CPU and memory for
+// its sparkline. `list` reads /proc and the state files only, so polling wakes no instance and
+// starts no daemon. Every string goes out with its control characters escaped: preview titles,
+// error messages and log lines may be written by a guest.
+import { escapeControlChars } from "@pi-sandbox/config";
+import type { ControllerErrorJson } from "../errors.js";
+import { isControllerError } from "../errors.js";
+import type { EntryView } from "../state/inspect.js";
+
+/** How long the sparkline's history reaches back, in ms. */
+export const HISTORY_MS = 10 * 60_000;
+
+/** One sample of a running instance's cost. */
+export interface UsageSample {
+  /** When, in ms since the epoch. */
+  t: number;
+  /** CPU in percent of one host CPU. */
+  cpu: number;
+  /** Resident memory in bytes. */
+  rss: number;
+}
+
+/** What the page gets on each refresh. */
+export interface DashboardSnapshot {
+  /** Instances, as `list` returns them. */
+  instances: EntryView[];
+  /** Templates, as `list --templates` returns them. */
+  templates: EntryView[];
+  /** The last 10 minutes of samples per running instance. */
+  history: Record<string, UsageSample[]>;
+  /** When the snapshot was taken, ISO time. */
+  at: string;
+  /** Why the last poll failed, if it did (the previous lists are kept). */
+  error?: ControllerErrorJson;
+}
+
+/** Calls one action (the dashboard's `callAction`, bound to its state root). */
+export type CallFn = (input: Record<string, unknown>) => Promise<unknown>;
+
+/** Every string in `value` with its control characters escaped (a deep copy). */
+export function escapeDeep<T>(value: T): T {
+  if (typeof value === "string") return escapeControlChars(value) as T;
+  if (Array.isArray(value)) return value.map(escapeDeep) as T;
+  if (value !== null && typeof value === "object") {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, escapeDeep(v)])) as T;
+  }
+  return value;
+}
+
+/** An error as the page shows it: code, message, hint (escaped like the rest). */
+export function errorJson(error: unknown): ControllerErrorJson {
+  if (isControllerError(error)) return escapeDeep(error.toJSON());
+  return {
+    name: "ControllerError",
+    code: "CONTROLLER_INTERNAL",
+    message: escapeControlChars(error instanceof Error ? error.message : String(error)),
+  };
+}
+
+/**
+ * Polls `list` for instances and templates; keeps the sparklines' history; tells subscribers
+ * after each poll. Polls every `activeMs` while a page listens, every `idleMs` otherwise (the
+ * sparkline still covers the last 10 minutes when a page is opened).
+ */
+export class SnapshotPoller {
+  readonly #call: CallFn;
+  readonly #activeMs: number;
+  readonly #idleMs: number;
+  readonly #listeners = new Set<(snapshot: DashboardSnapshot) => void>();
+  readonly #history = new Map<string, UsageSample[]>();
+  #snapshot: DashboardSnapshot = { instances: [], templates: [], history: {}, at: new Date(0).toISOString() };
+  #timer: NodeJS.Timeout | undefined;
+  #inFlight: Promise<void> | undefined;
+  #closed = false;
+
+  constructor(call: CallFn, options: { activeMs?: number; idleMs?: number } = {}) {
+    this.#call = call;
+    this.#activeMs = options.activeMs ?? 2_000;
+    this.#idleMs = options.idleMs ?? 10_000;
+  }
+
+  /** The latest snapshot. */
+  get snapshot(): DashboardSnapshot {
+    return this.#snapshot;
+  }
+
+  /** Starts polling (the first poll at once). */
+  start(): void {
+    void this.refresh();
+  }
+
+  /** Calls `listener` after every poll until the returned function is called; polls at once. */
+  subscribe(listener: (snapshot: DashboardSnapshot) => void): () => void {
+    this.#listeners.add(listener);
+    void this.refresh();
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** Polls now (joining a poll already running), then on the timer again. */
+  refresh(): Promise<void> {
+    this.#inFlight ??= this.#poll().finally(() => {
+      this.#inFlight = undefined;
+      if (this.#closed) return;
+      clearTimeout(this.#timer);
+      this.#timer = setTimeout(() => void this.refresh(), this.#listeners.size > 0 ? this.#activeMs : this.#idleMs);
+      this.#timer.unref();
+    });
+    return this.#inFlight;
+  }
+
+  /** Stops polling. */
+  close(): void {
+    this.#closed = true;
+    clearTimeout(this.#timer);
+    this.#listeners.clear();
+  }
+
+  async #poll(): Promise<void> {
+    const now = Date.now();
+    try {
+      const [instances, templates] = (await Promise.all([
+        this.#call({ action: "list" }),
+        this.#call({ action: "list", kind: "templates" }),
+      ])) as [{ instances: EntryView[] }, { templates: EntryView[] }];
+      this.#record(instances.instances, now);
+      this.#snapshot = escapeDeep({
+        instances: instances.instances,
+        templates: templates.templates,
+        history: Object.fromEntries(this.#history),
+        at: new Date(now).toISOString(),
+      });
+    } catch (error) {
+      this.#snapshot = { ...this.#snapshot, at: new Date(now).toISOString(), error: errorJson(error) };
+    }
+    for (const listener of this.#listeners) listener(this.#snapshot);
+  }
+
+  #record(views: EntryView[], now: number): void {
+    const names = new Set(views.map((view) => view.name));
+    for (const name of this.#history.keys()) if (!names.has(name)) this.#history.delete(name);
+    for (const view of views) {
+      const samples = (this.#history.get(view.name) ?? []).filter((sample) => sample.t > now - HISTORY_MS);
+      if (view.usage) samples.push({ t: now, cpu: view.usage.cpuPercent, rss: view.usage.rssBytes });
+      if (samples.length > 0) this.#history.set(view.name, samples);
+      else this.#history.delete(view.name);
+    }
+  }
+}
