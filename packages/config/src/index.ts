@@ -28,7 +28,13 @@ export type {
 export { parseSecretSource, expandHome } from "./secrets.js";
 export { HOST_SERVICE_SECRET_HOST, isHostServiceEntry, secretHostPorts, secretHttpHosts } from "./host-services.js";
 export type { SecretSource } from "./secrets.js";
-export { RESERVED_MOUNT_PATHS, RESERVED_SECRET_NAMES, SECRET_SOURCE_PATTERN, isPathWithin } from "./schema.js";
+export {
+  RESERVED_MOUNT_PATHS,
+  RESERVED_SECRET_NAMES,
+  SECRET_SOURCE_PATTERN,
+  SHAPED_PLACEHOLDER_PATTERN,
+  isPathWithin,
+} from "./schema.js";
 export { hostPatternCovers } from "./rules.js";
 
 // Profiles

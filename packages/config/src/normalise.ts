@@ -102,6 +102,9 @@ export function normaliseConfig(input: SandboxConfigInput, sourcePath: string | 
               ? {}
               : { headers: [...new Set(secret.headers.map((h) => h.toLowerCase()))] }),
             ...(secret.placeholderPrefix === undefined ? {} : { placeholderPrefix: secret.placeholderPrefix }),
+            ...(secret.placeholderFrom === undefined
+              ? {}
+              : { placeholderFrom: normaliseSource(secret.placeholderFrom, sourcePath) }),
           },
         ]),
       ),

@@ -61,6 +61,7 @@ export function renderConfig(config: SandboxConfig): string {
           hosts: [...secret.hosts],
           ...(secret.headers === undefined ? {} : { headers: [...secret.headers] }),
           ...(secret.placeholderPrefix === undefined ? {} : { placeholderPrefix: secret.placeholderPrefix }),
+          ...(secret.placeholderFrom === undefined ? {} : { placeholderFrom: secret.placeholderFrom }),
         },
       ]),
     );

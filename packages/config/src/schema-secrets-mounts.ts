@@ -49,6 +49,12 @@ const STRUCTURAL_HEADERS = Object.freeze([
 ]);
 const SECRET_HEADER_RULE = `an HTTP header name (letters, digits, '-' and the like, at most 64) other than ${STRUCTURAL_HEADERS.join(", ")}`;
 
+const PLACEHOLDER_FROM_RULE =
+  "the file holds the guest's placeholder (one line of visible ASCII, 24 to 4096 characters), shaped like the credential by whoever writes it";
+
+/** What a placeholder read from `placeholderFrom` may be: visible ASCII, no spaces, one line. */
+export const SHAPED_PLACEHOLDER_PATTERN = /^[\x21-\x7e]{24,4096}$/;
+
 export const secretSchema = v.strictObject({
   from: v.pipe(
     v.string(`must be a reference such as env:GITHUB_TOKEN or file:~/.config/gh/token; ${INLINE_SECRET_HINT}`),
@@ -104,6 +110,18 @@ export const secretSchema = v.strictObject({
       v.regex(PLACEHOLDER_PREFIX_PATTERN, `must be ${PLACEHOLDER_PREFIX_RULE}`),
       v.description(
         "Text put before the guest's placeholder, for a client that recognises a credential by its start (e.g. sk-ant-oat01-). Not secret.",
+      ),
+    ),
+  ),
+  placeholderFrom: v.optional(
+    v.pipe(
+      v.string(`must be a reference such as file:~/.config/tool/placeholder; ${PLACEHOLDER_FROM_RULE}`),
+      v.regex(
+        /^file:\S(?:.*\S)?$/,
+        `must be a reference such as file:~/.config/tool/placeholder; ${PLACEHOLDER_FROM_RULE}`,
+      ),
+      v.description(
+        "A host file holding the placeholder the guest sees, read with the value (at each start and each `secrets`): for a client that parses its credential (a JWT), so the placeholder can carry the same shape. Not secret.",
       ),
     ),
   ),

@@ -24,6 +24,7 @@ export {
   RESERVED_MOUNT_PATHS,
   RESERVED_SECRET_NAMES,
   SECRET_SOURCE_PATTERN,
+  SHAPED_PLACEHOLDER_PATTERN,
   isPathWithin,
   posixNormal,
 } from "./schema-secrets-mounts.js";

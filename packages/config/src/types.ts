@@ -108,6 +108,13 @@ export interface SecretConfig {
    * credentials apart by their start (an Anthropic OAuth token contains `sk-ant-oat`). Not secret.
    */
   placeholderPrefix?: string;
+  /**
+   * `file:PATH` (made absolute like `from`): a host file holding the guest's placeholder, read
+   * with the value at each start and each `secrets` reload, for a client that parses its
+   * credential (a JWT's claims) so the placeholder must have its shape. Replaces the derived
+   * placeholder (and `placeholderPrefix`). Not secret.
+   */
+  placeholderFrom?: string;
 }
 
 /** A host directory shared read-only with the guest. */

@@ -157,7 +157,7 @@ test("a placeholderPrefix starts the placeholder, in exec and the terminal profi
   expect(env).toMatch(/^NPM=PI_SANDBOX_SECRET_[0-9a-f]{40}$/m);
   expect(liveVm().secretValue("API_TOKEN")).toBe(ENV_VALUE);
   const record = await readRecord(layout, "instances", "demo");
-  expect(secretsProfile(record!.config, record!.secretSalt!)).toContain(`export API_TOKEN='${api}'\n`);
+  expect(await secretsProfile(record!.config, record!.secretSalt!)).toContain(`export API_TOKEN='${api}'\n`);
   await call({ action: "stop", name: "demo" });
 });
 

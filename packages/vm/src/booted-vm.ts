@@ -68,7 +68,10 @@ export class BootedVm implements RunningVm {
     readonly warnings: readonly string[],
     readonly bootMs: number,
     private readonly grown: boolean,
-    private readonly secrets?: { updateSecret(name: string, value: string): void; close?(): Promise<void> },
+    private readonly secrets?: {
+      updateSecret(name: string, value: string, placeholder?: string): void;
+      close?(): Promise<void>;
+    },
     private readonly memory?: { machine: SavedMachine; restore: RestoreOutcome | undefined },
   ) {}
 
@@ -76,13 +79,13 @@ export class BootedVm implements RunningVm {
     return this.memory?.restore;
   }
 
-  updateSecret(name: string, value: string): void {
+  updateSecret(name: string, value: string, placeholder?: string): void {
     if (!this.secrets) {
       throw new VmError("VM_SECRET_INVALID", `no secret named ${name} was given to this VM`, {
         details: { secret: name },
       });
     }
-    this.secrets.updateSecret(name, value);
+    this.secrets.updateSecret(name, value, placeholder);
   }
 
   /** The Gondolin VM underneath, for comparisons in `./testing` only. */

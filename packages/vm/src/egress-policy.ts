@@ -56,8 +56,11 @@ export interface EgressPolicy {
   fetch?: SecretFetch["fetch"];
   /** Environment for guest processes: each secret's name with its placeholder. */
   env: Record<string, string>;
-  /** Replaces a secret's value from now on (VM_SECRET_INVALID for an unknown name or bad value). */
-  updateSecret(name: string, value: string): void;
+  /**
+   * Replaces a secret's value from now on, and with `placeholder` adds the placeholder the guest
+   * now sends (earlier ones keep working); VM_SECRET_INVALID for an unknown name or bad value.
+   */
+  updateSecret(name: string, value: string, placeholder?: string): void;
   /** Gondolin's DNS options. */
   dns: DnsOptions;
   /** Gondolin's host-mapped TCP egress: present only with `hostPorts`. */
@@ -112,14 +115,18 @@ export function egressPolicy(
   });
   allowed = policy.allowedHosts;
   const env = Object.fromEntries(store.all().map((secret) => [secret.name, secret.placeholder]));
-  const updateSecret = (name: string, value: string): void => {
-    if (!store.get(name)) {
+  const updateSecret = (name: string, value: string, placeholder?: string): void => {
+    const held = store.get(name);
+    if (!held) {
       throw new VmError("VM_SECRET_INVALID", `no secret named ${name} was given to this VM`, {
         details: { secret: name },
       });
     }
-    checkValue(name, value, store.get(name)!.placeholder);
-    store.update(name, value);
+    const next = placeholder ?? held.placeholder;
+    checkValue(name, value, next);
+    for (const old of [held.placeholder, ...held.aliases]) checkValue(name, value, old);
+    if (next !== held.placeholder) checkPlaceholder(name, next, store);
+    store.update(name, value, next);
   };
   const secretFetch = store.empty
     ? undefined
@@ -175,14 +182,7 @@ function checkSecret(name: string, secret: VmSecret, store: SecretStore): void {
     throw invalid(name, `secret name ${JSON.stringify(name)} is not an environment variable name`);
   }
   checkValue(name, secret.value, secret.placeholder);
-  if (!secret.placeholder || /[\r\n\0]/.test(secret.placeholder)) {
-    throw invalid(name, `secret ${name} needs a placeholder of one line that differs from its value`);
-  }
-  for (const other of store.all()) {
-    if (other.placeholder.includes(secret.placeholder) || secret.placeholder.includes(other.placeholder)) {
-      throw invalid(name, `the placeholders of secrets ${other.name} and ${name} overlap; each must be unique`);
-    }
-  }
+  checkPlaceholder(name, secret.placeholder, store);
   if (secret.hosts.length === 0) throw invalid(name, `secret ${name} lists no host to send it to`);
   for (const header of secret.headers ?? []) {
     if (!HEADER_NAME.test(header)) {
@@ -191,7 +191,25 @@ function checkSecret(name: string, secret: VmSecret, store: SecretStore): void {
   }
 }
 
-/** A value goes into HTTP headers: non-empty, one line, not its placeholder. Messages never quote it. */
+/** A placeholder: one line, unique among the other secrets' (none inside another). */
+function checkPlaceholder(name: string, placeholder: string, store: SecretStore): void {
+  if (!placeholder || /[\r\n\0]/.test(placeholder)) {
+    throw invalid(name, `secret ${name} needs a placeholder of one line that differs from its value`);
+  }
+  for (const other of store.all()) {
+    if (other.name === name) continue;
+    for (const taken of [other.placeholder, ...other.aliases]) {
+      if (taken.includes(placeholder) || placeholder.includes(taken)) {
+        throw invalid(name, `the placeholders of secrets ${other.name} and ${name} overlap; each must be unique`);
+      }
+    }
+  }
+}
+
+/**
+ * A value goes into HTTP headers: non-empty, one line, not its placeholder and not inside it (a
+ * placeholder shaped from the credential must not carry it to the guest). Messages never quote it.
+ */
 function checkValue(name: string, value: string, placeholder: string): void {
   if (typeof value !== "string" || value === "") {
     throw new VmError("VM_SECRET_INVALID", `secret ${name} is empty`, { details: { secret: name } });
@@ -201,7 +219,7 @@ function checkValue(name: string, value: string, placeholder: string): void {
       details: { secret: name },
     });
   }
-  if (value === placeholder) {
+  if (value === placeholder || (value.length >= 8 && placeholder.includes(value))) {
     throw invalid(name, `secret ${name} needs a placeholder of one line that differs from its value`);
   }
 }

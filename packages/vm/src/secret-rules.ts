@@ -27,8 +27,10 @@ const BASIC = /^(Basic)(\s+)(\S+)(\s*)$/i;
 export interface HeldSecret {
   /** Guest environment variable name. */
   name: string;
-  /** What the guest sees. */
+  /** What the guest sees (the latest, for a placeholder that changed with its value). */
   placeholder: string;
+  /** Earlier placeholders given by `update`: still put in (a process may hold one), never scrubbed to. */
+  aliases: string[];
   /** The value put in now. */
   value: string;
   /** Values replaced by `updateSecret`, still kept out of responses. */
@@ -44,9 +46,9 @@ export class SecretStore {
   private readonly byName = new Map<string, HeldSecret>();
 
   /** Adds a secret (the caller checked it). */
-  add(secret: Omit<HeldSecret, "previous" | "headers"> & { headers?: readonly string[] }): void {
+  add(secret: Omit<HeldSecret, "previous" | "headers" | "aliases"> & { headers?: readonly string[] }): void {
     const headers = new Set([...CREDENTIAL_HEADERS, ...(secret.headers ?? []).map((name) => name.toLowerCase())]);
-    this.byName.set(secret.name, { ...secret, headers, previous: [] });
+    this.byName.set(secret.name, { ...secret, headers, previous: [], aliases: [] });
   }
 
   /** The secret named `name`, if any. */
@@ -64,8 +66,11 @@ export class SecretStore {
     return this.byName.size === 0;
   }
 
-  /** Puts `value` in from now on; the old value stays on the scrubber's list. */
-  update(name: string, value: string): void {
+  /**
+   * Puts `value` in from now on; the old value stays on the scrubber's list. A new `placeholder`
+   * becomes the one responses show; the old one stays accepted (at most the 16 latest).
+   */
+  update(name: string, value: string, placeholder?: string): void {
     const secret = this.byName.get(name);
     if (!secret)
       throw new VmError("VM_SECRET_INVALID", `no secret named ${name} was given to this VM`, {
@@ -74,6 +79,10 @@ export class SecretStore {
     if (secret.value !== value) secret.previous.push(secret.value);
     secret.previous = secret.previous.filter((old) => old !== value);
     secret.value = value;
+    if (placeholder !== undefined && placeholder !== secret.placeholder) {
+      secret.aliases = [secret.placeholder, ...secret.aliases.filter((old) => old !== placeholder)].slice(0, 16);
+      secret.placeholder = placeholder;
+    }
   }
 
   /** What the scrubber replaces now: every value, old ones too, in every form. */
@@ -110,9 +119,17 @@ function headerTexts(name: string, value: string): string[] {
   return basic ? [value, Buffer.from(basic[3]!, "base64").toString("utf8")] : [value];
 }
 
-/** True when `text` holds the secret's placeholder or its value. */
+/** The placeholders the guest may send for `secret`: the latest first, then earlier ones. */
+function placeholdersOf(secret: HeldSecret): string[] {
+  return [secret.placeholder, ...secret.aliases];
+}
+
+/** True when `text` holds one of the secret's placeholders or its value. */
 function mentions(text: string, secret: HeldSecret): boolean {
-  return text.includes(secret.placeholder) || (secret.value !== "" && text.includes(secret.value));
+  return (
+    placeholdersOf(secret).some((placeholder) => text.includes(placeholder)) ||
+    (secret.value !== "" && text.includes(secret.value))
+  );
 }
 
 /** True when `text` holds a value the secret had before an update (never sent again). */
@@ -170,7 +187,9 @@ export function placeSecrets(head: RequestHead, secrets: readonly HeldSecret[], 
 function replacePlaceholders(text: string, secrets: readonly HeldSecret[]): string {
   let out = text;
   for (const secret of secrets) {
-    if (out.includes(secret.placeholder)) out = out.split(secret.placeholder).join(secret.value);
+    for (const placeholder of placeholdersOf(secret)) {
+      if (out.includes(placeholder)) out = out.split(placeholder).join(secret.value);
+    }
   }
   return out;
 }

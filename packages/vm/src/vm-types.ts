@@ -174,10 +174,13 @@ export interface RunningVm extends GuestVm {
    */
   stop(options?: { syncTimeoutMs?: number }): Promise<StopResult>;
   /**
-   * Replaces a secret's value from now on (the guest's placeholder stays the same): for a token
-   * refreshed on the host. VM_SECRET_INVALID for a name not in the spec or a bad value.
+   * Replaces a secret's value from now on: for a token refreshed on the host. With `placeholder`
+   * (a placeholder shaped like the credential, whose claims changed with it) the guest may send
+   * that one too; the earlier placeholders keep working until the VM stops, so a process that read
+   * one still gets the new value in. VM_SECRET_INVALID for a name not in the spec, a bad value or
+   * a placeholder that overlaps another secret's.
    */
-  updateSecret(name: string, value: string): void;
+  updateSecret(name: string, value: string, placeholder?: string): void;
   /**
    * Like `stop()`, but keeps the guest's memory: syncs and freezes the guest filesystem, pauses
    * the guest, saves its RAM and device state to a file next to the disk, closes QEMU and takes

@@ -1,4 +1,6 @@
-import { egressPolicy, hostPortsTcp, isHostAllowed } from "../src/egress-policy.js";
+// The VM's egress policy: which hosts a guest reaches, where a secret's placeholder may go and what it becomes.
+import { egressPolicy, hostPortsTcp, isHostAllowed, secretStore } from "../src/egress-policy.js";
+import { substituteHeader } from "../src/secret-rules.js";
 import { loadGondolin } from "../src/gondolin-loader.js";
 
 test("host patterns match as in Gondolin: exact, * alone, * as a wildcard, any case", () => {
@@ -142,6 +144,25 @@ describe("secrets", () => {
     expect(await allowed(policy, "https://api.pisb.test/x", { authorization: `Bearer ${VALUE}` })).toBe(false);
     expect(await allowed(policy, "https://api.pisb.test/x", { authorization: `Bearer ${PLACEHOLDER}` })).toBe(true);
     expect(() => policy.updateSecret("NOPE", "x")).toThrow(expect.objectContaining({ code: "VM_SECRET_INVALID" }));
+    await policy.close();
+  });
+
+  test("a placeholder that changed with its value is put in, and so is the one the guest read before", async () => {
+    const policy = await policyWith();
+    const shaped = "eyJhbGciOiJSUzI1NiJ9.eyJleHAiOjJ9.c2hhcGVkLXBsYWNlaG9sZGVyLXJhbmRvbQ";
+    policy.updateSecret("API_TOKEN", "rotated-token-9f8e", shaped);
+    for (const sent of [shaped, PLACEHOLDER]) {
+      expect(await allowed(policy, "https://api.pisb.test/x", { authorization: `Bearer ${sent}` })).toBe(true);
+      expect(await allowed(policy, "https://api.pisb.test/x", { "user-agent": sent })).toBe(false);
+    }
+    const store = secretStore({ A: { value: "token-a-1234", placeholder: "ph-a-0000000000", hosts: ["a.test"] } });
+    store.update("A", "token-a-5678", "ph-a-1111111111");
+    expect(substituteHeader("authorization", "Bearer ph-a-0000000000", store.all())).toBe("Bearer token-a-5678");
+    expect(substituteHeader("authorization", "Bearer ph-a-1111111111", store.all())).toBe("Bearer token-a-5678");
+    // A placeholder holding the value, or overlapping another secret's, is refused.
+    expect(() => policy.updateSecret("API_TOKEN", "rotated-token-9f8e", "x.rotated-token-9f8e.y")).toThrow(
+      expect.objectContaining({ code: "VM_SECRET_INVALID" }),
+    );
     await policy.close();
   });
 

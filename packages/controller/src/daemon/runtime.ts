@@ -39,8 +39,11 @@ export interface RuntimeVm extends GuestVm {
   readonly restore: { warm: true; restoreMs: number } | { warm: false; reason: string } | undefined;
   /** Ends the VM without saving anything since the boot. */
   close(): Promise<void>;
-  /** Replaces a secret's value from the next request on; the guest's placeholder stays. */
-  updateSecret(name: string, value: string): void;
+  /**
+   * Replaces a secret's value from the next request on; with `placeholder`, also what the guest
+   * sends for it (earlier placeholders keep working until the VM stops).
+   */
+  updateSecret(name: string, value: string, placeholder?: string): void;
 }
 
 /** The disk operations the daemon needs (`DiskStore` of `@pi-sandbox/vm` provides them). */

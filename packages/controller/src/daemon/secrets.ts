@@ -13,6 +13,7 @@ import {
   expandHome,
   isPathWithin,
   parseSecretSource,
+  SHAPED_PLACEHOLDER_PATTERN,
   type SandboxConfig,
   type SecretConfig,
 } from "@pi-sandbox/config";
@@ -55,12 +56,41 @@ export async function resolveSecrets(
   for (const [name, secret] of Object.entries(config.network.secrets ?? {})) {
     out[name] = {
       value: await readSecretValue(name, secret, options),
-      placeholder: placeholderFor(options.salt, name, secret.placeholderPrefix),
+      placeholder: await secretPlaceholder(name, secret, options),
       hosts: [...secret.hosts],
       ...(secret.headers ? { headers: [...secret.headers] } : {}),
     };
   }
   return out;
+}
+
+/**
+ * The placeholder the guest sees for one secret: read now from `placeholderFrom` (a file whoever
+ * declared the secret keeps shaped like the credential, e.g. a JWT with the real claims and a random
+ * signature), else derived from the salt (`placeholderFor`). CONTROLLER_SECRET_UNAVAILABLE when the
+ * file is missing or its text is not a placeholder; the message never quotes it.
+ */
+export async function secretPlaceholder(
+  name: string,
+  secret: SecretConfig,
+  options: SecretResolution,
+): Promise<string> {
+  if (secret.placeholderFrom === undefined) return placeholderFor(options.salt, name, secret.placeholderPrefix);
+  const source = parseSecretSource(secret.placeholderFrom);
+  const file = source.kind === "file" ? expandHome(source.path, options.home ?? hostHome()) : "";
+  const fail = (what: string): never => {
+    throw new ControllerError(
+      "CONTROLLER_SECRET_UNAVAILABLE",
+      `the placeholder of secret ${name} (from ${secret.placeholderFrom}): ${what}`,
+      {
+        hint: `Write the guest's placeholder to ${file} (one line of visible ASCII, 24 to 4096 characters), then start again.`,
+        details: { secret: name, placeholderFrom: secret.placeholderFrom },
+      },
+    );
+  };
+  const text = await readSecretFile(file, fail);
+  if (!SHAPED_PLACEHOLDER_PATTERN.test(text)) fail("it is not one line of 24 to 4096 visible ASCII characters");
+  return text;
 }
 
 /** The value of one secret, read now from its source. */
@@ -201,11 +231,15 @@ function homeDotDir(real: string, homeReal: string): string | undefined {
 /** The guest file that gives terminal (ssh) sessions the placeholders: ssh resets the environment. */
 export const GUEST_SECRETS_PROFILE = "/etc/profile.d/pi-sandbox-secrets.sh";
 
-/** The text of {@link GUEST_SECRETS_PROFILE}: one `export NAME='placeholder'` per secret. */
-export function secretsProfile(config: SandboxConfig, salt: string): string {
+/**
+ * The text of {@link GUEST_SECRETS_PROFILE}: one `export NAME='placeholder'` per secret (a
+ * `placeholderFrom` file read now; one that cannot be read, or holds a quote, is left out).
+ */
+export async function secretsProfile(config: SandboxConfig, salt: string): Promise<string> {
   const lines = ["# Written by pi-sandbox: placeholders of network.secrets (the values stay on the host)."];
   for (const [name, secret] of Object.entries(config.network.secrets ?? {})) {
-    lines.push(`export ${name}='${placeholderFor(salt, name, secret.placeholderPrefix)}'`);
+    const placeholder = await secretPlaceholder(name, secret, { salt }).catch(() => undefined);
+    if (placeholder !== undefined && !placeholder.includes("'")) lines.push(`export ${name}='${placeholder}'`);
   }
   return lines.join("\n") + "\n";
 }
