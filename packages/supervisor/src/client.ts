@@ -21,11 +21,12 @@ import {
   REPLY_MARGIN_MS,
 } from "./options.js";
 import { MAX_READ_BYTES, MAX_WRITE_BYTES } from "./protocol.js";
-import { parseExec, parseHello, parseKill } from "./replies.js";
+import { parseActivity, parseExec, parseHello, parseKill } from "./replies.js";
 import { runResumeThroughAgent, runSetupThroughAgent } from "./runs.js";
 import { ServiceControl } from "./service-control.js";
 import type {
   AdHocServiceSpec,
+  AgentActivity,
   AgentHello,
   ExecKillResult,
   ExecResult,
@@ -137,6 +138,14 @@ export class SupervisorClient implements AsyncDisposable {
   /** Round trip to the agent; resolves with its hello facts. */
   async ping(options: CallOptions = {}): Promise<AgentHello> {
     return this.channel.request("ping", {}, parseHello, { signal: options.signal, timeoutMs: REPLY_MARGIN_MS });
+  }
+
+  /**
+   * How many exec handles and setup/resume runs are running, and how long since one last started
+   * or ended (one round trip, a ping); undefined from an agent that does not tell.
+   */
+  async activity(options: CallOptions = {}): Promise<AgentActivity | undefined> {
+    return this.channel.request("ping", {}, parseActivity, { signal: options.signal, timeoutMs: REPLY_MARGIN_MS });
   }
 
   // -- commands

@@ -16,6 +16,7 @@ export type { PreviewOrigins } from "./service-specs.js";
 
 // Results
 export type {
+  AgentActivity,
   AgentHello,
   ExecResult,
   ExecKillResult,

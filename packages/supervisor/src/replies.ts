@@ -18,7 +18,7 @@ import {
   text,
 } from "./reply-checks.js";
 import type { RawStatus } from "./service-status.js";
-import type { AgentHello, ExecResult, LogTail, RunStep, ServiceExit, ServiceFailure } from "./types.js";
+import type { AgentActivity, AgentHello, ExecResult, LogTail, RunStep, ServiceExit, ServiceFailure } from "./types.js";
 
 const HANDLE = /^[A-Za-z0-9_-]{1,64}$/;
 
@@ -37,6 +37,18 @@ export function parseHello(raw: unknown): AgentHello {
     warmShell: boolean(r.warmShell, "hello.warmShell"),
     sessions: r.sessions === undefined ? 0 : integer(r.sessions, "hello.sessions", 0),
   };
+}
+
+/**
+ * The activity fields of a ping reply; undefined from an agent too old to send them (a guest
+ * resumed from memory saved before they existed).
+ */
+export function parseActivity(raw: unknown): AgentActivity | undefined {
+  const r = record(raw, "ping");
+  if (r.runningJobs === undefined) return undefined;
+  const runningJobs = integer(r.runningJobs, "ping.runningJobs", 0);
+  const jobsIdleMs = optionalInteger(r.jobsIdleMs, "ping.jobsIdleMs");
+  return jobsIdleMs === undefined ? { runningJobs } : { runningJobs, jobsIdleMs };
 }
 
 /** The agent's answer to the host's hello: the protocol it accepted. */

@@ -29,6 +29,17 @@ export interface AgentHello {
   sessions: number;
 }
 
+/**
+ * What the guest's commands are doing, for a host that suspends an idle guest (see
+ * `SupervisorClient.activity`).
+ */
+export interface AgentActivity {
+  /** Exec handles and setup/resume runs still running. */
+  runningJobs: number;
+  /** Ms since a job last started or ended; absent before the first job of this agent. */
+  jobsIdleMs?: number;
+}
+
 /** What a command run or status call reports. */
 export interface ExecResult {
   /** Opaque handle for exec-status and exec-kill. */

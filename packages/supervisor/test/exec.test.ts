@@ -175,3 +175,13 @@ test("aborting a wait rejects with the signal's reason and leaves the command ru
   aborted.abort(new Error("before"));
   await expect(sup.client.exec("true", { signal: aborted.signal })).rejects.toThrow("before");
 });
+
+test("activity tells a running handle apart, and how long ago the last command ended", async () => {
+  const started = await sup.client.exec("sleep 1", { timeoutMs: 0 });
+  expect(await sup.client.activity()).toMatchObject({ runningJobs: 1 });
+  await sup.client.execStatus(started.handle, { timeoutMs: 10_000 });
+  await new Promise((r) => setTimeout(r, 300));
+  const after = await sup.client.activity();
+  expect(after?.runningJobs).toBe(0);
+  expect(after?.jobsIdleMs).toBeGreaterThanOrEqual(250);
+});

@@ -81,7 +81,7 @@ class Agent:
             target=self.jobs.watch_output, args=(self._shutdown,), name="output-bound", daemon=True
         ).start()
         self.handlers: dict[str, Handler] = {
-            "ping": lambda args: self.facts,
+            "ping": lambda args: dict(self.facts, **self.jobs.activity()),
             "hello": self.op_hello_again,
             "exec": self.execs.exec,
             "exec-status": self.execs.status,

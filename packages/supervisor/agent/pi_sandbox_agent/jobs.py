@@ -264,6 +264,18 @@ class Jobs:
         with self._lock:
             return [j for j in self._jobs.values() if not j.done.is_set()]
 
+    def activity(self) -> JsonDict:
+        """For a host that suspends an idle guest: how many jobs run now, and the ms since a job
+        last started or ended (absent before the first job)."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        running = sum(1 for j in jobs if not j.done.is_set())
+        last = max((j.completed or j.started for j in jobs), default=None)
+        result: JsonDict = {"runningJobs": running}
+        if last is not None:
+            result["jobsIdleMs"] = max(0, int((mono() - last) * 1000))
+        return result
+
     def watch_output(self, stop: threading.Event, limit: int = MAX_OUTPUT_FILE_BYTES) -> None:
         """Bounds output files of running jobs (a forgotten `yes` must not fill the guest disk)."""
         while not stop.wait(OUTPUT_CHECK_S):

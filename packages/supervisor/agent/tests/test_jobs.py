@@ -115,3 +115,16 @@ def test_stderr_apart_when_asked_merged_otherwise(ctx: Context) -> None:
     rest = execs.status({"handle": first["handle"], "timeoutMs": 5000})
     assert rest["output"] == "out2\n" and rest["stderr"] == "err2\n" and rest["stderrTruncatedBytes"] == 0
     assert not [n for n in os.listdir(ctx.state.exec_dir) if n.startswith(first["handle"])]
+
+
+def test_activity_counts_running_jobs_and_the_time_since_one_last_started_or_ended(
+    make_ctx: Callable[..., Context],
+) -> None:
+    execs = make_execs(make_ctx(exec_wait_default_ms=100))
+    assert execs.jobs.activity() == {"runningJobs": 0}
+    started = execs.exec({"command": "sleep 0.6"})
+    assert started["running"] and execs.jobs.activity()["runningJobs"] == 1
+    wait_until(lambda: execs.jobs.activity()["runningJobs"] == 0, 5)
+    time.sleep(0.3)
+    idle = execs.jobs.activity()
+    assert idle["runningJobs"] == 0 and 250 <= idle["jobsIdleMs"] < 5000
