@@ -66,6 +66,10 @@ export interface GuestSshAccess {
   readonly user: string;
   /** Idle time (no session open) after which the forwarder closes itself, in ms. */
   readonly idleTimeoutMs: number;
+  /** Terminal sessions (client connections) open through it now. */
+  readonly sessionCount: number;
+  /** Whether it has closed (or is closing): by `close()`, its idle timeout, or the VM's end. */
+  readonly closed: boolean;
   /** Stops the forwarder, cuts its sessions, removes the key files and the key from the guest. */
   close(): Promise<void>;
 }
