@@ -250,7 +250,7 @@ test("an instance from a template keeps the template's placeholders", async () =
 test("help documents both keys with an example", () => {
   const help = renderHelp();
   expect(help).toContain(
-    "network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host], headers?: [name], placeholderPrefix?: text}}",
+    "network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host], headers?: [name], placeholderPrefix?: text, placeholderFrom?: file:PATH}}",
   );
   expect(help).toContain("into authorization, x-api-key, proxy-authorization or a listed header of HTTPS requests");
   expect(help).toContain("after placeholderPrefix, for a client that tells credentials apart by their start");

@@ -32,10 +32,10 @@ export function renderActionHelp(actions: readonly ActionSpec[], options: { incl
     `  network.hostPorts: [port], at most ${LIMITS.hostPortsMax}; the guest reaches host 127.0.0.1:<port> over TCP as ${HOST_SERVICES_HOSTNAME}:<port>, nothing else of the host`,
   );
   lines.push(
-    `  network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host], headers?: [name], placeholderPrefix?: text}}, at most ${LIMITS.secretsMax}; the guest sees a placeholder in $NAME`,
+    `  network.secrets: {NAME: {from: env:VAR | file:PATH, hosts: [host], headers?: [name], placeholderPrefix?: text, placeholderFrom?: file:PATH}}, at most ${LIMITS.secretsMax}; the guest sees a placeholder in $NAME`,
   );
   lines.push(
-    "    (after placeholderPrefix, for a client that tells credentials apart by their start, e.g. sk-ant-oat01-),",
+    "    (after placeholderPrefix, for a client that tells credentials apart by their start, e.g. sk-ant-oat01-; or placeholderFrom's file, shaped like a credential the client parses),",
   );
   lines.push(
     "    the host puts the value (read at each start) into authorization, x-api-key, proxy-authorization or a listed header of HTTPS requests",
