@@ -21,8 +21,12 @@ export type {
   NetworkConfig,
   SecretConfig,
   MountConfig,
+  IdleConfig,
   Platform,
 } from "./types.js";
+
+// Durations (`idle.suspendAfter`, `--idle-suspend`)
+export { DURATION_PATTERN, parseDuration, formatDuration } from "./duration.js";
 
 // Secrets and mounts
 export { parseSecretSource, expandHome } from "./secrets.js";

@@ -43,6 +43,18 @@ export const LIMITS = Object.freeze({
   secretValueMaxBytes: 64 * 1024,
   /** Most read-only host directories one sandbox.yaml may mount (`mounts`). */
   mountsMax: 16,
+  /** Shortest `idle.suspendAfter`, in ms (10 s): shorter would suspend between a user's clicks. */
+  idleSuspendMinMs: 10_000,
+  /** Longest `idle.suspendAfter`, in ms (7 days). */
+  idleSuspendMaxMs: 7 * 24 * 60 * 60 * 1000,
+  /**
+   * Guest CPU use below which an instance counts as idle, in percent of one host core, averaged
+   * over `idleCpuWindowMs`: above an idle guest's timer ticks under software
+   * emulation, well below one busy vCPU.
+   */
+  idleCpuPercent: 25,
+  /** The window the guest's CPU use is averaged over for idleness, in ms. */
+  idleCpuWindowMs: 5_000,
 } as const);
 
 /** The shape of {@link LIMITS}. */

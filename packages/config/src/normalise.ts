@@ -2,6 +2,7 @@
 // applied.
 import { homedir } from "node:os";
 import { dirname, join, posix, resolve } from "node:path";
+import { parseDuration } from "./duration.js";
 import { isImageName } from "./names.js";
 import { PROFILES } from "./profiles.js";
 import { referencedServices } from "./references.js";
@@ -117,6 +118,7 @@ export function normaliseConfig(input: SandboxConfigInput, sourcePath: string | 
     serviceOrder: startOrder(dependencies),
   };
   if (input.image !== undefined) config.image = imageRef(input.image, sourcePath);
+  if (input.idle !== undefined) config.idle = { suspendAfterMs: parseDuration(input.idle.suspendAfter) ?? 0 };
   return config;
 }
 

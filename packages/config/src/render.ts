@@ -1,5 +1,6 @@
 // Renders a typed config back to sandbox.yaml text.
 import { stringify } from "yaml";
+import { formatDuration } from "./duration.js";
 import { PROFILES } from "./profiles.js";
 import { CONFIG_DEFAULTS, type PreviewLink, type SandboxConfig, type ServiceConfig } from "./types.js";
 
@@ -68,6 +69,7 @@ export function renderConfig(config: SandboxConfig): string {
   }
   if (Object.keys(network).length > 0) out.network = network;
   if (config.mounts.length > 0) out.mounts = config.mounts.map((mount) => ({ host: mount.host, guest: mount.guest }));
+  if (config.idle) out.idle = { suspendAfter: formatDuration(config.idle.suspendAfterMs) };
   const services = Object.values(config.services);
   if (services.length > 0)
     out.services = Object.fromEntries(services.map((service) => [service.name, renderService(service)]));

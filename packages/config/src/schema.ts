@@ -15,6 +15,7 @@ import {
   noControlChars,
   noControlCharsButLines,
 } from "./schema-checks.js";
+import { idleSchema } from "./schema-idle.js";
 import { mountSchema, secretName, secretSchema } from "./schema-secrets-mounts.js";
 
 export { AMP_EMAIL_PLACEHOLDER, ENV_NAME_PATTERN, HOST_PATTERN, PREVIEW_URL_PATTERN } from "./schema-checks.js";
@@ -324,6 +325,7 @@ export const sandboxConfigSchema = v.pipe(
         v.description("Host directories shared read-only with the guest."),
       ),
     ),
+    idle: v.optional(idleSchema),
     services: v.optional(
       v.pipe(
         v.record(

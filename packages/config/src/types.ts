@@ -125,6 +125,12 @@ export interface MountConfig {
   guest: string;
 }
 
+/** `idle`: the instance suspends itself after this long unused. */
+export interface IdleConfig {
+  /** Time without a preview request, action, terminal, running command or guest CPU use, in ms. */
+  suspendAfterMs: number;
+}
+
 /** A validated sandbox.yaml with every default applied. Plain data: safe to serialise. */
 export interface SandboxConfig {
   /** Schema version; always 1. */
@@ -150,6 +156,8 @@ export interface SandboxConfig {
   network: NetworkConfig;
   /** Host directories shared read-only with the guest, in the order written. */
   mounts: MountConfig[];
+  /** Auto-suspend while unused; absent (the default) keeps the instance running. */
+  idle?: IdleConfig;
   /** Declared services by name, in declaration order. */
   services: Record<string, ServiceConfig>;
   /** Names of the services that run on the guest, in the order to start them. */

@@ -70,6 +70,10 @@ describe("LIMITS", () => {
       secretsMax: 32,
       secretValueMaxBytes: 65536,
       mountsMax: 16,
+      idleSuspendMinMs: 10000,
+      idleSuspendMaxMs: 604800000,
+      idleCpuPercent: 25,
+      idleCpuWindowMs: 5000,
     });
   });
 
