@@ -54,8 +54,8 @@ export default tseslint.config(
   { files: ["packages/pi-extension/**"], rules: { "no-restricted-imports": bannedImports(false, true) } },
   // review-setup refreshes the host's Pi login through Pi's SDK, in this one file only.
   { files: ["packages/review-setup/src/pi-login.ts"], rules: { "no-restricted-imports": bannedImports(false, true) } },
-  // Its live provider table is checked against Pi's own providers.
-  { files: ["packages/review-setup/test/providers.test.ts"], rules: { "no-restricted-imports": bannedImports(false, true) } },
+  // Its live provider table and shaped placeholders are checked against Pi's own providers.
+  { files: ["packages/review-setup/test/providers.test.ts", "packages/review-setup/test/placeholder-shape.test.ts"], rules: { "no-restricted-imports": bannedImports(false, true) } },
   // The Pi extension review-setup installs in a guest's agent dir (--model-server) is written against Pi's types.
   { files: ["packages/review-setup/guest/*.ts"], rules: { "no-restricted-imports": bannedImports(false, true) } },
   { files: ["**/*.cjs"], languageOptions: { sourceType: "commonjs", globals: { module: "writable", require: "readonly" } }, rules: { "@typescript-eslint/no-require-imports": "off" } },

@@ -10,7 +10,8 @@ import { hostAgentDir } from "./credentials.js";
 import { ReviewSetupError } from "./errors.js";
 import type { ControllerOptions } from "./guest.js";
 import type { InstanceView } from "./instance.js";
-import { providerSecrets, secretDeclaration, type LiveSecret } from "./providers.js";
+import { unsetPlaceholder } from "./placeholder-shape.js";
+import { placeholderFile, providerSecrets, secretDeclaration, type LiveSecret } from "./providers.js";
 
 /** `<dir>/secrets/<instance>`: the instance's secret files. */
 export function secretsDir(dir: string, instance: string): string {
@@ -65,16 +66,23 @@ export async function declareLiveSecrets(
   for (const provider of [...new Set(providers)].sort()) {
     for (const secret of providerSecrets(provider)) {
       await writeSecretFile(folder, secret.name, unsetValue(secret.name));
+      if (secret.shape) await writeSecretFile(folder, placeholderName(secret.name), unsetPlaceholder(secret.name));
       out[secret.name] = secretDeclaration(secret, join(folder, secret.name));
     }
   }
   return out;
 }
 
+/** File name of a shaped secret's placeholder in the secrets directory (see `placeholderFile`). */
+function placeholderName(name: string): string {
+  return placeholderFile(name);
+}
+
 /**
  * Puts `value` into `secret`'s file (and the unset line into the provider's other secrets, so a
- * login that changed kind leaves nothing usable behind), then has the controller read the files
- * again: the running VM substitutes the new value from its next request on.
+ * login that changed kind leaves nothing usable behind), and a shaped secret's `placeholder` into
+ * its placeholder file, then has the controller read the files again: the running VM substitutes
+ * the new value from its next request on (and takes the new placeholder, keeping the old ones).
  */
 export async function pushLiveSecret(options: {
   dir: string;
@@ -82,11 +90,16 @@ export async function pushLiveSecret(options: {
   provider: string;
   secret: LiveSecret;
   value: string;
+  /** A shaped secret's placeholder (not secret), written before the controller reads the files. */
+  placeholder?: string;
   controller: ControllerOptions;
   callAction?: (input: unknown, options?: CallActionOptions) => Promise<unknown>;
   signal?: AbortSignal;
 }): Promise<void> {
   const folder = secretsDir(options.dir, options.instance);
+  if (options.placeholder !== undefined) {
+    await writeSecretFile(folder, placeholderName(options.secret.name), options.placeholder);
+  }
   for (const other of providerSecrets(options.provider)) {
     await writeSecretFile(
       folder,

@@ -7,6 +7,7 @@ import type { ControllerOptions, GuestSession } from "./guest.js";
 import { pushLiveSecret } from "./host-secrets.js";
 import { launchCommand } from "./launch.js";
 import type { ReviewLayout } from "./layout.js";
+import { shapePlaceholder } from "./placeholder-shape.js";
 import type { LiveSecret } from "./providers.js";
 
 /** Token usage of the live check's response, as Pi reports it. */
@@ -38,13 +39,14 @@ export const LIVE_PROMPT = "Reply with the single word: ready";
 
 // In the guest: the provider's entry in auth.json becomes an API-key entry holding the placeholder
 // the guest sees in the secret's variable (an API-key entry, so Pi never tries to refresh it; the
-// placeholder's prefix tells Pi an Anthropic OAuth token from a key), and a models.json override
-// of the provider goes. Exit 3: the variable is not set (the instance lacks the secret).
+// placeholder's prefix tells Pi an Anthropic OAuth token from a key), or the entry given as JSON
+// (a shaped placeholder, which changes with each token), and a models.json override of the
+// provider goes. Exit 3: the variable is not set (the instance lacks the secret).
 const STORE_JS =
-  `const fs=require("fs");const [f,m,p,n]=process.argv.slice(1);const key=process.env[n];` +
-  `if(!key){console.log("the guest has no "+n+" in its environment");process.exit(3)}` +
+  `const fs=require("fs");const [f,m,p,n,e]=process.argv.slice(1);const key=process.env[n];` +
+  `if(!key&&!e){console.log("the guest has no "+n+" in its environment");process.exit(3)}` +
   `let j={};try{j=JSON.parse(fs.readFileSync(f,"utf8"))}catch{}if(!j||typeof j!=="object"||Array.isArray(j))j={};` +
-  `j[p]={type:"api_key",key};fs.writeFileSync(f,JSON.stringify(j,null,2)+"\\n",{mode:0o600});fs.chmodSync(f,0o600);` +
+  `j[p]=e?JSON.parse(e):{type:"api_key",key};fs.writeFileSync(f,JSON.stringify(j,null,2)+"\\n",{mode:0o600});fs.chmodSync(f,0o600);` +
   `if(fs.existsSync(m)){const x=JSON.parse(fs.readFileSync(m,"utf8"));` +
   `if(x.providers&&x.providers[p]){delete x.providers[p];fs.writeFileSync(m,JSON.stringify(x,null,2))}}` +
   `console.log("stored "+fs.statSync(f).mode.toString(8).slice(-3))`;
@@ -58,7 +60,12 @@ const STORE_JS =
 export async function storeGuestCredential(
   guest: GuestSession,
   layout: ReviewLayout,
-  credential: { provider: string; secretName: string },
+  credential: {
+    provider: string;
+    secretName: string;
+    /** The auth.json entry to write instead of the variable's placeholder (a shaped placeholder's). */
+    entry?: Record<string, unknown>;
+  },
   signal?: AbortSignal,
 ): Promise<void> {
   const dir = shellQuote(layout.agentDir);
@@ -66,7 +73,8 @@ export async function storeGuestCredential(
   const models = `${layout.agentDir}/models.json`;
   const result = await guest.exec(
     `umask 077 && mkdir -p ${dir} && chmod 700 ${dir} && node -e ${shellQuote(STORE_JS)} ` +
-      `${shellQuote(auth)} ${shellQuote(models)} ${shellQuote(credential.provider)} ${shellQuote(credential.secretName)}`,
+      `${shellQuote(auth)} ${shellQuote(models)} ${shellQuote(credential.provider)} ${shellQuote(credential.secretName)}` +
+      (credential.entry ? ` ${shellQuote(JSON.stringify(credential.entry))}` : ""),
     { signal },
   );
   if (result.exitCode !== 0 || result.output.trim().split("\n").pop() !== "stored 600") {
@@ -99,15 +107,44 @@ export async function keepCredentialOnHost(
   },
 ): Promise<string> {
   const { credential, secret, signal } = options;
-  await pushLiveSecret({ ...options, provider: credential.provider, value: credential.value });
-  await storeGuestCredential(guest, layout, { provider: credential.provider, secretName: secret.name }, signal);
+  const shaped = secret.shape ? shapePlaceholder(secret.shape, credential.value, credential.provider) : undefined;
+  await pushLiveSecret({
+    ...options,
+    provider: credential.provider,
+    value: credential.value,
+    ...(shaped ? { placeholder: shaped.placeholder } : {}),
+  });
+  await storeGuestCredential(
+    guest,
+    layout,
+    {
+      provider: credential.provider,
+      secretName: secret.name,
+      ...(shaped ? { entry: guestEntry(shaped.placeholder, credential.expiresAt) } : {}),
+    },
+    signal,
+  );
   return (
-    `the VM puts it into requests to ${secret.hosts.join(", ")}; the guest's auth.json holds the placeholder of ${secret.name}` +
+    `the VM puts it into requests to ${secret.hosts.join(", ")}; the guest's auth.json holds the ` +
+    (shaped ? `placeholder shaped like the token (${secret.shape})` : `placeholder of ${secret.name}`) +
     (credential.expiresAt === undefined
       ? " (an API key: it does not expire)"
       : `; the token expires at ${new Date(credential.expiresAt).toISOString()}` +
         (credential.refreshed ? " (the host's login was refreshed through Pi first)" : ""))
   );
+}
+
+/** What the guest's auth.json holds instead of the refresh token, which stays on the host. */
+export const GUEST_REFRESH_TOKEN = "kept-on-the-host-by-review-setup";
+
+/**
+ * The guest's auth.json entry for a shaped placeholder: an OAuth entry, as Pi takes the ChatGPT and
+ * Copilot logins only in that form (it decodes the account id, reads the endpoint). Its expiry is
+ * the real token's; its refresh token is a stand-in the guest cannot use, so the guest's Pi cannot
+ * refresh it and stops at expiry: rerun the refresh then (the host refreshes and pushes both).
+ */
+export function guestEntry(placeholder: string, expiresAt: number | undefined): Record<string, unknown> {
+  return { type: "oauth", access: placeholder, refresh: GUEST_REFRESH_TOKEN, expires: expiresAt ?? 0 };
 }
 
 /** Runs the candidate's Pi once in JSON mode and requires a generated response with usage. */

@@ -1,18 +1,22 @@
 // Live mode keeps the host's Pi login on the host: each provider credential is a `network.secrets`
 // entry of the instance, read from a file review-setup writes, and the guest's Pi holds only the
 // placeholder. This table says which providers that works for, where their API lives and which
-// environment variable the guest sees (Pi's own name for it).
+// environment variable the guest sees (Pi's own name for it, where Pi has one).
 import type { SecretConfig } from "@pi-sandbox/config";
 import { ReviewSetupError } from "./errors.js";
+import type { PlaceholderShape } from "./placeholder-shape.js";
 
 /** How one provider's credentials are kept on the host. */
 export interface LiveProvider {
   /** API hosts the credential is sent to (the hosts of Pi's base URLs for the provider). */
   hosts: readonly string[];
-  /** Secret (and guest variable) for an API key: Pi's environment variable for the provider. */
-  apiKey: string;
-  /** Secret for an OAuth access token, with the start Pi recognises such a token by; absent: API keys only. */
-  oauth?: { name: string; placeholderPrefix: string };
+  /** Secret (and guest variable) for an API key: Pi's environment variable for the provider; absent: OAuth only. */
+  apiKey?: string;
+  /**
+   * Secret for an OAuth access token: with the start Pi recognises such a token by, or the shape
+   * of a token Pi parses (the placeholder then carries its non-secret fields); absent: API keys only.
+   */
+  oauth?: { name: string; placeholderPrefix?: string; shape?: PlaceholderShape };
   /**
    * The header Pi sends the key in when it is not a credential header the host fills anyway
    * (`authorization`, `x-api-key`): the host puts a value into no other header.
@@ -38,17 +42,12 @@ export const LIVE_PROVIDERS: Readonly<Record<string, LiveProvider>> = Object.fre
   groq: { hosts: ["api.groq.com"], apiKey: "GROQ_API_KEY" },
   mistral: { hosts: ["api.mistral.ai"], apiKey: "MISTRAL_API_KEY" },
   deepseek: { hosts: ["api.deepseek.com"], apiKey: "DEEPSEEK_API_KEY" },
-});
-
-/** Logins Pi reads more from than a header value, which no placeholder can stand for. */
-const NOT_A_HEADER: Readonly<Record<string, { why: string; instead: string }>> = Object.freeze({
-  "openai-codex": {
-    why: "Pi decodes its access token as a JWT (for the ChatGPT account id) before any request, which a placeholder cannot be",
-    instead: "an OpenAI API key: on the host run `pi`, /login, OpenAI (API key), then --live-model openai/<model>",
-  },
+  // Pi decodes the ChatGPT access token as a JWT (the account id) before any request.
+  "openai-codex": { hosts: ["chatgpt.com"], oauth: { name: "OPENAI_CODEX_ACCESS_TOKEN", shape: "chatgpt-jwt" } },
+  // Pi reads the API endpoint out of the Copilot token (proxy-ep): individual, business or enterprise.
   "github-copilot": {
-    why: "Pi reads the API endpoint out of its token, which a placeholder cannot carry",
-    instead: "an API key of a provider in the list below",
+    hosts: ["api.individual.githubcopilot.com", "api.business.githubcopilot.com", "api.enterprise.githubcopilot.com"],
+    oauth: { name: "GITHUB_COPILOT_ACCESS_TOKEN", shape: "copilot-token" },
   },
 });
 
@@ -60,11 +59,16 @@ export interface LiveSecret {
   hosts: readonly string[];
   /** Start of the guest's placeholder, if Pi needs one. */
   placeholderPrefix?: string;
+  /** The token's shape, for a token Pi parses: the placeholder is shaped from the real token (`placeholderFrom`). */
+  shape?: PlaceholderShape;
   /** Extra header names the value may be put in (see {@link LiveProvider.headers}). */
   headers?: readonly string[];
 }
 
-const SUPPORTED = `Live mode keeps a login on the host for ${Object.keys(LIVE_PROVIDERS).join(", ")} (API keys) and anthropic's Claude Pro/Max login`;
+const SUPPORTED =
+  `Live mode keeps a login on the host for ${Object.keys(LIVE_PROVIDERS)
+    .filter((id) => LIVE_PROVIDERS[id]!.apiKey)
+    .join(", ")} (API keys), ` + "anthropic's Claude Pro/Max, openai-codex (ChatGPT) and github-copilot logins";
 
 /**
  * The secret that carries `provider`'s credential of `kind` (`undefined`: either kind, the check
@@ -75,20 +79,27 @@ export function liveSecret(provider: string, kind?: undefined): undefined;
 export function liveSecret(provider: string, kind?: "oauth" | "api_key"): LiveSecret | undefined {
   const entry = Object.hasOwn(LIVE_PROVIDERS, provider) ? LIVE_PROVIDERS[provider] : undefined;
   if (!entry) {
-    const known = Object.hasOwn(NOT_A_HEADER, provider) ? NOT_A_HEADER[provider] : undefined;
     throw new ReviewSetupError(
       "REVIEW_SETUP_PROVIDER_UNSUPPORTED",
-      known
-        ? `live mode cannot keep the ${provider} login on the host: ${known.why}`
-        : `live mode does not know the API hosts of ${provider}, so it cannot keep its credential on the host`,
+      `live mode does not know the API hosts of ${provider} or the shape of its token, so it cannot keep its credential on the host`,
       {
-        hint: `Use ${known ? known.instead : "one of them"}. ${SUPPORTED}; the guest never holds the credential itself.`,
+        hint: `Use one of these instead: ${SUPPORTED}; the guest never holds the credential itself.`,
         details: { provider },
       },
     );
   }
   if (kind === undefined) return undefined;
-  if (kind === "api_key") return apiKeySecret(entry);
+  if (kind === "api_key") {
+    if (entry.apiKey) return apiKeySecret(entry, entry.apiKey);
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_PROVIDER_UNSUPPORTED",
+      `live mode takes only the ${provider} OAuth login, not an API key stored for it`,
+      {
+        hint: `Log in to ${provider} on the host with pi, then /login and choose ${provider}; then rerun. ${SUPPORTED}.`,
+        details: { provider, kind },
+      },
+    );
+  }
   if (!entry.oauth) {
     throw new ReviewSetupError(
       "REVIEW_SETUP_PROVIDER_UNSUPPORTED",
@@ -99,30 +110,45 @@ export function liveSecret(provider: string, kind?: "oauth" | "api_key"): LiveSe
       },
     );
   }
-  return { name: entry.oauth.name, hosts: entry.hosts, placeholderPrefix: entry.oauth.placeholderPrefix };
+  return oauthSecret(entry, entry.oauth);
 }
 
 /** The secret of a provider's API key. */
-function apiKeySecret(entry: LiveProvider): LiveSecret {
-  return { name: entry.apiKey, hosts: entry.hosts, ...(entry.headers ? { headers: entry.headers } : {}) };
+function apiKeySecret(entry: LiveProvider, name: string): LiveSecret {
+  return { name, hosts: entry.hosts, ...(entry.headers ? { headers: entry.headers } : {}) };
+}
+
+/** The secret of a provider's OAuth access token. */
+function oauthSecret(entry: LiveProvider, oauth: NonNullable<LiveProvider["oauth"]>): LiveSecret {
+  return {
+    name: oauth.name,
+    hosts: entry.hosts,
+    ...(oauth.placeholderPrefix ? { placeholderPrefix: oauth.placeholderPrefix } : {}),
+    ...(oauth.shape ? { shape: oauth.shape } : {}),
+  };
 }
 
 /** Every secret of `provider` (API key, and OAuth token where supported); empty for others. */
 export function providerSecrets(provider: string): LiveSecret[] {
   const entry = Object.hasOwn(LIVE_PROVIDERS, provider) ? LIVE_PROVIDERS[provider] : undefined;
   if (!entry) return [];
-  const out: LiveSecret[] = [apiKeySecret(entry)];
-  if (entry.oauth)
-    out.push({ name: entry.oauth.name, hosts: entry.hosts, placeholderPrefix: entry.oauth.placeholderPrefix });
+  const out: LiveSecret[] = entry.apiKey ? [apiKeySecret(entry, entry.apiKey)] : [];
+  if (entry.oauth) out.push(oauthSecret(entry, entry.oauth));
   return out;
 }
 
-/** The `network.secrets` entry of `secret`, read from `file`. */
+/** Where a shaped secret's placeholder is kept, next to its value file. */
+export function placeholderFile(file: string): string {
+  return `${file}.placeholder`;
+}
+
+/** The `network.secrets` entry of `secret`, read from `file` (a shaped one's placeholder from `placeholderFile`). */
 export function secretDeclaration(secret: LiveSecret, file: string): SecretConfig {
   return {
     from: `file:${file}`,
     hosts: [...secret.hosts],
     ...(secret.placeholderPrefix ? { placeholderPrefix: secret.placeholderPrefix } : {}),
+    ...(secret.shape ? { placeholderFrom: `file:${placeholderFile(file)}` } : {}),
     ...(secret.headers ? { headers: [...secret.headers] } : {}),
   };
 }

@@ -50,12 +50,12 @@ export class FakeGuest implements GuestSession {
     if (cmd.includes("--mode json")) return { exitCode: 0, output: this.options.liveOutput ?? "" };
     if (cmd.includes("stat -c %a")) return { exitCode: 0, output: "600\n" };
     if (cmd.includes('{type:"api_key",key}')) {
-      // The live step's auth.json writer: `node -e … <auth.json> <models.json> <provider> <NAME>`.
-      const [, auth, , provider, name] = / (\S+) (\S+) (\S+) (\S+)$/.exec(cmd)!;
+      // The live step's auth.json writer: `node -e … <auth.json> <models.json> <provider> <NAME> ['<entry>']`.
+      const [, auth, , provider, name, entry] = / (\S+) (\S+) (\S+) (\S+)(?: '(\{.*\})')?$/.exec(cmd)!;
       const key = this.options.env?.[name!];
-      if (!key) return { exitCode: 3, output: `the guest has no ${name} in its environment\n` };
+      if (!key && !entry) return { exitCode: 3, output: `the guest has no ${name} in its environment\n` };
       const stored = this.files.has(auth!) ? (JSON.parse(this.files.get(auth!)!) as Record<string, unknown>) : {};
-      stored[provider!] = { type: "api_key", key };
+      stored[provider!] = entry ? (JSON.parse(entry) as unknown) : { type: "api_key", key };
       this.files.set(auth!, JSON.stringify(stored));
       return { exitCode: 0, output: "stored 600\n" };
     }

@@ -3,9 +3,10 @@
 // registry dependencies, so `npm ci` needs no network and each refresh takes seconds, not the
 // minutes this repository's refresh takes (monorepo.vm.test.ts runs that once).
 import { execFileSync } from "node:child_process";
-import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
+import { cp, mkdir, mkdtemp, writeFile } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 
 /** The fixture's one workspace: its package name and directory. */
 export const FIXTURE_WORKSPACE = { name: "@review-fixture/lister", dir: "packages/lister" };
@@ -158,3 +159,23 @@ http.createServer((req, res) => {
   });
 }).listen(Number(process.argv[2]), "127.0.0.1");
 `;
+
+/** A git checkout with no dependencies whose `pi/` holds Pi's bundle (package.json, dist/bundle) and jiti. */
+export async function makePiRepo(): Promise<string> {
+  const require = createRequire(import.meta.url);
+  const piDist = dirname(require.resolve("@earendil-works/pi-coding-agent")); // …/dist
+  const jiti = dirname(dirname(require.resolve("jiti"))); // …/node_modules/jiti
+  const root = await mkdtemp(join(tmpdir(), "review-pi-fixture-"));
+  await mkdir(join(root, "pi", "dist"), { recursive: true });
+  await cp(join(dirname(piDist), "package.json"), join(root, "pi", "package.json"));
+  await cp(join(piDist, "bundle"), join(root, "pi", "dist", "bundle"), { recursive: true });
+  await cp(jiti, join(root, "pi", "node_modules", "jiti"), { recursive: true });
+  const manifest = { name: "review-fixture", version: "1.0.0", private: true, scripts: { build: "node -e 0" } };
+  await writeFile(join(root, "package.json"), JSON.stringify(manifest, null, 2));
+  await writeFile(join(root, "package-lock.json"), NO_DEPENDENCIES_LOCK);
+  const git = (...args: string[]) => execFileSync("git", args, { cwd: root, stdio: "ignore" });
+  git("init", "-q", "-b", "main");
+  git("add", ".");
+  git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "fixture");
+  return root;
+}

@@ -5,16 +5,14 @@
 // proxy puts it in, and the guest holds only a placeholder. Pi comes in the fixture checkout as
 // its self-contained bundle plus jiti (which Pi loads extensions with), so the candidate needs no
 // registry and no install.
-import { execFileSync } from "node:child_process";
-import { cp, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { createRequire } from "node:module";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { callAction } from "@pi-sandbox/controller/client";
 import { main } from "../src/main.js";
 import { controllerGuest, type GuestSession } from "../src/guest.js";
 import { lastUserText, startFakeModelServer, type FakeModelServer } from "./fake-model-server.js";
-import { NO_DEPENDENCIES_LOCK } from "./fixture.js";
+import { makePiRepo } from "./fixture.js";
 
 const NAME = "local-models";
 /** The model server's API key: in the host environment only. */
@@ -41,26 +39,6 @@ async function timed<T>(label: string, work: () => Promise<T>): Promise<T> {
 const call = (action: Record<string, unknown>) =>
   // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
   callAction({ name: NAME, ...action }, { env, cwd: dir }) as Promise<any>;
-
-/** A git checkout with no dependencies whose `pi/` holds Pi's bundle (package.json, dist/bundle) and jiti. */
-async function makePiRepo(): Promise<string> {
-  const require = createRequire(import.meta.url);
-  const piDist = dirname(require.resolve("@earendil-works/pi-coding-agent")); // …/dist
-  const jiti = dirname(dirname(require.resolve("jiti"))); // …/node_modules/jiti
-  const root = await mkdtemp(join(tmpdir(), "review-pi-fixture-"));
-  await mkdir(join(root, "pi", "dist"), { recursive: true });
-  await cp(join(dirname(piDist), "package.json"), join(root, "pi", "package.json"));
-  await cp(join(piDist, "bundle"), join(root, "pi", "dist", "bundle"), { recursive: true });
-  await cp(jiti, join(root, "pi", "node_modules", "jiti"), { recursive: true });
-  const manifest = { name: "review-fixture", version: "1.0.0", private: true, scripts: { build: "node -e 0" } };
-  await writeFile(join(root, "package.json"), JSON.stringify(manifest, null, 2));
-  await writeFile(join(root, "package-lock.json"), NO_DEPENDENCIES_LOCK);
-  const git = (...args: string[]) => execFileSync("git", args, { cwd: root, stdio: "ignore" });
-  git("init", "-q", "-b", "main");
-  git("add", ".");
-  git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "fixture");
-  return root;
-}
 
 beforeAll(async () => {
   const image = process.env.PI_SANDBOX_TEST_IMAGE;

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { loadConfig } from "@pi-sandbox/config";
 import { ControllerError } from "@pi-sandbox/controller/client";
 import { unsetValue } from "../src/host-secrets.js";
+import { GUEST_REFRESH_TOKEN } from "../src/live.js";
 import { runReviewSetup, type ReviewSetupOptions, type StepEvent } from "../src/refresh.js";
 import { FakeGuest } from "./fake-guest.js";
 import { makeFixtureRepo } from "./fixture.js";
@@ -278,6 +279,43 @@ describe("live mode", () => {
     );
   });
 
+  test("a ChatGPT login: the token and its shaped placeholder stay in host files; the guest's auth.json gets the placeholder", async () => {
+    const exp = Math.floor(Date.UTC(2026, 0, 2, 5, 0, 0) / 1000);
+    const part = (value: unknown) => Buffer.from(JSON.stringify(value)).toString("base64url");
+    const access = [
+      part({ alg: "RS256", typ: "JWT" }),
+      part({ exp, "https://api.openai.com/auth": { chatgpt_account_id: "acct-7" }, email: "me@example.com" }),
+      "real-signature-acc-9",
+    ].join(".");
+    await writeFile(
+      join(hostAgent, "auth.json"),
+      JSON.stringify({ "openai-codex": { type: "oauth", access, refresh: "ref-9", expires: exp * 1000 } }),
+    );
+    const guest = new FakeGuest({ liveOutput: `${liveLine}\n` });
+    const calls: unknown[] = [];
+    const result = await runReviewSetup(
+      options(guest, {
+        liveModel: { provider: "openai-codex", model: "gpt-6-sol" },
+        hostEnv: { PI_CODING_AGENT_DIR: hostAgent, PATH: process.env.PATH },
+        callAction: controller([{ name: "OPENAI_CODEX_ACCESS_TOKEN", hosts: ["chatgpt.com"] }], calls),
+      }),
+    );
+    expect(result.mode).toBe("live-ready");
+    const secrets = join(lockDir, "secrets", "review");
+    expect(await readFile(join(secrets, "OPENAI_CODEX_ACCESS_TOKEN"), "utf8")).toBe(`${access}\n`);
+    const placeholder = (await readFile(join(secrets, "OPENAI_CODEX_ACCESS_TOKEN.placeholder"), "utf8")).trim();
+    expect(calls).toContainEqual({ action: "secrets", name: "review" });
+    const auth = JSON.parse(guest.files.get("/workspace/.review/agent/auth.json")!);
+    expect(auth).toEqual({
+      "openai-codex": { type: "oauth", access: placeholder, refresh: GUEST_REFRESH_TOKEN, expires: exp * 1000 },
+    });
+    const claims = JSON.parse(Buffer.from(placeholder.split(".")[1]!, "base64url").toString());
+    expect(claims).toMatchObject({ exp, "https://api.openai.com/auth": { chatgpt_account_id: "acct-7" } });
+    const seen = [...guest.commands, ...guest.files.values(), JSON.stringify(result)].join("\n");
+    for (const secret of ["real-signature-acc-9", "ref-9", "me@example.com", access])
+      expect(seen).not.toContain(secret);
+  });
+
   test("an instance without the secret is refused before any guest work, naming the fix", async () => {
     await login({ type: "api_key", key: "sk-ant-api-KEY" });
     for (const secrets of [undefined, [{ name: "ANTHROPIC_OAUTH_TOKEN", hosts: ["api.anthropic.com"] }]]) {
@@ -305,7 +343,7 @@ describe("live mode", () => {
     }
   });
 
-  test("a provider whose token no placeholder can stand for is refused before the login is read or refreshed", async () => {
+  test("a provider whose token live mode cannot keep on the host is refused before the login is read or refreshed", async () => {
     await mkdir(hostAgent, { recursive: true });
     await writeFile(
       join(hostAgent, "auth.json"),
@@ -315,7 +353,11 @@ describe("live mode", () => {
       }),
     );
     const cases: [string, RegExp, RegExp][] = [
-      ["openai-codex", /decodes its access token as a JWT/, /OpenAI API key.*--live-model openai\/<model>/],
+      [
+        "kimi-coding",
+        /does not know the API hosts of kimi-coding or the shape of its token/,
+        /openai-codex \(ChatGPT\)/,
+      ],
       ["openrouter", /cannot keep a openrouter OAuth login/, /with an API key on the host/],
       ["fixture", /does not know the API hosts of fixture/, /anthropic, openai/],
     ];

@@ -162,7 +162,7 @@ test("live mode on an instance created without the host's login: refused, nothin
   expect(run.code).toBe(1);
   expect(run.stderr).toContain("REVIEW_SETUP_SECRET_MISSING");
   expect(run.stderr).toMatch(/hint: .*create it again with --config/);
-  const unsupported = await setup("--live-model", "openai-codex/gpt-5.4");
+  const unsupported = await setup("--live-model", "kimi-coding/k2");
   expect(unsupported.code).toBe(1);
   expect(unsupported.stderr).toContain("REVIEW_SETUP_PROVIDER_UNSUPPORTED");
   expect(run.stdout + run.stderr + unsupported.stdout + unsupported.stderr).not.toContain(key);

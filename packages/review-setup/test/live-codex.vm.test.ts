@@ -1,0 +1,310 @@
+// The seed's example on one real VM: `sandbox:setup --config … --live-model openai-codex/gpt-6-sol`
+// with a ChatGPT (openai-codex) login on the host. A fake ChatGPT backend on the host stands for
+// https://chatgpt.com (this process's `dns.lookup` sends that name to 127.0.0.1; the controller
+// runs in-process with it as an allowed internal host and the runtime's `upstream` seam, as in
+// live-secrets.vm.test.ts). The guest's real Pi (1.6, from the fixture checkout) decodes the
+// JWT-shaped placeholder, sends it, and the backend receives the real token and account id. A
+// refreshed host token reaches the backend after a second refresh without a restart, the guest's
+// auth.json carries the new expiry, the old placeholder still works, and after `stop` no byte of
+// either token is anywhere in the state root.
+import { createHash, randomBytes } from "node:crypto";
+import dns from "node:dns";
+import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
+import https from "node:https";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import zlib from "node:zlib";
+import {
+  StateLayout,
+  callAction,
+  findAction,
+  validateAction,
+  type CallActionOptions,
+} from "@pi-sandbox/controller/client";
+import { InstanceController, createFileLogger, createVmRuntime, selfSignedCert } from "@pi-sandbox/controller/testing";
+import { controllerGuest } from "../src/guest.js";
+import { main } from "../src/main.js";
+import type { ReviewSetupOptions } from "../src/refresh.js";
+import { makePiRepo } from "./fixture.js";
+
+const NAME = "review";
+const API = "chatgpt.com";
+const ACCOUNT = "acct-4f1c9e2a-review-setup-test";
+const REFRESH = "host-refresh-token-never-leaves";
+const AGENT = "/workspace/.review/agent";
+const originalLookup = dns.lookup;
+
+/** A ChatGPT-style access token: a JWT with the account id, plan and expiry, and a private e-mail. */
+function chatgptToken(expSeconds: number): string {
+  const part = (value: unknown) => Buffer.from(JSON.stringify(value)).toString("base64url");
+  return [
+    part({ alg: "RS256", kid: "test-key", typ: "JWT" }),
+    part({
+      exp: expSeconds,
+      iat: expSeconds - 3600,
+      jti: randomBytes(8).toString("hex"),
+      "https://api.openai.com/auth": { chatgpt_account_id: ACCOUNT, chatgpt_plan_type: "pro" },
+      "https://api.openai.com/profile": { email: "private@example.com" },
+    }),
+    randomBytes(256).toString("base64url"),
+  ].join(".");
+}
+
+const EXP1 = Math.floor(Date.now() / 1000) + 3600;
+const EXP2 = EXP1 + 1800;
+const TOKEN = chatgptToken(EXP1);
+const REFRESHED = chatgptToken(EXP2);
+
+let dir: string;
+let repo: string;
+let layout: StateLayout;
+let controller: InstanceController;
+let ping: net.Server;
+let server: https.Server;
+let port: number;
+/** What the backend got: the bearer token and account id of each request (and WebSocket attempt). */
+const received: { kind: string; token: string; account: string }[] = [];
+const timings: string[] = [];
+
+function fakeLookup(hostname: string, options: unknown, callback?: (...args: unknown[]) => void): void {
+  if (hostname !== API) {
+    (originalLookup as (...args: unknown[]) => void)(hostname, options, callback);
+    return;
+  }
+  const done = (typeof options === "function" ? options : callback) as (...args: unknown[]) => void;
+  const all = typeof options === "object" && options !== null && (options as { all?: boolean }).all === true;
+  if (all) process.nextTick(done, null, [{ address: "127.0.0.1", family: 4 }]);
+  else process.nextTick(done, null, "127.0.0.1", 4);
+}
+
+async function call(input: unknown, options?: CallActionOptions): Promise<unknown> {
+  const { args } = validateAction(input);
+  if (findAction(args.action)?.route === "local") {
+    return callAction(input, { ...options, env: { ...process.env, PI_SANDBOX_HOME: layout.root }, cwd: dir });
+  }
+  return controller.call(args, {
+    progress: (event) => options?.onProgress?.(event),
+    ...(options?.signal ? { signal: options.signal } : {}),
+  });
+}
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
+const act = (action: Record<string, unknown>) => call({ name: NAME, ...action }) as Promise<any>;
+
+async function login(access: string, expSeconds: number): Promise<void> {
+  await mkdir(join(dir, "host-agent"), { recursive: true });
+  await writeFile(
+    join(dir, "host-agent", "auth.json"),
+    JSON.stringify({
+      "openai-codex": { type: "oauth", access, refresh: REFRESH, expires: expSeconds * 1000, accountId: ACCOUNT },
+    }),
+  );
+}
+
+const hash = (text: string) => createHash("sha256").update(text).digest("hex").slice(0, 12);
+
+/** `sandbox:setup` as a user runs it (`main`), against the in-process controller. */
+async function setup(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  let stdout = "";
+  let stderr = "";
+  const started = Date.now();
+  const overrides: Partial<ReviewSetupOptions> = {
+    guest: controllerGuest(NAME, {}, call),
+    callAction: call,
+    hostEnv: { PI_CODING_AGENT_DIR: join(dir, "host-agent"), PATH: process.env.PATH },
+    lockDir: join(dir, "review-setup"), // outside the state root, which is searched whole below
+    installCommand: "true",
+    buildCommand: "true",
+  };
+  const code = await main(["--name", NAME, "--repo", repo, "--pi-command", "node pi/dist/bundle/cli.js", ...args], {
+    stdout: (text) => (stdout += text),
+    stderr: (text) => {
+      stderr += text;
+      for (const line of text.split("\n"))
+        if (/^\[[\w-]+\] ✓/.test(line)) timings.push(`  +${((Date.now() - started) / 1000).toFixed(0)} s ${line}`);
+    },
+    env: { ...process.env, PI_SANDBOX_HOME: layout.root },
+    cwd: dir,
+    overrides,
+  });
+  return { code, stdout, stderr };
+}
+
+/** The Responses API stream Pi reads: one message with text, then the usage. */
+function sse(text: string): string {
+  const item = { id: "msg_1", type: "message", role: "assistant", status: "completed" };
+  const events = [
+    { type: "response.created", response: { id: "resp_1", status: "in_progress" } },
+    { type: "response.output_item.added", output_index: 0, item: { ...item, content: [] } },
+    { type: "response.output_text.delta", output_index: 0, content_index: 0, delta: text },
+    {
+      type: "response.output_item.done",
+      output_index: 0,
+      item: { ...item, content: [{ type: "output_text", text, annotations: [] }] },
+    },
+    {
+      type: "response.completed",
+      response: {
+        id: "resp_1",
+        status: "completed",
+        usage: { input_tokens: 21, output_tokens: 2, total_tokens: 23 },
+      },
+    },
+  ];
+  return events.map((event) => `event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`).join("");
+}
+
+beforeAll(async () => {
+  const image = process.env.PI_SANDBOX_TEST_IMAGE;
+  if (!image) throw new Error("PI_SANDBOX_TEST_IMAGE is not set: run through jest's globalSetup");
+  dir = await mkdtemp(join(tmpdir(), "prc-"));
+  repo = await makePiRepo();
+  await writeFile(join(dir, "sandbox.yaml"), `version: 1\nimage: ${image}\nprofile: small\ndiskGiB: 4\n`);
+  const tls = selfSignedCert([API]);
+  server = https.createServer(tls, (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", () => {
+      const token = (req.headers.authorization ?? "").replace(/^Bearer /, "");
+      received.push({ kind: `${req.method} ${req.url}`, token, account: String(req.headers["chatgpt-account-id"]) });
+      if (token !== TOKEN && token !== REFRESHED) {
+        res.writeHead(401, { "content-type": "application/json" }).end('{"error":{"message":"bad token"}}');
+        return;
+      }
+      const raw = Buffer.concat(chunks);
+      const body = req.headers["content-encoding"] === "zstd" ? zlib.zstdDecompressSync(raw) : raw;
+      const model = (JSON.parse(body.toString("utf8") || "{}") as { model?: string }).model;
+      res.writeHead(200, { "content-type": "text/event-stream" }).end(sse(`ready ${model} ${hash(token)}`));
+    });
+  });
+  // Pi tries a WebSocket first; noting it and closing makes Pi fall back to the SSE request.
+  server.on("upgrade", (req: { headers: Record<string, string> }, socket: net.Socket) => {
+    const token = (req.headers.authorization ?? "").replace(/^Bearer /, "");
+    received.push({ kind: "websocket", token, account: String(req.headers["chatgpt-account-id"]) });
+    socket.destroy();
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  port = (server.address() as net.AddressInfo).port;
+  (dns as { lookup: unknown }).lookup = fakeLookup;
+
+  layout = new StateLayout(join(dir, "state"));
+  await layout.ensurePrivate();
+  await mkdir(layout.entryDir("instances", NAME), { recursive: true, mode: 0o700 });
+  // inspect judges the daemon live by its pid file and a socket that answers pings.
+  await writeFile(layout.pidFile("instances", NAME), `${process.pid}\n`);
+  ping = net.createServer((socket) => {
+    socket.on("data", (chunk) => {
+      for (const line of chunk.toString().split("\n").filter(Boolean)) {
+        const message = JSON.parse(line) as { id: number };
+        socket.write(`${JSON.stringify({ id: message.id, type: "pong", pid: process.pid, state: "running" })}\n`);
+      }
+    });
+    socket.on("error", () => undefined);
+  });
+  await new Promise<void>((resolve) => ping.listen(layout.socketPath("instances", NAME), resolve));
+  controller = new InstanceController(
+    layout,
+    "instances",
+    NAME,
+    createFileLogger(layout.logFile("instances", NAME), `[${NAME}]`),
+    createVmRuntime({
+      stateRoot: layout.runtimeDir(),
+      allowedInternalHosts: [API],
+      upstream: { ca: tls.cert, httpsPort: port },
+    }),
+  );
+});
+
+afterAll(async () => {
+  process.stderr.write(`live-codex VM timings (TCG):\n${timings.join("\n")}\n`);
+  await act({ action: "stop" }).catch(() => undefined);
+  (dns as { lookup: unknown }).lookup = originalLookup;
+  server?.close();
+  ping?.close();
+  await rm(dir, { recursive: true, force: true });
+  await rm(repo, { recursive: true, force: true });
+});
+
+const claims = (jwt: string) =>
+  JSON.parse(Buffer.from(jwt.split(".")[1]!, "base64url").toString("utf8")) as Record<string, unknown>;
+
+test("the guest's Pi sends a JWT-shaped placeholder; the ChatGPT backend receives the real token; a refreshed one needs no restart", async () => {
+  await login(TOKEN, EXP1);
+  const first = await setup(["--config", "sandbox.yaml", "--live-model", "openai-codex/gpt-6-sol"]);
+  if (first.code !== 0) throw new Error(`setup failed:\n${first.stderr}\nbackend saw ${JSON.stringify(received)}`);
+  expect(first.stdout).toContain(`ready gpt-6-sol ${hash(TOKEN)}`);
+  const posts = () => received.filter((r) => r.kind.startsWith("POST"));
+  expect(posts().map((r) => [r.kind, r.token === TOKEN, r.account])).toEqual([
+    ["POST /backend-api/codex/responses", true, ACCOUNT],
+  ]);
+  // A WebSocket attempt, if Pi's reached the host, carried the real token too (never a placeholder).
+  for (const r of received.filter((r) => r.kind === "websocket")) expect(r.token).toBe(TOKEN);
+
+  const view = await act({ action: "inspect" });
+  expect(view.secrets).toEqual([{ name: "OPENAI_CODEX_ACCESS_TOKEN", hosts: [API] }]);
+  const auth = JSON.parse((await act({ action: "read", path: `${AGENT}/auth.json` })).content);
+  const placeholder = auth["openai-codex"].access as string;
+  expect(auth).toEqual({
+    "openai-codex": {
+      type: "oauth",
+      access: expect.stringMatching(/^[\w-]+\.[\w-]+\.[\w-]+$/),
+      refresh: "kept-on-the-host-by-review-setup",
+      expires: EXP1 * 1000,
+    },
+  });
+  expect(claims(placeholder)).toMatchObject({
+    exp: EXP1,
+    "https://api.openai.com/auth": { chatgpt_account_id: ACCOUNT, chatgpt_plan_type: "pro" },
+  });
+  expect(placeholder.split(".")[2]).not.toBe(TOKEN.split(".")[2]);
+
+  // The host's login was refreshed (a new token, a later expiry): the next refresh pushes both.
+  const bootId = async () => (await act({ action: "exec", cmd: "cat /proc/sys/kernel/random/boot_id" })).output;
+  const booted = await bootId();
+  await login(REFRESHED, EXP2);
+  const second = await setup(["--live-model", "openai-codex/gpt-6-sol"]);
+  if (second.code !== 0) throw new Error(`second setup failed:\n${second.stderr}`);
+  expect(second.stdout).toContain(`ready gpt-6-sol ${hash(REFRESHED)}`);
+  expect(posts().at(-1)).toMatchObject({ account: ACCOUNT });
+  expect(posts().at(-1)!.token === REFRESHED).toBe(true);
+  expect(await bootId()).toBe(booted);
+  const rewritten = JSON.parse((await act({ action: "read", path: `${AGENT}/auth.json` })).content);
+  const newPlaceholder = rewritten["openai-codex"].access as string;
+  expect(claims(newPlaceholder).exp).toBe(EXP2);
+  expect(rewritten["openai-codex"].expires).toBe(EXP2 * 1000);
+  // A process that read the old placeholder still gets the refreshed token in.
+  const curl = await act({
+    action: "exec",
+    cmd: `curl -s -o /dev/null -w '%{http_code}' -X POST -H 'authorization: Bearer ${placeholder}' https://${API}/backend-api/codex/responses -d '{}'`,
+  });
+  expect(curl.output).toBe("200");
+  expect(posts().at(-1)!.token === REFRESHED).toBe(true);
+
+  const secrets = [TOKEN, REFRESHED, TOKEN.split(".")[2]!, REFRESHED.split(".")[2]!, REFRESH, "private@example.com"];
+  const guestSearch = await act({
+    action: "exec",
+    cmd:
+      `cat /proc/[0-9]*/environ 2>/dev/null | grep -c ${secrets.map((s) => `-e '${s}'`).join(" ")}; ` +
+      `grep -rl ${secrets.map((s) => `-e '${s}'`).join(" ")} /workspace /tmp /root /etc /home 2>/dev/null; true`,
+  });
+  expect(guestSearch.output).toBe("0\n");
+  expect((await act({ action: "stop" })).state).toBe("stopped");
+
+  // Every file under the state root: the disk's layers, records, logs, the derived config.
+  const files = (await readdir(layout.root, { recursive: true, withFileTypes: true })).filter((f) => f.isFile());
+  let searched = 0;
+  let placeholderFound = false;
+  for (const file of files) {
+    const bytes = await readFile(join(file.parentPath, file.name)).catch(() => undefined);
+    if (!bytes) continue;
+    searched++;
+    const path = join(file.parentPath, file.name);
+    expect({ path, found: secrets.filter((s) => bytes.includes(s)).map((s) => s.slice(0, 8)) }).toEqual({
+      path,
+      found: [],
+    });
+    placeholderFound ||= bytes.includes(newPlaceholder);
+  }
+  expect(searched).toBeGreaterThan(5);
+  expect(placeholderFound).toBe(true); // the search does see what the guest wrote to its disk
+});
