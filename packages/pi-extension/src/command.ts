@@ -3,10 +3,11 @@
 //   /sandbox <name> [user]    a temporary ssh command into the instance
 //   /sandbox attach [name]    route Pi's built-in tools into the instance (pick list without a name)
 //   /sandbox detach           return them to the host
+//   /sandbox dashboard        start (or find) the local web dashboard and print a link to it
 
 import type { ExtensionCommandContext, RegisteredCommand } from "@earendil-works/pi-coding-agent";
 import type { AutocompleteItem } from "@earendil-works/pi-tui";
-import { escapeControlChars, type EntryView } from "@pi-sandbox/controller/client";
+import { escapeControlChars, type DashboardInfo, type EntryView } from "@pi-sandbox/controller/client";
 import { describeError, tellUser, type Attachments } from "./attach.js";
 import { SandboxExtensionError } from "./errors.js";
 import type { SandboxDependencies } from "./tool.js";
@@ -19,7 +20,7 @@ interface ShellAccess {
 }
 
 const USAGE =
-  "Usage: /sandbox <name> [user] (terminal; user defaults to root), /sandbox attach [name], /sandbox detach. Without a name, pick from a list.";
+  "Usage: /sandbox <name> [user] (terminal; user defaults to root), /sandbox attach [name], /sandbox detach, /sandbox dashboard. Without a name, pick from a list.";
 const SUBCOMMANDS = ["attach", "detach"] as const;
 
 /** What the command needs besides the controller client. */
@@ -28,6 +29,8 @@ export interface SandboxCommandOptions {
   attachments?: Attachments;
   /** Called after the command changed something the footer shows. */
   onChange?: (ctx: ExtensionCommandContext) => void;
+  /** Called with the link `/sandbox dashboard` printed, so the footer shows the same one. */
+  onDashboard?: (info: DashboardInfo) => void;
 }
 
 async function listInstances(deps: SandboxDependencies): Promise<EntryView[]> {
@@ -62,6 +65,23 @@ async function pickInstance(
   return index < 0 ? undefined : running[index]!.name;
 }
 
+async function dashboard(
+  deps: SandboxDependencies,
+  ctx: ExtensionCommandContext,
+  options: SandboxCommandOptions,
+): Promise<void> {
+  const info = (await deps.callAction(
+    { action: "dashboard" },
+    { cwd: ctx.cwd, env: deps.env, signal: ctx.signal, caller: "user" },
+  )) as DashboardInfo;
+  options.onDashboard?.(info);
+  tellUser(
+    ctx,
+    `${info.started ? "Dashboard started" : "Dashboard running"} on 127.0.0.1 (it keeps running after Pi exits; pi-sandbox dashboard --stop ends it). Open:\n${info.url}`,
+    "info",
+  );
+}
+
 async function terminal(deps: SandboxDependencies, ctx: ExtensionCommandContext, name: string, user?: string) {
   const action: Record<string, unknown> = { action: "shell", name };
   if (user !== undefined) action.user = user;
@@ -90,7 +110,8 @@ export function createSandboxCommand(
 ): Omit<RegisteredCommand, "name" | "sourceInfo"> {
   const { attachments } = options;
   return {
-    description: "Sandbox terminal, attach and detach: /sandbox [name [user]] | attach [name] | detach",
+    description:
+      "Sandbox terminal, attach, detach and dashboard: /sandbox [name [user]] | attach [name] | detach | dashboard",
     async getArgumentCompletions(prefix) {
       const words = prefix.split(/\s+/);
       if (words.length > 2 || (words.length === 2 && words[0] !== "attach")) return null;
@@ -98,7 +119,8 @@ export function createSandboxCommand(
       const lead = words.length === 2 ? "attach " : "";
       const items: AutocompleteItem[] = [];
       if (words.length === 1 && attachments) {
-        for (const sub of SUBCOMMANDS) if (sub.startsWith(word)) items.push({ value: `${sub} `, label: sub });
+        for (const sub of [...SUBCOMMANDS, "dashboard"])
+          if (sub.startsWith(word)) items.push({ value: `${sub} `, label: sub });
       }
       try {
         for (const i of await listInstances(deps)) {
@@ -112,6 +134,7 @@ export function createSandboxCommand(
     async handler(args, ctx) {
       const words = args.trim().split(/\s+/).filter(Boolean);
       try {
+        if (words[0] === "dashboard" && words.length === 1) return await dashboard(deps, ctx, options);
         if (attachments && words[0] === "detach") {
           if (words.length > 1) return usageError(ctx, "/sandbox detach takes no argument");
           if (!attachments.detach(ctx)) tellUser(ctx, "Pi is not attached to a sandbox instance.", "info");

@@ -24,7 +24,14 @@ export function createSandboxExtension(deps: SandboxDependencies): ExtensionFact
         isAttached: () => attachments.name !== undefined,
       }),
     );
-    pi.registerCommand("sandbox", createSandboxCommand(deps, { attachments }));
+    pi.registerCommand(
+      "sandbox",
+      createSandboxCommand(deps, {
+        attachments,
+        onDashboard: (info) => status.rememberDashboard(info),
+        onChange: (ctx) => void status.refresh(ctx),
+      }),
+    );
 
     pi.on("session_start", async (_event, ctx) => {
       status.start(ctx);

@@ -1,17 +1,26 @@
-// The footer: which instances run and their preview URLs, and what Pi is attached to. Refreshed
-// every few seconds while a session with a UI is open (the timer starts in session_start and
-// ends in session_shutdown), after each sandbox call and after attach and detach. A state root
-// that does not exist yet is left alone: looking never creates sandbox state.
+// The footer: which instances run and their preview URLs, the dashboard's link once it runs, and
+// what Pi is attached to. Refreshed every few seconds while a session with a UI is open (the timer
+// starts in session_start and ends in session_shutdown), after each sandbox call and after attach,
+// detach and /sandbox. A state root that does not exist yet is left alone: looking never creates
+// sandbox state, and never starts a dashboard.
 
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type { ExtensionContext } from "@earendil-works/pi-coding-agent";
-import { escapeControlChars, resolveStateRoot, type EntryView } from "@pi-sandbox/controller/client";
+import {
+  escapeControlChars,
+  resolveStateRoot,
+  type DashboardAbsent,
+  type DashboardInfo,
+  type EntryView,
+} from "@pi-sandbox/controller/client";
 import { ATTACH_STATUS, type Attachments } from "./attach.js";
 import type { SandboxDependencies } from "./tool.js";
 
 /** Footer status key of the running instances. */
 export const INSTANCES_STATUS = "pi-sandbox.instances";
+/** Footer status key of the dashboard's link. */
+export const DASHBOARD_STATUS = "pi-sandbox.dashboard";
 /** How often the footer looks again, in ms. */
 export const REFRESH_MS = 5_000;
 /** Most instances named in the footer; the rest are counted. */
@@ -37,6 +46,8 @@ export class SandboxStatus {
   #timer: NodeJS.Timeout | undefined;
   #ctx: ExtensionContext | undefined;
   #busy: Promise<void> | undefined;
+  /** The dashboard link shown, kept while the same dashboard process runs (each look mints a new token). */
+  #dashboard: { pid: number; url: string } | undefined;
 
   constructor(
     private readonly deps: SandboxDependencies,
@@ -69,9 +80,12 @@ export class SandboxStatus {
 
   async #look(ctx: ExtensionContext): Promise<void> {
     let instances: EntryView[] | undefined;
+    let dashboard: string | undefined;
     try {
       const root = resolveStateRoot(this.deps.env ?? process.env);
       if (existsSync(join(root, "instances"))) {
+        // Best effort apart from the instances: an older controller without the action shows none.
+        dashboard = await this.#dashboardUrl().catch(() => undefined);
         const listed = (await this.deps.callAction({ action: "list" }, { env: this.deps.env })) as {
           instances?: EntryView[];
         };
@@ -92,10 +106,28 @@ export class SandboxStatus {
     }
     try {
       ctx.ui.setStatus(INSTANCES_STATUS, instancesStatus(instances));
+      ctx.ui.setStatus(DASHBOARD_STATUS, dashboard === undefined ? undefined : `dashboard: ${dashboard}`);
       this.showAttach(ctx);
     } catch {
       // A session that ended meanwhile has no UI to update.
     }
+  }
+
+  /** Remembers the link `/sandbox dashboard` printed, so the footer shows that one. */
+  rememberDashboard(info: DashboardInfo): void {
+    this.#dashboard = { pid: info.pid, url: info.url };
+  }
+
+  /** The running dashboard's link, or undefined; never starts one. */
+  async #dashboardUrl(): Promise<string | undefined> {
+    const found = (await this.deps.callAction({ action: "dashboard", status: true }, { env: this.deps.env })) as
+      DashboardInfo | DashboardAbsent;
+    if (!("url" in found)) {
+      this.#dashboard = undefined;
+      return undefined;
+    }
+    if (this.#dashboard?.pid !== found.pid) this.#dashboard = { pid: found.pid, url: found.url };
+    return this.#dashboard.url;
   }
 
   /** Shows or clears `attached: <name>`. */

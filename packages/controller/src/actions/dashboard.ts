@@ -2,7 +2,8 @@
 // fresh link to it, or ends it. For the user only: the link's token opens a browser session that
 // can stop and destroy instances, which a model has no business holding.
 import * as v from "valibot";
-import { ensureDashboard, stopDashboard, type DashboardInfo } from "../client/dashboard.js";
+import { ensureDashboard, findDashboard, stopDashboard, type DashboardInfo } from "../client/dashboard.js";
+import { ControllerError } from "../errors.js";
 import { defineAction } from "./define.js";
 import { actionSchema, arg } from "./parts.js";
 
@@ -14,32 +15,57 @@ export interface DashboardStopped {
   pid?: number;
 }
 
+/** What `dashboard` with `status` answers when none runs. */
+export interface DashboardAbsent {
+  /** Always false. */
+  running: false;
+}
+
 /** `dashboard`: a page of every instance and template, previews, logs and cost, on 127.0.0.1. */
 export const dashboard = defineAction({
   name: "dashboard",
   summary:
     "start (or find) the local web dashboard of every instance and template, and return a fresh link to it; stop ends it",
-  args: [arg("stop", "boolean", false, "end the running dashboard instead")],
+  args: [
+    arg("stop", "boolean", false, "end the running dashboard instead"),
+    arg("status", "boolean", false, "a fresh link to the running dashboard, or running: false; starts nothing"),
+  ],
   route: "local",
   userOnly: true,
-  schema: actionSchema("dashboard", { stop: v.optional(v.boolean()) }),
+  schema: actionSchema("dashboard", { stop: v.optional(v.boolean()), status: v.optional(v.boolean()) }),
+  refine(args) {
+    if (args.stop && args.status) {
+      throw new ControllerError("CONTROLLER_BAD_INPUT", "stop and status cannot be combined", {
+        hint: "Pass stop to end the dashboard, or status to see whether it runs.",
+      });
+    }
+  },
   cli: {
     usage: "dashboard [--stop]                  a web page of every instance: previews, logs, cost",
-    options: { stop: { type: "boolean", description: "end the running dashboard" } },
-    toAction: (input) => ({ action: "dashboard", ...(input.values.stop === true ? { stop: true } : {}) }),
+    options: {
+      stop: { type: "boolean", description: "end the running dashboard" },
+      status: { type: "boolean", description: "a link to the running dashboard, if one runs; starts nothing" },
+    },
+    toAction: (input) => ({
+      action: "dashboard",
+      ...(input.values.stop === true ? { stop: true } : {}),
+      ...(input.values.status === true ? { status: true } : {}),
+    }),
     notes: [
       "The dashboard runs in the background, one per state root, on 127.0.0.1 only, until",
       "dashboard --stop. Each call prints a new link; opening it gives the browser a session",
       "cookie. Without a link's token, from another Host, or posted from another origin: 403.",
     ],
   },
-  async run(args, ctx): Promise<DashboardInfo | DashboardStopped> {
+  async run(args, ctx): Promise<DashboardInfo | DashboardStopped | DashboardAbsent> {
     if (args.stop) return stopDashboard(ctx.layout);
+    if (args.status) return (await findDashboard(ctx.layout)) ?? { running: false };
     return ensureDashboard(ctx.layout, { env: ctx.env });
   },
   formatText(result) {
+    if ("running" in result) return "no dashboard runs\n";
     if ("stopped" in result) return result.stopped ? `dashboard stopped (pid ${result.pid})\n` : "no dashboard runs\n";
     return `${result.started ? "dashboard started" : "dashboard running"} (pid ${result.pid}): open\n${result.url}\n`;
   },
-  brief: (result) => ("stopped" in result ? (result.stopped ? "stopped" : "not running") : result.url),
+  brief: (result) => ("url" in result ? result.url : "stopped" in result && result.stopped ? "stopped" : "not running"),
 });

@@ -38,6 +38,8 @@ export type { ExecView } from "../actions/exec.js";
 export type { ControllerLogTail, ServiceLogRead } from "../actions/logs.js";
 export type { CopyResult } from "../actions/copy-tree.js";
 export type { ServicesView } from "../daemon/context.js";
+export type { DashboardInfo } from "./dashboard.js";
+export type { DashboardAbsent, DashboardStopped } from "../actions/dashboard.js";
 // State views
 export { StateLayout, resolveStateRoot } from "../state/layout.js";
 export type { EntryKind } from "../state/layout.js";
