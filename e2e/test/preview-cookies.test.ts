@@ -2,11 +2,11 @@
 // host's other localhost apps or of another instance: each instance's previews have a browser
 // origin of their own (a loopback address per instance). Two real instances, a host app on
 // 127.0.0.1, and Debian's headless Chromium driven by playwright-core (which downloads nothing).
-import { access } from "node:fs/promises";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { makeSandbox, teardown, type LooseResult, type Sandbox } from "@pi-sandbox/controller/testing";
+import { chromiumPath } from "./support.js";
 
 // The guest service: `/set?name=N&value=V` sets a cookie; every page shows the Cookie header the
 // server received, so the test sees what the browser sent as well as what a script can read.
@@ -39,21 +39,6 @@ services:
     health: /
     preview: true
 `;
-
-/** Debian's headless Chromium (scripts/install-system-deps.sh installs it), or PI_SANDBOX_CHROMIUM. */
-async function chromiumPath(): Promise<string> {
-  const candidates = [process.env.PI_SANDBOX_CHROMIUM, "/usr/bin/chromium-headless-shell", "/usr/bin/chromium"];
-  for (const candidate of candidates) {
-    if (!candidate) continue;
-    try {
-      await access(candidate);
-      return candidate;
-    } catch {
-      // try the next one
-    }
-  }
-  throw new Error("no Chromium found: run scripts/install-system-deps.sh (or set PI_SANDBOX_CHROMIUM)");
-}
 
 /** The host's own localhost app (a Jupyter or Grafana stand-in), with the same two pages as the guest's. */
 function hostApp(): http.Server {

@@ -219,6 +219,10 @@ const COMMAND_RULES: { pattern: RegExp; skip?: string }[] = [
     skip: "names an image or a directory this install does not have",
   },
   {
+    pattern: /^pi-sandbox dashboard( --stop)?$/,
+    skip: "starts a background web server; dashboard.test.ts drives it in a browser",
+  },
+  {
     pattern: /^pi-sandbox doctor .*-c /,
     skip: "needs a config naming a built image and boots its kernel: the --version and doctor test runs it",
   },

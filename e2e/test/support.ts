@@ -1,7 +1,7 @@
 // Shared pieces of the real-VM suites: the image from globalSetup, short isolated temp dirs,
 // and a Gondolin VM booted under TCG with an explicit image and an egress allow-list.
 import { execFile } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { access, mkdtemp, rm } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
 import { VM, createHttpHooks } from "@earendil-works/gondolin";
@@ -74,4 +74,19 @@ export async function bootVm(options: BootOptions = {}): Promise<{ vm: VM; bootM
     throw err;
   }
   return { vm, bootMs: performance.now() - started };
+}
+
+/** Debian's headless Chromium (scripts/install-system-deps.sh installs it), or PI_SANDBOX_CHROMIUM. */
+export async function chromiumPath(): Promise<string> {
+  const candidates = [process.env.PI_SANDBOX_CHROMIUM, "/usr/bin/chromium-headless-shell", "/usr/bin/chromium"];
+  for (const candidate of candidates) {
+    if (!candidate) continue;
+    try {
+      await access(candidate);
+      return candidate;
+    } catch {
+      // try the next one
+    }
+  }
+  throw new Error("no Chromium found: run scripts/install-system-deps.sh (or set PI_SANDBOX_CHROMIUM)");
 }

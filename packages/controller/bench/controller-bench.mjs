@@ -1,6 +1,6 @@
 // Controller benchmark (run on demand: npm run bench). Measures, side by side in one run:
 // inspect and `exec true` through the CLI and through ./client vs the in-process library call,
-// `list` over 50 stopped instance records, the daemon's RSS (QEMU excluded), and a warm start:
+// `list` over 50 stopped instance records, the daemon's and the dashboard's RSS (QEMU excluded), and a warm start:
 // start to the first preview byte after `suspend` vs after `stop`, same instance.
 // Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows for the summary.
 import { spawnSync, execFileSync } from "node:child_process";
@@ -37,6 +37,25 @@ const cli = (...args) => {
   if (r.status !== 0) throw new Error(r.stderr);
 };
 
+/** Resident memory of `pid` in MiB (/proc). */
+const rssOf = (pid) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))[1]) / 1024;
+
+/** The dashboard's RSS after a page followed its live updates for 20 s (it polls every 2 s then). */
+async function dashboardRss() {
+  const dashboard = await callAction({ action: "dashboard" }, { env });
+  const login = await fetch(dashboard.url, { redirect: "manual" });
+  const cookie = login.headers.get("set-cookie").split(";")[0];
+  const stream = new AbortController();
+  const events = await fetch(new URL("/api/events", dashboard.url), { headers: { cookie }, signal: stream.signal });
+  const reader = events.body.getReader();
+  const until = Date.now() + 20_000;
+  while (Date.now() < until) await Promise.race([reader.read(), new Promise((r) => setTimeout(r, 1_000))]);
+  stream.abort();
+  const rss = rssOf(dashboard.pid);
+  await callAction({ action: "dashboard", stop: true }, { env });
+  return rss;
+}
+
 try {
   writeFileSync(join(dir, "sandbox.yaml"), `version: 1\nprofile: tiny\ndiskGiB: 4\nimage: ${image}\n`);
   const layout = new StateLayout(env.PI_SANDBOX_HOME);
@@ -68,6 +87,7 @@ try {
   const status = readFileSync(`/proc/${created.daemonPid}/status`, "utf8");
   const rssMiB = Number(/VmRSS:\s+(\d+)/.exec(status)[1]) / 1024;
   row("daemon RSS (QEMU excluded)", rssMiB, undefined, "MiB", "<= 100");
+  row("dashboard RSS: 51 instances (1 running), a page open 20 s", await dashboardRss(), undefined, "MiB", "<= 80");
   await callAction({ action: "stop", name: "bench" }, { env });
 
   // Warm start: the demo's Python server as a previewed service; each round stops (cold start
@@ -125,6 +145,7 @@ try {
   row("suspend vs stop (median of 2)", median(suspends), median(stops), "ms");
   await callAction({ action: "stop", name: "warm" }, { env });
 } finally {
+  await callAction({ action: "dashboard", stop: true }, { env }).catch(() => undefined);
   await callAction({ action: "stop", name: "bench" }, { env }).catch(() => undefined);
   await callAction({ action: "stop", name: "warm" }, { env }).catch(() => undefined);
   rmSync(dir, { recursive: true, force: true });
