@@ -126,7 +126,7 @@ beforeAll(async () => {
   dashboardUrl = dashboard.url as string;
   origin = new URL(dashboardUrl).origin;
   browser = await chromium.launch({ executablePath: await chromiumPath(), args: ["--no-sandbox"] });
-  page = await (await browser.newContext({ viewport: { width: 1280, height: 640 } })).newPage();
+  page = await (await browser.newContext({ viewport: { width: 1200, height: 760 } })).newPage();
 }, 600_000);
 
 afterAll(async () => {
@@ -216,7 +216,10 @@ test("a guest's preview page can neither act through the dashboard nor open a We
 });
 
 test("Stop on the page stops the instance, as the CLI then reports", async () => {
-  if (process.env.UPDATE_SCREENSHOTS === "1") await page.screenshot({ path: SCREENSHOT });
+  if (process.env.UPDATE_SCREENSHOTS === "1") {
+    await page.evaluate(() => (globalThis as unknown as { scrollTo(x: number, y: number): void }).scrollTo(0, 0));
+    await page.screenshot({ path: SCREENSHOT });
+  }
   await page.click('button[data-key="stop:web"]');
   const deadline = Date.now() + 300_000;
   let state = "";

@@ -14,7 +14,15 @@ import { writeRecord, writeStatus } from "../dist/state/records.js";
 import { parseConfig } from "@pi-sandbox/config";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
-const image = process.env.PI_SANDBOX_TEST_IMAGE ?? execFileSync("npm", ["run", "-s", "test-image"], { cwd: fileURLToPath(new URL("../../..", import.meta.url)), encoding: "utf8" }).trim().split("\n").at(-1);
+const image =
+  process.env.PI_SANDBOX_TEST_IMAGE ??
+  execFileSync("npm", ["run", "-s", "test-image"], {
+    cwd: fileURLToPath(new URL("../../..", import.meta.url)),
+    encoding: "utf8",
+  })
+    .trim()
+    .split("\n")
+    .at(-1);
 const dir = mkdtempSync(join(tmpdir(), "ctlb-"));
 const env = { ...process.env, PI_SANDBOX_HOME: join(dir, "state") };
 const rows = [];
@@ -30,7 +38,16 @@ async function time(n, fn) {
   return median(samples);
 }
 function row(name, ours, baseline, unit, target, note = "") {
-  rows.push({ package: "controller", name, ours, baseline, ratio: baseline ? ours / baseline : undefined, unit, target, note });
+  rows.push({
+    package: "controller",
+    name,
+    ours,
+    baseline,
+    ratio: baseline ? ours / baseline : undefined,
+    unit,
+    target,
+    note,
+  });
 }
 const cli = (...args) => {
   const r = spawnSync(process.execPath, [CLI, ...args], { env, encoding: "utf8" });
@@ -49,7 +66,8 @@ async function dashboardRss() {
   const events = await fetch(new URL("/api/events", dashboard.url), { headers: { cookie }, signal: stream.signal });
   const reader = events.body.getReader();
   const until = Date.now() + 20_000;
-  while (Date.now() < until) await Promise.race([reader.read(), new Promise((r) => setTimeout(r, 1_000))]);
+  while (Date.now() < until)
+    await Promise.race([reader.read().catch(() => undefined), new Promise((r) => setTimeout(r, 1_000))]);
   stream.abort();
   const rss = rssOf(dashboard.pid);
   await callAction({ action: "dashboard", stop: true }, { env });
@@ -157,4 +175,5 @@ for (const r of rows) {
   const f = (x) => (x === undefined ? "" : `${x.toFixed(x < 10 ? 2 : 1)} ${r.unit}`);
   console.log(`| ${r.name} | ${f(r.ours)} | ${f(r.baseline)} | ${r.ratio?.toFixed(2) ?? ""} | ${r.target ?? ""} |`);
 }
-if (process.env.PI_SANDBOX_BENCH_OUT) for (const r of rows) appendFileSync(process.env.PI_SANDBOX_BENCH_OUT, JSON.stringify(r) + "\n");
+if (process.env.PI_SANDBOX_BENCH_OUT)
+  for (const r of rows) appendFileSync(process.env.PI_SANDBOX_BENCH_OUT, JSON.stringify(r) + "\n");

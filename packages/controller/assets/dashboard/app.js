@@ -229,6 +229,8 @@ function render(snapshot) {
   );
   $("#instances-empty").hidden = snapshot.instances.length > 0;
   $("#templates-empty").hidden = snapshot.templates.length > 0;
+  $("#instances").hidden = snapshot.instances.length === 0;
+  $("#templates").hidden = snapshot.templates.length === 0;
   $("#updated").textContent = snapshot.error
     ? `Could not refresh: ${snapshot.error.code}: ${snapshot.error.message}`
     : `Updated ${new Date(snapshot.at).toLocaleTimeString()}`;

@@ -1,0 +1,118 @@
+// The dashboard's server without a VM: the fake action layer behind it shows what the page can and
+// cannot make it do. Only a token link opens a session; the page's actions are the five it
+// offers; guest text leaves escaped; no WebSocket is accepted, from any origin.
+import http from "node:http";
+import { startDashboardServer, type DashboardServer } from "../src/dashboard/server.js";
+import { mintToken } from "../src/dashboard/tokens.js";
+import type { DaemonLogger } from "../src/daemon/log.js";
+
+const key = "ef".repeat(32);
+const calls: Record<string, unknown>[] = [];
+const logged: string[] = [];
+const log: DaemonLogger = {
+  info: (m) => logged.push(m),
+  warn: (m) => logged.push(m),
+  child: () => log,
+};
+const view = {
+  name: "web",
+  kind: "instances",
+  state: "running",
+  createdAt: "2026-01-01T00:00:00.000Z",
+  resources: { cpus: 1, memoryGiB: 2 },
+  diskGiB: 4,
+  hostPorts: [],
+  previews: [{ service: "web", url: "http://127.0.0.2:4000/", title: "<b>x</b>\u001b[2J" }],
+  errors: [],
+  usage: { cpuPercent: 12.5, rssBytes: 1024 },
+};
+
+async function call(input: Record<string, unknown>): Promise<unknown> {
+  calls.push(input);
+  if (input.action === "list") return input.kind === "templates" ? { templates: [] } : { instances: [view] };
+  if (input.action === "logs") return { lines: ["boot \u001b]52;c;aGk=\u0007 done"], cursor: "1:10", more: false };
+  return { name: input.name, state: "stopped" };
+}
+
+let server: DashboardServer;
+let origin: string;
+let cookie: string;
+
+beforeAll(async () => {
+  server = await startDashboardServer({ call, key, log, pollMs: { active: 100, idle: 100 } });
+  origin = `http://127.0.0.1:${server.port}`;
+  const login = await fetch(`${origin}/?token=${mintToken(key)}`, { redirect: "manual" });
+  expect(login.status).toBe(303);
+  expect(login.headers.get("location")).toBe("/");
+  cookie = login.headers.get("set-cookie")!.split(";")[0]!;
+});
+afterAll(() => server.close());
+
+const post = (body: unknown, headers: Record<string, string> = { origin: `http://127.0.0.1:${server.port}` }) =>
+  fetch(`${origin}/api/action`, {
+    method: "POST",
+    headers: { cookie, "content-type": "application/json", ...headers },
+    body: JSON.stringify(body),
+  });
+
+test("the page and its state need the session, and guest text in the state arrives escaped", async () => {
+  expect((await fetch(`${origin}/`)).status).toBe(403);
+  const page = await fetch(`${origin}/`, { headers: { cookie } });
+  expect(page.status).toBe(200);
+  expect(page.headers.get("content-security-policy")).toMatch(/default-src 'self'/);
+  expect(page.headers.get("referrer-policy")).toBe("no-referrer");
+  expect(await page.text()).toContain("<main");
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const state = (await (await fetch(`${origin}/api/state`, { headers: { cookie } })).json()) as {
+    instances: { previews: { title: string }[] }[];
+    history: Record<string, unknown[]>;
+  };
+  expect(state.instances[0]!.previews[0]!.title).toBe("<b>x</b>\\x1b[2J");
+  expect(state.history.web!.length).toBeGreaterThan(0);
+});
+
+test("the page's actions reach the action layer; anything else, or from another origin, does not", async () => {
+  calls.length = 0;
+  expect((await post({ op: "stop", name: "web" })).status).toBe(200);
+  expect((await post({ op: "restart-service", name: "web", service: "api" })).status).toBe(200);
+  const refused = await post({ op: "exec", name: "web", cmd: "rm -rf /" });
+  expect(refused.status).toBe(409);
+  expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("CONTROLLER_BAD_INPUT");
+  expect((await post({ op: "stop", name: "web" }, { origin: "http://127.0.0.2:4000" })).status).toBe(403);
+  const acted = calls.filter((c) => c.action !== "list");
+  expect(acted).toEqual([
+    { action: "stop", name: "web" },
+    { action: "services", name: "web", op: "restart", service: "api" },
+  ]);
+});
+
+test("a followed log's lines arrive with their control characters escaped", async () => {
+  const stream = new AbortController();
+  const response = await fetch(`${origin}/api/logs?name=web`, { headers: { cookie }, signal: stream.signal });
+  expect(response.headers.get("content-type")).toMatch(/text\/event-stream/);
+  const reader = response.body!.getReader();
+  let text = "";
+  while (!text.includes("event: lines")) text += new TextDecoder().decode((await reader.read()).value);
+  stream.abort();
+  expect(text).toContain("boot \\\\x1b]52;c;aGk=\\\\x07 done");
+});
+
+test("a WebSocket upgrade is refused, even from the dashboard's own origin with its session", async () => {
+  const status = await new Promise<number>((resolve, reject) => {
+    const request = http.get(`${origin}/`, {
+      headers: {
+        cookie,
+        origin,
+        connection: "Upgrade",
+        upgrade: "websocket",
+        "sec-websocket-version": "13",
+        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+      },
+    });
+    request.on("response", (response) => resolve(response.statusCode ?? 0));
+    request.on("upgrade", () => resolve(101));
+    request.on("error", reject);
+  });
+  expect(status).toBe(403);
+  expect(logged.some((line) => line.startsWith("refused an upgrade"))).toBe(true);
+});
