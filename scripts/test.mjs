@@ -3,9 +3,10 @@
 // failure in an early project scrolls out of sight (and out of a CI log's tail) long before Nx
 // names the failed targets. At the end it also lists how long each Nx task took, slowest first
 // (from Nx's own task profile, NX_PROFILE), so the slowest suite shows in every log's tail.
+// Before Nx starts, it makes or finds the guest test image once for every VM suite.
 // `--targets=a,b` runs those targets instead (the root `npm run test:unit` uses it); every other
 // argument goes to Nx.
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { readFileSync, rmSync } from "node:fs";
 import { createInterface } from "node:readline";
 
@@ -22,10 +23,35 @@ const nxArgs = process.argv.slice(2).filter((arg) => arg !== targetsArg);
 // Relative to the cwd (Nx joins it to the cwd); one file per run, as several runs may share a checkout.
 const profile = `.nx/test-timings-${process.pid}.json`;
 
+/**
+ * The guest test image, made (or found in the cache) once before Nx starts, when a target boots
+ * VMs. Without it every VM suite's jest globalSetup ran its own nested `nx run` for the image
+ * package: seven Nx start-ups, and their "> nx run" headers in the middle of other tasks' output,
+ * which mislabelled failures below.
+ */
+function testImage() {
+  if (process.env.PI_SANDBOX_TEST_IMAGE || !targets.some((target) => target === "test" || target === "test:vm")) {
+    return {};
+  }
+  const npm = process.platform === "win32" ? "npm.cmd" : "npm";
+  const result = spawnSync(npm, ["run", "-s", "test-image"], {
+    stdio: ["ignore", "pipe", "inherit"],
+    encoding: "utf8",
+  });
+  const dir = result.status === 0 ? result.stdout.trim().split("\n").pop()?.trim() : undefined;
+  if (!dir) {
+    process.stderr.write(
+      `npm test: "npm run -s test-image" failed (${result.error?.message ?? `exit ${result.status}`}); its output above says why\n`,
+    );
+    process.exit(1);
+  }
+  return { PI_SANDBOX_TEST_IMAGE: dir };
+}
+
 const nx = process.platform === "win32" ? "nx.cmd" : "nx";
 const child = spawn(nx, ["run-many", "-t", ...targets, "--outputStyle=static", ...nxArgs], {
   stdio: ["inherit", "pipe", "pipe"],
-  env: { ...process.env, NX_PROFILE: profile },
+  env: { ...process.env, ...testImage(), NX_PROFILE: profile },
 });
 
 const summary = [];
