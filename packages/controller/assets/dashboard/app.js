@@ -102,8 +102,10 @@ async function act(body, button) {
 
 const ACTIVE = new Set(["starting", "running", "stopping", "suspending"]);
 
-function button(label, key, onclick, extra = {}) {
-  return el("button", { type: "button", "data-key": key, text: label, onclick, ...extra });
+/** A button; `subject` (an instance or service name) completes its accessible name: "Stop web". */
+function button(label, key, onclick, extra = {}, subject = undefined) {
+  const name = subject === undefined ? undefined : `${label.replace(/…$/, "")} ${subject}`;
+  return el("button", { type: "button", "data-key": key, text: label, "aria-label": name, onclick, ...extra });
 }
 
 function previewList(previews) {
@@ -164,19 +166,21 @@ function usageCells(view, history) {
 }
 
 function destroyButton(view, kind) {
-  return button("Destroy…", `destroy:${kind}:${view.name}`, () => askDestroy(view.name, kind), { class: "danger" });
+  return button("Destroy…", `destroy:${kind}:${view.name}`, () => askDestroy(view.name, kind), { class: "danger" }, view.name);
 }
 
 function instanceRow(view, history) {
   const actions = el("td", { class: "actions" });
   const name = view.name;
   if (ACTIVE.has(view.state) || view.state === "unavailable") {
-    actions.append(button("Stop", `stop:${name}`, (e) => act({ op: "stop", name }, e.currentTarget)));
-    actions.append(button("Suspend", `suspend:${name}`, (e) => act({ op: "suspend", name }, e.currentTarget)));
+    actions.append(button("Stop", `stop:${name}`, (e) => act({ op: "stop", name }, e.currentTarget), {}, name));
+    actions.append(
+      button("Suspend", `suspend:${name}`, (e) => act({ op: "suspend", name }, e.currentTarget), {}, name),
+    );
   } else {
-    actions.append(button("Start", `start:${name}`, (e) => act({ op: "start", name }, e.currentTarget)));
+    actions.append(button("Start", `start:${name}`, (e) => act({ op: "start", name }, e.currentTarget), {}, name));
   }
-  actions.append(button("Services & logs", `detail:${name}`, () => openDetail(name)));
+  actions.append(button("Services & logs", `detail:${name}`, () => openDetail(name), {}, `of ${name}`));
   actions.append(destroyButton(view, "instances"));
   const accelerator = view.accelerator
     ? el("span", { text: view.accelerator, title: view.acceleratorReason ?? "" })
@@ -278,13 +282,23 @@ async function openDetail(name) {
   }
   for (const service of answer.services ?? []) {
     select.append(el("option", { value: service.name, text: `service ${service.name}` }));
-    const restart = button("Restart", `restart:${name}:${service.name}`, (e) =>
-      act({ op: "restart-service", name, service: service.name }, e.currentTarget),
+    const restart = button(
+      "Restart",
+      `restart:${name}:${service.name}`,
+      (e) => act({ op: "restart-service", name, service: service.name }, e.currentTarget),
+      {},
+      `service ${service.name}`,
     );
-    const showLog = button("Log", `log:${name}:${service.name}`, () => {
-      select.value = service.name;
-      followLog(name, service.name);
-    });
+    const showLog = button(
+      "Log",
+      `log:${name}:${service.name}`,
+      () => {
+        select.value = service.name;
+        followLog(name, service.name);
+      },
+      {},
+      `of service ${service.name}`,
+    );
     $("#services tbody").append(
       el(
         "tr",
