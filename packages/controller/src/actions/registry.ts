@@ -15,6 +15,7 @@ import { create, destroy, prepare, start, stop } from "./lifecycle.js";
 import { list } from "./list.js";
 import { logs } from "./logs.js";
 import { secrets } from "./secrets.js";
+import { secretsAdd } from "./secrets-add.js";
 import { preview, serviceStart, services } from "./services.js";
 import { shell } from "./shell.js";
 import { suspend } from "./suspend.js";
@@ -42,6 +43,7 @@ export const ACTIONS = [
   serviceStart,
   preview,
   secrets,
+  secretsAdd,
   doctor,
   dashboard,
   shell,
