@@ -23,6 +23,11 @@ export interface ReviewSetupArgs {
   piCommand: string;
   /** What install and build cover; omitted = `full`. */
   scope?: InstallScope;
+  /**
+   * `--live-model` on an instance that lacks the provider's secret: restart it (suspend and
+   * resume) after declaring the secret without asking.
+   */
+  restart?: boolean;
 }
 
 /** The parsed command line: either help or a run. */
@@ -61,6 +66,10 @@ Options:
                                  pi: only what the launch command loads (npm ci --workspace
                                  @pi-sandbox/pi-extension, then the builds of the workspaces it
                                  depends on, in order): far less work on a slow guest
+  --restart                      with --live-model on an instance made without --config: after
+                                 adding the provider's secret to it, suspend and resume it (its
+                                 processes keep running) without asking; without it, a terminal
+                                 is asked and anything else stops with REVIEW_SETUP_RESTART_NEEDED
   -h, --help                     this text
 `;
 
@@ -81,6 +90,7 @@ export function parseCommandLine(argv: readonly string[]): ParsedCommandLine {
         repo: { type: "string" },
         "pi-command": { type: "string" },
         scope: { type: "string" },
+        restart: { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },
     });
@@ -103,6 +113,7 @@ export function parseCommandLine(argv: readonly string[]): ParsedCommandLine {
     piCommand: values["pi-command"] ?? DEFAULT_PI_COMMAND,
   };
   if (values.config !== undefined) result.config = values.config;
+  if (values.restart) result.restart = true;
   if (values.repo !== undefined) result.repo = values.repo;
   if (values["live-model"] !== undefined) result.liveModel = parseModel(values["live-model"]);
   if (values["model-server"] !== undefined) {

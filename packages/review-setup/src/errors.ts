@@ -31,6 +31,11 @@ export type ReviewSetupErrorCode =
   | "REVIEW_SETUP_PROVIDER_UNSUPPORTED"
   /** `--live-model`: the instance declares no `network.secrets` entry for the provider's credential (made before this, or without `--config`). */
   | "REVIEW_SETUP_SECRET_MISSING"
+  /**
+   * `--live-model`: the instance needs a restart (suspend and resume) before the VM uses the
+   * provider's newly declared secret, and none was allowed (`--restart`, or yes at the prompt).
+   */
+  | "REVIEW_SETUP_RESTART_NEEDED"
   /** The live check did not produce a generated response. */
   | "REVIEW_SETUP_LIVE_CHECK_FAILED"
   /** `--model-server`: the server did not answer (the host's request, or the guest's). */

@@ -123,12 +123,11 @@ export function requireSecret(name: string, view: InstanceView, secret: LiveSecr
   throw new ReviewSetupError(
     "REVIEW_SETUP_SECRET_MISSING",
     `instance ${name} declares no network.secrets ${secret.name} for ${secret.hosts.join(", ")}, which live mode needs to keep ` +
-      `the ${provider} credential on the host (it was created without --config, before review-setup kept credentials on the host, ` +
-      `or while the host had no ${provider} login); the credential is never copied into the guest instead`,
+      `the ${provider} credential on the host; the credential is never copied into the guest instead`,
     {
       hint:
-        `Secrets are fixed when an instance is created: destroy it (npx pi-sandbox destroy ${name} --confirm ${name}), make sure ` +
-        `the host's Pi is logged in to ${provider}, then create it again with --config <sandbox.yaml> --live-model ${provider}/<model>.`,
+        `Rerun without --config: sandbox:setup --name ${name} --live-model ${provider}/<model> --restart adds the secret ` +
+        `to the instance and restarts it as a suspend and resume.`,
       details: { secret: secret.name, hosts: [...secret.hosts], declared: view.secrets ?? [] },
     },
   );

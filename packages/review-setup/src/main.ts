@@ -17,6 +17,8 @@ export interface CliIo {
   cwd: string;
   /** Ends the run. */
   signal?: AbortSignal;
+  /** Asks the user a question and resolves with the answer (a terminal only); absent: no one to ask. */
+  ask?: (question: string) => Promise<string>;
   /** Extra library options for tests (install/build commands). */
   overrides?: Partial<ReviewSetupOptions>;
 }
@@ -47,6 +49,7 @@ export async function main(argv: readonly string[], raw: CliIo): Promise<number>
       controller,
       hostEnv: io.env,
       signal: io.signal,
+      ...(raw.ask ? { confirm: async (question: string) => /^y(es)?$/i.test((await raw.ask!(question)).trim()) } : {}),
       onProgress: (event) => {
         const mark = { start: "…", done: "✓", skip: "-", info: " " }[event.status];
         io.stderr(`[${event.step}] ${mark} ${event.message}\n`);

@@ -2,8 +2,8 @@
 // -> agent dir -> (live: credentials -> live check). Guest work goes through GuestSession only; the
 // candidate's steps (transfer to switch) are in candidate.ts.
 import { resolve } from "node:path";
-import { shellQuote } from "@pi-sandbox/config";
-import type { CallActionOptions } from "@pi-sandbox/controller/client";
+import { callAction, type CallActionOptions } from "@pi-sandbox/controller/client";
+import { ensureLiveSecrets } from "./add-secrets.js";
 import type { ReviewSetupArgs } from "./args.js";
 import { resolveHostCredential, type HostCredential } from "./credentials.js";
 import { ReviewSetupError } from "./errors.js";
@@ -26,7 +26,8 @@ import {
 import { liveSecret, type LiveSecret } from "./providers.js";
 import { scopeCommands, type InstallScope } from "./scope.js";
 import { createSnapshot, type Vcs } from "./snapshot.js";
-import { candidateIdAt, installCandidate, mustSucceed } from "./candidate.js";
+import { prepareAgentDir } from "./agent-dir.js";
+import { candidateIdAt, installCandidate } from "./candidate.js";
 
 /** Steps in the order they run. */
 export type StepName =
@@ -76,6 +77,8 @@ export interface ReviewSetupOptions extends Omit<ReviewSetupArgs, "piCommand"> {
   refreshLogin?: HostLoginRefresher;
   /** Progress callback. */
   onProgress?: (event: StepEvent) => void;
+  /** Asks the user a yes/no question (a terminal); absent: nobody to ask, so no restart without `restart`. */
+  confirm?: (question: string) => Promise<boolean>;
   /** Ends the refresh with `signal.reason`; a guest command in flight is left to finish. */
   signal?: AbortSignal;
   /**
@@ -160,7 +163,7 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
   }
 
   emit("instance", "start", options.config ? `creating ${name} from ${options.config}` : `checking ${name}`);
-  const view = await ensureInstance(
+  let view = await ensureInstance(
     {
       name,
       config: options.config,
@@ -179,6 +182,24 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
     controller,
     (message) => emit("instance", "info", message),
   );
+  let restartNote: string | undefined;
+  if (secret && !options.config) {
+    const ensured = await ensureLiveSecrets({
+      name,
+      view,
+      provider: options.liveModel!.provider,
+      secret,
+      stateDir,
+      restart: options.restart ?? false,
+      ...(options.confirm ? { confirm: options.confirm } : {}),
+      call: options.callAction ?? callAction,
+      controller,
+      info: (message) => emit("instance", "info", message),
+      signal,
+    });
+    view = ensured.view;
+    restartNote = ensured.note;
+  }
   if (secret) requireSecret(name, view, secret, options.liveModel!.provider);
   if (server) requireModelServerSecret(name, view, server);
   const probe = await guest.exec(GUEST_PROBE, { signal });
@@ -200,7 +221,9 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
     now: now(),
   });
   try {
-    return await refreshLocked(options, { guest, layout, credential, secret, stateDir, served, emit, now });
+    const result = await refreshLocked(options, { guest, layout, credential, secret, stateDir, served, emit, now });
+    if (restartNote) result.notes.unshift(restartNote);
+    return result;
   } finally {
     await release();
   }
@@ -247,21 +270,8 @@ async function refreshLocked(options: ReviewSetupOptions, context: RefreshContex
 
     const notes: string[] = [];
     emit("agent", "start", `preparing the isolated agent directory ${layout.agentDir}`);
-    const agentLog = layout.log(id, "agent");
-    const agent = await mustSucceed(
-      guest,
-      "agent",
-      `umask 077 && mkdir -p ${shellQuote(layout.agentDir)} && chmod 700 ${shellQuote(layout.agentDir)} && ` +
-        `if command -v herdr >/dev/null 2>&1; then ` +
-        `if PI_CODING_AGENT_DIR=${shellQuote(layout.agentDir)} herdr integration install pi > ${shellQuote(agentLog)} 2>&1; ` +
-        `then echo herdr:installed; else echo herdr:failed; fi; else echo herdr:absent; fi`,
-      signal,
-    );
-    if (agent.output.includes("herdr:installed"))
-      notes.push("Herdr found: its Pi integration is installed in the agent directory.");
-    else if (agent.output.includes("herdr:failed"))
-      notes.push(`Herdr found but its Pi integration failed to install (log: ${agentLog}).`);
-    else notes.push("Herdr not found in the guest: its Pi integration was skipped (optional).");
+    const agent = await prepareAgentDir(guest, layout, layout.log(id, "agent"), signal);
+    notes.push(agent.note);
     emit("agent", "done", notes[notes.length - 1] ?? "");
 
     const piCommand = options.piCommand ?? "node_modules/.bin/pi -e ./packages/pi-extension";

@@ -17,6 +17,8 @@ export interface FakeGuestOptions {
   nodeVersion?: string;
   /** The guest's environment (secret placeholders), as the live step's auth.json writer reads it. */
   env?: Record<string, string>;
+  /** Herdr in the guest: absent (default), installing fine, or failing with this output. */
+  herdr?: "absent" | "installed" | { failOutput: string };
   /** Called when a step command containing this text starts; the step waits for the promise. */
   blockOn?: { needle: string; until: Promise<void>; started: () => void };
 }
@@ -59,7 +61,11 @@ export class FakeGuest implements GuestSession {
       this.files.set(auth!, JSON.stringify(stored));
       return { exitCode: 0, output: "stored 600\n" };
     }
-    if (cmd.includes("command -v herdr")) return { exitCode: 0, output: "herdr:absent\n" };
+    if (cmd.includes("command -v herdr")) {
+      const herdr = this.options.herdr ?? "absent";
+      if (herdr === "absent" || herdr === "installed") return { exitCode: 0, output: `herdr:${herdr}\n` };
+      return { exitCode: 0, output: `herdr:failed:1\n${herdr.failOutput}` };
+    }
     for (const [needle, code] of Object.entries(this.options.failing ?? {})) {
       if (cmd.includes(needle)) return { exitCode: code, output: `npm error ${needle} failed\n` };
     }

@@ -1,12 +1,15 @@
-// The seed's example on one real VM: `sandbox:setup --config … --live-model openai-codex/gpt-6-sol`
-// with a ChatGPT (openai-codex) login on the host. A fake ChatGPT backend on the host stands for
+// The seed's example on one real VM, on an instance created the CLI's way (the `create` action,
+// no `sandbox:setup --config`): `sandbox:setup --live-model openai-codex/gpt-6-sol --restart` with
+// a ChatGPT (openai-codex) login on the host adds the secret to the instance and suspends and
+// resumes it (a process started before keeps running, the same kernel boot). A fake ChatGPT backend on the host stands for
 // https://chatgpt.com (this process's `dns.lookup` sends that name to 127.0.0.1; the controller
 // runs in-process with it as an allowed internal host and the runtime's `upstream` seam, as in
 // live-secrets.vm.test.ts). The guest's real Pi (1.6, from the fixture checkout) decodes the
 // JWT-shaped placeholder, sends it, and the backend receives the real token and account id. A
 // refreshed host token reaches the backend after a second refresh without a restart, the guest's
 // auth.json carries the new expiry, the old placeholder still works, and after `stop` no byte of
-// either token is anywhere in the state root.
+// either token is anywhere in the state root. Before the second refresh the guest gets a fake
+// `herdr` that records its arguments and writes an extension, which the live check's Pi loads.
 import { createHash, randomBytes } from "node:crypto";
 import dns from "node:dns";
 import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
@@ -33,6 +36,19 @@ const API = "chatgpt.com";
 const ACCOUNT = "acct-4f1c9e2a-review-setup-test";
 const REFRESH = "host-refresh-token-never-leaves";
 const AGENT = "/workspace/.review/agent";
+
+/** A fake Herdr: records its arguments and agent dir, and writes an extension that leaves a marker when Pi loads it. */
+const FAKE_HERDR = `#!/bin/sh
+echo "$*|$PI_CODING_AGENT_DIR" >> /tmp/herdr-calls
+mkdir -p "$PI_CODING_AGENT_DIR/extensions"
+cat > "$PI_CODING_AGENT_DIR/extensions/herdr-agent-state.ts" <<'EOF'
+import { writeFileSync } from "node:fs";
+export default function () {
+  writeFileSync("/tmp/herdr-extension-loaded", "loaded");
+}
+EOF
+echo "installed the Pi integration"
+`;
 const originalLookup = dns.lookup;
 
 /** A ChatGPT-style access token: a JWT with the account id, plan and expiry, and a private e-mail. */
@@ -60,12 +76,23 @@ let dir: string;
 let repo: string;
 let layout: StateLayout;
 let controller: InstanceController;
+let newController: () => InstanceController;
 let ping: net.Server;
 let server: https.Server;
 let port: number;
 /** What the backend got: the bearer token and account id of each request (and WebSocket attempt). */
 const received: { kind: string; token: string; account: string }[] = [];
 const timings: string[] = [];
+
+/** Runs `work`, noting how long it took under `label` (printed after the suite). */
+async function timed<T>(label: string, work: () => Promise<T>): Promise<T> {
+  const started = Date.now();
+  try {
+    return await work();
+  } finally {
+    timings.push(`  ${label}: ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  }
+}
 
 function fakeLookup(hostname: string, options: unknown, callback?: (...args: unknown[]) => void): void {
   if (hostname !== API) {
@@ -83,6 +110,8 @@ async function call(input: unknown, options?: CallActionOptions): Promise<unknow
   if (findAction(args.action)?.route === "local") {
     return callAction(input, { ...options, env: { ...process.env, PI_SANDBOX_HOME: layout.root }, cwd: dir });
   }
+  // A suspend ends the daemon; the next action (the start) goes to a fresh one, as a spawn would.
+  if (controller.exiting) controller = newController();
   return controller.call(args, {
     progress: (event) => options?.onProgress?.(event),
     ...(options?.signal ? { signal: options.signal } : {}),
@@ -202,21 +231,24 @@ beforeAll(async () => {
     socket.on("error", () => undefined);
   });
   await new Promise<void>((resolve) => ping.listen(layout.socketPath("instances", NAME), resolve));
-  controller = new InstanceController(
-    layout,
-    "instances",
-    NAME,
-    createFileLogger(layout.logFile("instances", NAME), `[${NAME}]`),
-    createVmRuntime({
-      stateRoot: layout.runtimeDir(),
-      allowedInternalHosts: [API],
-      upstream: { ca: tls.cert, httpsPort: port },
-    }),
-  );
+  newController = () =>
+    new InstanceController(
+      layout,
+      "instances",
+      NAME,
+      createFileLogger(layout.logFile("instances", NAME), `[${NAME}]`),
+      createVmRuntime({
+        stateRoot: layout.runtimeDir(),
+        allowedInternalHosts: [API],
+        upstream: { ca: tls.cert, httpsPort: port },
+      }),
+    );
+  controller = newController();
 });
 
 afterAll(async () => {
   process.stderr.write(`live-codex VM timings (TCG):\n${timings.join("\n")}\n`);
+  process.stderr.write(`live-codex backend requests: ${received.map((r) => r.kind).join(", ")}\n`);
   await act({ action: "stop" }).catch(() => undefined);
   (dns as { lookup: unknown }).lookup = originalLookup;
   server?.close();
@@ -228,11 +260,31 @@ afterAll(async () => {
 const claims = (jwt: string) =>
   JSON.parse(Buffer.from(jwt.split(".")[1]!, "base64url").toString("utf8")) as Record<string, unknown>;
 
-test("the guest's Pi sends a JWT-shaped placeholder; the ChatGPT backend receives the real token; a refreshed one needs no restart", async () => {
+test("on an instance the CLI made, the guest's Pi sends a JWT-shaped placeholder and the ChatGPT backend receives the real token; a refreshed one needs no restart", async () => {
   await login(TOKEN, EXP1);
-  const first = await setup(["--config", "sandbox.yaml", "--live-model", "openai-codex/gpt-6-sol"]);
+  const created = await timed("create (the CLI's action)", () =>
+    act({ action: "create", config: join(dir, "sandbox.yaml") }),
+  );
+  expect(created.secrets ?? []).toEqual([]);
+  const bootId = async () => (await act({ action: "exec", cmd: "cat /proc/sys/kernel/random/boot_id" })).output;
+  const firstBoot = await bootId();
+  const sleeper = (
+    await act({ action: "exec", cmd: "setsid sleep 100000 </dev/null >/dev/null 2>&1 & echo $!" })
+  ).output.trim();
+
+  // Without --restart and with nobody to ask, the secret is added but the VM is not restarted.
+  const refused = await setup(["--live-model", "openai-codex/gpt-6-sol"]);
+  expect(refused.code).toBe(1);
+  expect(refused.stderr).toContain("REVIEW_SETUP_RESTART_NEEDED");
+  expect(refused.stderr).toContain(
+    "added network.secrets OPENAI_CODEX_ACCESS_TOKEN to review (allowedHosts + chatgpt.com)",
+  );
+  const first = await setup(["--live-model", "openai-codex/gpt-6-sol", "--restart"]);
   if (first.code !== 0) throw new Error(`setup failed:\n${first.stderr}\nbackend saw ${JSON.stringify(received)}`);
   expect(first.stdout).toContain(`ready gpt-6-sol ${hash(TOKEN)}`);
+  expect(first.stdout).toContain("review was suspended and resumed for the new secrets: its processes kept running.");
+  expect(await bootId()).toBe(firstBoot); // resumed, not booted again
+  expect((await act({ action: "exec", cmd: `kill -0 ${sleeper} && echo alive` })).output.trim()).toBe("alive");
   const posts = () => received.filter((r) => r.kind.startsWith("POST"));
   expect(posts().map((r) => [r.kind, r.token === TOKEN, r.account])).toEqual([
     ["POST /backend-api/codex/responses", true, ACCOUNT],
@@ -259,11 +311,19 @@ test("the guest's Pi sends a JWT-shaped placeholder; the ChatGPT backend receive
   expect(placeholder.split(".")[2]).not.toBe(TOKEN.split(".")[2]);
 
   // The host's login was refreshed (a new token, a later expiry): the next refresh pushes both.
-  const bootId = async () => (await act({ action: "exec", cmd: "cat /proc/sys/kernel/random/boot_id" })).output;
   const booted = await bootId();
   await login(REFRESHED, EXP2);
+  await act({ action: "write", path: "/usr/local/bin/herdr", content: FAKE_HERDR });
+  await act({
+    action: "exec",
+    cmd: "chmod 755 /usr/local/bin/herdr; rm -f /tmp/herdr-calls /tmp/herdr-extension-loaded",
+  });
   const second = await setup(["--live-model", "openai-codex/gpt-6-sol"]);
   if (second.code !== 0) throw new Error(`second setup failed:\n${second.stderr}`);
+  // Herdr: the refresh ran `herdr integration install pi` for the agent dir; the live check's Pi loaded it.
+  expect(second.stdout).toContain("Herdr found: its Pi integration is installed in the agent directory.");
+  const herdr = await act({ action: "exec", cmd: "cat /tmp/herdr-calls; cat /tmp/herdr-extension-loaded" });
+  expect(herdr.output).toBe(`integration install pi|${AGENT}\nloaded`);
   expect(second.stdout).toContain(`ready gpt-6-sol ${hash(REFRESHED)}`);
   expect(posts().at(-1)).toMatchObject({ account: ACCOUNT });
   expect(posts().at(-1)!.token === REFRESHED).toBe(true);

@@ -68,6 +68,22 @@ test("a refresh uploads the archive, verifies, unpacks, installs, builds, then s
   expect(again.previousId).toBe(result.candidateId);
 });
 
+test("Herdr in the guest: its Pi integration is installed into the agent directory, a failure quoted with the command", async () => {
+  const installed = await runReviewSetup(options(new FakeGuest({ herdr: "installed" })));
+  expect(installed.notes).toEqual(["Herdr found: its Pi integration is installed in the agent directory."]);
+  const guest = new FakeGuest({ herdr: { failOutput: "error: no socket\nhint: start herdr\n" } });
+  const failed = await runReviewSetup(options(guest));
+  expect(failed.mode).toBe("offline-snapshot"); // Herdr is optional: the refresh itself succeeded
+  expect(failed.notes).toEqual([
+    expect.stringMatching(
+      /^Herdr found but `PI_CODING_AGENT_DIR=\/workspace\/\.review\/agent herdr integration install pi` failed \(exit 1; log: \/workspace\/\.review\/logs\/\S+\/agent\.log\): error: no socket \| hint: start herdr$/,
+    ),
+  ]);
+  expect(guest.commands.find((c) => c.includes("command -v herdr"))).toContain(
+    "PI_CODING_AGENT_DIR=/workspace/.review/agent herdr integration install pi",
+  );
+});
+
 test("a checksum mismatch stops before unpacking", async () => {
   const guest = new FakeGuest({ corrupt: true });
   await expect(runReviewSetup(options(guest))).rejects.toMatchObject({
@@ -316,31 +332,101 @@ describe("live mode", () => {
       expect(seen).not.toContain(secret);
   });
 
-  test("an instance without the secret is refused before any guest work, naming the fix", async () => {
+  /**
+   * A controller whose instance was made without the secret: `secrets-add` records it, `suspend`
+   * and `start` restart the VM (then `inspect` and `start` show it), `secrets` reloads.
+   */
+  const plainInstance = (calls: unknown[], restore: unknown = { warm: true, restoreMs: 900 }) => {
+    let declared: { name: string; hosts: string[] }[] = [];
+    let restarted = false;
+    return async (input: unknown) => {
+      calls.push(input);
+      const call = input as { action: string; secrets?: Record<string, { hosts: string[] }> };
+      if (call.action === "secrets-add") {
+        const added = Object.keys(call.secrets!);
+        declared = [...declared, ...added.map((name) => ({ name, hosts: call.secrets![name]!.hosts }))];
+        return { added, unchanged: [], allowedHostsAdded: ["api.anthropic.com"], restartNeeded: true };
+      }
+      if (call.action === "secrets" && !restarted) {
+        throw new ControllerError("VM_SECRET_INVALID", "no secret named ANTHROPIC_API_KEY was given to this VM");
+      }
+      if (call.action === "suspend") return { state: "suspended" };
+      if (call.action === "start") restarted = true;
+      return { state: "running", secrets: declared, ...(call.action === "start" ? { restore } : {}) };
+    };
+  };
+
+  test("an instance made without --config gets the provider's secrets; without --restart or a yes it is not restarted", async () => {
     await login({ type: "api_key", key: "sk-ant-api-KEY" });
-    for (const secrets of [undefined, [{ name: "ANTHROPIC_OAUTH_TOKEN", hosts: ["api.anthropic.com"] }]]) {
-      const guest = new FakeGuest({ liveOutput: `${liveLine}\n` });
+    const calls: unknown[] = [];
+    const guest = new FakeGuest({ liveOutput: `${liveLine}\n` });
+    const questions: string[] = [];
+    const run = (extra: Partial<ReviewSetupOptions>) =>
+      runReviewSetup(
+        options(guest, {
+          liveModel: { provider: "anthropic", model: "m" },
+          hostEnv: { PI_CODING_AGENT_DIR: hostAgent },
+          callAction: plainInstance(calls),
+          ...extra,
+        }),
+      );
+    await expect(run({})).rejects.toMatchObject({
+      code: "REVIEW_SETUP_RESTART_NEEDED",
+      message: expect.stringMatching(/declares ANTHROPIC_API_KEY now, which its VM, booted before, does not have/),
+      hint: expect.stringMatching(/--restart .*npx pi-sandbox suspend review && npx pi-sandbox start review/),
+    });
+    const declared = calls.find((c) => (c as { action: string }).action === "secrets-add") as {
+      secrets: Record<string, { from: string; hosts: string[] }>;
+    };
+    expect(Object.keys(declared.secrets)).toEqual(["ANTHROPIC_API_KEY", "ANTHROPIC_OAUTH_TOKEN"]);
+    expect(declared.secrets.ANTHROPIC_API_KEY).toEqual({
+      from: `file:${join(lockDir, "secrets", "review", "ANTHROPIC_API_KEY")}`,
+      hosts: ["api.anthropic.com"],
+    });
+    const no = async (question: string) => {
+      questions.push(question);
+      return false;
+    };
+    await expect(run({ confirm: no })).rejects.toMatchObject({ code: "REVIEW_SETUP_RESTART_NEEDED" });
+    expect(questions).toEqual([expect.stringMatching(/Restart it now as a suspend and resume .*\[y\/N\] $/)]);
+    expect(calls.map((c) => (c as { action: string }).action)).not.toContain("suspend");
+    expect(guest.commands).toEqual([]); // nothing in the guest before the secret is usable
+  });
+
+  test("--restart (or a yes) suspends and resumes the instance, then the live refresh goes on", async () => {
+    await login({ type: "api_key", key: "sk-ant-api-KEY" });
+    for (const extra of [{ restart: true }, { confirm: async () => true }] as Partial<ReviewSetupOptions>[]) {
       const calls: unknown[] = [];
-      await expect(
-        runReviewSetup(
-          options(guest, {
-            liveModel: { provider: "anthropic", model: "m" },
-            hostEnv: { PI_CODING_AGENT_DIR: hostAgent },
-            callAction: controller(secrets, calls),
-          }),
-        ),
-      ).rejects.toMatchObject({
-        code: "REVIEW_SETUP_SECRET_MISSING",
-        message: expect.stringMatching(
-          /declares no network\.secrets ANTHROPIC_API_KEY for api\.anthropic\.com.*never copied into the guest/,
-        ),
-        hint: expect.stringMatching(
-          /destroy it .* then create it again with --config <sandbox\.yaml> --live-model anthropic\/<model>/,
-        ),
-      });
-      expect(guest.commands).toEqual([]);
-      expect(calls).toEqual([{ action: "inspect", name: "review" }]);
+      const guest = new FakeGuest({ liveOutput: `${liveLine}\n`, env: { ANTHROPIC_API_KEY: "PI_SANDBOX_SECRET_k" } });
+      const result = await runReviewSetup(
+        options(guest, {
+          liveModel: { provider: "anthropic", model: "m" },
+          hostEnv: { PI_CODING_AGENT_DIR: hostAgent },
+          callAction: plainInstance(calls),
+          ...extra,
+        }),
+      );
+      expect(result.mode).toBe("live-ready");
+      expect(result.notes[0]).toBe("review was suspended and resumed for the new secrets: its processes kept running.");
+      expect(calls.map((c) => (c as { action: string }).action)).toEqual([
+        "inspect",
+        "secrets-add",
+        "suspend",
+        "start",
+        "secrets",
+      ]);
     }
+    // A cold boot (the memory could not be restored) is said as such.
+    const calls: unknown[] = [];
+    const cold = await runReviewSetup(
+      options(new FakeGuest({ liveOutput: `${liveLine}\n`, env: { ANTHROPIC_API_KEY: "PI_SANDBOX_SECRET_k" } }), {
+        liveModel: { provider: "anthropic", model: "m" },
+        hostEnv: { PI_CODING_AGENT_DIR: hostAgent },
+        callAction: plainInstance(calls, { warm: false, reason: "the guest image changed" }),
+        restart: true,
+      }),
+    );
+    expect(cold.notes[0]).toMatch(/booted cold \(the guest image changed\): its services were started again/);
   });
 
   test("a provider whose token live mode cannot keep on the host is refused before the login is read or refreshed", async () => {
