@@ -27,6 +27,13 @@ const SESSION_REFRESH_ATTEMPTS = 3;
 /** Most models taken from one answer, and the longest id. */
 const MAX_MODELS = 500;
 const MAX_ID_CHARS = 256;
+/** Pi's default context window for a custom model, used when the list says none. */
+const DEFAULT_CONTEXT_WINDOW = 128_000;
+/**
+ * Fields of a list entry that state its context window (oMLX: `max_context_window`, LM Studio and
+ * OpenRouter-style lists: `context_length`, vLLM: `max_model_len`; models.json: `contextWindow`).
+ */
+const CONTEXT_WINDOW_FIELDS = ["max_context_window", "context_length", "max_model_len", "contextWindow"];
 
 /**
  * The model ids of an OpenAI-style `GET /v1/models` answer (`{"data":[{"id":…}]}`), in the
@@ -51,8 +58,38 @@ export function modelIdsOf(body: unknown): string[] {
   return [...ids];
 }
 
-/** Pi's definition of one served model: a text chat model with Pi's defaults for custom models. */
-export function localModel(id: string, baseUrl: string): ProviderModelConfig {
+/** The context window an entry states (a positive integer up to 100M), if any. */
+export function contextWindowOf(entry: unknown): number | undefined {
+  if (typeof entry !== "object" || entry === null) return undefined;
+  for (const field of CONTEXT_WINDOW_FIELDS) {
+    const value = (entry as Record<string, unknown>)[field];
+    if (typeof value === "number" && Number.isInteger(value) && value > 0 && value <= 100_000_000) return value;
+  }
+  return undefined;
+}
+
+/** The models of a list answer: `modelIdsOf`'s ids, each with the context window its entry states. */
+export function modelsOf(body: unknown): { id: string; contextWindow?: number }[] {
+  const data = (body as { data?: unknown } | null)?.data;
+  const entries = new Map<string, unknown>();
+  if (Array.isArray(data)) {
+    for (const entry of data) {
+      const id = (entry as { id?: unknown } | null)?.id;
+      if (typeof id === "string" && !entries.has(id)) entries.set(id, entry);
+    }
+  }
+  return modelIdsOf(body).map((id) => {
+    const contextWindow = contextWindowOf(entries.get(id));
+    return contextWindow ? { id, contextWindow } : { id };
+  });
+}
+
+/**
+ * Pi's definition of one served model: a text chat model with Pi's defaults for custom models, and
+ * the context window the server states (else Pi's default): a server such as oMLX rejects prompts
+ * above its window, so Pi must compact before that.
+ */
+export function localModel(id: string, baseUrl: string, contextWindow = DEFAULT_CONTEXT_WINDOW): ProviderModelConfig {
   return {
     id,
     name: id,
@@ -61,7 +98,7 @@ export function localModel(id: string, baseUrl: string): ProviderModelConfig {
     reasoning: false,
     input: ["text"],
     cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
-    contextWindow: 128_000,
+    contextWindow,
     maxTokens: 16_384,
   };
 }
@@ -104,7 +141,7 @@ export async function fetchLocalModels(baseUrl: string, signal?: AbortSignal): P
   } catch {
     throw new Error(`The model server at ${url.href} did not answer with JSON: is it an OpenAI-compatible server?`);
   }
-  return modelIdsOf(body).map((id) => localModel(id, baseUrl));
+  return modelsOf(body).map((m) => localModel(m.id, baseUrl, m.contextWindow));
 }
 
 /** The seed: the `local` models listed in the agent directory's models.json. */
@@ -114,7 +151,9 @@ async function seedModels(baseUrl: string): Promise<ProviderModelConfig[]> {
     const config = JSON.parse(await readFile(join(agentDir, "models.json"), "utf8")) as {
       providers?: Record<string, { models?: unknown }>;
     };
-    return modelIdsOf({ data: config.providers?.[LOCAL_PROVIDER]?.models }).map((id) => localModel(id, baseUrl));
+    return modelsOf({ data: config.providers?.[LOCAL_PROVIDER]?.models }).map((m) =>
+      localModel(m.id, baseUrl, m.contextWindow),
+    );
   } catch {
     return [];
   }

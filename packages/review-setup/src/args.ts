@@ -30,8 +30,11 @@ export interface ReviewSetupArgs {
   restart?: boolean;
 }
 
-/** The parsed command line: either help or a run. */
-export type ParsedCommandLine = { help: true } | ({ help: false } & ReviewSetupArgs);
+/** The parsed command line: help, the Pi version check (`--check-pi`), or a run. */
+export type ParsedCommandLine =
+  | { help: true }
+  | { help: false; checkPi: true; repo?: string }
+  | ({ help: false; checkPi?: undefined } & ReviewSetupArgs);
 
 /** Text of `--help`. */
 export const USAGE = `Usage: bun run sandbox:setup --name <instance> [options]
@@ -70,6 +73,9 @@ Options:
                                  adding the provider's secret to it, suspend and resume it (its
                                  processes keep running) without asking; without it, a terminal
                                  is asked and anything else stops with REVIEW_SETUP_RESTART_NEEDED
+  --check-pi                     only check whether the Pi the guest gets (the version
+                                 package-lock.json pins) is the newest on the npm registry: exit 0
+                                 current, 1 an update exists, 2 could not check (offline); no --name
   -h, --help                     this text
 `;
 
@@ -91,6 +97,7 @@ export function parseCommandLine(argv: readonly string[]): ParsedCommandLine {
         "pi-command": { type: "string" },
         scope: { type: "string" },
         restart: { type: "boolean" },
+        "check-pi": { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },
     });
@@ -102,6 +109,7 @@ export function parseCommandLine(argv: readonly string[]): ParsedCommandLine {
   }
   const values = parsed.values;
   if (values.help) return { help: true };
+  if (values["check-pi"]) return { help: false, checkPi: true, ...(values.repo ? { repo: values.repo } : {}) };
   if (!values.name) {
     throw new ReviewSetupError("REVIEW_SETUP_USAGE", "--name <instance> is required", {
       hint: "Example: bun run sandbox:setup --name review --config sandbox.yaml",

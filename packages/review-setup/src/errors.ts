@@ -42,6 +42,8 @@ export type ReviewSetupErrorCode =
   | "REVIEW_SETUP_MODEL_SERVER_UNREACHABLE"
   /** `--model-server`: the server answered `GET …/models` with an HTTP error (e.g. 401: it wants a key). */
   | "REVIEW_SETUP_MODEL_SERVER_REFUSED"
+  /** `--model-server`: `PI_SANDBOX_LOCAL_MODEL` pins a model the server does not list; `details.ids` lists those it does. */
+  | "REVIEW_SETUP_MODEL_NOT_SERVED"
   /** `--model-server`: the server's answer lists no usable model (or is not an OpenAI-style model list). */
   | "REVIEW_SETUP_MODEL_SERVER_NO_MODELS"
   /** `--model-server` without `--config`: the existing instance does not list the server's port in `network.hostPorts`. */

@@ -1,7 +1,10 @@
 // review-setup's main: parses the command line, runs the setup, prints the result.
 import { isCodedError } from "@pi-sandbox/config";
 import { escapeControlChars } from "@pi-sandbox/controller/client";
+import { access } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
 import { parseCommandLine, USAGE } from "./args.js";
+import { checkPiVersion } from "./pi-version.js";
 import type { ControllerOptions } from "./guest.js";
 import { runReviewSetup, type ReviewSetupOptions, type ReviewSetupResult } from "./refresh.js";
 
@@ -42,6 +45,12 @@ export async function main(argv: readonly string[], raw: CliIo): Promise<number>
     io.stdout(USAGE);
     return 0;
   }
+  if (args.checkPi) {
+    const repo = await checkoutRoot(resolve(io.cwd, args.repo ?? "."));
+    const check = await checkPiVersion({ repo, env: io.env, ...(io.signal ? { signal: io.signal } : {}) });
+    (check.exitCode === 2 ? io.stderr : io.stdout)(`${check.message}\n`);
+    return check.exitCode;
+  }
   const controller: ControllerOptions = { env: io.env, cwd: io.cwd };
   try {
     const result = await runReviewSetup({
@@ -61,6 +70,20 @@ export async function main(argv: readonly string[], raw: CliIo): Promise<number>
   } catch (error) {
     printError(io, error);
     return 1;
+  }
+}
+
+/** The nearest directory at or above `dir` holding package-lock.json (else `dir`). */
+async function checkoutRoot(dir: string): Promise<string> {
+  for (let at = dir; ; at = dirname(at)) {
+    if (
+      await access(join(at, "package-lock.json")).then(
+        () => true,
+        () => false,
+      )
+    )
+      return at;
+    if (dirname(at) === at) return dir;
   }
 }
 

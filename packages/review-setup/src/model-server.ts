@@ -49,8 +49,29 @@ export const MODEL_SERVER_KEY = "MODEL_SERVER_KEY";
 export interface ServedModels {
   /** Model ids in the server's order. */
   ids: string[];
-  /** The one the launch command selects: the first the server marks loaded, else the first. */
+  /**
+   * The one the launch command selects: the pinned one (`PI_SANDBOX_LOCAL_MODEL`), else the first
+   * the server marks loaded, else the first.
+   */
   model: string;
+  /** Context windows (tokens) by id, where the list says one; others get Pi's default. */
+  contextWindows?: Record<string, number>;
+}
+
+/** Host variable that pins the model the launch command selects (an id the server must list). */
+export const LOCAL_MODEL_VARIABLE = "PI_SANDBOX_LOCAL_MODEL";
+
+/** Fields of a model list entry that give its context window, in the order they are read. */
+export const CONTEXT_WINDOW_FIELDS = ["max_context_window", "context_length", "max_model_len"] as const;
+
+/** The context window an entry states (a positive integer up to 100M tokens), if any. */
+export function contextWindowOf(entry: unknown): number | undefined {
+  if (typeof entry !== "object" || entry === null) return undefined;
+  for (const field of CONTEXT_WINDOW_FIELDS) {
+    const value = (entry as Record<string, unknown>)[field];
+    if (typeof value === "number" && Number.isInteger(value) && value > 0 && value <= 100_000_000) return value;
+  }
+  return undefined;
 }
 
 const KEY_HINT =
@@ -184,19 +205,20 @@ const MAX_ID_CHARS = 256;
  * counts as loaded when the server says so (`status: "loaded"` or `status.value: "loaded"`, as
  * llama.cpp's router does).
  */
-export function servedModelsOf(body: unknown): { id: string; loaded: boolean }[] {
+export function servedModelsOf(body: unknown): { id: string; loaded: boolean; contextWindow?: number }[] {
   const data = (body as { data?: unknown } | null)?.data;
   if (!Array.isArray(data)) return [];
-  const seen = new Map<string, boolean>();
+  const seen = new Map<string, { id: string; loaded: boolean; contextWindow?: number }>();
   for (const entry of data) {
     const { id, status } = (entry ?? {}) as { id?: unknown; status?: unknown };
     if (typeof id !== "string" || id.trim() === "" || id.length > MAX_ID_CHARS || hasControlChars(id)) continue;
     if (seen.has(id)) continue;
     const state = typeof status === "object" && status !== null ? (status as { value?: unknown }).value : status;
-    seen.set(id, state === "loaded");
+    const contextWindow = contextWindowOf(entry);
+    seen.set(id, { id, loaded: state === "loaded", ...(contextWindow ? { contextWindow } : {}) });
     if (seen.size === MAX_MODELS) break;
   }
-  return [...seen].map(([id, loaded]) => ({ id, loaded }));
+  return [...seen.values()];
 }
 
 /** Seams of `readServedModels`. */
@@ -299,7 +321,27 @@ export async function readServedModels(
       },
     );
   }
-  return { ids: served.map((m) => m.id), model: (served.find((m) => m.loaded) ?? served[0]!).id };
+  const ids = served.map((m) => m.id);
+  const pinned = (options.env ?? process.env)[LOCAL_MODEL_VARIABLE];
+  if (pinned && !ids.includes(pinned)) {
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_MODEL_NOT_SERVED",
+      `${LOCAL_MODEL_VARIABLE} pins ${JSON.stringify(pinned.slice(0, 256))}, which the model server at ${url} does not list; ` +
+        `it lists ${ids.slice(0, 20).join(", ")}${ids.length > 20 ? `, … (${ids.length} in all)` : ""}`,
+      {
+        hint: `Set ${LOCAL_MODEL_VARIABLE} to one of the listed ids (or unset it), or load that model in the server; then rerun.`,
+        details: { url, pinned, ids },
+      },
+    );
+  }
+  const contextWindows = Object.fromEntries(
+    served.flatMap((m) => (m.contextWindow ? [[m.id, m.contextWindow] as const] : [])),
+  );
+  return {
+    ids,
+    model: pinned || (served.find((m) => m.loaded) ?? served[0]!).id,
+    ...(Object.keys(contextWindows).length > 0 ? { contextWindows } : {}),
+  };
 }
 
 /** The `local` provider of the guest's models.json: the server's base URL and the seed list. */
@@ -312,7 +354,10 @@ export function localProviderConfig(server: ModelServer, served: ServedModels): 
     // the secret's placeholder (Pi expands `$NAME`; the host's proxy puts the key in); else a
     // dummy, which a server without key checks ignores. Neither is the key.
     apiKey: server.key ? `$${MODEL_SERVER_KEY}` : "local",
-    models: served.ids.map((id) => ({ id })),
+    models: served.ids.map((id) => {
+      const contextWindow = served.contextWindows?.[id];
+      return contextWindow ? { id, contextWindow } : { id };
+    }),
   };
 }
 

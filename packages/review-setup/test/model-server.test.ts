@@ -10,7 +10,9 @@ import { ControllerError } from "@pi-sandbox/controller/client";
 import { parseCommandLine } from "../src/args.js";
 import { ensureInstance } from "../src/instance.js";
 import {
+  LOCAL_MODEL_VARIABLE,
   LOCAL_MODELS_EXTENSION,
+  localProviderConfig,
   modelServerSecret,
   parseModelServer,
   parseModelServerKey,
@@ -19,6 +21,7 @@ import {
   servedModelsOf,
 } from "../src/model-server.js";
 import { runReviewSetup, type StepEvent } from "../src/refresh.js";
+import { localModel, modelsOf } from "../guest/local-models.js";
 import { FakeGuest } from "./fake-guest.js";
 import { startFakeModelServer, type FakeModelServer } from "./fake-model-server.js";
 import { makeFixtureRepo } from "./fixture.js";
@@ -144,6 +147,56 @@ test("the model list is read over HTTP; the launch model is the first the server
   ).toEqual([{ id: "ok", loaded: false }]);
   expect(servedModelsOf({ models: [] })).toEqual([]);
   expect(servedModelsOf(null)).toEqual([]);
+});
+
+test("context windows come from the model list (max_context_window, context_length, max_model_len) into models.json and the extension", async () => {
+  const list = {
+    data: [
+      { id: "omlx-model", max_context_window: 32768 },
+      { id: "lmstudio-model", context_length: 8192 },
+      { id: "vllm-model", max_model_len: 131072 },
+      { id: "plain-model" },
+      { id: "odd-model", context_length: -1, max_model_len: "big" },
+    ],
+  };
+  const http = createServer((_req, res) =>
+    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(list)),
+  );
+  await new Promise<void>((resolve) => http.listen(0, "127.0.0.1", resolve));
+  try {
+    const server = parseModelServer(`http://127.0.0.1:${(http.address() as AddressInfo).port}`);
+    const served = await readServedModels(server, { env: {} });
+    expect(served.contextWindows).toEqual({ "omlx-model": 32768, "lmstudio-model": 8192, "vllm-model": 131072 });
+    expect((localProviderConfig(server, served).models as unknown[]).slice(0, 4)).toEqual([
+      { id: "omlx-model", contextWindow: 32768 },
+      { id: "lmstudio-model", contextWindow: 8192 },
+      { id: "vllm-model", contextWindow: 131072 },
+      { id: "plain-model" },
+    ]);
+    // The guest extension reads the same fields from the live list, and its seed from models.json.
+    const windows = (body: unknown) =>
+      modelsOf(body).map(
+        (m) => (localModel(m.id, "http://x/v1", m.contextWindow) as { contextWindow?: number }).contextWindow,
+      );
+    expect(windows(list)).toEqual([32768, 8192, 131072, 128_000, 128_000]);
+    expect(windows({ data: localProviderConfig(server, served).models })).toEqual([
+      32768, 8192, 131072, 128_000, 128_000,
+    ]);
+
+    // A pinned model the server lists is the one launched; one it does not list is an error naming those it does.
+    expect((await readServedModels(server, { env: { [LOCAL_MODEL_VARIABLE]: "vllm-model" } })).model).toBe(
+      "vllm-model",
+    );
+    await expect(readServedModels(server, { env: { [LOCAL_MODEL_VARIABLE]: "qwen-typo" } })).rejects.toMatchObject({
+      code: "REVIEW_SETUP_MODEL_NOT_SERVED",
+      message: expect.stringMatching(
+        /PI_SANDBOX_LOCAL_MODEL pins "qwen-typo", which .* does not list; it lists omlx-model, lmstudio-model, vllm-model, plain-model, odd-model$/,
+      ),
+      hint: expect.stringContaining("Set PI_SANDBOX_LOCAL_MODEL to one of the listed ids"),
+    });
+  } finally {
+    http.close();
+  }
 });
 
 test("a server that is not there: the error names the URL and says to start the server", async () => {
