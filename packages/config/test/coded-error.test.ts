@@ -1,3 +1,5 @@
+// CodedError, the base of every package's error: what it carries and serialises, and the brand
+// that lets another copy of a package recognise its errors.
 import { CodedError, ConfigError, brandError, hasBrand, isCodedError, isConfigError } from "../src/index.js";
 
 describe("CodedError", () => {

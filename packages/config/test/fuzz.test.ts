@@ -1,3 +1,5 @@
+// Random mutations of valid sandbox.yaml files: parseConfig either returns plain data or throws a
+// ConfigError whose issues are located, never anything else. FUZZ_SEED replays a failing run.
 import fc from "fast-check";
 import { parse, stringify } from "yaml";
 import { isConfigError, parseConfig, type SandboxConfig } from "../src/index.js";

@@ -1,3 +1,5 @@
+// The published sandbox.schema.json: equal to the schema in code, described for editors' hovers, and
+// accepting and rejecting the same files as parseConfig (semantic rules left to parseConfig).
 import { readFileSync } from "node:fs";
 import { parse } from "yaml";
 import { parseConfig, sandboxJsonSchema } from "../src/index.js";

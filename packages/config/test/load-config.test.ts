@@ -1,3 +1,5 @@
+// loadConfig reading sandbox.yaml from disk: a missing, oversized, unreadable or non-UTF-8 file gets
+// its own code, errors name the file, and an abort rejects with the signal's reason.
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

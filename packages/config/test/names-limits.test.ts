@@ -1,3 +1,5 @@
+// Which instance, template and service names are valid, the documented LIMITS and profiles, and a
+// hostile sandbox.yaml refused for its size before anything walks it.
 import {
   parseConfig,
   assertValidInstanceName,

@@ -1,3 +1,5 @@
+// `${services.NAME.publicURL}` in a service's env: references order the start, missing, unpreviewed
+// and cyclic ones are rejected by name, and resolvePublicUrlReferences fills in the URLs.
 import {
   ConfigError,
   findServicePlaceholders,

@@ -1,3 +1,5 @@
+// renderConfig, the YAML that code writes a config in (review-setup's derived sandbox.yaml, `secrets
+// add`): canonical, parsed back to an equal config, with defaults left out.
 import { parseConfig, renderConfig } from "../src/index.js";
 
 const FULL = `version: 1

@@ -1,3 +1,5 @@
+// network.secrets and mounts in sandbox.yaml: secret sources and their hosts (never a value written
+// inline), host paths resolved against the file, mounts kept inside the workspace and apart.
 import { resolve } from "node:path";
 import {
   LIMITS,

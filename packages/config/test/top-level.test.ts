@@ -1,3 +1,5 @@
+// The top-level keys of sandbox.yaml (version, profile and resources, diskGiB, workspace, image,
+// setup and resume, network): defaults, accepted forms, and each mistake reported where it is.
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { CONFIG_DEFAULTS, LIMITS, PROFILES, isImageName, parseConfig } from "../src/index.js";

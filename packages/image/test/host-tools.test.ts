@@ -1,3 +1,5 @@
+// Before a build starts: a host without debootstrap or apt, or a user who is not root, is told at
+// once what is missing and what to do instead (install it, or build elsewhere and import).
 import { mkdtemp, rm, symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";

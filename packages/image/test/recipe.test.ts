@@ -1,3 +1,5 @@
+// What `image build --with/--packages/--size` resolves to: the default features, the same recipe
+// (so the same image id) for the same choices in any order, and unknown or unsafe choices refused.
 import { DEFAULT_FEATURES, FEATURES, isImageError, resolveRecipe } from "../src/index.js";
 
 test("without choices the recipe is the default features: Node, bun, make and g++, fd", () => {

@@ -1,3 +1,5 @@
+// The image store in the user's cache (`image import|list|inspect|rm`): imports checked against
+// their manifest, names resolved to builds, and a build deleted with the last name that points to it.
 import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
