@@ -1,3 +1,5 @@
+// What a caller of the JSON API meets: bad JSON, an unknown action, a missing, extra or mistyped
+// argument and a broken limit each answered with a coded error naming the fix; help lists them all.
 import { ACTIONS, ControllerError, renderHelp, validateAction } from "../src/client/index.js";
 
 function codeOf(fn: () => unknown): string {

@@ -1,3 +1,5 @@
+// Hints speak the caller's language: every action a controller hint names reads as the
+// `pi-sandbox` command that builds that very action on the command line, and stays JSON with --json.
 import { spawnSync } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";

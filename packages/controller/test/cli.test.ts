@@ -1,3 +1,5 @@
+// The CLI as a process and as an argv parser: each command builds its action, `call` answers in
+// JSON, errors keep their code and hint, exec's argv quoting and exit codes, --help, completions.
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";

@@ -1,3 +1,5 @@
+// A daemon killed but not yet reaped by its parent (a zombie) reads gone, so its instance is
+// reported interrupted instead of running.
 import { spawn } from "node:child_process";
 import { pidAlive } from "../src/state/liveness.js";
 

@@ -1,3 +1,5 @@
+// The command line built from `exec … -- cmd args` runs in a real shell with exactly that argv, and
+// the ssh command `shell` prints splits back into the words it was made of.
 import { spawnSync } from "node:child_process";
 import { shellQuote } from "@pi-sandbox/config";
 import { commandLine, splitShellWords } from "../src/actions/shell-words.js";

@@ -1,3 +1,5 @@
+// The state root and what is read from it without a daemon: a private root (a group-readable one
+// refused with the chmod fix), names and socket paths, list, inspect and logs of stopped instances.
 import { chmod, mkdtemp, readdir, readFile, rm, writeFile, mkdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

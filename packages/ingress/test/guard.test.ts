@@ -1,3 +1,5 @@
+// Who may reach a preview: only loopback Host names for the preview's own port (no DNS rebinding,
+// proxy requests or CONNECT), on 127.0.0.1 or the instance's own loopback address only.
 import { connect } from "node:net";
 import { isAllowedHost, isIngressError, isLoopbackOrigin, PreviewGateway } from "../src/index.js";
 import { fetchRaw, httpStandIn, memoryLogger, rawExchange, testGateway, type StandIn } from "./helpers.js";

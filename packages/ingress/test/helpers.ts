@@ -1,3 +1,5 @@
+// Shared helpers of the ingress tests: host stand-ins for guest servers, a gateway over the loopback
+// connector, raw HTTP requests and exchanges, a logger that keeps its lines, temporary directories.
 import {
   createServer as createHttpServer,
   request as httpRequest,

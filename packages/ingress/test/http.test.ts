@@ -1,3 +1,5 @@
+// HTTP through a preview as a browser sees it: status, headers and bodies intact both ways (large,
+// chunked, bodiless, close-delimited), and a guest that is down, broken or slow answered as a 502/504.
 import { createHash, randomBytes } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { PreviewGateway } from "../src/index.js";

@@ -1,3 +1,5 @@
+// Port leases on disk and in memory: a preview keeps its host port across controller restarts, and
+// a corrupt or unwritable lease file is an error naming the file, never silently new ports.
 import { readdir, readFile, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { isIngressError, JsonFilePortLeaseStore, MemoryPortLeaseStore } from "../src/index.js";

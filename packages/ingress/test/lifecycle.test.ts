@@ -1,3 +1,5 @@
+// A preview's life in the gateway: open, update and close, ports leased and kept, ports to avoid,
+// cancellation, and a stop that cuts every client within a bounded time.
 import { createServer as createNetServer, Socket } from "node:net";
 import { request as httpRequest } from "node:http";
 import path from "node:path";

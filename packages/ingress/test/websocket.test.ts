@@ -1,3 +1,5 @@
+// WebSockets through a preview: messages both ways with the subprotocol kept end to end, upgrades
+// from a foreign Host or page origin refused, and a closing gateway cutting open sockets at once.
 import { createServer, type Server } from "node:http";
 import { WebSocket, WebSocketServer } from "ws";
 import { PreviewGateway } from "../src/index.js";

@@ -1,3 +1,5 @@
+// The doctor action: checks of the host (Node, QEMU, qemu-img, the accelerator, the state
+// directory's permissions) and of a sandbox.yaml's image, run locally; each failed check says its fix.
 import * as v from "valibot";
 import { runDoctor } from "../client/doctor.js";
 import { defineAction } from "./define.js";

@@ -1,3 +1,5 @@
+// The help action: the actions, their arguments, the YAML keys, profiles and limits, rendered by
+// help.ts from the action table. Runs locally, no daemon needed.
 import { defineAction } from "./define.js";
 import { renderActionHelp } from "./help.js";
 import { actionSchema } from "./parts.js";

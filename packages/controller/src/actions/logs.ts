@@ -1,3 +1,5 @@
+// The logs action: a service's log from the guest, or the instance's controller log from the host,
+// as a tail or followed with a cursor; `--since` (controller log only) takes durations and times.
 import * as v from "valibot";
 import { LIMITS } from "@pi-sandbox/config";
 import type { LogFollowed, LogTail } from "@pi-sandbox/supervisor";

@@ -1,3 +1,5 @@
+// The secrets action: a running instance reads its `network.secrets` sources again, so a rotated
+// token is used without a restart. The values stay in the daemon.
 import { defineAction } from "./define.js";
 import { actionSchema, name, nameArg, positional } from "./parts.js";
 import { oneLine } from "./text.js";

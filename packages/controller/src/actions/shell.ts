@@ -1,3 +1,5 @@
+// The shell action (CLI `shell` or `ssh`): a temporary ssh command into the guest, run on a terminal
+// or printed. For the user only: a model never gets a terminal.
 import * as v from "valibot";
 import { defineAction } from "./define.js";
 import { actionSchema, arg, name, nameArg, positional } from "./parts.js";

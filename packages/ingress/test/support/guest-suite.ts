@@ -1,3 +1,6 @@
+// The suite both guest-server tests share: HTTP, WebSocket and a stop with hung clients through a
+// preview to the Python fixture, on the host (python-guest.test.ts) and in a real VM
+// (ingress.vm.test.ts), with the same expectations.
 import { createHash, randomBytes } from "node:crypto";
 import { request as httpRequest } from "node:http";
 import { Socket } from "node:net";
