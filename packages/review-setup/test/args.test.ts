@@ -1,3 +1,5 @@
+// `sandbox:setup`'s command line: every option parsed, --help first, each mistake a
+// REVIEW_SETUP_USAGE error with a hint, help on stdout and usage errors on stderr with exit 2.
 import { DEFAULT_PI_COMMAND, parseCommandLine, parseModel, USAGE } from "../src/args.js";
 import { ReviewSetupError } from "../src/errors.js";
 import { main } from "../src/main.js";

@@ -1,3 +1,5 @@
+// The host's Pi login as live mode reads it: an API key as is, an OAuth token without its refresh
+// token (refreshed on the host through Pi's SDK when about to expire), and unusable logins refused.
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

@@ -1,3 +1,5 @@
+// What a user reads after a refresh: the Pi launch command for the guest, whether the live check
+// got a real response from the model, and the summary saying offline snapshot unless live.
 import { launchCommand } from "../src/launch.js";
 import { reviewLayout } from "../src/layout.js";
 import { parseLiveOutput } from "../src/live.js";

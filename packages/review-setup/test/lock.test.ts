@@ -1,3 +1,5 @@
+// One refresh per instance at a time: a second one fails fast naming the holder, a dead holder's lock
+// is taken over, and of many racing refreshes exactly one wins.
 import { mkdtemp, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

@@ -1,3 +1,5 @@
+// The whole refresh against a scripted guest: upload, verify, unpack, install, build and switch,
+// each failure named with its step and log and the current tree kept; live mode's host-kept tokens.
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

@@ -1,3 +1,5 @@
+// What `--scope` installs and builds in the guest: the whole workspace (full), or only what the Pi
+// extension needs, its workspace dependencies built first (pi).
 import { execFileSync } from "node:child_process";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";

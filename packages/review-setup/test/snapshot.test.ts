@@ -1,3 +1,5 @@
+// The snapshot a refresh uploads: the checkout's tracked files with their edits and deletions
+// (nothing untracked or ignored), symlinks kept, from git or jj, and the archive's checksum.
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, symlink, unlink, writeFile } from "node:fs/promises";

@@ -1,3 +1,5 @@
+// The client's hold on the agent over the local fake guest: a start that fails says why (no
+// python3, no state dir, an abort), close stops what the agent ran, detach leaves it for a new client.
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

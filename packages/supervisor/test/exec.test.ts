@@ -1,3 +1,5 @@
+// exec, exec-status and exec-kill through the real agent as a host process: output and exit codes,
+// waits that block nothing else, bounded output marked where it was cut, kills of whole process groups.
 import { mkdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { isSupervisorError } from "../src/index.js";

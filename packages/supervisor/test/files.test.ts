@@ -1,3 +1,5 @@
+// Guest files through the real agent as a host process: text and binary round trips, checksummed
+// atomic writes, size limits with typed errors, and file work that never waits behind services.
 import { randomBytes } from "node:crypto";
 import { chmod, mkdir, readFile, stat, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";

@@ -1,3 +1,5 @@
+// Supervised services through the real agent as a host process: readiness (TCP, HTTP), a restart
+// about 1 s after each exit, ensure after a YAML edit, sticky ports, PUBLIC_URL, rotated logs.
 import { mkdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { parseConfig } from "@pi-sandbox/config";

@@ -1,3 +1,5 @@
+// setup and resume through the real agent as a host process: commands and the hook in order, one
+// deadline, every leftover process stopped (by environment marker, or by cgroup v2 scope).
 import { access, chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { constants } from "node:fs";
 import { join } from "node:path";

@@ -1,3 +1,5 @@
+// The agent in a real guest, through the client on one booted VM: warm login shells, services with
+// HTTP health and restarts, files beside a running command, reattach, agent reinstall, setup leftovers.
 import { createHash, randomBytes } from "node:crypto";
 import { PROTOCOL_VERSION, SupervisorClient, readAgentArchive, type ServiceStatus } from "../src/index.js";
 import { bootTestVm, type TestVm } from "@pi-sandbox/vm/testing";

@@ -1,3 +1,5 @@
+// Instance and template disks as qcow2 chains, with real qemu-img and no VM: a stop's writes kept
+// or dropped as one checkpoint, one run at a time, independent instances from a template, crash states.
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";

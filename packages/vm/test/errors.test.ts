@@ -1,3 +1,5 @@
+// VmError and what QEMU's failures become: a typed code and a message without QEMU's noise, with the
+// raw text kept in details (a locked image is VM_DISK_BUSY, also from a real qemu-img run).
 import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { QemuImg, VmError, isVmError, mapQemuFailure, mapStartError } from "../src/index.js";

@@ -1,3 +1,5 @@
+// GuestTcpStream over a stand-in for Gondolin's TCP stream: a paused reader still gets every byte and
+// the end, writes go out in bounded frames and wait for room, and closes travel both ways.
 import { randomBytes } from "node:crypto";
 import { Duplex } from "node:stream";
 import { pipeline } from "node:stream/promises";

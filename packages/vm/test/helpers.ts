@@ -1,3 +1,5 @@
+// Shared helpers of the vm unit tests: temporary directories, a fake image good enough for
+// qemu-img, qemu-io and qemu-img probes of a disk chain, a QEMU without seccomp, a port check.
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import fsp from "node:fs/promises";

@@ -1,3 +1,5 @@
+// A full host disk under an instance: ENOSPC recognised in any of its forms and reported as
+// VM_HOST_DISK_FULL naming the file system and what to do; GuestFault failing work until cleared.
 import fs from "node:fs";
 import path from "node:path";
 import { VmError, isVmError, mapQemuFailure, mapStartError } from "../src/index.js";

@@ -1,3 +1,5 @@
+// What the host can run: KVM, HVF or TCG, chosen and explained (proven, forced, missing); a VM's
+// CPUs and memory checked against the host's; executables found on PATH.
 import { checkResources, chooseAccelerator, isVmError, type HostFacts } from "../src/index.js";
 import { findExecutable, qemuMemory } from "../src/host.js";
 

@@ -1,3 +1,5 @@
+// The local fake guest that host tests use in place of a VM: commands, streams, aborts and signal
+// deaths as the real guest reports them, files under its root, TCP to host ports, and close.
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import net from "node:net";

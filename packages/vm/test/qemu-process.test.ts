@@ -1,3 +1,5 @@
+// QEMU process hygiene: the launcher wrapper dies with its owner and runs QEMU under seccomp,
+// no_new_privs and umask 077, QMP reports a paused or failed guest, and stray QEMUs are reaped.
 import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import fsp from "node:fs/promises";

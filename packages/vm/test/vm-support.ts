@@ -1,3 +1,5 @@
+// Shared helpers of the real-VM suites: the guest test image from the jest globalSetup, small VM
+// options, a logger that keeps its lines, QEMU processes of a directory, shell in the guest.
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";

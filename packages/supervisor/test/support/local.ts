@@ -1,3 +1,5 @@
+// A supervisor over the local fake guest for host tests: the real agent runs as a host python3
+// process in temporary directories, with helpers to wait for conditions and check processes.
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

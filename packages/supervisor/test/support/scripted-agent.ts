@@ -1,3 +1,5 @@
+// A hostile agent for hostile-agent.test.ts: a test scripts what it writes on stdout and stderr,
+// line by line, as guest root could, and sees every request the client sent.
 import { PassThrough, Writable } from "node:stream";
 import type { GuestExecution, GuestExitStatus, GuestVm } from "@pi-sandbox/vm";
 import { PROTOCOL_VERSION } from "../../src/protocol.js";
