@@ -1,3 +1,5 @@
+// The resource profiles a sandbox.yaml picks by name (`profile: medium`): CPUs and memory for each.
+
 /** Names of the resource presets. */
 export type ProfileName = "tiny" | "small" | "medium" | "large" | "xlarge";
 

@@ -1,3 +1,5 @@
+// Public API of @pi-sandbox/ingress, the preview gateway: everything not listed here is private.
+
 // Gateway
 export { PreviewGateway } from "./gateway.js";
 export type { PreviewGatewayOptions } from "./gateway.js";

@@ -1,3 +1,5 @@
+// Public API of @pi-sandbox/pi-extension, and its default export: the extension Pi loads (the
+// `sandbox` tool and the /sandbox command), wired to the real controller client.
 import { callAction } from "@pi-sandbox/controller/client";
 import { createSandboxExtension } from "./extension.js";
 

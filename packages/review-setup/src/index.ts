@@ -1,3 +1,6 @@
+// Public API of @pi-sandbox/review-setup (`npm run sandbox:setup`): everything not listed here is
+// private.
+
 // Errors
 export { ReviewSetupError, isReviewSetupError } from "./errors.js";
 export type { ReviewSetupErrorCode, ReviewSetupErrorOptions } from "./errors.js";

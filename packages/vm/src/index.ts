@@ -1,3 +1,6 @@
+// Public API of @pi-sandbox/vm: everything not listed here is private. Only this package imports
+// Gondolin; the layers above reach VMs, disks and images through these names.
+
 // Booting
 export {
   startVm,
