@@ -131,9 +131,15 @@ function previewList(previews) {
 
 function stateCell(view) {
   const cell = el("td", {}, el("span", { class: `state state-${view.state}`, text: view.state }));
-  for (const error of view.errors ?? [])
-    cell.append(el("div", { class: "muted", text: `${error.code}: ${error.message}` }));
-  if (view.hint) cell.append(el("div", { class: "muted", text: view.hint }));
+  const note = (text) => cell.append(el("div", { class: "muted", text }));
+  // The last start: how long a warm resume took, or why it booted cold; a failed setup.
+  if (view.restore?.warm) note(`resumed in ${(view.restore.restoreMs / 1000).toFixed(1)} s`);
+  else if (view.restore) note(`booted cold: ${view.restore.reason}`);
+  if (view.setup && view.setup.exitCode !== 0) {
+    note(`setup failed (${view.setup.timedOut ? "timed out" : `exit ${view.setup.exitCode}`})`);
+  }
+  for (const error of view.errors ?? []) note(`${error.code}: ${error.message}`);
+  if (view.hint) note(view.hint);
   return cell;
 }
 
@@ -166,7 +172,13 @@ function usageCells(view, history) {
 }
 
 function destroyButton(view, kind) {
-  return button("Destroy…", `destroy:${kind}:${view.name}`, () => askDestroy(view.name, kind), { class: "danger" }, view.name);
+  return button(
+    "Destroy…",
+    `destroy:${kind}:${view.name}`,
+    () => askDestroy(view.name, kind),
+    { class: "danger" },
+    view.name,
+  );
 }
 
 function instanceRow(view, history) {
