@@ -153,15 +153,17 @@ test("a broken lockfile fails at install, names the log, and the previous candid
   expect((await guestRun("cat /workspace/.review/current/dist/out.txt")).output).toBe("a.txt: alpha edited\n");
 });
 
-test("live mode on an instance created without the host's login: refused, nothing copied into the guest", async () => {
+test("live mode on an instance created without the host's login: the secret is added, no restart unasked, nothing copied into the guest", async () => {
   // The instance was created while the host had no Pi login, so it declares no secrets.
   const key = `sk-ant-api03-fixture-${Date.now()}`;
   await mkdir(join(dir, "host-agent"), { recursive: true });
   await writeFile(join(dir, "host-agent", "auth.json"), JSON.stringify({ anthropic: { type: "api_key", key } }));
   const run = await setup("--live-model", "anthropic/claude-x");
   expect(run.code).toBe(1);
-  expect(run.stderr).toContain("REVIEW_SETUP_SECRET_MISSING");
-  expect(run.stderr).toMatch(/hint: .*create it again with --config/);
+  expect(run.stderr).toContain(`added network.secrets ANTHROPIC_API_KEY, ANTHROPIC_OAUTH_TOKEN to ${NAME}`);
+  expect(run.stderr).toContain("REVIEW_SETUP_RESTART_NEEDED");
+  expect(run.stderr).toMatch(/hint: Rerun with --restart/);
+  expect((await call({ action: "inspect" })).state).toBe("running"); // not restarted
   const unsupported = await setup("--live-model", "kimi-coding/k2");
   expect(unsupported.code).toBe(1);
   expect(unsupported.stderr).toContain("REVIEW_SETUP_PROVIDER_UNSUPPORTED");
