@@ -29,7 +29,11 @@ const view = {
 
 async function call(input: Record<string, unknown>): Promise<unknown> {
   calls.push(input);
-  if (input.action === "list") return input.kind === "templates" ? { templates: [] } : { instances: [view] };
+  if (input.action === "list") {
+    return input.kind === "templates"
+      ? { templates: [] }
+      : { instances: [view, { ...view, name: "sleepy", state: "suspended" }] };
+  }
   if (input.action === "logs") return { lines: ["boot \u001b]52;c;aGk=\u0007 done"], cursor: "1:10", more: false };
   return { name: input.name, state: "stopped" };
 }
@@ -115,4 +119,23 @@ test("a WebSocket upgrade is refused, even from the dashboard's own origin with 
   });
   expect(status).toBe(403);
   expect(logged.some((line) => line.startsWith("refused an upgrade"))).toBe(true);
+});
+
+test("nothing asks a suspended instance's daemon: its services and service logs wait until it runs", async () => {
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  calls.length = 0;
+  const services = await fetch(`${origin}/api/services?name=sleepy`, { headers: { cookie } });
+  expect(services.status).toBe(409);
+  expect(((await services.json()) as { error: { code: string } }).error.code).toBe("CONTROLLER_NOT_RUNNING");
+  const stream = new AbortController();
+  await fetch(`${origin}/api/logs?name=sleepy&service=web`, { headers: { cookie }, signal: stream.signal });
+  await new Promise((resolve) => setTimeout(resolve, 1_200));
+  stream.abort();
+  expect(calls.filter((c) => c.name === "sleepy")).toEqual([]);
+  // The controller log is a host file: it is read while the instance sleeps.
+  const controllerLog = new AbortController();
+  await fetch(`${origin}/api/logs?name=sleepy`, { headers: { cookie }, signal: controllerLog.signal });
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  controllerLog.abort();
+  expect(calls.filter((c) => c.name === "sleepy")).toContainEqual({ action: "logs", name: "sleepy", follow: true });
 });

@@ -28,18 +28,25 @@ function linesOf(read: LogRead): string[] {
 /**
  * Follows the log until `signal` aborts: the last lines first, then what is written next, each
  * batch to `emit`. A failed read (the instance stopped, say) is reported once and retried later.
+ * While `readable()` is false nothing is read: a service log is read by the instance's daemon,
+ * and asking it would wake an instance that suspended itself.
  */
 export async function followLog(
   call: CallFn,
   target: { name: string; service?: string },
   emit: (event: LogEvent) => void,
   signal: AbortSignal,
-  pollMs = LOG_POLL_MS,
+  options: { pollMs?: number; readable?: () => boolean } = {},
 ): Promise<void> {
+  const pollMs = options.pollMs ?? LOG_POLL_MS;
   const base = { action: "logs", name: target.name, ...(target.service ? { service: target.service } : {}) };
   let cursor: string | undefined;
   let failed = false;
   while (!signal.aborted) {
+    if (options.readable && !options.readable()) {
+      await sleep(pollMs, signal);
+      continue;
+    }
     let more = false;
     try {
       const read = (await call(cursor === undefined ? { ...base, follow: true } : { ...base, cursor })) as LogRead;

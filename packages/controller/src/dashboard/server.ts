@@ -113,6 +113,13 @@ export function pageAction(body: unknown): Record<string, unknown> {
   }
 }
 
+function notRunning(name: string): ControllerError {
+  return new ControllerError("CONTROLLER_NOT_RUNNING", `${name} is not running`, {
+    hint: `Start it (pi-sandbox start ${name}) to see its services and their logs.`,
+    details: { name },
+  });
+}
+
 /** Opens a server-sent event stream; returns a writer of named events. */
 function eventStream(req: IncomingMessage, res: ServerResponse): (event: string, data: unknown) => void {
   res.writeHead(200, {
@@ -133,6 +140,9 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   const poller = new SnapshotPoller(call, { activeMs: options.pollMs?.active, idleMs: options.pollMs?.idle });
   const streams = new Set<ServerResponse>();
   let port = 0;
+  // Only a running instance is asked about its guest: one that suspended itself keeps a daemon,
+  // and a question to it would wake it.
+  const isRunning = (name: string) => poller.snapshot.instances.some((v) => v.name === name && v.state === "running");
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const verdict = checkRequest(
@@ -182,11 +192,16 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
         abort.abort();
         streams.delete(res);
       });
-      void followLog(call, { name, service }, (event: LogEvent) => send(event.type, event), abort.signal);
+      // The controller log is a host file; a service log is read by the daemon, only while running.
+      const readable = service === undefined ? undefined : () => isRunning(name);
+      void followLog(call, { name, service }, (event: LogEvent) => send(event.type, event), abort.signal, {
+        readable,
+      });
       return;
     }
     if (url.pathname === "/api/services" && req.method === "GET") {
       const name = url.searchParams.get("name") ?? "";
+      if (!isRunning(name)) return sendJson(res, 409, { error: errorJson(notRunning(name)) });
       try {
         return sendJson(res, 200, escapeDeep(await call({ action: "services", name, op: "status" })));
       } catch (error) {
