@@ -182,45 +182,46 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
     controller,
     (message) => emit("instance", "info", message),
   );
-  let restartNote: string | undefined;
-  if (secret && !options.config) {
-    const ensured = await ensureLiveSecrets({
-      name,
-      view,
-      provider: options.liveModel!.provider,
-      secret,
-      stateDir,
-      restart: options.restart ?? false,
-      ...(options.confirm ? { confirm: options.confirm } : {}),
-      call: options.callAction ?? callAction,
-      controller,
-      info: (message) => emit("instance", "info", message),
-      signal,
-    });
-    view = ensured.view;
-    restartNote = ensured.note;
-  }
-  if (secret) requireSecret(name, view, secret, options.liveModel!.provider);
-  if (server) requireModelServerSecret(name, view, server);
-  const probe = await guest.exec(GUEST_PROBE, { signal });
-  const workspace = probe.output.split("\n")[0]?.trim() ?? "";
-  if (probe.exitCode !== 0 || !workspace.startsWith("/")) {
-    throw new ReviewSetupError("REVIEW_SETUP_STEP_FAILED", `could not probe the guest of ${name}: ${probe.output}`, {
-      hint: `Check the instance with: npx pi-sandbox inspect ${name}`,
-      details: { step: "instance" },
-    });
-  }
-  checkGuestTools(name, probe.output);
-  const layout = reviewLayout(workspace);
-  emit("instance", "done", `${name} is running; workspace ${workspace}`);
-
   const lockFile = refreshLockPath(stateDir, name);
   const release = await acquireRefreshLock(lockFile, {
     instance: name,
     repo: resolve(options.repo ?? controller.cwd ?? process.cwd()),
     now: now(),
   });
+  // Under the lock from here: a restart below must not cut another refresh's guest work short.
   try {
+    let restartNote: string | undefined;
+    if (secret && !options.config) {
+      const ensured = await ensureLiveSecrets({
+        name,
+        view,
+        provider: options.liveModel!.provider,
+        secret,
+        stateDir,
+        restart: options.restart ?? false,
+        ...(options.confirm ? { confirm: options.confirm } : {}),
+        call: options.callAction ?? callAction,
+        controller,
+        info: (message) => emit("instance", "info", message),
+        signal,
+      });
+      view = ensured.view;
+      restartNote = ensured.note;
+    }
+    if (secret) requireSecret(name, view, secret, options.liveModel!.provider);
+    if (server) requireModelServerSecret(name, view, server);
+    const probe = await guest.exec(GUEST_PROBE, { signal });
+    const workspace = probe.output.split("\n")[0]?.trim() ?? "";
+    if (probe.exitCode !== 0 || !workspace.startsWith("/")) {
+      throw new ReviewSetupError("REVIEW_SETUP_STEP_FAILED", `could not probe the guest of ${name}: ${probe.output}`, {
+        hint: `Check the instance with: npx pi-sandbox inspect ${name}`,
+        details: { step: "instance" },
+      });
+    }
+    checkGuestTools(name, probe.output);
+    const layout = reviewLayout(workspace);
+    emit("instance", "done", `${name} is running; workspace ${workspace}`);
+
     const result = await refreshLocked(options, { guest, layout, credential, secret, stateDir, served, emit, now });
     if (restartNote) result.notes.unshift(restartNote);
     return result;

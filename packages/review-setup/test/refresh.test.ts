@@ -7,6 +7,7 @@ import { loadConfig } from "@pi-sandbox/config";
 import { ControllerError } from "@pi-sandbox/controller/client";
 import { unsetValue } from "../src/host-secrets.js";
 import { GUEST_REFRESH_TOKEN } from "../src/live.js";
+import { acquireRefreshLock, refreshLockPath } from "../src/lock.js";
 import { runReviewSetup, type ReviewSetupOptions, type StepEvent } from "../src/refresh.js";
 import { FakeGuest } from "./fake-guest.js";
 import { makeFixtureRepo } from "./fixture.js";
@@ -393,6 +394,31 @@ describe("live mode", () => {
     expect(questions).toEqual([expect.stringMatching(/Restart it now as a suspend and resume .*\[y\/N\] $/)]);
     expect(calls.map((c) => (c as { action: string }).action)).not.toContain("suspend");
     expect(guest.commands).toEqual([]); // nothing in the guest before the secret is usable
+  });
+
+  test("--restart waits for no one: while another refresh holds the lock, the instance is not suspended", async () => {
+    await login({ type: "api_key", key: "sk-ant-api-KEY" });
+    const release = await acquireRefreshLock(refreshLockPath(lockDir, "review"), {
+      instance: "review",
+      repo,
+      now: Date.now(),
+    });
+    try {
+      const calls: unknown[] = [];
+      await expect(
+        runReviewSetup(
+          options(new FakeGuest(), {
+            liveModel: { provider: "anthropic", model: "m" },
+            hostEnv: { PI_CODING_AGENT_DIR: hostAgent },
+            callAction: plainInstance(calls),
+            restart: true,
+          }),
+        ),
+      ).rejects.toMatchObject({ code: "REVIEW_SETUP_BUSY" });
+      expect(calls.map((c) => (c as { action: string }).action)).toEqual(["inspect"]);
+    } finally {
+      await release();
+    }
   });
 
   test("--restart (or a yes) suspends and resumes the instance, then the live refresh goes on", async () => {
