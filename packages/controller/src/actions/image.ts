@@ -197,7 +197,8 @@ export const imageRm = defineAction({
     const root = imageCacheRoot(ctx.env);
     const users = await usersOf(ctx.layout, await imageDir(root, args.name));
     if (users.length > 0 && !args.force) {
-      throw new ControllerError("CONTROLLER_IMAGE_IN_USE", `${users.join(", ")} boot from image ${args.name}`, {
+      const verb = users.length === 1 ? "boots" : "boot";
+      throw new ControllerError("CONTROLLER_IMAGE_IN_USE", `${users.join(", ")} ${verb} from image ${args.name}`, {
         hint: `Destroy them first, or pass --force (they then cannot start until the image is back).`,
         details: { image: args.name, users },
       });
