@@ -165,13 +165,14 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         logger,
       });
     },
-    openGateway: (vm, { portsFile, address, avoidPorts, logger }) =>
+    openGateway: (guest, { portsFile, address, avoidPorts, logger, wake }) =>
       new PreviewGateway({
-        connector: guestVmConnector((vm as LocalRuntimeVm).local),
+        connector: guestVmConnector(guest),
         leases: new JsonFilePortLeaseStore(portsFile),
         address,
         avoidPorts,
         logger,
+        wake,
       }),
   };
   return runtime;

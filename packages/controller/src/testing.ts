@@ -122,8 +122,9 @@ export async function teardown(sandbox: Sandbox | undefined, options: { keep?: b
   if (!sandbox) return [];
   const list = await sandbox.call({ action: "list" }).catch(() => ({ instances: [] }));
   await Promise.all(
-    (list.instances as { name: string; state: string }[])
-      .filter((v) => ["running", "starting", "stopping", "suspending"].includes(v.state))
+    (list.instances as { name: string; state: string; idle?: { suspended?: boolean } }[])
+      // One that suspended itself keeps a daemon (holding its previews) until stopped.
+      .filter((v) => ["running", "starting", "stopping", "suspending"].includes(v.state) || v.idle?.suspended)
       .map((v) => sandbox.call({ action: "stop", name: v.name }).catch(() => undefined)),
   );
   const left = await qemuGone(sandbox.home);

@@ -32,7 +32,15 @@ export type DaemonMessage =
   | { id: number; type: "progress"; event: ProgressEvent }
   | { id: number; type: "result"; result: unknown }
   | { id: number; type: "error"; error: ControllerErrorJson }
-  | { id: number; type: "pong"; pid: number; state: string };
+  | { id: number; type: "pong"; pid: number; state: string; idle?: IdleReading };
+
+/** The daemon's idle clock as a pong reports it (`idle.suspendAfter` set, the VM running). */
+export interface IdleReading {
+  /** How long nothing has used the instance, in ms; 0 while something does. */
+  idleForMs: number;
+  /** What uses it now (the last look), when something does: "a preview WebSocket is open", … */
+  busy?: string;
+}
 
 /** Longest line either side accepts; a write is at most 1 MiB of content, so this leaves room. */
 export const MAX_LINE_BYTES = 8 * 1024 * 1024;

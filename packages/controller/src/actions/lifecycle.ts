@@ -4,7 +4,21 @@
 import * as v from "valibot";
 import { ControllerError } from "../errors.js";
 import { defineAction } from "./define.js";
-import { actionSchema, arg, kind, kindArg, kindOption, name, nameArg, positional, text } from "./parts.js";
+import {
+  actionSchema,
+  arg,
+  idleSuspend,
+  idleSuspendArg,
+  idleSuspendMs,
+  idleSuspendOption,
+  kind,
+  kindArg,
+  kindOption,
+  name,
+  nameArg,
+  positional,
+  text,
+} from "./parts.js";
 import { formatView } from "./text.js";
 
 /** `prepare`: a template from a sandbox.yaml. */
@@ -39,10 +53,16 @@ export const create = defineAction({
     nameArg,
     arg("config", "string", false, "path to sandbox.yaml on the host (exactly one of config, template)"),
     arg("template", "string", false, "template name made by prepare"),
+    idleSuspendArg,
   ],
   route: "spawn",
   long: true,
-  schema: actionSchema("create", { name, config: v.optional(text), template: v.optional(name) }),
+  schema: actionSchema("create", {
+    name,
+    config: v.optional(text),
+    template: v.optional(name),
+    idleSuspend: v.optional(idleSuspend),
+  }),
   refine(args) {
     if ((args.config === undefined) === (args.template === undefined)) {
       throw new ControllerError("CONTROLLER_BAD_INPUT", "create needs exactly one of config or template", {
@@ -61,16 +81,23 @@ export const create = defineAction({
         description: "create from a template made by prepare",
         completeWith: "templates",
       },
+      "idle-suspend": idleSuspendOption,
     },
     toAction: (input) => ({
       action: "create",
       name: positional(input, 0, "a name", "create"),
       config: input.values.config,
       template: input.values.from,
+      idleSuspend: input.values["idle-suspend"],
     }),
   },
   run: (args, ctx) =>
-    ctx.lifecycle.create({ config: args.config, template: args.template, configSha256: ctx.guard?.configSha256 }),
+    ctx.lifecycle.create({
+      config: args.config,
+      template: args.template,
+      configSha256: ctx.guard?.configSha256,
+      ...(args.idleSuspend !== undefined ? { idleSuspendMs: idleSuspendMs(args.idleSuspend) } : {}),
+    }),
   formatText: formatView,
 });
 
@@ -79,16 +106,22 @@ export const start = defineAction({
   name: "start",
   summary:
     "reconnect to a running instance, resume a suspended one, or reopen its last checkpoint, run resume hooks and services",
-  args: [nameArg],
+  args: [nameArg, idleSuspendArg],
   route: "spawn",
   long: true,
-  schema: actionSchema("start", { name }),
+  schema: actionSchema("start", { name, idleSuspend: v.optional(idleSuspend) }),
   cli: {
     eachName: true,
-    usage: "start <name>…   start, resume or reconnect instances",
-    toAction: (input) => ({ action: "start", name: positional(input, 0, "a name", "start") }),
+    usage: "start <name>… [--idle-suspend 15m]   start, resume or reconnect instances",
+    options: { "idle-suspend": idleSuspendOption },
+    toAction: (input) => ({
+      action: "start",
+      name: positional(input, 0, "a name", "start"),
+      idleSuspend: input.values["idle-suspend"],
+    }),
   },
-  run: (_args, ctx) => ctx.lifecycle.start(),
+  run: (args, ctx) =>
+    ctx.lifecycle.start(args.idleSuspend !== undefined ? { idleSuspendMs: idleSuspendMs(args.idleSuspend) } : {}),
   formatText: formatView,
 });
 

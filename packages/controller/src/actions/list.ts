@@ -5,7 +5,7 @@ import { listEntries } from "../state/inspect.js";
 import { addUsage } from "../state/usage.js";
 import { UsageError, defineAction } from "./define.js";
 import { actionSchema, arg, kind, kindOption } from "./parts.js";
-import { formatMiB, table } from "./text.js";
+import { formatMiB, stateText, table } from "./text.js";
 
 /**
  * A docker-style `--format` template of an entry: `{{.Name}}` is the field `name`, `{{.Resources.Cpus}}`
@@ -91,7 +91,7 @@ export const list = defineAction({
       ["NAME", "STATE", "CPUS", "MEMORY", "DISK", "CPU %", "RSS", "PREVIEW"],
       ...views.map((view) => [
         view.name,
-        view.state,
+        stateText(view),
         String(view.resources.cpus),
         `${view.resources.memoryGiB} GiB`,
         `${view.diskGiB} GiB`,

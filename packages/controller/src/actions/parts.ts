@@ -1,7 +1,7 @@
 // Schema and documentation pieces shared by the action modules.
 
 import * as v from "valibot";
-import { LIMITS, hasControlChars } from "@pi-sandbox/config";
+import { LIMITS, formatDuration, hasControlChars, parseDuration } from "@pi-sandbox/config";
 import { UsageError, type ArgumentDoc, type CliInput } from "./define.js";
 
 /** Instance/template names are checked after the schema, so a bad one gets CONTROLLER_INVALID_NAME. */
@@ -62,6 +62,38 @@ export const timeoutArg = arg(
   false,
   `how long to wait, 0-${LIMITS.execWaitMaxMs} ms, default ${LIMITS.execWaitDefaultMs}; only the wait ends, the command keeps running`,
 );
+
+const IDLE_RANGE = `between ${formatDuration(LIMITS.idleSuspendMinMs)} and ${formatDuration(LIMITS.idleSuspendMaxMs)}`;
+
+/** `--idle-suspend` as ms: 0 for "off", else the duration; undefined when not given. */
+export function idleSuspendMs(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  return value.trim() === "off" ? 0 : parseDuration(value);
+}
+
+/** `idleSuspend`: "off" or a duration within `idle.suspendAfter`'s limits. */
+export const idleSuspend = v.pipe(
+  v.string(),
+  v.check((value: string) => {
+    const ms = idleSuspendMs(value);
+    return ms === 0 || (ms !== undefined && ms >= LIMITS.idleSuspendMinMs && ms <= LIMITS.idleSuspendMaxMs);
+  }, `must be "off" or a duration such as 15m, 90s or 1h30m, ${IDLE_RANGE}`),
+);
+
+/** The `idleSuspend` argument of create and start. */
+export const idleSuspendArg = arg(
+  "idleSuspend",
+  "string",
+  false,
+  `suspend the instance after this long unused (no preview request or WebSocket, action, terminal, running command or guest CPU use), e.g. "15m", ${IDLE_RANGE}; its next preview request or action resumes it. "off" turns it off. Replaces the config's idle.suspendAfter for this instance, for good`,
+);
+
+/** The `--idle-suspend` option of create and start. */
+export const idleSuspendOption = {
+  type: "string",
+  value: "duration",
+  description: 'suspend after this long unused (15m, 90s, 1h30m; "off"); the next preview request or action resumes it',
+} as const;
 
 /** The `i`-th positional of a subcommand, or a usage error naming `what`. */
 export function positional(input: CliInput, i: number, what: string, command: string): string {

@@ -2,7 +2,7 @@
 // titles, agent error messages) as it came; every field is escaped here with the config's
 // `escapeControlChars`, and the CLI escapes its whole output once more before writing it.
 
-import { HOST_SERVICES_HOSTNAME, escapeControlChars } from "@pi-sandbox/config";
+import { HOST_SERVICES_HOSTNAME, escapeControlChars, formatDuration } from "@pi-sandbox/config";
 import type { EntryView } from "../state/inspect.js";
 
 /** One-line text for a terminal: every control character escaped visibly (`\x1b`, `\n`). */
@@ -40,7 +40,7 @@ const INDENT = " ".repeat("accelerator: ".length);
 export function formatView(view: EntryView): string {
   const lines = [
     `name:        ${oneLine(view.name)} (${view.kind === "templates" ? "template" : "instance"})`,
-    `state:       ${oneLine(view.state)}`,
+    `state:       ${oneLine(stateText(view))}`,
     `created:     ${oneLine(view.createdAt)}${view.template ? ` from template ${oneLine(view.template)}` : ""}`,
     `resources:   ${view.resources.cpus} cpu, ${view.resources.memoryGiB} GiB memory, ${view.diskGiB} GiB disk`,
   ];
@@ -72,6 +72,7 @@ export function formatView(view: EntryView): string {
     lines.push(
       `usage:       ${view.usage.cpuPercent.toFixed(1)} % CPU, ${formatMiB(view.usage.rssBytes)} resident (QEMU)`,
     );
+  if (view.idle) lines.push(`idle:        ${oneLine(idleText(view.idle))}`);
   if (view.resumePid) lines.push(`resume:      still running, handle ${oneLine(view.resumePid)}`);
   for (const e of view.errors)
     lines.push(
@@ -79,6 +80,20 @@ export function formatView(view: EntryView): string {
     );
   if (view.hint) lines.push(`hint:        ${indented(view.hint, INDENT)}`);
   return lines.join("\n") + "\n";
+}
+
+/** The state as list and inspect print it: `suspended (idle)` for an instance that suspended itself. */
+export function stateText(view: EntryView): string {
+  return view.idle?.suspended ? `${view.state} (idle)` : view.state;
+}
+
+/** The auto-suspend setting and clock in words. */
+function idleText(idle: NonNullable<EntryView["idle"]>): string {
+  const setting = `suspends after ${formatDuration(idle.suspendAfterMs)} unused`;
+  if (idle.suspended) return `suspended while unused; a preview request or an action resumes it`;
+  if (idle.busy) return `${setting}; in use: ${idle.busy}`;
+  if (idle.idleForMs !== undefined) return `${setting}; unused for ${formatDuration(idle.idleForMs)}`;
+  return setting;
 }
 
 /** Bytes as MiB with one decimal, e.g. `412.3 MiB`. */

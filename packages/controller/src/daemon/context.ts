@@ -14,14 +14,20 @@ export interface ConfigSource {
   configSha256?: string;
 }
 
+/** Options of a start. */
+export interface StartOptions {
+  /** Replaces the instance's `idle.suspendAfter` for good, in ms; 0 turns auto-suspend off. */
+  idleSuspendMs?: number;
+}
+
 /** Lifecycle operations; each runs alone in the instance's queue. */
 export interface LifecycleActions {
   /** Creates the instance from a host sandbox.yaml (absolute path) or a template, then starts it. */
-  create(source: ConfigSource & { template?: string }): Promise<EntryView>;
+  create(source: ConfigSource & { template?: string; idleSuspendMs?: number }): Promise<EntryView>;
   /** Boots a fresh disk from a sandbox.yaml, runs setup, saves it as a template. */
   prepare(source: ConfigSource & { config: string }): Promise<EntryView>;
   /** Reopens the last checkpoint (or does nothing when running). */
-  start(): Promise<EntryView>;
+  start(options?: StartOptions): Promise<EntryView>;
   /** Cuts clients, stops services, checkpoints the disk. */
   stop(): Promise<EntryView>;
   /** Cuts clients, saves the guest's memory with a checkpoint; the next start resumes it. */

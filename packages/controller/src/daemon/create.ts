@@ -54,6 +54,12 @@ function noticeDeclares(config: SandboxConfig, progress: (event: ProgressEvent) 
   if (declares.length > 0) progress({ stage: "config", message: `this config uses ${declares.join("; ")}` });
 }
 
+/** The config with `idle.suspendAfter` replaced by `idleSuspendMs` (`--idle-suspend`); 0 turns it off. */
+export function withIdleSuspend(config: SandboxConfig, idleSuspendMs: number): SandboxConfig {
+  const { idle: _old, ...rest } = config;
+  return idleSuspendMs > 0 ? { ...rest, idle: { suspendAfterMs: idleSuspendMs } } : rest;
+}
+
 /**
  * A new instance: a disk from the config's image or a copy-on-write one from a template, its
  * record (with `pendingCreate` until the first checkpoint), then the first boot. A create that
@@ -61,7 +67,7 @@ function noticeDeclares(config: SandboxConfig, progress: (event: ProgressEvent) 
  */
 export async function createInstance(
   steps: CreateSteps,
-  source: ConfigSource & { template?: string },
+  source: ConfigSource & { template?: string; idleSuspendMs?: number },
   progress: Progress,
 ): Promise<EntryView> {
   const { state, runtime } = steps;
@@ -123,6 +129,7 @@ export async function createInstance(
   // Until the first checkpoint holds the guest config and setup's work, the record says so: a
   // daemon that dies before then (its run is dropped) leaves an instance whose next start
   // finishes the create.
+  if (source.idleSuspendMs !== undefined) config = withIdleSuspend(config, source.idleSuspendMs);
   const pendingCreate = configText !== undefined ? { configText } : {};
   await writeRecord(layout, { ...record, config, pendingCreate });
   const first = { pendingCreate, setupDone: false, secretSalt: record.secretSalt };

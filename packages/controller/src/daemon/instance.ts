@@ -1,18 +1,21 @@
 // One entry's controller inside its daemon: runs actions, lifecycle work one at a time in a queue,
 // guest actions beside it.
 import PQueue from "p-queue";
+import { processUsage } from "@pi-sandbox/vm/host";
 import type { DaemonContext } from "../actions/define.js";
 import type { HostGuard } from "../host-guard.js";
 import { findAction } from "../actions/registry.js";
 import { ControllerError, isControllerError } from "../errors.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
 import type { EntryState } from "../state/records.js";
-import type { ProgressEvent } from "../wire.js";
+import type { IdleReading, ProgressEvent } from "../wire.js";
+import { AutoSuspend } from "./auto-suspend.js";
 import { Lifecycle } from "./lifecycle.js";
 import type { DaemonLogger } from "./log.js";
 import { createVmRuntime, type InstanceRuntime } from "./runtime.js";
 import { GuestOperations } from "./services.js";
 import { InstanceState, toControllerError } from "./state.js";
+import { suspendInstance } from "./suspend.js";
 
 export { toControllerError };
 
@@ -24,6 +27,12 @@ export interface CallContext {
   signal?: AbortSignal;
   /** The host-path limits of a model's call. */
   guard?: HostGuard;
+}
+
+/** Whether an action needs the guest (an instance that suspended itself is resumed first). */
+function needsGuest(args: Record<string, unknown> & { action: string }): boolean {
+  // The controller log is on the host.
+  return !(args.action === "logs" && args.service === undefined);
 }
 
 const LIFECYCLE: ReadonlySet<string> = new Set(["create", "prepare", "start", "stop", "suspend", "destroy"]);
@@ -42,6 +51,7 @@ export class InstanceController {
   readonly #lifecycle: Lifecycle;
   readonly #guest: GuestOperations;
   readonly #queue = new PQueue({ concurrency: 1 });
+  readonly #idle: AutoSuspend;
   #recordedFault: unknown;
   /** When the agent's channel was last reattached (see {@link #reattach}). */
   #reattaches: number[] = [];
@@ -54,6 +64,30 @@ export class InstanceController {
       runtime ?? createVmRuntime({ stateRoot: layout.runtimeDir() }),
       this.#guest,
     );
+    const state = this.#state;
+    this.#idle = new AutoSuspend(
+      {
+        suspendAfterMs: () => (state.kind === "instances" ? state.suspendAfterMs : undefined),
+        running: () => state.vm !== undefined && state.status.state === "running" && !state.exiting,
+        busy: () => this.busy,
+        enqueue: (work) => this.#enqueue(work),
+        suspend: () => this.#lifecycle.autoSuspend(),
+        start: async () => {
+          await this.#lifecycle.start((event) => state.log.info(`[${event.stage}] ${event.message}`));
+        },
+        log: state.log,
+      },
+      {
+        previews: () => state.gateway?.activity(),
+        terminals: () => this.#guest.terminalSessions(),
+        cpuMs: () => {
+          const pid = state.vm?.hostPid;
+          return pid === undefined ? undefined : processUsage(pid)?.cpuMs;
+        },
+        jobs: () => state.supervisor?.activity() ?? Promise.resolve(undefined),
+      },
+    );
+    state.wake = () => this.#idle.wake();
   }
 
   /** Resolves when the daemon should exit (after stop, destroy or prepare). */
@@ -81,6 +115,21 @@ export class InstanceController {
     return this.#state.exiting;
   }
 
+  /** True while the instance is suspended by its idle clock: the daemon holds its previews to wake it. */
+  get asleep(): boolean {
+    return this.#idle.asleep && !this.#state.exiting;
+  }
+
+  /** The idle clock, for pings (undefined while off or not running). */
+  get idle(): IdleReading | undefined {
+    return this.#idle.reading();
+  }
+
+  /** Called every second by the daemon: one look at what uses the instance; suspends it when unused long enough. */
+  checkIdle(): void {
+    void this.#idle.tick().catch((error: unknown) => this.#state.log.warn(`idle check: ${String(error)}`));
+  }
+
   /** Runs one validated action through its module's handler. */
   async call(args: Record<string, unknown> & { action: string }, ctx: CallContext): Promise<unknown> {
     if (this.#state.exiting) throw this.#state.exitingError();
@@ -97,8 +146,27 @@ export class InstanceController {
       lifecycle: this.#lifecycle.actions(ctx.progress, (work) => this.#enqueue(work)),
       guest: this.#guest,
     };
-    if (LIFECYCLE.has(spec.name)) return spec.run(args, context);
-    return this.#duringLife(args.action, () => spec.run(args, context));
+    // Counted before any wake it asks for: an auto-suspend deciding now sees it and stands down.
+    const ended = this.#idle.callStarted();
+    try {
+      if (LIFECYCLE.has(spec.name)) {
+        const result = await spec.run(args, context);
+        if (spec.name === "start" || spec.name === "create") this.#idle.started();
+        return result;
+      }
+      if (needsGuest(args)) await this.#wake(args.action, ctx.progress);
+      return await this.#duringLife(args.action, () => spec.run(args, context));
+    } finally {
+      ended();
+    }
+  }
+
+  /** Resumes an instance that suspended itself before an action that needs its guest. */
+  async #wake(action: string, progress: (event: ProgressEvent) => void): Promise<void> {
+    const waking = this.#idle.wake();
+    if (!waking) return;
+    progress({ stage: "boot", message: `resuming ${this.#state.name} (suspended while unused) for ${action}` });
+    await waking;
   }
 
   /**
@@ -229,11 +297,24 @@ export class InstanceController {
     }
   }
 
-  /** SIGTERM: stop cleanly (checkpoint) if a VM runs. */
+  /**
+   * SIGTERM: stop cleanly (checkpoint) if a VM runs. An instance that suspended itself stays
+   * suspended (its saved memory is kept; a stop would drop it): only its previews go.
+   */
   async shutdown(): Promise<void> {
     // Queued behind any lifecycle work in progress (a boot finishes, then is checkpointed), so a
     // signal never leaves a half-started VM behind.
-    await this.#queue.add(() => this.#lifecycle.stop(() => undefined)).catch(() => undefined);
+    await this.#queue
+      .add(() =>
+        this.#state.vm || !this.#idle.asleep
+          ? this.#lifecycle.stop(() => undefined)
+          : suspendInstance(
+              this.#state,
+              (options) => this.#lifecycle.teardown(options),
+              () => undefined,
+            ),
+      )
+      .catch(() => undefined);
     this.#state.finish();
   }
 }

@@ -11,8 +11,8 @@ import type { EntryView } from "../state/inspect.js";
 import type { EntryKind } from "../state/layout.js";
 import { readRecord, readStatus, writeRecord } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
-import type { ConfigSource, LifecycleActions } from "./context.js";
-import { createInstance, prepareTemplate, type BootOptions, type CreateSteps } from "./create.js";
+import type { ConfigSource, LifecycleActions, StartOptions } from "./context.js";
+import { createInstance, prepareTemplate, withIdleSuspend, type BootOptions, type CreateSteps } from "./create.js";
 import { installGuestConfig, runSetup } from "./guest-setup.js";
 import { assertHostPortsFree, hostPortsOf, portsTakenByInstances } from "./host-ports.js";
 import { previewAddressFor, recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
@@ -23,6 +23,16 @@ import { dropSuspendedMemory, finishWarmStart, noteRestore, suspendInstance, typ
 import { toControllerError, type InstanceState } from "./state.js";
 
 type Progress = (event: ProgressEvent) => void;
+
+/** What a teardown keeps. */
+export interface TeardownOptions {
+  /** Checkpoint the disk (else the run is discarded). */
+  checkpoint: boolean;
+  /** Save the memory too (a suspend). */
+  keepMemory?: boolean;
+  /** Leave the previews bound (an auto-suspend). */
+  keepPreviews?: boolean;
+}
 
 /** The lifecycle of one entry. */
 export class Lifecycle {
@@ -40,8 +50,8 @@ export class Lifecycle {
     return {
       create: (source) => queue(() => this.create(source, progress)),
       prepare: (source) => queue(() => this.prepare(source, progress)),
-      start: () => queue(() => this.start(progress)),
       stop: () => queue(() => this.stop(progress)),
+      start: (options) => queue(() => this.start(progress, options)),
       suspend: () => queue(() => suspendInstance(this.state, (options) => this.teardown(options), progress)),
       destroy: (confirm) => queue(() => this.destroy(confirm, progress)),
     };
@@ -52,7 +62,7 @@ export class Lifecycle {
   }
 
   /** A new instance from a config or a template (create.ts). */
-  create(source: ConfigSource & { template?: string }, progress: Progress): Promise<EntryView> {
+  create(source: ConfigSource & { template?: string; idleSuspendMs?: number }, progress: Progress): Promise<EntryView> {
     return createInstance(this.steps(), source, progress);
   }
 
@@ -74,9 +84,18 @@ export class Lifecycle {
     };
   }
 
-  async start(progress: Progress): Promise<EntryView> {
+  /**
+   * Reopens (or resumes) the instance; a running one is left as it is. `idleSuspendMs` (0: off)
+   * replaces its `idle.suspendAfter` for good, running or not.
+   */
+  async start(progress: Progress, options: StartOptions = {}): Promise<EntryView> {
+    let record = await readRecord(this.state.layout, "instances", this.name);
+    if (record && options.idleSuspendMs !== undefined) {
+      record = { ...record, config: withIdleSuspend(record.config, options.idleSuspendMs) };
+      await writeRecord(this.state.layout, record);
+      if (this.state.vm) this.state.suspendAfterMs = record.config.idle?.suspendAfterMs;
+    }
     if (this.state.vm) return this.state.view();
-    const record = await readRecord(this.state.layout, "instances", this.name);
     if (!record) {
       throw new ControllerError("CONTROLLER_NOT_FOUND", `no instance named ${this.name}`, {
         hint: 'Create it with {"action":"create","name":"…","config":"sandbox.yaml"}.',
@@ -119,6 +138,7 @@ export class Lifecycle {
   /** Boots the instance disk, starts the agent, finishes a pending create, runs resume and services. */
   private async boot(config: SandboxConfig, progress: Progress, options: BootOptions): Promise<void> {
     const { state } = this;
+    state.suspendAfterMs = config.idle?.suspendAfterMs;
     await state.setState("starting");
     const vm = await this.bootVm(state.layout.diskDir("instances", this.name), config, progress, options.secretSalt);
     const warm = await noteRestore(state, vm, progress);
@@ -195,12 +215,14 @@ export class Lifecycle {
       onProgress: (message) => progress({ stage: "boot", message }),
     });
     state.vm = vm;
-    state.gateway = previewAddress
-      ? this.runtime.openGateway(vm, {
+    // After an auto-suspend the previews are still bound (their requests woke this boot): kept.
+    state.gateway ??= previewAddress
+      ? this.runtime.openGateway(state.guestPorts, {
           portsFile: state.layout.portsFile(this.name),
           address: previewAddress.address,
           avoidPorts: () => portsTakenByInstances(state.layout),
           logger: state.log.child("[preview]"),
+          wake: () => state.wake(),
         })
       : undefined;
     for (const warning of vm.warnings) progress({ stage: "boot", message: warning });
@@ -240,6 +262,8 @@ export class Lifecycle {
   async stop(progress: Progress): Promise<EntryView> {
     const { state } = this;
     if (!state.vm) {
+      // Suspended by its idle clock, this daemon still holds the previews: they go now.
+      await this.closePreviews();
       const written = await readStatus(state.layout, state.kind, this.name);
       if (written?.state === "suspended") await dropSuspendedMemory(state, this.runtime, progress);
       state.finish();
@@ -268,15 +292,15 @@ export class Lifecycle {
 
   /**
    * Cuts previews and the agent, then checkpoints (or discards) the VM run. With `keepMemory` (a
-   * suspend) the agent is only detached, its services running on in the saved memory.
+   * suspend) the agent is only detached, its services running on in the saved memory. With
+   * `keepPreviews` (an auto-suspend) the previews stay bound, to wake the instance.
    */
-  async teardown(options: { checkpoint: boolean; keepMemory?: boolean }): Promise<SuspendTeardown | undefined> {
+  async teardown(options: TeardownOptions): Promise<SuspendTeardown | undefined> {
     const { state } = this;
-    const { gateway, supervisor, vm } = state;
-    state.gateway = undefined;
+    const { supervisor, vm } = state;
     state.supervisor = undefined;
     state.vm = undefined;
-    await gateway?.closeAll().catch((e: unknown) => state.log.warn(`closing previews: ${String(e)}`));
+    if (!options.keepPreviews) await this.closePreviews();
     if (supervisor && options.keepMemory) {
       await supervisor.detach().catch((e: unknown) => state.log.warn(`detaching the agent: ${String(e)}`));
     } else if (supervisor) {
@@ -296,6 +320,28 @@ export class Lifecycle {
       await writeRecord(state.layout, created);
     }
     return result;
+  }
+
+  /** Closes the previews (after an auto-suspend, the daemon held them with no VM running). */
+  async closePreviews(): Promise<void> {
+    const { gateway } = this.state;
+    this.state.gateway = undefined;
+    await gateway?.closeAll().catch((e: unknown) => this.state.log.warn(`closing previews: ${String(e)}`));
+  }
+
+  /**
+   * The auto-suspend: a suspend that keeps the previews bound and the daemon running, so the next
+   * preview request or action resumes the instance (see auto-suspend.ts).
+   */
+  async autoSuspend(): Promise<void> {
+    await suspendInstance(
+      this.state,
+      (options) => this.teardown(options),
+      (event) => this.state.log.info(`[${event.stage}] ${event.message}`),
+      {
+        idle: true,
+      },
+    );
   }
 
   async destroy(confirm: string, progress: Progress): Promise<{ destroyed: string; kind: EntryKind }> {

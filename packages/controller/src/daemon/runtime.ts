@@ -4,7 +4,7 @@
 // host processes (`createLocalRuntime` in ../testing.ts) as well as on real VMs.
 
 import type { SandboxConfig } from "@pi-sandbox/config";
-import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector } from "@pi-sandbox/ingress";
+import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector, type TcpConnectable } from "@pi-sandbox/ingress";
 import { SupervisorClient } from "@pi-sandbox/supervisor";
 import {
   DiskStore,
@@ -70,6 +70,8 @@ export interface GatewayOptions {
   avoidPorts: () => Promise<Iterable<number>>;
   /** Log sink. */
   logger: DaemonLogger;
+  /** Asked before each preview request is forwarded: resumes an instance that suspended itself (see ingress). */
+  wake: () => Promise<void> | undefined;
 }
 
 /** What the daemon asks of the layers below. */
@@ -92,10 +94,12 @@ export interface InstanceRuntime {
   /** Installs and starts the guest agent in `vm`, for the config's workspace. */
   startAgent(vm: RuntimeVm, options: { workspace: string; logger: DaemonLogger }): Promise<SupervisorClient>;
   /**
-   * The preview gateway of one run of `vm`: previews bind `address` (the instance's own loopback
-   * address), host ports are leased in `portsFile`, and a new lease avoids `avoidPorts()`.
+   * The preview gateway of an instance: previews bind `address` (the instance's own loopback
+   * address), host ports are leased in `portsFile`, and a new lease avoids `avoidPorts()`. Guest
+   * connections go through `guest` when they are made, so one gateway outlives an auto-suspend
+   * and reaches the VM of the next run.
    */
-  openGateway(vm: RuntimeVm, options: GatewayOptions): PreviewGateway;
+  openGateway(guest: TcpConnectable, options: GatewayOptions): PreviewGateway;
 }
 
 /**
@@ -129,13 +133,14 @@ export function createVmRuntime(options: {
         ...(options.upstream ? { upstream: options.upstream } : {}),
       }),
     startAgent: (vm, { workspace, logger }) => SupervisorClient.start({ vm, workspace, logger }),
-    openGateway: (vm, { portsFile, address, avoidPorts, logger }) =>
+    openGateway: (guest, { portsFile, address, avoidPorts, logger, wake }) =>
       new PreviewGateway({
-        connector: guestVmConnector(vm),
+        connector: guestVmConnector(guest),
         leases: new JsonFilePortLeaseStore(portsFile),
         address,
         avoidPorts,
         logger,
+        wake,
       }),
   };
 }

@@ -95,7 +95,14 @@ export async function runDaemon(
   async function handle(socket: Socket, message: ClientMessage, logger: DaemonLogger): Promise<void> {
     lastActivity = Date.now();
     if (message.type === "ping") {
-      writeJsonLine(socket, { id: message.id, type: "pong", pid: process.pid, state: controller.state });
+      const idle = controller.idle;
+      writeJsonLine(socket, {
+        id: message.id,
+        type: "pong",
+        pid: process.pid,
+        state: controller.state,
+        ...(idle ? { idle } : {}),
+      });
       return;
     }
     if (message.type !== "call") return;
@@ -166,8 +173,11 @@ export async function runDaemon(
 
   const idle = setInterval(() => {
     controller.checkVm();
+    controller.checkIdle();
     if (
       !controller.running &&
+      // An instance that suspended itself keeps its daemon: it holds the previews that wake it.
+      !controller.asleep &&
       !controller.busy &&
       inFlight === 0 &&
       Date.now() - lastActivity > (options.idleExitMs ?? IDLE_EXIT_MS)

@@ -11,7 +11,7 @@ import {
 } from "@pi-sandbox/ingress";
 import { ControllerError } from "../errors.js";
 import { isSupervisorError, type ServicesResult } from "@pi-sandbox/supervisor";
-import { runInGuest } from "@pi-sandbox/vm";
+import { runInGuest, type GuestSshAccess } from "@pi-sandbox/vm";
 import { readRecord, type PreviewLinkInfo } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { GuestActions, ServicesView } from "./context.js";
@@ -96,6 +96,8 @@ function toPreviewLink(info: PreviewLinkInfo): PreviewLink {
 export class GuestOperations implements GuestActions {
   /** The links each declared service's preview was opened with in this run. */
   private readonly declaredLinks = new Map<string, PreviewLink[]>();
+  /** The terminal accesses handed out (each closes itself, or with its VM). */
+  private readonly terminals = new Set<GuestSshAccess>();
 
   constructor(private readonly state: InstanceState) {}
 
@@ -271,6 +273,7 @@ export class GuestOperations implements GuestActions {
   async shell(user: string) {
     const { vm } = this.state.running();
     const access = await vm.enableSsh({ user });
+    this.terminals.add(access);
     // ssh starts sessions with a fresh environment: their login shell reads the VM's CA variables
     // and the placeholders from /etc/profile.d instead (exec, services and hooks have them from
     // the VM itself). One exec writes both: its environment is the VM's.
@@ -286,6 +289,16 @@ export class GuestOperations implements GuestActions {
       this.state.log.warn(`writing ${files} failed: exit ${written.exitCode}`);
     }
     return { command: access.command, user: access.user, port: access.port };
+  }
+
+  /** Terminal sessions open now, through the accesses `shell` handed out (auto-suspend waits for them). */
+  terminalSessions(): number {
+    let open = 0;
+    for (const access of this.terminals) {
+      if (access.closed) this.terminals.delete(access);
+      else open += access.sessionCount;
+    }
+    return open;
   }
 
   async reloadSecrets() {

@@ -3,7 +3,7 @@
 
 import { isConfigError } from "@pi-sandbox/config";
 import { isImageError } from "@pi-sandbox/image";
-import { isIngressError, type PreviewGateway } from "@pi-sandbox/ingress";
+import { isIngressError, type PreviewGateway, type TcpConnectable } from "@pi-sandbox/ingress";
 import { isSupervisorError, type SupervisorClient } from "@pi-sandbox/supervisor";
 import { isVmError } from "@pi-sandbox/vm";
 import { ControllerError, isControllerError } from "../errors.js";
@@ -58,6 +58,24 @@ export class InstanceState {
   errors: RecordedError[] = [];
   /** True once the daemon has decided to exit: new calls go to a fresh daemon. */
   exiting = false;
+  /** `idle.suspendAfter` of the running instance, in ms (from its record at each start); undefined when off. */
+  suspendAfterMs: number | undefined;
+  /** Asked before each preview request is forwarded: resumes an instance that suspended itself. */
+  wake: () => Promise<void> | undefined = () => undefined;
+  /**
+   * The previews' way into the guest: whichever VM runs when a connection is made. The gateway
+   * outlives an auto-suspend, so it must not hold on to one run's VM.
+   */
+  readonly guestPorts: TcpConnectable = {
+    connectTcp: (port, options) =>
+      this.vm
+        ? this.vm.connectTcp(port, options)
+        : Promise.reject(
+            new ControllerError("CONTROLLER_NOT_RUNNING", `${this.name} is not running`, {
+              details: { name: this.name },
+            }),
+          ),
+  };
   /** Resolves when the daemon should exit (after stop, destroy, prepare or a failed start). */
   readonly finished: Promise<void>;
   #finish!: () => void;
@@ -91,6 +109,8 @@ export class InstanceState {
       daemonPid: process.pid,
       errors: this.errors,
     };
+    // Only a suspended instance can have suspended itself.
+    if (state !== "suspended") delete this.status.suspendedBy;
     if (this.vm?.hostPid) this.status.qemuPid = this.vm.hostPid;
     else delete this.status.qemuPid;
     await writeStatus(this.layout, this.kind, this.name, this.status);

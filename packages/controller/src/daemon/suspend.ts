@@ -19,30 +19,50 @@ export interface SuspendTeardown {
 
 /**
  * Cuts previews and terminal clients, detaches the agent, saves memory and checkpoint, and leaves
- * the entry `suspended` with the preview links a warm start reopens. Not running: nothing to do.
- * The daemon exits after it, as after a stop.
+ * the entry `suspended` with the preview links a warm start reopens. Not running: nothing to do
+ * (but an instance that suspended itself gives its previews up and reads plainly suspended). The
+ * daemon exits after it, as after a stop; except after an auto-suspend (`idle`), where it stays,
+ * its previews bound, until a request or action wakes the instance. A failed suspend ends the
+ * daemon either way.
  */
 export async function suspendInstance(
   state: InstanceState,
-  teardown: (options: { checkpoint: true; keepMemory: true }) => Promise<SuspendTeardown | undefined>,
+  teardown: (options: {
+    checkpoint: true;
+    keepMemory: true;
+    keepPreviews?: boolean;
+  }) => Promise<SuspendTeardown | undefined>,
   progress: Progress,
+  options: { idle?: boolean } = {},
 ): Promise<EntryView> {
   if (!state.vm) {
+    if (!options.idle) await giveUpPreviews(state);
     state.finish();
     return state.view();
   }
   const previews = state.status.previews ?? [];
+  let finish = !options.idle;
   try {
     await state.setState("suspending").catch((e: unknown) => state.log.warn(`writing status: ${String(e)}`));
-    progress({ stage: "suspend", message: "closing previews and terminal clients; services keep running" });
-    const result = await teardown({ checkpoint: true, keepMemory: true });
+    progress({
+      stage: "suspend",
+      message: options.idle
+        ? "unused: saving memory; previews stay bound and the next request resumes it"
+        : "closing previews and terminal clients; services keep running",
+    });
+    const result = await teardown({ checkpoint: true, keepMemory: true, keepPreviews: options.idle === true });
     const mib = ((result?.memoryBytes ?? 0) / 2 ** 20).toFixed(0);
     progress({
       stage: "checkpoint",
       message: `memory (${mib} MiB) and checkpoint saved in ${((result?.totalMs ?? 0) / 1000).toFixed(1)} s`,
     });
-    await state.setState("suspended", { previews });
+    // Written last: a daemon that dies before this line leaves "suspending" (read as interrupted,
+    // and start reopens the last complete checkpoint); one that dies after leaves an ordinary
+    // suspended instance whose memory start resumes.
+    await state.setState("suspended", { previews, ...(options.idle ? { suspendedBy: "idle" as const } : {}) });
   } catch (error) {
+    finish = true;
+    await giveUpPreviews(state);
     const e = toControllerError(error);
     if (e.code === "VM_SUSPEND_FAILED" && e.details?.diskSaved === true) {
       // The disk was still checkpointed: the instance is stopped, and its next start is cold.
@@ -54,9 +74,24 @@ export async function suspendInstance(
     }
     throw e;
   } finally {
-    state.finish();
+    if (finish) state.finish();
   }
   return state.view();
+}
+
+/**
+ * Closes the previews an auto-suspended instance's daemon held (none otherwise) and drops the
+ * `idle` mark: the daemon is about to exit, and nothing will wake the instance but a start.
+ */
+async function giveUpPreviews(state: InstanceState): Promise<void> {
+  const { gateway } = state;
+  state.gateway = undefined;
+  if (!gateway) return;
+  await gateway.closeAll().catch((e: unknown) => state.log.warn(`closing previews: ${String(e)}`));
+  if (state.status.suspendedBy) {
+    delete state.status.suspendedBy;
+    await state.setState(state.status.state).catch((e: unknown) => state.log.warn(`writing status: ${String(e)}`));
+  }
 }
 
 /**

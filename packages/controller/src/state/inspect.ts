@@ -2,7 +2,7 @@
 // interrupted.
 import { access } from "node:fs/promises";
 import { ControllerError } from "../errors.js";
-import { daemonAnswers, daemonLive } from "./liveness.js";
+import { daemonLive, daemonPing, type Pong } from "./liveness.js";
 import type { EntryKind, StateLayout } from "./layout.js";
 import {
   listEntryNames,
@@ -61,10 +61,27 @@ export interface EntryView {
    * (over a 200 ms window) and resident memory in bytes. Read from /proc; absent without a QEMU.
    */
   usage?: { cpuPercent: number; rssBytes: number };
+  /**
+   * Auto-suspend (`idle.suspendAfter`, or `--idle-suspend`): the setting, and from a live daemon
+   * its clock, or that the instance suspended itself (its previews and actions resume it).
+   */
+  idle?: IdleView;
   /** Daemon pid when live. */
   daemonPid?: number;
   /** What to do next, when the state calls for it. */
   hint?: string;
+}
+
+/** An instance's auto-suspend, as inspect and list show it. */
+export interface IdleView {
+  /** It suspends itself after this long unused, in ms. */
+  suspendAfterMs: number;
+  /** While it runs: how long nothing has used it, in ms (0 while something does). */
+  idleForMs?: number;
+  /** While it runs and something uses it: what (the daemon's last look). */
+  busy?: string;
+  /** True while it is suspended by this setting, its daemon holding the previews to wake it. */
+  suspended?: true;
 }
 
 const ACTIVE: ReadonlySet<EntryState> = new Set(["starting", "running", "stopping", "suspending"]);
@@ -93,10 +110,12 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
   let state: EntryState = status?.state ?? (kind === "templates" ? "failed" : "stopped");
   let hint: string | undefined;
   const errors = [...(status?.errors ?? [])];
+  // Only an answer shows the daemon itself is working (and tells its idle clock).
+  const pong: Pong | undefined = liveness.live ? await daemonPing(layout.socketPath(kind, name)) : undefined;
   if (ACTIVE.has(state) && !liveness.live) {
     state = "interrupted";
     hint = `The controller of ${name} is gone (crash or kill). Run {"action":"start","name":"${name}"} to reopen its last completed checkpoint.`;
-  } else if (ACTIVE.has(state) && !(await daemonAnswers(layout.socketPath(kind, name)))) {
+  } else if (ACTIVE.has(state) && !pong) {
     state = "unavailable";
     hint = `The controller of ${name} (pid ${liveness.pid}) is alive but does not answer: it may be stopped (SIGSTOP) or overloaded. Wait and inspect again, or end it (kill ${liveness.pid}) and run {"action":"start","name":"${name}"}.`;
   } else if (!ACTIVE.has(state) && record.config.image) {
@@ -111,6 +130,9 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
       });
     }
   }
+  // Suspended by its idle clock, its daemon holding the previews: they (and actions) wake it. A
+  // daemon that died meanwhile left an ordinary suspended instance, which start resumes.
+  const asleep = state === "suspended" && status?.suspendedBy === "idle" && pong !== undefined;
   if (!hint && state === "failed") hint = `See {"action":"logs","name":"${name}"} for the controller log.`;
   const view: EntryView = {
     name,
@@ -121,9 +143,13 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
     diskGiB: record.config.diskGiB,
     // A record written before network.hostPorts existed has none.
     hostPorts: [...(record.config.network?.hostPorts ?? [])],
-    previews: state === "running" ? (status?.previews ?? []) : [],
+    previews: state === "running" || asleep ? (status?.previews ?? []) : [],
     errors,
   };
+  const suspendAfterMs = record.config.idle?.suspendAfterMs;
+  if (suspendAfterMs !== undefined && kind === "instances") {
+    view.idle = { suspendAfterMs, ...(asleep ? { suspended: true as const } : {}), ...(pong?.idle ?? {}) };
+  }
   // Records written before network.secrets and mounts existed have neither.
   const secrets = Object.entries(record.config.network?.secrets ?? {});
   if (secrets.length > 0) view.secrets = secrets.map(([secret, { hosts }]) => ({ name: secret, hosts: [...hosts] }));

@@ -59,11 +59,24 @@ export async function daemonLive(pidFile: string, socketPath: string): Promise<{
  * connections on a listening socket even while its process is stopped (SIGSTOP) or wedged, so
  * only an answer shows the daemon itself is working.
  */
-export function daemonAnswers(socketPath: string, timeoutMs = 2000): Promise<boolean> {
-  return probeSocket(socketPath, timeoutMs, (socket, done) => {
+export async function daemonAnswers(socketPath: string, timeoutMs = 2000): Promise<boolean> {
+  return (await daemonPing(socketPath, timeoutMs)) !== undefined;
+}
+
+/** The daemon's answer to a ping (its pid, state and idle clock), or undefined within `timeoutMs`. */
+export async function daemonPing(socketPath: string, timeoutMs = 2000): Promise<Pong | undefined> {
+  let pong: Pong | undefined;
+  await probeSocket(socketPath, timeoutMs, (socket, done) => {
     readJsonLines<DaemonMessage>(socket, (message) => {
-      if (message.id === 1 && message.type === "pong") done(true);
+      if (message.id === 1 && message.type === "pong") {
+        pong = message;
+        done(true);
+      }
     });
     writeJsonLine(socket, { id: 1, type: "ping" });
   });
+  return pong;
 }
+
+/** A daemon's pong. */
+export type Pong = Extract<DaemonMessage, { type: "pong" }>;

@@ -103,6 +103,11 @@ export interface EntryStatus {
   setup?: { exitCode: number | null; timedOut?: boolean; at: string; logPath?: string };
   /** Handle of a resume hook still running in the background. */
   resumePid?: string;
+  /**
+   * `idle` when the instance suspended itself after `idle.suspendAfter` unused: its daemon stays,
+   * holding the previews, and the next preview request or action resumes it.
+   */
+  suspendedBy?: "idle";
 }
 
 /** Reads the record, or undefined when the entry does not exist. */
