@@ -214,6 +214,8 @@ class Jobs:
         self._lock = threading.Lock()
         self._jobs: collections.OrderedDict[str, Job] = collections.OrderedDict()
         self._expired: collections.OrderedDict[str, bool] = collections.OrderedDict()
+        # Set by add(): wakes the output watcher, which sleeps while no job runs.
+        self._added = threading.Event()
 
     def new_handle(self) -> str:
         return "x" + secrets.token_hex(8)
@@ -222,6 +224,7 @@ class Jobs:
         with self._lock:
             self._jobs[job.handle] = job
             self._expire_locked()
+        self._added.set()
 
     def completed(self) -> None:
         with self._lock:
@@ -277,7 +280,13 @@ class Jobs:
         return result
 
     def watch_output(self, stop: threading.Event, limit: int = MAX_OUTPUT_FILE_BYTES) -> None:
-        """Bounds output files of running jobs (a forgotten `yes` must not fill the guest disk)."""
+        """Bounds output files of running jobs (a forgotten `yes` must not fill the guest disk).
+        With none running it sleeps until one is added: a guest with nothing to do is not woken
+        every OUTPUT_CHECK_S (on a host that bills idle guests by their CPU, each wakeup counts)."""
         while not stop.wait(OUTPUT_CHECK_S):
-            for job in self.running():
+            running = self.running()
+            for job in running:
                 job.bound_file(limit)
+            if not running:
+                self._added.wait()
+                self._added.clear()
