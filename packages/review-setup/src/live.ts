@@ -108,6 +108,18 @@ export async function keepCredentialOnHost(
 ): Promise<string> {
   const { credential, secret, signal } = options;
   const shaped = secret.shape ? shapePlaceholder(secret.shape, credential.value, credential.provider) : undefined;
+  if (shaped?.apiHost && !secret.hosts.includes(shaped.apiHost)) {
+    // The VM would refuse the placeholder to that host (403): say so before any request.
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_PROVIDER_UNSUPPORTED",
+      `the host's ${credential.provider} token points Pi at ${shaped.apiHost}, which live mode does not send the token to ` +
+        `(it knows ${secret.hosts.join(", ")})`,
+      {
+        hint: "Use a login whose API endpoint is one of those, or another provider's API key.",
+        details: { provider: credential.provider, apiHost: shaped.apiHost },
+      },
+    );
+  }
   await pushLiveSecret({
     ...options,
     provider: credential.provider,

@@ -21,6 +21,8 @@ export interface ShapedPlaceholder {
   placeholder: string;
   /** Token expiry the placeholder carries (ms since epoch), if the token says one. */
   expiresAt: number | undefined;
+  /** The API host Pi derives from the token (Copilot: `proxy.X` becomes `api.X`), if it derives one. */
+  apiHost?: string;
 }
 
 /**
@@ -111,7 +113,11 @@ function copilotToken(token: string): ShapedPlaceholder | undefined {
   }
   out.push(`8kp=1:${randomBytes(Math.max(32, Math.floor((mac?.length ?? 64) / 2))).toString("hex")}`);
   const exp = Number(fields.get("exp"));
-  return { placeholder: out.join(";"), expiresAt: Number.isFinite(exp) && exp > 0 ? exp * 1000 : undefined };
+  return {
+    placeholder: out.join(";"),
+    expiresAt: Number.isFinite(exp) && exp > 0 ? exp * 1000 : undefined,
+    apiHost: endpoint.replace(/^proxy\./, "api."),
+  };
 }
 
 /**

@@ -119,6 +119,7 @@ test("Pi's Copilot login reads the same endpoint from the shaped token; the HMAC
   expect(placeholder).not.toContain(mac);
   expect(placeholder).not.toContain("private-tracking-id");
   expect(expiresAt).toBe(EXP * 1000);
+  expect(shapePlaceholder("copilot-token", token, "github-copilot").apiHost).toBe("api.business.githubcopilot.com");
   const oauth = pi.get("github-copilot")!.auth.oauth!;
   const auth = (access: string) =>
     oauth.toAuth!({ type: "oauth", access, refresh: "r", expires: EXP * 1000 } as never) as Promise<{

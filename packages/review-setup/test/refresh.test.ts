@@ -335,6 +335,52 @@ describe("live mode", () => {
       expect(seen).not.toContain(secret);
   });
 
+  test("a Copilot login: the guest gets an OAuth entry with the shaped token; an endpoint live mode does not know is refused", async () => {
+    const exp = Math.floor(Date.UTC(2026, 0, 2, 5, 0, 0) / 1000);
+    const copilot = (endpoint: string) =>
+      writeFile(
+        join(hostAgent, "auth.json"),
+        JSON.stringify({
+          "github-copilot": {
+            type: "oauth",
+            access: `tid=t-1;exp=${exp};proxy-ep=${endpoint};8kp=1:${"cd".repeat(32)}`,
+            refresh: "gho-refresh-1",
+            expires: exp * 1000,
+          },
+        }),
+      );
+    const hosts = [
+      "api.individual.githubcopilot.com",
+      "api.business.githubcopilot.com",
+      "api.enterprise.githubcopilot.com",
+    ];
+    const run = (guest: FakeGuest) =>
+      runReviewSetup(
+        options(guest, {
+          liveModel: { provider: "github-copilot", model: "gpt-6-sol" },
+          hostEnv: { PI_CODING_AGENT_DIR: hostAgent, PATH: process.env.PATH },
+          callAction: controller([{ name: "GITHUB_COPILOT_ACCESS_TOKEN", hosts }], []),
+        }),
+      );
+    await copilot("proxy.individual.githubcopilot.com");
+    const guest = new FakeGuest({ liveOutput: `${liveLine}\n` });
+    expect((await run(guest)).mode).toBe("live-ready");
+    const entry = JSON.parse(guest.files.get("/workspace/.review/agent/auth.json")!)["github-copilot"];
+    expect(entry).toEqual({
+      type: "oauth",
+      access: expect.stringMatching(
+        /^tid=[0-9a-f]{32};exp=\d+;proxy-ep=proxy\.individual\.githubcopilot\.com;8kp=1:[0-9a-f]{64}$/,
+      ),
+      refresh: GUEST_REFRESH_TOKEN,
+      expires: exp * 1000,
+    });
+    await copilot("copilot-proxy.ghe.example.com");
+    await expect(run(new FakeGuest({ liveOutput: `${liveLine}\n` }))).rejects.toMatchObject({
+      code: "REVIEW_SETUP_PROVIDER_UNSUPPORTED",
+      message: expect.stringContaining("points Pi at copilot-proxy.ghe.example.com"),
+    });
+  });
+
   /**
    * A controller whose instance was made without the secret: `secrets-add` records it, `suspend`
    * and `start` restart the VM (then `inspect` and `start` show it), `secrets` reloads.
