@@ -116,12 +116,12 @@ beforeAll(async () => {
   sandbox = await makeSandbox("psd-");
   await sandbox.writeConfig(YAML);
   await sandbox.writeConfig("profile: tiny\ndiskGiB: 4\n", "idle.yaml");
-  const [web] = await Promise.all([
-    sandbox.call({ action: "create", name: "web", config: "sandbox.yaml" }),
-    sandbox.call({ action: "create", name: "idle", config: "idle.yaml" }),
-  ]);
-  previewUrl = web.previews[0].url as string;
+  // One boot at a time: two TCG boots side by side on a busy 2-core host can miss the agent's
+  // 60 s start deadline.
+  await sandbox.call({ action: "create", name: "idle", config: "idle.yaml" });
   await sandbox.call({ action: "stop", name: "idle" });
+  const web = await sandbox.call({ action: "create", name: "web", config: "sandbox.yaml" });
+  previewUrl = web.previews[0].url as string;
   const dashboard = await cliJson("dashboard");
   dashboardUrl = dashboard.url as string;
   origin = new URL(dashboardUrl).origin;
