@@ -7,7 +7,7 @@ import type { ControllerOptions, GuestSession } from "./guest.js";
 import { pushLiveSecret } from "./host-secrets.js";
 import { launchCommand } from "./launch.js";
 import type { ReviewLayout } from "./layout.js";
-import { shapePlaceholder } from "./placeholder-shape.js";
+import { shapePlaceholder, type ShapedPlaceholder } from "./placeholder-shape.js";
 import type { LiveSecret } from "./providers.js";
 
 /** Token usage of the live check's response, as Pi reports it. */
@@ -89,6 +89,28 @@ export function credentialStartMessage(credential: HostCredential, secret: LiveS
 }
 
 /**
+ * The placeholder shaped from `credential`'s token for a shaped `secret` (a fresh random part each
+ * call). REVIEW_SETUP_TOKEN_UNUSABLE for a token Pi could not parse; REVIEW_SETUP_PROVIDER_UNSUPPORTED
+ * for one that points Pi at an API host the secret is not sent to (the VM would refuse it there).
+ * Called before any guest work too, to fail early.
+ */
+export function shapeFor(secret: LiveSecret, credential: HostCredential): ShapedPlaceholder {
+  const shaped = shapePlaceholder(secret.shape!, credential.value, credential.provider);
+  if (shaped.apiHost && !secret.hosts.includes(shaped.apiHost)) {
+    throw new ReviewSetupError(
+      "REVIEW_SETUP_PROVIDER_UNSUPPORTED",
+      `the host's ${credential.provider} token points Pi at ${shaped.apiHost}, which live mode does not send the token to ` +
+        `(it knows ${secret.hosts.join(", ")})`,
+      {
+        hint: "Use a login whose API endpoint is one of those, or another provider's API key.",
+        details: { provider: credential.provider, apiHost: shaped.apiHost },
+      },
+    );
+  }
+  return shaped;
+}
+
+/**
  * The `credentials` step: the value into the host's secret file and the running VM
  * (`pushLiveSecret`), the placeholder into the guest's auth.json (`storeGuestCredential`).
  * Resolves with the step's done line.
@@ -107,19 +129,7 @@ export async function keepCredentialOnHost(
   },
 ): Promise<string> {
   const { credential, secret, signal } = options;
-  const shaped = secret.shape ? shapePlaceholder(secret.shape, credential.value, credential.provider) : undefined;
-  if (shaped?.apiHost && !secret.hosts.includes(shaped.apiHost)) {
-    // The VM would refuse the placeholder to that host (403): say so before any request.
-    throw new ReviewSetupError(
-      "REVIEW_SETUP_PROVIDER_UNSUPPORTED",
-      `the host's ${credential.provider} token points Pi at ${shaped.apiHost}, which live mode does not send the token to ` +
-        `(it knows ${secret.hosts.join(", ")})`,
-      {
-        hint: "Use a login whose API endpoint is one of those, or another provider's API key.",
-        details: { provider: credential.provider, apiHost: shaped.apiHost },
-      },
-    );
-  }
+  const shaped = secret.shape ? shapeFor(secret, credential) : undefined;
   await pushLiveSecret({
     ...options,
     provider: credential.provider,

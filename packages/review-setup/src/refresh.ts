@@ -14,7 +14,7 @@ import { launchCommand } from "./launch.js";
 import type { HostLoginRefresher } from "./pi-login.js";
 import { acquireRefreshLock, defaultLockDir, refreshLockPath } from "./lock.js";
 import { reviewLayout, type ReviewLayout } from "./layout.js";
-import { credentialStartMessage, keepCredentialOnHost, runLiveCheck, type LiveCheck } from "./live.js";
+import { credentialStartMessage, keepCredentialOnHost, runLiveCheck, shapeFor, type LiveCheck } from "./live.js";
 import {
   installLocalModels,
   LOCAL_PROVIDER,
@@ -148,6 +148,8 @@ export async function runReviewSetup(options: ReviewSetupOptions): Promise<Revie
       })
     : undefined;
   const secret = credential ? liveSecret(credential.provider, credential.kind) : undefined;
+  // A token no placeholder can be shaped from fails here, before minutes of guest work.
+  if (secret?.shape && credential) shapeFor(secret, credential);
   const stateDir = options.lockDir ?? defaultLockDir(controller.env ?? process.env);
 
   const server = options.modelServer;

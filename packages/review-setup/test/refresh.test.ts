@@ -335,7 +335,7 @@ describe("live mode", () => {
       expect(seen).not.toContain(secret);
   });
 
-  test("a Copilot login: the guest gets an OAuth entry with the shaped token; an endpoint live mode does not know is refused", async () => {
+  test("a Copilot login: the guest gets an OAuth entry with the shaped token; an endpoint live mode does not know is refused first", async () => {
     const exp = Math.floor(Date.UTC(2026, 0, 2, 5, 0, 0) / 1000);
     const copilot = (endpoint: string) =>
       writeFile(
@@ -375,10 +375,12 @@ describe("live mode", () => {
       expires: exp * 1000,
     });
     await copilot("copilot-proxy.ghe.example.com");
-    await expect(run(new FakeGuest({ liveOutput: `${liveLine}\n` }))).rejects.toMatchObject({
+    const refused = new FakeGuest({ liveOutput: `${liveLine}\n` });
+    await expect(run(refused)).rejects.toMatchObject({
       code: "REVIEW_SETUP_PROVIDER_UNSUPPORTED",
       message: expect.stringContaining("points Pi at copilot-proxy.ghe.example.com"),
     });
+    expect(refused.commands).toEqual([]); // before any guest work
   });
 
   /**
