@@ -81,12 +81,13 @@ test("an unused instance suspends itself with its previews bound; a request, the
 
   // The preview is still bound: its first request resumes the instance and gets the page.
   expect(await fetchText(url)).toBe("200 Hello from setup\n");
-  const woken = await inspectEntry(layout, "instances", "idle");
-  expect(woken).toMatchObject({ state: "running", restore: { warm: true } });
-  expect(woken.idle?.suspended).toBeUndefined();
+  // It was answered as soon as the guest was back; an action waits for the whole start.
   expect((await call({ action: "exec", name: "idle", cmd: `kill -0 ${sleeper} && echo alive` })).output).toBe(
     "alive\n",
   );
+  const woken = await inspectEntry(layout, "instances", "idle");
+  expect(woken).toMatchObject({ state: "running", restore: { warm: true } });
+  expect(woken.idle?.suspended).toBeUndefined();
 
   await untilAsleep(controller);
   const progress: string[] = [];

@@ -54,7 +54,7 @@ function fakeInstance(suspendAfterMs = 20_000) {
       await idle.tick();
     }
   };
-  return { world, idle, pass };
+  return { world, idle, pass, host };
 }
 
 describe("the idle clock", () => {
@@ -170,6 +170,25 @@ describe("auto-suspend", () => {
     expect(idle.wake()).toBeUndefined();
     await pass(10_000);
     expect(world.suspends).toBe(1);
+  });
+
+  test("a preview request goes on once the guest is back from memory, before the rest of the start", async () => {
+    const { world, idle, pass, host } = fakeInstance();
+    await pass(21_000);
+    let finish!: () => void;
+    host.start = async () => {
+      world.running = true;
+      idle.guestResumed();
+      await new Promise<void>((resolve) => (finish = resolve));
+    };
+    const action = idle.wake()!;
+    let actionDone = false;
+    void action.then(() => (actionDone = true));
+    await idle.wake({ early: true });
+    expect(actionDone).toBe(false);
+    finish();
+    await action;
+    expect(idle.asleep).toBe(false);
   });
 
   test("off, or not running: no clock, no suspend", async () => {

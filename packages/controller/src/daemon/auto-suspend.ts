@@ -62,6 +62,9 @@ export class AutoSuspend {
    */
   #asleep = false;
   #waking: Promise<void> | undefined;
+  /** Resolves when the wake's boot resumed the guest (see {@link wake}'s `early`). */
+  #resumed: Promise<void> | undefined;
+  #onResumed: (() => void) | undefined;
   /** What the guest's last answer about its commands found running, if anything. */
   #jobsBusy: string | undefined;
   #jobsAskedAt = 0;
@@ -99,22 +102,35 @@ export class AutoSuspend {
 
   /**
    * Undefined while the instance is awake; otherwise the wake every waiting preview request and
-   * action shares: a start queued after the suspend (if one is still running).
+   * action shares: a start queued after the suspend (if one is still running). With `early` (a
+   * preview request) it resolves as soon as the guest is back from its saved memory, its services
+   * running, without waiting for the agent's channel and the rest of the start.
    */
-  wake(): Promise<void> | undefined {
+  wake(options: { early?: boolean } = {}): Promise<void> | undefined {
     if (!this.#asleep) return undefined;
-    this.#waking ??= this.#host
-      .enqueue(() => this.#host.start())
-      .then(() => this.started())
-      .finally(() => {
-        this.#waking = undefined;
-      });
-    return this.#waking;
+    if (!this.#waking) {
+      this.#resumed = new Promise((resolve) => (this.#onResumed = resolve));
+      this.#waking = this.#host
+        .enqueue(() => this.#host.start())
+        .then(() => this.started())
+        .finally(() => {
+          this.#waking = undefined;
+        });
+    }
+    return options.early && this.#resumed ? Promise.race([this.#waking, this.#resumed]) : this.#waking;
+  }
+
+  /** The wake's boot resumed the guest from its saved memory (its services run again). */
+  guestResumed(): void {
+    this.#onResumed?.();
   }
 
   /** A start (or create) completed: awake again, with a fresh clock. */
   started(): void {
     this.#asleep = false;
+    this.#onResumed?.();
+    this.#resumed = undefined;
+    this.#onResumed = undefined;
     this.#reset();
   }
 

@@ -87,7 +87,8 @@ export class InstanceController {
         jobs: () => state.supervisor?.activity() ?? Promise.resolve(undefined),
       },
     );
-    state.wake = () => this.#idle.wake();
+    state.wake = () => this.#idle.wake({ early: true });
+    state.guestResumed = () => this.#idle.guestResumed();
   }
 
   /** Resolves when the daemon should exit (after stop, destroy or prepare). */

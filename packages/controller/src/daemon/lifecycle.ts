@@ -142,6 +142,8 @@ export class Lifecycle {
     await state.setState("starting");
     const vm = await this.bootVm(state.layout.diskDir("instances", this.name), config, progress, options.secretSalt);
     const warm = await noteRestore(state, vm, progress);
+    // Its services run on in the resumed memory: previews waiting for this wake may go on now.
+    if (warm) state.guestResumed();
     const supervisor = await this.startAgent(vm, config, progress);
     if (warm) {
       options.setupDone = true;

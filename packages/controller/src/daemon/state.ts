@@ -62,6 +62,8 @@ export class InstanceState {
   suspendAfterMs: number | undefined;
   /** Asked before each preview request is forwarded: resumes an instance that suspended itself. */
   wake: () => Promise<void> | undefined = () => undefined;
+  /** Told when a boot resumed the guest from saved memory, before its agent is back. */
+  guestResumed: () => void = () => undefined;
   /**
    * The previews' way into the guest: whichever VM runs when a connection is made. The gateway
    * outlives an auto-suspend, so it must not hold on to one run's VM.
