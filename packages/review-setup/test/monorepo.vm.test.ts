@@ -55,40 +55,45 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-test("a refresh of this repository with --scope pi installs from the lockfile, builds, and prints the launch command", async () => {
-  let stdout = "";
-  let stderr = "";
-  const started = Date.now();
-  const code = await main(["--name", NAME, "--config", join(dir, "sandbox.yaml"), "--repo", REPO, "--scope", "pi"], {
-    stdout: (text) => (stdout += text),
-    stderr: (text) => {
-      stderr += text;
-      for (const line of text.split("\n")) {
-        if (/^\[\w[\w-]*\] [✓…]/.test(line)) timings.push(`  +${((Date.now() - started) / 1000).toFixed(0)} s ${line}`);
-      }
-    },
-    env,
-    cwd: dir,
-  });
-  if (code !== 0) throw new Error(`refresh failed:\n${stderr}`);
-  expect(stderr).toContain("[install] … npm ci --no-audit --no-fund --workspace @pi-sandbox/pi-extension");
-  expect(stderr).toMatch(
-    /\[build\] … .*npm run build --workspace @pi-sandbox\/controller && npm run build --workspace @pi-sandbox\/pi-extension/,
-  );
-  expect(stdout).toContain("scope:    pi");
-  launch = stdout
-    .split("\n")
-    .map((line) => line.trim())
-    .find((line) => line.startsWith("cd /workspace/.review/current"))!;
-  expect(launch).toBe(
-    `cd /workspace/.review/current && PI_CODING_AGENT_DIR=${AGENT} node_modules/.bin/pi -e ./packages/pi-extension`,
-  );
-  // The lockfile's Pi, built extension and controller are in the candidate.
-  const built = await guest.exec(
-    "cd /workspace/.review/current && ls packages/pi-extension/dist/index.js packages/controller/dist/client/index.js",
-  );
-  expect(built.exitCode).toBe(0);
-}, REFRESH_TIMEOUT_MS);
+test(
+  "a refresh of this repository with --scope pi installs from the lockfile, builds, and prints the launch command",
+  async () => {
+    let stdout = "";
+    let stderr = "";
+    const started = Date.now();
+    const code = await main(["--name", NAME, "--config", join(dir, "sandbox.yaml"), "--repo", REPO, "--scope", "pi"], {
+      stdout: (text) => (stdout += text),
+      stderr: (text) => {
+        stderr += text;
+        for (const line of text.split("\n")) {
+          if (/^\[\w[\w-]*\] [✓…]/.test(line))
+            timings.push(`  +${((Date.now() - started) / 1000).toFixed(0)} s ${line}`);
+        }
+      },
+      env,
+      cwd: dir,
+    });
+    if (code !== 0) throw new Error(`refresh failed:\n${stderr}`);
+    expect(stderr).toContain("[install] … npm ci --no-audit --no-fund --workspace @pi-sandbox/pi-extension");
+    expect(stderr).toMatch(
+      /\[build\] … .*npm run build --workspace @pi-sandbox\/controller && npm run build --workspace @pi-sandbox\/pi-extension/,
+    );
+    expect(stdout).toContain("scope:    pi");
+    launch = stdout
+      .split("\n")
+      .map((line) => line.trim())
+      .find((line) => line.startsWith("cd /workspace/.review/current"))!;
+    expect(launch).toBe(
+      `cd /workspace/.review/current && PI_CODING_AGENT_DIR=${AGENT} node_modules/.bin/pi -e ./packages/pi-extension`,
+    );
+    // The lockfile's Pi, built extension and controller are in the candidate.
+    const built = await guest.exec(
+      "cd /workspace/.review/current && ls packages/pi-extension/dist/index.js packages/controller/dist/client/index.js",
+    );
+    expect(built.exitCode).toBe(0);
+  },
+  REFRESH_TIMEOUT_MS,
+);
 
 test("the printed launch command runs the candidate's Pi: --version", async () => {
   const lock = JSON.parse(await readFile(join(REPO, "package-lock.json"), "utf8"));
