@@ -1,7 +1,8 @@
 // Controller benchmark (run on demand: npm run bench). Measures, side by side in one run:
 // inspect and `exec true` through the CLI and through ./client vs the in-process library call,
 // `list` over 50 stopped instance records, the daemon's and the dashboard's RSS (QEMU excluded), and a warm start:
-// start to the first preview byte after `suspend` vs after `stop`, same instance.
+// start to the first preview byte after `suspend` vs after `stop`, same instance; and the first byte
+// of a preview request that wakes the instance after it suspended itself (`idle`), against that.
 // Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows for the summary.
 import { spawnSync, execFileSync } from "node:child_process";
 import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -161,6 +162,30 @@ try {
     `starts after suspend: ${restores.join(", ")}`,
   );
   row("suspend vs stop (median of 2)", median(suspends), median(stops), "ms");
+
+  // Auto-suspend: the same instance, told to suspend itself after 10 s unused, then one preview
+  // request wakes it; that request's first byte against the cold start to first byte above.
+  await callAction({ action: "start", name: "warm", idleSuspend: "10s" }, { env });
+  const wakes = [];
+  for (let round = 0; round < 2; round++) {
+    const deadline = Date.now() + 180_000;
+    while (!(await callAction({ action: "inspect", name: "warm" }, { env })).idle?.suspended) {
+      if (Date.now() > deadline) throw new Error("warm never suspended itself");
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    const t = performance.now();
+    const res = await fetch(url, { signal: AbortSignal.timeout(180_000) });
+    wakes.push(performance.now() - t);
+    if (res.status !== 200 || (await res.text()) !== "warm\n")
+      throw new Error(`the woken preview answered ${res.status}`);
+  }
+  row(
+    "preview request to an auto-suspended instance: first byte vs cold start to first byte (median of 2)",
+    median(wakes),
+    median(cold),
+    "ms",
+    "<= 0.3",
+  );
   await callAction({ action: "stop", name: "warm" }, { env });
 } finally {
   await callAction({ action: "dashboard", stop: true }, { env }).catch(() => undefined);
