@@ -52,6 +52,9 @@ export function renderActionHelp(actions: readonly ActionSpec[], options: { incl
   lines.push(
     `  mounts: [{host: dir relative to the YAML, guest: /abs/path}], at most ${LIMITS.mountsMax}; read-only, e.g. [{host: ./docs, guest: /mnt/docs}]`,
   );
+  lines.push(
+    "  idle: {suspendAfter: 15m} (10s-168h; default off): suspend by itself after that long unused (no preview request or WebSocket, action, terminal, running command, guest CPU); the next preview request or action resumes it",
+  );
   lines.push('  services.<name>: command (required), cwd, port, env, health ("/path" | "process"; default TCP),');
   lines.push(
     `    timeoutMs (default ${CONFIG_DEFAULTS.timeoutMs}), preview (true | {url,title,description}), previews, platforms`,
