@@ -41,16 +41,17 @@ async function listInstances(deps: SandboxDependencies): Promise<EntryView[]> {
 /** One pick-list line: name, state and first preview, escaped and short. */
 function pickLabel(view: EntryView): string {
   const url = view.previews[0]?.url;
-  return escapeControlChars(`${view.name} · ${view.state}${url ? ` · ${url}` : ""}`).slice(0, 120);
+  const state = view.idle?.suspended ? `${view.state} (idle)` : view.state;
+  return escapeControlChars(`${view.name} · ${state}${url ? ` · ${url}` : ""}`).slice(0, 120);
 }
 
-/** Offers the running instances in a pick list; undefined when cancelled or none runs. */
+/** Offers the running instances (and those suspended while unused, which wake) in a pick list; undefined when cancelled or none runs. */
 async function pickInstance(
   deps: SandboxDependencies,
   ctx: ExtensionCommandContext,
   title: string,
 ): Promise<string | undefined> {
-  const running = (await listInstances(deps)).filter((v) => v.state === "running");
+  const running = (await listInstances(deps)).filter((v) => v.state === "running" || v.idle?.suspended);
   if (running.length === 0) {
     tellUser(
       ctx,

@@ -28,14 +28,23 @@ const SHOWN_MAX = 3;
 /** States in which an attached instance is given up (a busy daemon reads `unavailable` and is kept). */
 const GONE_STATES = new Set(["stopped", "stopping", "suspended", "suspending", "interrupted", "failed", "prepared"]);
 
-/** The footer text for the running instances, or undefined when none runs. */
+/**
+ * Whether an attached instance is gone for Pi (stopped, failed, …). One that suspended itself while
+ * unused is not: its previews and the next action resume it.
+ */
+export function isGone(entry: EntryView): boolean {
+  return GONE_STATES.has(entry.state) && !entry.idle?.suspended;
+}
+
+/** The footer text for the running instances (those suspended while unused marked idle), or undefined when none runs. */
 export function instancesStatus(instances: readonly EntryView[]): string | undefined {
-  const running = instances.filter((i) => i.state === "running");
+  const running = instances.filter((i) => i.state === "running" || i.idle?.suspended);
   if (running.length === 0) return undefined;
   const shown = running.slice(0, SHOWN_MAX).map((i) => {
+    const name = i.idle?.suspended ? `${i.name} (idle)` : i.name;
     const url = i.previews[0]?.url;
     const more = i.previews.length > 1 ? ` +${i.previews.length - 1}` : "";
-    return escapeControlChars(url ? `${i.name} ${url}${more}` : i.name);
+    return escapeControlChars(url ? `${name} ${url}${more}` : name);
   });
   const rest = running.length > SHOWN_MAX ? ` · +${running.length - SHOWN_MAX} more` : "";
   return `sandbox: ${shown.join(" · ")}${rest}`;
@@ -100,7 +109,7 @@ export class SandboxStatus {
     const attached = this.attachments.name;
     if (attached !== undefined) {
       const entry = instances.find((i) => i.name === attached);
-      if (!entry || GONE_STATES.has(entry.state)) {
+      if (!entry || isGone(entry)) {
         this.attachments.detach(ctx, entry ? `${attached} is ${entry.state}` : `${attached} was destroyed`);
       }
     }
