@@ -11,25 +11,15 @@
 // either token is anywhere in the state root. Before the second refresh the guest gets a fake
 // `herdr` that records its arguments and writes an extension, which the live check's Pi loads.
 import { createHash, randomBytes } from "node:crypto";
-import dns from "node:dns";
-import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
-import https from "node:https";
-import net from "node:net";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import zlib from "node:zlib";
-import {
-  StateLayout,
-  callAction,
-  findAction,
-  validateAction,
-  type CallActionOptions,
-} from "@pi-sandbox/controller/client";
-import { InstanceController, createFileLogger, createVmRuntime, selfSignedCert } from "@pi-sandbox/controller/testing";
 import { controllerGuest } from "../src/guest.js";
 import { main } from "../src/main.js";
 import type { ReviewSetupOptions } from "../src/refresh.js";
 import { makePiRepo } from "./fixture.js";
+import { startLiveHost, type LiveHost } from "./support/live-host.js";
 
 const NAME = "review";
 const API = "chatgpt.com";
@@ -49,7 +39,6 @@ export default function () {
 EOF
 echo "installed the Pi integration"
 `;
-const originalLookup = dns.lookup;
 
 /** A ChatGPT-style access token: a JWT with the account id, plan and expiry, and a private e-mail. */
 function chatgptToken(expSeconds: number): string {
@@ -74,12 +63,9 @@ const REFRESHED = chatgptToken(EXP2);
 
 let dir: string;
 let repo: string;
-let layout: StateLayout;
-let controller: InstanceController;
-let newController: () => InstanceController;
-let ping: net.Server;
-let server: https.Server;
-let port: number;
+let host: LiveHost;
+const call: LiveHost["call"] = (input, options) => host.call(input, options);
+const act: LiveHost["act"] = (action) => host.act(action);
 /** What the backend got: the bearer token and account id of each request (and WebSocket attempt). */
 const received: { kind: string; token: string; account: string }[] = [];
 const timings: string[] = [];
@@ -93,32 +79,6 @@ async function timed<T>(label: string, work: () => Promise<T>): Promise<T> {
     timings.push(`  ${label}: ${((Date.now() - started) / 1000).toFixed(0)} s`);
   }
 }
-
-function fakeLookup(hostname: string, options: unknown, callback?: (...args: unknown[]) => void): void {
-  if (hostname !== API) {
-    (originalLookup as (...args: unknown[]) => void)(hostname, options, callback);
-    return;
-  }
-  const done = (typeof options === "function" ? options : callback) as (...args: unknown[]) => void;
-  const all = typeof options === "object" && options !== null && (options as { all?: boolean }).all === true;
-  if (all) process.nextTick(done, null, [{ address: "127.0.0.1", family: 4 }]);
-  else process.nextTick(done, null, "127.0.0.1", 4);
-}
-
-async function call(input: unknown, options?: CallActionOptions): Promise<unknown> {
-  const { args } = validateAction(input);
-  if (findAction(args.action)?.route === "local") {
-    return callAction(input, { ...options, env: { ...process.env, PI_SANDBOX_HOME: layout.root }, cwd: dir });
-  }
-  // A suspend ends the daemon; the next action (the start) goes to a fresh one, as a spawn would.
-  if (controller.exiting) controller = newController();
-  return controller.call(args, {
-    progress: (event) => options?.onProgress?.(event),
-    ...(options?.signal ? { signal: options.signal } : {}),
-  });
-}
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
-const act = (action: Record<string, unknown>) => call({ name: NAME, ...action }) as Promise<any>;
 
 async function login(access: string, expSeconds: number): Promise<void> {
   await mkdir(join(dir, "host-agent"), { recursive: true });
@@ -152,7 +112,7 @@ async function setup(args: string[]): Promise<{ code: number; stdout: string; st
       for (const line of text.split("\n"))
         if (/^\[[\w-]+\] ✓/.test(line)) timings.push(`  +${((Date.now() - started) / 1000).toFixed(0)} s ${line}`);
     },
-    env: { ...process.env, PI_SANDBOX_HOME: layout.root },
+    env: { ...process.env, PI_SANDBOX_HOME: host.layout.root },
     cwd: dir,
     overrides,
   });
@@ -189,70 +149,40 @@ beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "prc-"));
   repo = await makePiRepo();
   await writeFile(join(dir, "sandbox.yaml"), `version: 1\nimage: ${image}\nprofile: small\ndiskGiB: 4\n`);
-  const tls = selfSignedCert([API]);
-  server = https.createServer(tls, (req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (chunk: Buffer) => chunks.push(chunk));
-    req.on("end", () => {
+  host = await startLiveHost({
+    dir,
+    name: NAME,
+    api: API,
+    handler: (req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (chunk: Buffer) => chunks.push(chunk));
+      req.on("end", () => {
+        const token = (req.headers.authorization ?? "").replace(/^Bearer /, "");
+        received.push({ kind: `${req.method} ${req.url}`, token, account: String(req.headers["chatgpt-account-id"]) });
+        if (token !== TOKEN && token !== REFRESHED) {
+          res.writeHead(401, { "content-type": "application/json" }).end('{"error":{"message":"bad token"}}');
+          return;
+        }
+        const raw = Buffer.concat(chunks);
+        const body = req.headers["content-encoding"] === "zstd" ? zlib.zstdDecompressSync(raw) : raw;
+        const model = (JSON.parse(body.toString("utf8") || "{}") as { model?: string }).model;
+        res.writeHead(200, { "content-type": "text/event-stream" }).end(sse(`ready ${model} ${hash(token)}`));
+      });
+    },
+    // Pi tries a WebSocket first; noting it and closing makes Pi fall back to the SSE request.
+    onUpgrade: (req, socket) => {
       const token = (req.headers.authorization ?? "").replace(/^Bearer /, "");
-      received.push({ kind: `${req.method} ${req.url}`, token, account: String(req.headers["chatgpt-account-id"]) });
-      if (token !== TOKEN && token !== REFRESHED) {
-        res.writeHead(401, { "content-type": "application/json" }).end('{"error":{"message":"bad token"}}');
-        return;
-      }
-      const raw = Buffer.concat(chunks);
-      const body = req.headers["content-encoding"] === "zstd" ? zlib.zstdDecompressSync(raw) : raw;
-      const model = (JSON.parse(body.toString("utf8") || "{}") as { model?: string }).model;
-      res.writeHead(200, { "content-type": "text/event-stream" }).end(sse(`ready ${model} ${hash(token)}`));
-    });
+      received.push({ kind: "websocket", token, account: String(req.headers["chatgpt-account-id"]) });
+      socket.destroy();
+    },
   });
-  // Pi tries a WebSocket first; noting it and closing makes Pi fall back to the SSE request.
-  server.on("upgrade", (req: { headers: Record<string, string> }, socket: net.Socket) => {
-    const token = (req.headers.authorization ?? "").replace(/^Bearer /, "");
-    received.push({ kind: "websocket", token, account: String(req.headers["chatgpt-account-id"]) });
-    socket.destroy();
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  port = (server.address() as net.AddressInfo).port;
-  (dns as { lookup: unknown }).lookup = fakeLookup;
-
-  layout = new StateLayout(join(dir, "state"));
-  await layout.ensurePrivate();
-  await mkdir(layout.entryDir("instances", NAME), { recursive: true, mode: 0o700 });
-  // inspect judges the daemon live by its pid file and a socket that answers pings.
-  await writeFile(layout.pidFile("instances", NAME), `${process.pid}\n`);
-  ping = net.createServer((socket) => {
-    socket.on("data", (chunk) => {
-      for (const line of chunk.toString().split("\n").filter(Boolean)) {
-        const message = JSON.parse(line) as { id: number };
-        socket.write(`${JSON.stringify({ id: message.id, type: "pong", pid: process.pid, state: "running" })}\n`);
-      }
-    });
-    socket.on("error", () => undefined);
-  });
-  await new Promise<void>((resolve) => ping.listen(layout.socketPath("instances", NAME), resolve));
-  newController = () =>
-    new InstanceController(
-      layout,
-      "instances",
-      NAME,
-      createFileLogger(layout.logFile("instances", NAME), `[${NAME}]`),
-      createVmRuntime({
-        stateRoot: layout.runtimeDir(),
-        allowedInternalHosts: [API],
-        upstream: { ca: tls.cert, httpsPort: port },
-      }),
-    );
-  controller = newController();
 });
 
 afterAll(async () => {
   process.stderr.write(`live-codex VM timings (TCG):\n${timings.join("\n")}\n`);
   process.stderr.write(`live-codex backend requests: ${received.map((r) => r.kind).join(", ")}\n`);
   await act({ action: "stop" }).catch(() => undefined);
-  (dns as { lookup: unknown }).lookup = originalLookup;
-  server?.close();
-  ping?.close();
+  host?.close();
   await rm(dir, { recursive: true, force: true });
   await rm(repo, { recursive: true, force: true });
 });
@@ -351,20 +281,11 @@ test("on an instance the CLI made, the guest's Pi sends a JWT-shaped placeholder
   expect((await act({ action: "stop" })).state).toBe("stopped");
 
   // Every file under the state root: the disk's layers, records, logs, the derived config.
-  const files = (await readdir(layout.root, { recursive: true, withFileTypes: true })).filter((f) => f.isFile());
-  let searched = 0;
-  let placeholderFound = false;
-  for (const file of files) {
-    const bytes = await readFile(join(file.parentPath, file.name)).catch(() => undefined);
-    if (!bytes) continue;
-    searched++;
-    const path = join(file.parentPath, file.name);
-    expect({ path, found: secrets.filter((s) => bytes.includes(s)).map((s) => s.slice(0, 8)) }).toEqual({
-      path,
-      found: [],
-    });
-    placeholderFound ||= bytes.includes(newPlaceholder);
+  const files = await host.searchState(secrets);
+  for (const { path, found } of files) {
+    expect({ path, found: found.map((s) => s.slice(0, 8)) }).toEqual({ path, found: [] });
   }
-  expect(searched).toBeGreaterThan(5);
+  expect(files.length).toBeGreaterThan(5);
+  const placeholderFound = files.some((file) => file.bytes.includes(newPlaceholder));
   expect(placeholderFound).toBe(true); // the search does see what the guest wrote to its disk
 });

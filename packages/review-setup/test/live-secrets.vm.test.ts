@@ -10,67 +10,26 @@
 // refresh, without a restart, and after a stop no byte of either token is anywhere in the state
 // root (disk layers included).
 import { createHash } from "node:crypto";
-import dns from "node:dns";
-import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
-import https from "node:https";
-import net from "node:net";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import {
-  StateLayout,
-  callAction,
-  findAction,
-  validateAction,
-  type CallActionOptions,
-} from "@pi-sandbox/controller/client";
-import { InstanceController, createFileLogger, createVmRuntime, selfSignedCert } from "@pi-sandbox/controller/testing";
 import { controllerGuest } from "../src/guest.js";
 import { runReviewSetup, type ReviewSetupOptions } from "../src/refresh.js";
 import { makeFixtureRepo } from "./fixture.js";
+import { startLiveHost, type LiveHost } from "./support/live-host.js";
 
 const NAME = "live";
 const API = "api.anthropic.com";
 const TOKEN = `sk-ant-oat01-host-only-${Date.now()}`;
 const ROTATED = `sk-ant-oat01-rotated-${Date.now()}`;
 const REFRESH = "host-refresh-token-never-leaves";
-const originalLookup = dns.lookup;
 
 let dir: string;
 let repo: string;
-let layout: StateLayout;
-let controller: InstanceController;
-let ping: net.Server;
-let server: https.Server;
-let port: number;
+let host: LiveHost;
 const received: string[] = [];
-
-function fakeLookup(hostname: string, options: unknown, callback?: (...args: unknown[]) => void): void {
-  if (hostname !== API) {
-    (originalLookup as (...args: unknown[]) => void)(hostname, options, callback);
-    return;
-  }
-  const done = (typeof options === "function" ? options : callback) as (...args: unknown[]) => void;
-  const all = typeof options === "object" && options !== null && (options as { all?: boolean }).all === true;
-  if (all) process.nextTick(done, null, [{ address: "127.0.0.1", family: 4 }]);
-  else process.nextTick(done, null, "127.0.0.1", 4);
-}
-
-/**
- * Local actions (inspect) through the client, which reads the state root; every other action to the
- * in-process controller, validated as the daemon validates it.
- */
-async function call(input: unknown, options?: CallActionOptions): Promise<unknown> {
-  const { args } = validateAction(input);
-  if (findAction(args.action)?.route === "local") {
-    return callAction(input, { ...options, env: { ...process.env, PI_SANDBOX_HOME: layout.root }, cwd: dir });
-  }
-  return controller.call(args, {
-    progress: (event) => options?.onProgress?.(event),
-    ...(options?.signal ? { signal: options.signal } : {}),
-  });
-}
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
-const act = (action: Record<string, unknown>) => call({ name: NAME, ...action }) as Promise<any>;
+const call: LiveHost["call"] = (input, options) => host.call(input, options);
+const act: LiveHost["act"] = (action) => host.act(action);
 
 async function login(access: string): Promise<void> {
   await mkdir(join(dir, "host-agent"), { recursive: true });
@@ -104,56 +63,28 @@ beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "prl-"));
   repo = await makeFixtureRepo();
   await writeFile(join(dir, "sandbox.yaml"), `version: 1\nimage: ${image}\nprofile: tiny\ndiskGiB: 4\n`);
-  const tls = selfSignedCert([API]);
-  server = https.createServer(tls, (req, res) => {
-    req.resume();
-    req.on("end", () => {
-      const token = (req.headers.authorization ?? "").replace(/^Bearer /, "");
-      received.push(token);
-      const body = JSON.stringify({
-        choices: [{ message: { role: "assistant", content: `ready ${hash(token)}` } }],
-        usage: { prompt_tokens: 11, completion_tokens: 2, total_tokens: 13 },
+  host = await startLiveHost({
+    dir,
+    name: NAME,
+    api: API,
+    handler: (req, res) => {
+      req.resume();
+      req.on("end", () => {
+        const token = (req.headers.authorization ?? "").replace(/^Bearer /, "");
+        received.push(token);
+        const body = JSON.stringify({
+          choices: [{ message: { role: "assistant", content: `ready ${hash(token)}` } }],
+          usage: { prompt_tokens: 11, completion_tokens: 2, total_tokens: 13 },
+        });
+        res.writeHead(token ? 200 : 401, { "content-type": "application/json" }).end(body);
       });
-      res.writeHead(token ? 200 : 401, { "content-type": "application/json" }).end(body);
-    });
+    },
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  port = (server.address() as net.AddressInfo).port;
-  (dns as { lookup: unknown }).lookup = fakeLookup;
-
-  layout = new StateLayout(join(dir, "state"));
-  await layout.ensurePrivate();
-  await mkdir(layout.entryDir("instances", NAME), { recursive: true, mode: 0o700 });
-  // inspect judges the daemon live by its pid file and a socket that answers pings.
-  await writeFile(layout.pidFile("instances", NAME), `${process.pid}\n`);
-  ping = net.createServer((socket) => {
-    socket.on("data", (chunk) => {
-      for (const line of chunk.toString().split("\n").filter(Boolean)) {
-        const message = JSON.parse(line) as { id: number };
-        socket.write(`${JSON.stringify({ id: message.id, type: "pong", pid: process.pid, state: "running" })}\n`);
-      }
-    });
-    socket.on("error", () => undefined);
-  });
-  await new Promise<void>((resolve) => ping.listen(layout.socketPath("instances", NAME), resolve));
-  controller = new InstanceController(
-    layout,
-    "instances",
-    NAME,
-    createFileLogger(layout.logFile("instances", NAME), `[${NAME}]`),
-    createVmRuntime({
-      stateRoot: layout.runtimeDir(),
-      allowedInternalHosts: [API],
-      upstream: { ca: tls.cert, httpsPort: port },
-    }),
-  );
 });
 
 afterAll(async () => {
   await act({ action: "stop" }).catch(() => undefined);
-  (dns as { lookup: unknown }).lookup = originalLookup;
-  server?.close();
-  ping?.close();
+  host?.close();
   await rm(dir, { recursive: true, force: true });
   await rm(repo, { recursive: true, force: true });
 });
@@ -202,22 +133,9 @@ test("the token stays on the host, the guest holds a placeholder, a rotated toke
   expect((await act({ action: "stop" })).state).toBe("stopped");
 
   // Every file under the state root: the disk's layers, records, logs, the derived config.
-  const files = (await readdir(layout.root, { recursive: true, withFileTypes: true })).filter((f) => f.isFile());
-  let searched = 0;
-  let placeholderFound = false;
-  for (const file of files) {
-    const bytes = await readFile(join(file.parentPath, file.name)).catch(() => undefined);
-    if (!bytes) continue;
-    searched++;
-    const path = join(file.parentPath, file.name);
-    expect({
-      path,
-      token: bytes.includes(TOKEN),
-      rotated: bytes.includes(ROTATED),
-      refresh: bytes.includes(REFRESH),
-    }).toEqual({ path, token: false, rotated: false, refresh: false });
-    placeholderFound ||= bytes.includes(placeholder);
-  }
-  expect(searched).toBeGreaterThan(5);
+  const files = await host.searchState([TOKEN, ROTATED, REFRESH]);
+  for (const { path, found } of files) expect({ path, found }).toEqual({ path, found: [] });
+  expect(files.length).toBeGreaterThan(5);
+  const placeholderFound = files.some((file) => file.bytes.includes(placeholder));
   expect(placeholderFound).toBe(true); // the search does see what the guest wrote to its disk
 });
