@@ -5,7 +5,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
-import { formatView } from "../src/actions/text.js";
+import { formatView } from "../src/actions/kit/text.js";
 import { inspectEntry } from "../src/state/inspect.js";
 import { readRecord, readStatus, writeRecord } from "../src/state/records.js";
 import { createLocalRuntime, fetchText, type InstanceController, type LocalRuntime } from "../src/testing.js";

@@ -8,7 +8,7 @@ import { basename, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { actionFromArgv } from "../src/cli/cli.js";
 import { commandLineOf, hintsAsCommands } from "../src/cli/hint-commands.js";
-import { splitShellWords } from "../src/actions/shell-words.js";
+import { splitShellWords } from "../src/actions/kit/shell-words.js";
 
 /** Files that write action JSON as documentation of the JSON API, for call and the Pi tool. */
 const NOT_HINTS = new Set(["define.ts", "validate.ts", "help-text.ts", "hint-commands.ts"]);

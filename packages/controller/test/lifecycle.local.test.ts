@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ControllerError, StateLayout } from "../src/client/index.js";
 import { parseConfig } from "@pi-sandbox/config";
-import { formatView } from "../src/actions/text.js";
+import { formatView } from "../src/actions/kit/text.js";
 import { inspectEntry, type EntryView } from "../src/state/inspect.js";
 import { readRecord, writeRecord } from "../src/state/records.js";
 import type { EntryKind } from "../src/state/layout.js";

@@ -7,7 +7,7 @@ import { mkdirSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
-import { formatView } from "../src/actions/text.js";
+import { formatView } from "../src/actions/kit/text.js";
 import { renderHelp } from "../src/client/index.js";
 import { inspectEntry, type EntryView } from "../src/state/inspect.js";
 import { readRecord } from "../src/state/records.js";

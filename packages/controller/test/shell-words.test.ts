@@ -2,7 +2,7 @@
 // the ssh command `shell` prints splits back into the words it was made of.
 import { spawnSync } from "node:child_process";
 import { shellQuote } from "@pi-sandbox/config";
-import { commandLine, splitShellWords } from "../src/actions/shell-words.js";
+import { commandLine, splitShellWords } from "../src/actions/kit/shell-words.js";
 
 test("split undoes quote, for the words the vm package's ssh line holds and for hostile ones", () => {
   const words = [

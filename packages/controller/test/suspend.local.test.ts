@@ -6,7 +6,7 @@ import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
-import { formatView } from "../src/actions/text.js";
+import { formatView } from "../src/actions/kit/text.js";
 import { inspectEntry } from "../src/state/inspect.js";
 import { readStatus } from "../src/state/records.js";
 import { LOCAL_SUSPEND_MARKER } from "../src/testing-runtime.js";

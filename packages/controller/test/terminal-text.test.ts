@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseConfig } from "@pi-sandbox/config";
 import { ControllerError, StateLayout, validateAction, type EntryView } from "../src/client/index.js";
-import { formatView } from "../src/actions/text.js";
+import { formatView } from "../src/actions/kit/text.js";
 import { createFileLogger } from "../src/daemon/log.js";
 import { writeRecord, writeStatus } from "../src/state/records.js";
 

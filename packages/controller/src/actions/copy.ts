@@ -1,12 +1,12 @@
 // upload and download: files and directories between the host and a guest (`pi-sandbox cp`).
 
 import * as v from "valibot";
-import { UsageError, defineAction, type CliInput } from "./define.js";
+import { UsageError, defineAction, type CliInput } from "./kit/define.js";
 import { download as downloadTree } from "./copy-download.js";
 import { COPY_FILE_MAX_BYTES, COPY_MAX_ENTRIES, guestPath, type CopyResult } from "./copy-tree.js";
 import { upload as uploadTree } from "./copy-upload.js";
-import { actionSchema, arg, name, nameArg, text } from "./parts.js";
-import { oneLine } from "./text.js";
+import { actionSchema, arg, name, nameArg, text } from "./kit/parts.js";
+import { oneLine } from "./kit/text.js";
 
 const paths = v.union([text, v.pipe(v.array(text), v.minLength(1))]);
 const list = (value: string | string[]) => (Array.isArray(value) ? value : [value]);

@@ -4,8 +4,8 @@
 import * as v from "valibot";
 import { ensureDashboard, findDashboard, stopDashboard, type DashboardInfo } from "../client/dashboard.js";
 import { ControllerError } from "../errors.js";
-import { defineAction } from "./define.js";
-import { actionSchema, arg } from "./parts.js";
+import { defineAction } from "./kit/define.js";
+import { actionSchema, arg } from "./kit/parts.js";
 
 /** What `dashboard --stop` answers. */
 export interface DashboardStopped {

@@ -4,10 +4,10 @@ import { readFileSync } from "node:fs";
 import * as v from "valibot";
 import { ENV_NAME_PATTERN, LIMITS } from "@pi-sandbox/config";
 import type { ExecKillResult, ExecResult } from "@pi-sandbox/supervisor";
-import { UsageError, defineAction, type CliInput } from "./define.js";
-import { actionSchema, arg, intOption, name, nameArg, positional, text, timeoutArg, waitMs } from "./parts.js";
-import { commandLine } from "./shell-words.js";
-import { oneLine } from "./text.js";
+import { UsageError, defineAction, type CliInput } from "./kit/define.js";
+import { actionSchema, arg, intOption, name, nameArg, positional, text, timeoutArg, waitMs } from "./kit/parts.js";
+import { commandLine } from "./kit/shell-words.js";
+import { oneLine } from "./kit/text.js";
 
 /** An exec result as the action API names it: the opaque handle is `pid`. */
 export type ExecView = Omit<ExecResult, "handle"> & { pid: string };

@@ -3,8 +3,8 @@
 import * as v from "valibot";
 import { LIMITS } from "@pi-sandbox/config";
 import type { TextRead, WriteResult } from "@pi-sandbox/supervisor";
-import { defineAction } from "./define.js";
-import { actionSchema, arg, name, nameArg, positional, text } from "./parts.js";
+import { defineAction } from "./kit/define.js";
+import { actionSchema, arg, name, nameArg, positional, text } from "./kit/parts.js";
 
 /** `read`: a guest text file, capped. */
 export const read = defineAction({

@@ -21,9 +21,9 @@ import {
 import { ControllerError } from "../errors.js";
 import type { StateLayout } from "../state/layout.js";
 import { listEntryNames, readRecord } from "../state/records.js";
-import { defineAction, type CliInput } from "./define.js";
-import { actionSchema, arg, intOption, positional, text } from "./parts.js";
-import { table } from "./text.js";
+import { defineAction, type CliInput } from "./kit/define.js";
+import { actionSchema, arg, intOption, positional, text } from "./kit/parts.js";
+import { table } from "./kit/text.js";
 
 /** A comma-separated option as a list (`--with node,bun`); undefined when not given. */
 function listOption(value: CliInput["values"][string]): string[] | undefined {

@@ -8,8 +8,8 @@ import * as v from "valibot";
 import { SANDBOX_SCHEMA_ID, parseConfig } from "@pi-sandbox/config";
 import { DEFAULT_IMAGE_NAME, imageCacheRoot, listImages } from "@pi-sandbox/image";
 import { ControllerError } from "../errors.js";
-import { defineAction } from "./define.js";
-import { actionSchema, arg, intOption, port, text } from "./parts.js";
+import { defineAction } from "./kit/define.js";
+import { actionSchema, arg, intOption, port, text } from "./kit/parts.js";
 
 /** The service command `init` writes when none is given: a static server of the workspace. */
 export const DEFAULT_SERVICE_COMMAND = "python3 -m http.server $PORT --bind 127.0.0.1";

@@ -2,9 +2,9 @@
 import * as v from "valibot";
 import { inspectEntry, type EntryView } from "../state/inspect.js";
 import { addUsage } from "../state/usage.js";
-import { defineAction } from "./define.js";
-import { actionSchema, kind, kindArg, kindOption, name, nameArg, positional } from "./parts.js";
-import { formatView } from "./text.js";
+import { defineAction } from "./kit/define.js";
+import { actionSchema, kind, kindArg, kindOption, name, nameArg, positional } from "./kit/parts.js";
+import { formatView } from "./kit/text.js";
 
 /** `inspect`: one entry's state, resources, accelerator, previews, errors and a recovery hint. */
 export const inspect = defineAction({

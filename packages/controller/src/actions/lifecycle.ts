@@ -3,7 +3,7 @@
 
 import * as v from "valibot";
 import { ControllerError } from "../errors.js";
-import { defineAction } from "./define.js";
+import { defineAction } from "./kit/define.js";
 import {
   actionSchema,
   arg,
@@ -18,8 +18,8 @@ import {
   nameArg,
   positional,
   text,
-} from "./parts.js";
-import { formatView } from "./text.js";
+} from "./kit/parts.js";
+import { formatView } from "./kit/text.js";
 
 /** `prepare`: a template from a sandbox.yaml. */
 export const prepare = defineAction({

@@ -3,9 +3,9 @@ import * as v from "valibot";
 import type { EntryView } from "../state/inspect.js";
 import { listEntries } from "../state/inspect.js";
 import { addUsage } from "../state/usage.js";
-import { UsageError, defineAction } from "./define.js";
-import { actionSchema, arg, kind, kindOption } from "./parts.js";
-import { formatMiB, stateText, table } from "./text.js";
+import { UsageError, defineAction } from "./kit/define.js";
+import { actionSchema, arg, kind, kindOption } from "./kit/parts.js";
+import { formatMiB, stateText, table } from "./kit/text.js";
 
 /**
  * A docker-style `--format` template of an entry: `{{.Name}}` is the field `name`, `{{.Resources.Cpus}}`

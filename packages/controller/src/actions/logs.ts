@@ -5,10 +5,10 @@ import { LIMITS } from "@pi-sandbox/config";
 import type { LogFollowed, LogTail } from "@pi-sandbox/supervisor";
 import { inspectEntry } from "../state/inspect.js";
 import { ControllerError } from "../errors.js";
-import { UsageError, defineAction } from "./define.js";
+import { UsageError, defineAction } from "./kit/define.js";
 import { LOG_CURSOR, hostLogSince, hostLogTail, hostLogTailSince } from "./host-log-follow.js";
-import { actionSchema, arg, intOption, name, nameArg, positional, text } from "./parts.js";
-import { line, oneLine } from "./text.js";
+import { actionSchema, arg, intOption, name, nameArg, positional, text } from "./kit/parts.js";
+import { line, oneLine } from "./kit/text.js";
 
 /** The controller log's tail, read from the state directory without a daemon. */
 export interface ControllerLogTail {

@@ -14,8 +14,8 @@ import {
 } from "@pi-sandbox/config";
 import { ControllerError } from "../errors.js";
 import { readRecord, writeRecord } from "../state/records.js";
-import { defineAction } from "./define.js";
-import { actionSchema, arg, name, nameArg } from "./parts.js";
+import { defineAction } from "./kit/define.js";
+import { actionSchema, arg, name, nameArg } from "./kit/parts.js";
 
 /** What `secrets-add` did. */
 export interface SecretsAddResult {

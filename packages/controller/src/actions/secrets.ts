@@ -1,8 +1,8 @@
 // The secrets action: a running instance reads its `network.secrets` sources again, so a rotated
 // token is used without a restart. The values stay in the daemon.
-import { defineAction } from "./define.js";
-import { actionSchema, name, nameArg, positional } from "./parts.js";
-import { oneLine } from "./text.js";
+import { defineAction } from "./kit/define.js";
+import { actionSchema, name, nameArg, positional } from "./kit/parts.js";
+import { oneLine } from "./kit/text.js";
 
 /**
  * `secrets`: reads every `network.secrets` source of a running instance again, so a rotated

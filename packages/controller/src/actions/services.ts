@@ -5,7 +5,7 @@ import { LIMITS } from "@pi-sandbox/config";
 import { isSupervisorError, type ServicesResult } from "@pi-sandbox/supervisor";
 import type { ServicesView } from "../daemon/context.js";
 import { ControllerError } from "../errors.js";
-import { defineAction } from "./define.js";
+import { defineAction } from "./kit/define.js";
 import {
   actionSchema,
   arg,
@@ -19,7 +19,7 @@ import {
   positional,
   prose,
   text,
-} from "./parts.js";
+} from "./kit/parts.js";
 
 const OPS = ["ensure", "status", "restart", "stop"] as const;
 

@@ -1,8 +1,8 @@
 // The shell action (CLI `shell` or `ssh`): a temporary ssh command into the guest, run on a terminal
 // or printed. For the user only: a model never gets a terminal.
 import * as v from "valibot";
-import { defineAction } from "./define.js";
-import { actionSchema, arg, name, nameArg, positional } from "./parts.js";
+import { defineAction } from "./kit/define.js";
+import { actionSchema, arg, name, nameArg, positional } from "./kit/parts.js";
 
 /** `shell` (CLI `shell` or `ssh`): a temporary ssh command into the guest; for the user only. */
 export const shell = defineAction({

@@ -1,9 +1,9 @@
 // The suspend action: a stop that keeps the guest's memory, so the next start resumes it. Its
 // work happens in the instance's daemon (daemon/suspend.ts), queued with the other lifecycle work.
 
-import { defineAction } from "./define.js";
-import { actionSchema, name, nameArg, positional } from "./parts.js";
-import { formatView } from "./text.js";
+import { defineAction } from "./kit/define.js";
+import { actionSchema, name, nameArg, positional } from "./kit/parts.js";
+import { formatView } from "./kit/text.js";
 
 /** `suspend`: cut clients, save memory with a checkpoint. */
 export const suspend = defineAction({

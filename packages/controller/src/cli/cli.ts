@@ -5,8 +5,8 @@
 
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import { escapeControlChars, isCodedError } from "@pi-sandbox/config";
-import { UsageError, type ActionSpec, type CliInput, type CliMapping, type CliRun } from "../actions/define.js";
-import { ACTIONS, COMMAND_GROUPS, findAction, findCliAction } from "../actions/registry.js";
+import { UsageError, type ActionSpec, type CliInput, type CliMapping, type CliRun } from "../actions/kit/define.js";
+import { ACTIONS, COMMAND_GROUPS, findAction, findCliAction } from "../actions/kit/registry.js";
 import { callAction, renderHelp, type ProgressEvent } from "../client/index.js";
 import { ControllerError } from "../errors.js";
 import { COMPLETION_SHELLS, completionScript } from "./completion.js";

@@ -3,7 +3,7 @@
 // [--templates]` at completion time: after a command that takes a name, for an option declared
 // `completeWith: "templates"` (create -t), and as `name:` in cp's arguments.
 
-import type { ActionSpec, CliMapping } from "../actions/define.js";
+import type { ActionSpec, CliMapping } from "../actions/kit/define.js";
 import { cliActions, synopsis } from "./help-text.js";
 
 /** Commands whose arguments the scripts complete on their own: command names, shell names. */

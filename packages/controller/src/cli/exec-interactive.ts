@@ -6,7 +6,7 @@
 import { spawn } from "node:child_process";
 import { constants } from "node:os";
 import { shellQuote } from "@pi-sandbox/config";
-import { splitShellWords } from "../actions/shell-words.js";
+import { splitShellWords } from "../actions/kit/shell-words.js";
 
 /** What the runner needs from the CLI; injected so it is testable without a VM. */
 export interface InteractiveIo {

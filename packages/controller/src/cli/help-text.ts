@@ -2,8 +2,8 @@
 // from the action modules (their `cli` mappings and argument docs).
 
 import { readFileSync } from "node:fs";
-import type { ActionSpec, CliMapping, CliOption } from "../actions/define.js";
-import { ACTIONS, COMMAND_GROUPS, findAction } from "../actions/registry.js";
+import type { ActionSpec, CliMapping, CliOption } from "../actions/kit/define.js";
+import { ACTIONS, COMMAND_GROUPS, findAction } from "../actions/kit/registry.js";
 
 /** Subcommands that are not actions: `call` and `completion`. */
 export const EXTRA_COMMANDS = [

@@ -5,8 +5,8 @@
 // builds keeps its JSON, as `pi-sandbox call '…'`.
 
 import { isDeepStrictEqual } from "node:util";
-import type { ActionSpec, CliInput, CliMapping } from "../actions/define.js";
-import { findAction } from "../actions/registry.js";
+import type { ActionSpec, CliInput, CliMapping } from "../actions/kit/define.js";
+import { findAction } from "../actions/kit/registry.js";
 
 /** A word as the shell reads it: bare when safe, else in single quotes. */
 export function shellWord(word: string): string {

@@ -3,7 +3,7 @@
 
 import { spawn } from "node:child_process";
 import { constants } from "node:os";
-import { splitShellWords } from "../actions/shell-words.js";
+import { splitShellWords } from "../actions/kit/shell-words.js";
 
 /**
  * Runs `command` (the `ssh …` line of the shell action) with inherited stdio and resolves with

@@ -2,10 +2,10 @@
 // spawns) the per-instance daemon for the rest. No Gondolin, no QEMU: importable from Node 22.
 
 import { resolve } from "node:path";
-import type { ActionSpec } from "../actions/define.js";
-import { renderActionHelp } from "../actions/help.js";
-import { ACTIONS, type ActionInput, type ActionName, type ActionResult } from "../actions/registry.js";
-import { validateAction } from "../actions/validate.js";
+import type { ActionSpec } from "../actions/kit/define.js";
+import { renderActionHelp } from "../actions/kit/help.js";
+import { ACTIONS, type ActionInput, type ActionName, type ActionResult } from "../actions/kit/registry.js";
+import { validateAction } from "../actions/kit/validate.js";
 import { ControllerError, isControllerError } from "../errors.js";
 import { notFound } from "../state/inspect.js";
 import { StateLayout, type EntryKind } from "../state/layout.js";
@@ -22,8 +22,8 @@ export type { ControllerErrorCode, ControllerErrorJson, ControllerErrorOptions }
 export { CodedError, isCodedError, brandError, hasBrand } from "@pi-sandbox/config";
 export type { CodedErrorJson, CodedErrorOptions } from "@pi-sandbox/config";
 // Actions and help
-export { ACTIONS, findAction, findCliAction } from "../actions/registry.js";
-export type { ActionName, ActionInput, ActionResult } from "../actions/registry.js";
+export { ACTIONS, findAction, findCliAction } from "../actions/kit/registry.js";
+export type { ActionName, ActionInput, ActionResult } from "../actions/kit/registry.js";
 export type {
   ActionSpec,
   ArgumentDoc,
@@ -31,9 +31,9 @@ export type {
   CliMapping,
   DaemonContext,
   LocalContext,
-} from "../actions/define.js";
-export { validateAction } from "../actions/validate.js";
-export type { ValidatedAction } from "../actions/validate.js";
+} from "../actions/kit/define.js";
+export { validateAction } from "../actions/kit/validate.js";
+export type { ValidatedAction } from "../actions/kit/validate.js";
 export type { ExecView } from "../actions/exec.js";
 export type { ControllerLogTail, ServiceLogRead } from "../actions/logs.js";
 export type { CopyResult } from "../actions/copy-tree.js";

@@ -2,9 +2,9 @@
 // guest actions beside it.
 import PQueue from "p-queue";
 import { processUsage } from "@pi-sandbox/vm/host";
-import type { DaemonContext } from "../actions/define.js";
+import type { DaemonContext } from "../actions/kit/define.js";
 import type { HostGuard } from "../host-guard.js";
-import { findAction } from "../actions/registry.js";
+import { findAction } from "../actions/kit/registry.js";
 import { ControllerError, isControllerError } from "../errors.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
 import type { EntryState } from "../state/records.js";

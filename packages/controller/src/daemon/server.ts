@@ -5,7 +5,7 @@ import { open, readFile, rm, unlink } from "node:fs/promises";
 import { createServer, type Server, type Socket } from "node:net";
 import { mkdir } from "node:fs/promises";
 import { dirname } from "node:path";
-import { validateAction } from "../actions/validate.js";
+import { validateAction } from "../actions/kit/validate.js";
 import { ControllerError, isControllerError } from "../errors.js";
 import { parseHostGuard } from "../host-guard.js";
 import { ensurePrivateDir, type EntryKind, type StateLayout } from "../state/layout.js";

@@ -1,8 +1,8 @@
 // Checks an action call against its module's schema: the action's spec and typed arguments, or a
 // CONTROLLER_BAD_INPUT error with the action's usage.
 import * as v from "valibot";
-import { ControllerError } from "../errors.js";
-import { assertName } from "../state/layout.js";
+import { ControllerError } from "../../errors.js";
+import { assertName } from "../../state/layout.js";
 import { actionUsage as usage, type ActionSpec } from "./define.js";
 import { ACTIONS, findAction } from "./registry.js";
 

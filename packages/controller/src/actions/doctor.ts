@@ -2,8 +2,8 @@
 // directory's permissions) and of a sandbox.yaml's image, run locally; each failed check says its fix.
 import * as v from "valibot";
 import { runDoctor } from "../client/doctor.js";
-import { defineAction } from "./define.js";
-import { actionSchema, arg, text } from "./parts.js";
+import { defineAction } from "./kit/define.js";
+import { actionSchema, arg, text } from "./kit/parts.js";
 
 /** `doctor`: host and image checks, each with its fix. */
 export const doctor = defineAction({

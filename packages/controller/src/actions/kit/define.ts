@@ -1,16 +1,16 @@
 // What one action is: its schema, documentation, routing, handler, CLI mapping and formatters,
 // all in one module under actions/ (see ARCHITECTURE.md, "Adding an action"). This file holds the
-// shapes; actions/registry.ts lists the modules. Handlers reach the daemon and the state files only
+// shapes; actions/kit/registry.ts lists the modules. Handlers reach the daemon and the state files only
 // through the context interfaces below, so the client can import every module without loading
 // the VM machinery.
 
 import type * as v from "valibot";
-import { ControllerError, type ControllerErrorOptions } from "../errors.js";
-import type { EntryView } from "../state/inspect.js";
-import type { EntryKind, StateLayout } from "../state/layout.js";
-import type { HostGuard } from "../host-guard.js";
-import type { ProgressEvent } from "../wire.js";
-import type { GuestActions, LifecycleActions } from "../daemon/context.js";
+import { ControllerError, type ControllerErrorOptions } from "../../errors.js";
+import type { EntryView } from "../../state/inspect.js";
+import type { EntryKind, StateLayout } from "../../state/layout.js";
+import type { HostGuard } from "../../host-guard.js";
+import type { ProgressEvent } from "../../wire.js";
+import type { GuestActions, LifecycleActions } from "../../daemon/context.js";
 
 /** One argument of an action, as documented in help. */
 export interface ArgumentDoc {

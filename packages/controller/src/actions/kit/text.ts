@@ -3,7 +3,7 @@
 // `escapeControlChars`, and the CLI escapes its whole output once more before writing it.
 
 import { HOST_SERVICES_HOSTNAME, escapeControlChars, formatDuration } from "@pi-sandbox/config";
-import type { EntryView } from "../state/inspect.js";
+import type { EntryView } from "../../state/inspect.js";
 
 /** One-line text for a terminal: every control character escaped visibly (`\x1b`, `\n`). */
 export function oneLine(value: string): string {

@@ -2,23 +2,23 @@
 
 import type * as v from "valibot";
 import type { ActionSpec, DaemonAction, LocalAction } from "./define.js";
-import { dashboard } from "./dashboard.js";
-import { doctor } from "./doctor-action.js";
-import { exec, execKill, execStatus } from "./exec.js";
-import { download, upload } from "./copy.js";
-import { read, write } from "./files.js";
-import { helpAction } from "./help-action.js";
-import { imageBuild, imageImport, imageInspect, imageList, imageRm } from "./image.js";
-import { init } from "./init.js";
-import { inspect } from "./inspect.js";
-import { create, destroy, prepare, start, stop } from "./lifecycle.js";
-import { list } from "./list.js";
-import { logs } from "./logs.js";
-import { secrets } from "./secrets.js";
-import { secretsAdd } from "./secrets-add.js";
-import { preview, serviceStart, services } from "./services.js";
-import { shell } from "./shell.js";
-import { suspend } from "./suspend.js";
+import { dashboard } from "../dashboard.js";
+import { doctor } from "../doctor.js";
+import { exec, execKill, execStatus } from "../exec.js";
+import { download, upload } from "../copy.js";
+import { read, write } from "../files.js";
+import { helpAction } from "../help.js";
+import { imageBuild, imageImport, imageInspect, imageList, imageRm } from "../image.js";
+import { init } from "../init.js";
+import { inspect } from "../inspect.js";
+import { create, destroy, prepare, start, stop } from "../lifecycle.js";
+import { list } from "../list.js";
+import { logs } from "../logs.js";
+import { secrets } from "../secrets.js";
+import { secretsAdd } from "../secrets-add.js";
+import { preview, serviceStart, services } from "../services.js";
+import { shell } from "../shell.js";
+import { suspend } from "../suspend.js";
 
 /** Every action module. The single source of validation, routing, handlers, CLI mapping and help. */
 export const ACTIONS = [
