@@ -9,7 +9,10 @@ const layers = [
   { sourceTag: "layer:vm", onlyDependOnLibsWithTags: ["layer:config"] },
   { sourceTag: "layer:image", onlyDependOnLibsWithTags: ["layer:config"] },
   { sourceTag: "layer:service", onlyDependOnLibsWithTags: ["layer:vm", "layer:config"] },
-  { sourceTag: "layer:controller", onlyDependOnLibsWithTags: ["layer:service", "layer:vm", "layer:image", "layer:config"] },
+  {
+    sourceTag: "layer:controller",
+    onlyDependOnLibsWithTags: ["layer:service", "layer:vm", "layer:image", "layer:config"],
+  },
   { sourceTag: "layer:app", onlyDependOnLibsWithTags: ["layer:controller", "layer:config"] },
   { sourceTag: "layer:e2e", onlyDependOnLibsWithTags: ["*"] },
 ];
@@ -18,12 +21,10 @@ const bannedImports = (allowGondolin, allowPi) => {
   const paths = [];
   if (!allowGondolin) paths.push("@earendil-works/gondolin");
   const patterns = [];
-  if (!allowGondolin) patterns.push({ group: ["@earendil-works/gondolin/*"], message: "Only packages/vm imports Gondolin." });
+  if (!allowGondolin)
+    patterns.push({ group: ["@earendil-works/gondolin/*"], message: "Only packages/vm imports Gondolin." });
   if (!allowPi) patterns.push({ group: ["@earendil-works/pi-*"], message: "Only packages/pi-extension imports Pi." });
-  return [
-    "error",
-    { paths: paths.map((name) => ({ name, message: "Only packages/vm imports Gondolin." })), patterns },
-  ];
+  return ["error", { paths: paths.map((name) => ({ name, message: "Only packages/vm imports Gondolin." })), patterns }];
 };
 
 export default tseslint.config(
@@ -55,8 +56,15 @@ export default tseslint.config(
   // review-setup refreshes the host's Pi login through Pi's SDK, in this one file only.
   { files: ["packages/review-setup/src/pi-login.ts"], rules: { "no-restricted-imports": bannedImports(false, true) } },
   // Its live provider table and shaped placeholders are checked against Pi's own providers.
-  { files: ["packages/review-setup/test/providers.test.ts", "packages/review-setup/test/placeholder-shape.test.ts"], rules: { "no-restricted-imports": bannedImports(false, true) } },
+  {
+    files: ["packages/review-setup/test/providers.test.ts", "packages/review-setup/test/placeholder-shape.test.ts"],
+    rules: { "no-restricted-imports": bannedImports(false, true) },
+  },
   // The Pi extension review-setup installs in a guest's agent dir (--model-server) is written against Pi's types.
   { files: ["packages/review-setup/guest/*.ts"], rules: { "no-restricted-imports": bannedImports(false, true) } },
-  { files: ["**/*.cjs"], languageOptions: { sourceType: "commonjs", globals: { module: "writable", require: "readonly" } }, rules: { "@typescript-eslint/no-require-imports": "off" } },
+  {
+    files: ["**/*.cjs"],
+    languageOptions: { sourceType: "commonjs", globals: { module: "writable", require: "readonly" } },
+    rules: { "@typescript-eslint/no-require-imports": "off" },
+  },
 );

@@ -93,7 +93,9 @@ test("a ControllerError becomes a tool error with its code and hint; anything el
   await s.session.prompt("stop");
   const [busy, bug] = ends(s);
   expect(busy!.isError).toBe(true);
-  expect(textOf(busy!)).toBe("CONTROLLER_DAEMON_EXITING: the controller of demo is exiting\nHint: Wait for it to finish, then try again.");
+  expect(textOf(busy!)).toBe(
+    "CONTROLLER_DAEMON_EXITING: the controller of demo is exiting\nHint: Wait for it to finish, then try again.",
+  );
   expect(busy!.result.details).toMatchObject({
     action: "stop",
     name: "demo",

@@ -46,7 +46,9 @@ test("a result full of guest text: the model's JSON keeps the value, no line car
 });
 
 test("an error whose message and hint come from the guest is escaped for the model and the TUI", () => {
-  const error = new ControllerError("SERVICE_NOT_READY", `web died: ${HOSTILE}\nsecond line`, { hint: `see ${HOSTILE}` });
+  const error = new ControllerError("SERVICE_NOT_READY", `web died: ${HOSTILE}\nsecond line`, {
+    hint: `see ${HOSTILE}`,
+  });
   const result = errorResult({ action: "services", name: "demo" }, error);
   const text = modelText(result);
   expect(text).not.toMatch(RAW_CONTROL);
