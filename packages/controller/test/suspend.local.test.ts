@@ -55,6 +55,7 @@ const exec = async (name: string, cmd: string) => (await call({ action: "exec", 
 test("suspend keeps processes, services and previews; start resumes them without resume hooks", async () => {
   const created = await call({ action: "create", name: "warm", config: join(dir, "sandbox.yaml") });
   const url = created.previews[0].url as string;
+  expect(created.lastStart).toMatchObject({ warm: false, ms: expect.any(Number) });
   const sleeper = (await exec("warm", "sleep 1000 > /dev/null 2>&1 & echo $!")).trim();
   const servicePid = (await call({ action: "services", name: "warm", op: "status" })).services[0].pid as number;
   expect(await exec("warm", "wc -l < resumed.txt")).toBe("1\n");
@@ -77,7 +78,8 @@ test("suspend keeps processes, services and previews; start resumes them without
 
   const started: string[] = [];
   const view = await call({ action: "start", name: "warm" }, started);
-  expect(view).toMatchObject({ state: "running", restore: { warm: true } });
+  expect(view).toMatchObject({ state: "running", restore: { warm: true }, lastStart: { warm: true } });
+  expect(Date.parse(view.lastStart.at)).toBeGreaterThan(Date.parse(created.lastStart.at));
   expect(view.previews[0].url).toBe(url);
   expect(await fetchText(url)).toBe("200 Hello from setup\n");
   expect(view.previews).toContainEqual({ service: `port-${port}`, url: adHoc, title: "docs" });
@@ -91,11 +93,13 @@ test("suspend keeps processes, services and previews; start resumes them without
     state: "running",
   });
   expect(formatView(view as never)).toMatch(/^restore: {5}resumed from saved memory in \d+\.\d s$/m);
+  expect(formatView(view as never)).toMatch(/^last start: {2}\d+\.\d s \(resumed\) at /m);
 
   // A stop after a warm start is a normal stop: the next start is cold and runs resume hooks.
   await call({ action: "stop", name: "warm" });
   const cold = await call({ action: "start", name: "warm" });
   expect(cold.restore).toBeUndefined();
+  expect(cold.lastStart).toMatchObject({ warm: false });
   expect(await exec("warm", "wc -l < resumed.txt")).toBe("2\n");
   await call({ action: "stop", name: "warm" });
 });

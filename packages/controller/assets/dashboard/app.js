@@ -132,8 +132,12 @@ function previewList(previews) {
 function stateCell(view) {
   const cell = el("td", {}, el("span", { class: `state state-${view.state}`, text: view.state }));
   const note = (text) => cell.append(el("div", { class: "muted", text }));
-  // The last start: how long a warm resume took, or why it booted cold; a failed setup.
-  if (view.restore?.warm) note(`resumed in ${(view.restore.restoreMs / 1000).toFixed(1)} s`);
+  // The last start: how long it took, how long a warm resume took, or why it booted cold; a failed setup.
+  if (view.lastStart) {
+    const how = view.lastStart.warm ? "resumed" : "booted";
+    note(`last start ${(view.lastStart.ms / 1000).toFixed(1)} s (${how})`);
+  }
+  if (view.restore?.warm) note(`resumed from memory in ${(view.restore.restoreMs / 1000).toFixed(1)} s`);
   else if (view.restore) note(`booted cold: ${view.restore.reason}`);
   if (view.setup && view.setup.exitCode !== 0) {
     note(`setup failed (${view.setup.timedOut ? "timed out" : `exit ${view.setup.exitCode}`})`);

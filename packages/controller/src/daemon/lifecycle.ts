@@ -19,7 +19,14 @@ import { previewAddressFor, recordedPreviewAddress, releasePreviewAddress } from
 import { newSecretSalt, resolveMounts, resolveSecrets } from "./secrets.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import type { GuestOperations } from "./services.js";
-import { dropSuspendedMemory, finishWarmStart, noteRestore, suspendInstance, type SuspendTeardown } from "./suspend.js";
+import {
+  dropSuspendedMemory,
+  finishWarmStart,
+  lastStart,
+  noteRestore,
+  suspendInstance,
+  type SuspendTeardown,
+} from "./suspend.js";
 import { toControllerError, type InstanceState } from "./state.js";
 
 type Progress = (event: ProgressEvent) => void;
@@ -138,6 +145,7 @@ export class Lifecycle {
   /** Boots the instance disk, starts the agent, finishes a pending create, runs resume and services. */
   private async boot(config: SandboxConfig, progress: Progress, options: BootOptions): Promise<void> {
     const { state } = this;
+    const started = Date.now();
     state.suspendAfterMs = config.idle?.suspendAfterMs;
     await state.setState("starting");
     const vm = await this.bootVm(state.layout.diskDir("instances", this.name), config, progress, options.secretSalt);
@@ -147,7 +155,7 @@ export class Lifecycle {
     const supervisor = await this.startAgent(vm, config, progress);
     if (warm) {
       options.setupDone = true;
-      return finishWarmStart(state, this.guest, options.suspended, progress);
+      return finishWarmStart(state, this.guest, options.suspended, progress, started);
     }
     const configText = options.pendingCreate?.configText;
     if (configText !== undefined) {
@@ -184,7 +192,7 @@ export class Lifecycle {
     progress({ stage: "services", message: "starting services" });
     // A create has just written the guest copy from this config: it is not read back.
     await this.guest.ensureWithProgress(progress, configText !== undefined ? config : undefined);
-    await state.setState("running", resumePid ? { resumePid } : {});
+    await state.setState("running", { ...(resumePid ? { resumePid } : {}), lastStart: lastStart(started, false) });
     progress({ stage: "done", message: `${this.name} is running` });
   }
 

@@ -3,7 +3,7 @@
 // and the next start of the disk resumes them; see the vm package's "Suspend and resume".
 
 import type { EntryView } from "../state/inspect.js";
-import type { EntryStatus, PreviewLinkInfo } from "../state/records.js";
+import type { EntryStatus, LastStart, PreviewLinkInfo } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import type { GuestOperations } from "./services.js";
@@ -131,13 +131,19 @@ export async function finishWarmStart(
   guest: GuestOperations,
   suspended: EntryStatus | undefined,
   progress: Progress,
+  started: number,
 ): Promise<void> {
   progress({ stage: "services", message: "reopening previews" });
   await guest.ensureWithProgress(progress);
   await guest.reopenPreviews(suspended?.previews ?? [], progress);
   const resumePid = suspended?.resumePid;
-  await state.setState("running", resumePid ? { resumePid } : {});
+  await state.setState("running", { ...(resumePid ? { resumePid } : {}), lastStart: lastStart(started, true) });
   progress({ stage: "done", message: `${state.name} is running` });
+}
+
+/** The `lastStart` of a start that began at `started` (ms) and has just reached running. */
+export function lastStart(started: number, warm: boolean): LastStart {
+  return { at: new Date().toISOString(), ms: Date.now() - started, warm };
 }
 
 /** The previews recorded at the suspend that no declared service reopened: ad-hoc ones. */

@@ -12,6 +12,7 @@ import {
   type EntryStatus,
   type PreviewLinkInfo,
   type RecordedError,
+  type LastStart,
   type RestoreInfo,
 } from "./records.js";
 
@@ -54,6 +55,8 @@ export interface EntryView {
   setup?: EntryStatus["setup"];
   /** Whether the last start resumed the memory a suspend saved, or booted cold and why. */
   restore?: RestoreInfo;
+  /** The last start (or create): when it reached running, how long it took, warm or cold. */
+  lastStart?: LastStart;
   /** Background resume handle for exec-status. */
   resumePid?: string;
   /**
@@ -162,6 +165,7 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
   if (status?.previewAddress && kind === "instances") view.previewAddress = status.previewAddress;
   // Of the last start; a suspend since then makes it moot.
   if (status?.restore && state !== "suspended" && state !== "suspending") view.restore = status.restore;
+  if (status?.lastStart) view.lastStart = status.lastStart;
   if (status?.resumePid && state === "running") view.resumePid = status.resumePid;
   if (liveness.live && liveness.pid) view.daemonPid = liveness.pid;
   if (hint) view.hint = hint;

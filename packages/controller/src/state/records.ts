@@ -21,6 +21,16 @@ export type EntryState =
  * How the last start used the memory a `suspend` saved: resumed (`warm`, processes ran on), or
  * booted cold from the same checkpoint, with the reason the memory could not be used.
  */
+/** How long a start took, from the daemon taking it to `running` (setup included on a create), in ms. */
+export interface LastStart {
+  /** When it reached running, ISO time. */
+  at: string;
+  /** Its duration in ms. */
+  ms: number;
+  /** True when it resumed the memory a suspend saved. */
+  warm: boolean;
+}
+
 export type RestoreInfo = { warm: true; restoreMs: number } | { warm: false; reason: string };
 
 /** What an instance or template is: written once at creation. */
@@ -97,6 +107,8 @@ export interface EntryStatus {
   previewAddress?: { address: string; shared?: string };
   /** Set by a start that found saved memory (after a suspend): whether it resumed, else why not. */
   restore?: RestoreInfo;
+  /** The last start (or create): when it reached running, how long it took, and whether it resumed saved memory. */
+  lastStart?: LastStart;
   /** Startup, setup, resume or readiness problems. */
   errors?: RecordedError[];
   /** Setup result at creation; `logPath` is its full output in the guest (the newest 3 setup logs are kept). */

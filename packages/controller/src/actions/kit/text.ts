@@ -68,6 +68,10 @@ export function formatView(view: EntryView): string {
         ? `restore:     resumed from saved memory in ${(view.restore.restoreMs / 1000).toFixed(1)} s`
         : `restore:     booted cold: ${indented(view.restore.reason, INDENT)}`,
     );
+  if (view.lastStart)
+    lines.push(
+      `last start:  ${(view.lastStart.ms / 1000).toFixed(1)} s (${view.lastStart.warm ? "resumed" : "booted"}) at ${view.lastStart.at}`,
+    );
   if (view.usage)
     lines.push(
       `usage:       ${view.usage.cpuPercent.toFixed(1)} % CPU, ${formatMiB(view.usage.rssBytes)} resident (QEMU)`,
