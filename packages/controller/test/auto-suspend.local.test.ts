@@ -1,15 +1,13 @@
 // Auto-suspend without QEMU: the daemon's InstanceController in-process over the local runtime
 // (whose suspend keeps the "guest"'s processes for the next boot to resume), looked at once a
 // quarter second instead of the daemon's every second. The real thing: auto-suspend.vm.test.ts.
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
 import { formatView } from "../src/actions/kit/text.js";
 import { inspectEntry } from "../src/state/inspect.js";
 import { readRecord, readStatus, writeRecord } from "../src/state/records.js";
-import { createLocalRuntime, fetchText, type InstanceController, type LocalRuntime } from "../src/testing.js";
-import { localDaemons, type LocalDaemons, type Loose } from "./support/local-daemon.js";
+import { fetchText, type InstanceController, type LocalRuntime } from "../src/testing.js";
+import { localSandbox, type LocalDaemons, type LocalSandbox, type Loose } from "./support/local-daemon.js";
 
 const YAML = `version: 1
 profile: tiny
@@ -29,21 +27,14 @@ let dir: string;
 let layout: StateLayout;
 let runtime: LocalRuntime;
 let daemons: LocalDaemons;
+let sandbox: LocalSandbox;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), "pisb-idle-"));
-  layout = new StateLayout(join(dir, "state"));
-  await layout.ensurePrivate();
-  runtime = createLocalRuntime();
-  daemons = localDaemons(layout, runtime);
-  await writeFile(join(dir, "sandbox.yaml"), YAML);
+  sandbox = await localSandbox("pisb-idle-", YAML);
+  ({ dir, layout, runtime, daemons } = sandbox);
 });
 
-afterAll(async () => {
-  await daemons.close();
-  for (const vm of [...runtime.live, ...runtime.suspended.values()]) await vm.close();
-  await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => sandbox.close());
 
 const call = (action: Loose, progress?: string[]) => daemons.call(action, progress);
 

@@ -1,9 +1,8 @@
 // Every lifecycle transition and race of the daemon, without QEMU: the daemon's InstanceController
 // runs in-process over the local runtime (host processes, the real Python agent, real previews).
 import { spawnSync } from "node:child_process";
-import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ControllerError, StateLayout } from "../src/client/index.js";
 import { parseConfig } from "@pi-sandbox/config";
@@ -11,8 +10,8 @@ import { formatView } from "../src/actions/kit/text.js";
 import { inspectEntry, type EntryView } from "../src/state/inspect.js";
 import { readRecord, writeRecord } from "../src/state/records.js";
 import type { EntryKind } from "../src/state/layout.js";
-import { createLocalRuntime, fetchText, sleep, type LocalRuntime } from "../src/testing.js";
-import { localDaemons, type LocalDaemons, type Loose } from "./support/local-daemon.js";
+import { fetchText, sleep, type LocalRuntime } from "../src/testing.js";
+import { localSandbox, type LocalDaemons, type LocalSandbox, type Loose } from "./support/local-daemon.js";
 
 const YAML = (extra = "") => `version: 1
 profile: tiny
@@ -30,21 +29,14 @@ let dir: string;
 let layout: StateLayout;
 let runtime: LocalRuntime;
 let daemons: LocalDaemons;
+let sandbox: LocalSandbox;
 
 beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), "pisb-ctl-"));
-  layout = new StateLayout(join(dir, "state"));
-  await layout.ensurePrivate();
-  runtime = createLocalRuntime();
-  daemons = localDaemons(layout, runtime);
-  await writeFile(join(dir, "sandbox.yaml"), YAML());
+  sandbox = await localSandbox("pisb-ctl-", YAML());
+  ({ dir, layout, runtime, daemons } = sandbox);
 });
 
-afterEach(async () => {
-  await daemons.close();
-  for (const vm of [...runtime.live]) await vm.close();
-  await rm(dir, { recursive: true, force: true });
-});
+afterEach(() => sandbox.close());
 
 const daemon = (name: string, kind?: EntryKind) => daemons.daemon(name, kind);
 const call = (action: Loose, progress?: string[]) => daemons.call(action, progress);

@@ -2,16 +2,15 @@
 // the local runtime, whose suspend leaves the "guest"'s processes running (the agent daemon, its
 // services, background commands) for the next boot to "resume", as a real resume finds them in
 // memory; without them that boot is cold, with the reason. The real thing: suspend.vm.test.ts.
-import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
 import { formatView } from "../src/actions/kit/text.js";
 import { inspectEntry } from "../src/state/inspect.js";
 import { readStatus } from "../src/state/records.js";
 import { LOCAL_SUSPEND_MARKER } from "../src/testing-runtime.js";
-import { createLocalRuntime, fetchText, type LocalRuntime } from "../src/testing.js";
-import { localDaemons, type LocalDaemons, type Loose } from "./support/local-daemon.js";
+import { fetchText, type LocalRuntime } from "../src/testing.js";
+import { localSandbox, type LocalDaemons, type LocalSandbox, type Loose } from "./support/local-daemon.js";
 
 const YAML = `version: 1
 profile: tiny
@@ -31,21 +30,14 @@ let dir: string;
 let layout: StateLayout;
 let runtime: LocalRuntime;
 let daemons: LocalDaemons;
+let sandbox: LocalSandbox;
 
 beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), "pisb-susp-"));
-  layout = new StateLayout(join(dir, "state"));
-  await layout.ensurePrivate();
-  runtime = createLocalRuntime();
-  daemons = localDaemons(layout, runtime);
-  await writeFile(join(dir, "sandbox.yaml"), YAML);
+  sandbox = await localSandbox("pisb-susp-", YAML);
+  ({ dir, layout, runtime, daemons } = sandbox);
 });
 
-afterEach(async () => {
-  await daemons.close();
-  for (const vm of [...runtime.live, ...runtime.suspended.values()]) await vm.close();
-  await rm(dir, { recursive: true, force: true });
-});
+afterEach(() => sandbox.close());
 
 const daemon = (name: string) => daemons.daemon(name);
 const call = (action: Loose, progress?: string[]) => daemons.call(action, progress);

@@ -1,11 +1,13 @@
 // The daemon's InstanceController in-process over a runtime, as the client would reach it: each
 // entry gets a pid file and a socket that answers pings (liveness as inspect judges it), and a
 // fresh controller once the last one finished, as the client spawns daemons.
-import { mkdir, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
-import type { StateLayout } from "../../src/client/index.js";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { StateLayout } from "../../src/client/index.js";
 import type { EntryKind } from "../../src/state/layout.js";
-import { InstanceController, createFileLogger, type LocalRuntime } from "../../src/testing.js";
+import { InstanceController, createFileLogger, createLocalRuntime, type LocalRuntime } from "../../src/testing.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
 export type Loose = Record<string, any>;
@@ -75,6 +77,38 @@ export function localDaemons(layout: StateLayout, runtime: LocalRuntime): LocalD
       for (const server of servers.values()) server.close();
       servers.clear();
       silent.clear();
+    },
+  };
+}
+
+/** A temp directory with a sandbox.yaml, its state root, the local runtime and in-process daemons over it. */
+export interface LocalSandbox {
+  /** The temp directory; `sandbox.yaml` is in it, the state root in `state/`. */
+  dir: string;
+  layout: StateLayout;
+  runtime: LocalRuntime;
+  daemons: LocalDaemons;
+  /** Stops the daemons, closes every local VM (live or suspended) and removes the directory. */
+  close(): Promise<void>;
+}
+
+/** Makes a {@link LocalSandbox} whose `sandbox.yaml` holds `yaml`. */
+export async function localSandbox(prefix: string, yaml: string): Promise<LocalSandbox> {
+  const dir = await mkdtemp(join(tmpdir(), prefix));
+  const layout = new StateLayout(join(dir, "state"));
+  await layout.ensurePrivate();
+  const runtime = createLocalRuntime();
+  const daemons = localDaemons(layout, runtime);
+  await writeFile(join(dir, "sandbox.yaml"), yaml);
+  return {
+    dir,
+    layout,
+    runtime,
+    daemons,
+    async close() {
+      await daemons.close();
+      for (const vm of [...runtime.live, ...runtime.suspended.values()]) await vm.close();
+      await rm(dir, { recursive: true, force: true });
     },
   };
 }
