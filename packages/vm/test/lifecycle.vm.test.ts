@@ -1,11 +1,10 @@
 // One real disk taken through its life: first boot (resize, exec, files, TCP, busy), reopen with a
 // network policy, template, two instances, template destroyed, and a boot that cannot resize.
-// The steps share state and run in order; each boot is ~10-30 s under TCG.
-import { execFile } from "node:child_process";
+// The steps share state and run in order: six boots (~10-30 s each under TCG) and a cancelled one.
+// Logging in over SSH is ssh.vm.test.ts's.
 import fs from "node:fs";
 import http from "node:http";
 import path from "node:path";
-import { promisify } from "node:util";
 import type { AddressInfo } from "node:net";
 import { DiskStore, isVmError, runInGuest, startVm, type RunningVm } from "../src/index.js";
 import { tempDir } from "./helpers.js";
@@ -85,21 +84,20 @@ test("first boot: the filesystem grows to diskGiB, and the guest interface works
 
   // connectTcp reaches a server listening on the guest's loopback.
   await sh(vm, "cd /srv && setsid nohup python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 &");
-  let response = "";
-  for (let attempt = 0; attempt < 60 && !response.startsWith("HTTP/1.0 200"); attempt += 1) {
-    try {
-      const stream = await vm.connectTcp(8123, { timeoutMs: 2000 });
-      response = await new Promise<string>((resolve, reject) => {
-        let text = "";
-        stream.on("data", (chunk: Buffer) => (text += chunk.toString()));
-        stream.on("end", () => resolve(text));
-        stream.on("error", reject);
-        stream.write("GET /hello.txt HTTP/1.0\r\nHost: localhost\r\n\r\n");
-      });
-    } catch {
-      await new Promise((resolve) => setTimeout(resolve, 500));
-    }
-  }
+  // Python takes from seconds to over half a minute to listen on a busy TCG host: wait in the
+  // guest until 127.0.0.1:8123 (0100007F:1FBB) is in LISTEN (0A), so one connection must do.
+  await sh(
+    vm,
+    "for i in $(seq 1800); do grep -q ' 0100007F:1FBB 00000000:0000 0A ' /proc/net/tcp && exit 0; sleep 0.1; done; exit 1",
+  );
+  const stream = await vm.connectTcp(8123, { timeoutMs: 10_000 });
+  const response = await new Promise<string>((resolve, reject) => {
+    let text = "";
+    stream.on("data", (chunk: Buffer) => (text += chunk.toString()));
+    stream.on("end", () => resolve(text));
+    stream.on("error", reject);
+    stream.write("GET /hello.txt HTTP/1.0\r\nHost: localhost\r\n\r\n");
+  });
   expect(response).toMatch(/^HTTP\/1\.0 200/);
   expect(response).toContain("hello file");
   await expect(vm.connectTcp(8999, { timeoutMs: 3000 })).rejects.toMatchObject({ code: "VM_TCP_CONNECT_FAILED" });
@@ -154,21 +152,6 @@ test("reopen: both markers survived the stop, and the allow-list is enforced", a
     expect(blocked.stdout).not.toContain("host-server saw");
     expect(seen).toEqual(["/allowed"]);
 
-    // SSH: the returned command logs in.
-    const ssh = await vm.enableSsh();
-    try {
-      expect(ssh.command).toMatch(/^ssh -p \d+ /);
-      // Async: the forwarder runs in this process's event loop.
-      const { stdout } = await promisify(execFile)(
-        "/bin/sh",
-        ["-c", `${ssh.command} -o BatchMode=yes -o LogLevel=ERROR echo over-ssh`],
-        { encoding: "utf8", timeout: 120_000 },
-      );
-      expect(stdout).toBe("over-ssh\n");
-    } finally {
-      await ssh.close();
-    }
-
     // Prepare the template source: take resize2fs away so a grown instance cannot resize.
     await sh(vm, 'mkdir -p /opt/off && mv "$(command -v resize2fs)" /opt/off/ && echo template > /srv/template.txt');
     await stop(vm);
@@ -194,10 +177,11 @@ test("template: two instances keep their writes apart, and outlive the template"
   await store.destroy(tpl);
   expect(fs.existsSync(tpl)).toBe(false);
 
-  // After the template is gone: a and b still boot with their own data; c (grown, but its image
-  // has no resize2fs) fails clearly, is closed, and leaves its disk usable.
-  const [again, cResult] = await Promise.all([
-    Promise.all([boot("a", a), boot("b", b)]),
+  // After the template is gone: a still boots with its own data (b, made the same way, would
+  // prove nothing more for a boot's cost); c (grown, but its image has no resize2fs) fails
+  // clearly, is closed, and leaves its disk usable.
+  const [vmA2, cResult] = await Promise.all([
+    boot("a", a),
     startVm(vmOptions("c", c, stateRoot)).then(
       (vm) => {
         running.add(vm);
@@ -206,10 +190,8 @@ test("template: two instances keep their writes apart, and outlive the template"
       (error: unknown) => error,
     ),
   ]);
-  const [vmA2, vmB2] = again;
-  expect(await sh(vmA2, "cat /srv/own.txt")).toBe("a\n");
-  expect(await sh(vmB2, "cat /srv/own.txt")).toBe("b\n");
-  await Promise.all([stop(vmA2), stop(vmB2)]);
+  expect(await sh(vmA2, "cat /srv/template.txt /srv/own.txt")).toBe("template\na\n");
+  await stop(vmA2);
 
   expect(isVmError(cResult, "VM_IMAGE_MISSING_TOOL")).toBe(true);
   expect((cResult as Error).message).toContain("resize2fs");
