@@ -1,10 +1,14 @@
-// The local dashboard as a user meets it in a real browser (Debian's headless Chromium through
-// playwright-core, which downloads nothing): two real instances, one running and one stopped, its
-// preview link, a guest log line arriving live, Stop from the page, and its refusals: no token,
-// a foreign Origin, and a guest's preview page trying to act on it or open a WebSocket to it.
+// The local dashboard and previews as a user meets them in a real browser (Debian's headless
+// Chromium through playwright-core, which downloads nothing): two real instances, one running and
+// one stopped, its preview link, a guest log line arriving live, Stop from the page, and its
+// refusals: no token, a foreign Origin, and a guest's preview page trying to act on it or open a
+// WebSocket to it. With the stopped one started, a preview page (each instance's previews have a
+// loopback address of their own) cannot read or overwrite the cookies of a host app on 127.0.0.1
+// or of the other instance.
 import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import http from "node:http";
+import type { AddressInfo } from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -17,13 +21,15 @@ const CLI = fileURLToPath(new URL("../../packages/controller/dist/cli/main.js", 
 const SCREENSHOT = fileURLToPath(new URL("../../docs/dashboard.png", import.meta.url));
 
 // The guest's web service: `/mark?id=X` prints a log line (with an escape sequence in it);
-// `/attack?port=P` is a hostile page that tries to drive the dashboard on 127.0.0.1:P.
+// `/attack?port=P` is a hostile page that tries to drive the dashboard on 127.0.0.1:P;
+// `/set?name=N&value=V` sets a cookie. Every other page shows the Cookie header the server
+// received, so the test sees what the browser sent as well as what a script can read.
 const YAML = `profile: tiny
 diskGiB: 4
 setup:
   - |
     cat > /workspace/web.py <<'PY'
-    import http.server, os, sys, urllib.parse
+    import html, http.server, os, sys, urllib.parse
     ATTACK = """<!doctype html><title>attack</title><script>
     const port = new URLSearchParams(location.search).get("port");
     const base = "http://127.0.0.1:" + port;
@@ -49,8 +55,11 @@ setup:
             query = dict(urllib.parse.parse_qsl(url.query))
             if url.path == "/mark":
                 print("dash-mark " + query.get("id", "") + " \\x1b[31mred", flush=True)
-            body = (ATTACK if url.path == "/attack" else "<!doctype html><title>docs</title><p>the docs").encode()
+            seen = "<pre id=seen>" + html.escape(self.headers.get("Cookie", "")) + "</pre>"
+            body = (ATTACK if url.path == "/attack" else "<!doctype html><title>docs</title><p>the docs</p>" + seen).encode()
             self.send_response(200)
+            if url.path == "/set":
+                self.send_header("Set-Cookie", query["name"] + "=" + query["value"] + "; Path=/")
             self.send_header("Content-Type", "text/html")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -74,6 +83,7 @@ let page: Page;
 let dashboardUrl: string;
 let origin: string;
 let previewUrl: string;
+let hostServer: http.Server | undefined;
 
 /** Runs the real CLI in the sandbox and parses its --json output. */
 async function cliJson(...args: string[]): Promise<LooseResult> {
@@ -109,16 +119,33 @@ async function waitForText(selector: string, text: string, timeout = 30_000): Pr
   );
 }
 
+/** The host's own localhost app (a Jupyter or Grafana stand-in), with the same cookie pages as the guest's. */
+function hostApp(): http.Server {
+  return http.createServer((req, res) => {
+    const url = new URL(req.url ?? "/", "http://host.invalid");
+    if (url.pathname === "/set") res.setHeader("set-cookie", `host_session=host-secret; Path=/`);
+    res.setHeader("content-type", "text/html");
+    const seen = (req.headers.cookie ?? "").replace(/[<&]/g, "");
+    res.end(`<!doctype html><title>host app</title><pre id=seen>${seen}</pre>`);
+  });
+}
+
+/** Opens `url` and returns the Cookie header its server received and what `document.cookie` reads. */
+async function visit(tab: Page, url: string): Promise<{ sent: string; script: string }> {
+  const response = await tab.goto(url, { timeout: 60_000 });
+  expect(response?.status()).toBe(200);
+  return { sent: (await tab.textContent("#seen")) ?? "", script: String(await tab.evaluate("document.cookie")) };
+}
+
 /** The state the page shows for an instance. */
 const shownState = (name: string) => page.textContent(`#instances tr[data-name="${name}"] .state`);
 
 beforeAll(async () => {
   sandbox = await makeSandbox("psd-");
   await sandbox.writeConfig(YAML);
-  await sandbox.writeConfig("profile: tiny\ndiskGiB: 4\n", "idle.yaml");
   // One boot at a time: two TCG boots side by side on a busy 2-core host can miss the agent's
-  // 60 s start deadline.
-  await sandbox.call({ action: "create", name: "idle", config: "idle.yaml" });
+  // 60 s start deadline. Both serve the same page: the cookie test needs two instances' previews.
+  await sandbox.call({ action: "create", name: "idle", config: "sandbox.yaml" });
   await sandbox.call({ action: "stop", name: "idle" });
   const web = await sandbox.call({ action: "create", name: "web", config: "sandbox.yaml" });
   previewUrl = web.previews[0].url as string;
@@ -131,6 +158,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await browser?.close();
+  await new Promise((resolve) => hostServer?.close(resolve));
   if (sandbox) await cliJson("dashboard", "--stop").catch(() => undefined);
   expect(await teardown(sandbox)).toEqual([]);
 }, 300_000);
@@ -214,6 +242,51 @@ test("a guest's preview page can neither act through the dashboard nor open a We
   expect(log).toMatch(/refused POST \/api\/action: Origin "http:\/\/127\.[0-9.]+:[0-9]+" is not this dashboard's/);
   expect(log).toMatch(/refused an upgrade/);
 });
+
+test("a preview page receives none of the host app's or another instance's cookies, and cannot overwrite them", async () => {
+  hostServer = hostApp();
+  await new Promise<void>((resolve) => hostServer!.listen(0, "127.0.0.1", resolve));
+  const hostUrl = `http://127.0.0.1:${(hostServer.address() as AddressInfo).port}`;
+  const other = await sandbox.call({ action: "start", name: "idle" });
+  expect(other.state).toBe("running");
+  const urlA = new URL(previewUrl).origin;
+  const urlB = new URL(other.previews[0].url as string).origin;
+  expect(urlA).not.toBe(urlB);
+  // A context of its own: the dashboard's session cookie (on 127.0.0.1) stays out of it.
+  const context = await browser!.newContext();
+  const tab = await context.newPage();
+
+  // The user's own localhost app and instance B each hold a session cookie.
+  await visit(tab, `${hostUrl}/set`);
+  await visit(tab, `${urlB}/set?name=b_session&value=b-secret`);
+  expect((await visit(tab, `${hostUrl}/`)).sent).toBe("host_session=host-secret");
+  expect((await visit(tab, `${urlB}/`)).sent).toBe("b_session=b-secret");
+
+  // Instance A's page: nothing of theirs reaches its server or its scripts.
+  const seenByA = await visit(tab, `${urlA}/set?name=a_session&value=a-own`);
+  expect(seenByA).toEqual({ sent: "", script: "a_session=a-own" });
+
+  // A's script tries to overwrite both sessions, also naming the host explicitly.
+  // (Run in the page: this file is compiled without the DOM library.)
+  await tab.evaluate(`
+    document.cookie = "host_session=forged-by-a; Path=/";
+    document.cookie = "b_session=forged-by-a; Path=/";
+    document.cookie = "host_session=forged-by-a; Path=/; Domain=127.0.0.1";
+  `);
+  // Those writes landed in A's own jar (the Domain=127.0.0.1 one nowhere), next to A's own cookie.
+  const jarA = (await visit(tab, `${urlA}/`)).sent.split("; ").sort();
+  expect(jarA).toEqual(["a_session=a-own", "b_session=forged-by-a", "host_session=forged-by-a"]);
+
+  // The host app and instance B still get exactly their own cookies back.
+  expect(await visit(tab, `${hostUrl}/`)).toEqual({
+    sent: "host_session=host-secret",
+    script: "host_session=host-secret",
+  });
+  expect(await visit(tab, `${urlB}/`)).toEqual({ sent: "b_session=b-secret", script: "b_session=b-secret" });
+  await context.close();
+  // Back as the page test found it: idle stopped.
+  expect((await sandbox.call({ action: "stop", name: "idle" })).state).toBe("stopped");
+}, 600_000);
 
 test("Stop on the page stops the instance, as the CLI then reports", async () => {
   if (process.env.UPDATE_SCREENSHOTS === "1") {
