@@ -1,5 +1,7 @@
-// The daemon outlives its client, survives a hostile guest, and racing clients leave one
-// consistent instance.
+// The daemon outlives its client, survives a hostile guest, racing clients (real CLI processes
+// and daemons that exit and are spawned again) leave one consistent instance, and a QEMU killed
+// under it reads failed. One instance for the whole file. The same race for 10 rounds on the
+// daemon's own logic: race.local.test.ts.
 import { spawn } from "node:child_process";
 import { readFileSync, statSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -7,8 +9,11 @@ import { StateLayout, isControllerError } from "../src/client/index.js";
 import { makeSandbox, qemuFor, qemuGone, teardown, type Sandbox } from "../src/testing.js";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
-/** Rounds of the start/stop/exec race (the issue asks for 10; each costs about one TCG boot). */
-const ROUNDS = Number(process.env.PI_SANDBOX_RACE_ROUNDS ?? 10);
+/**
+ * Rounds of the start/stop/exec race between real processes: one with stop first, one with start
+ * first (each costs about one TCG boot). race.local.test.ts runs the 10 the issue asks for.
+ */
+const ROUNDS = Number(process.env.PI_SANDBOX_RACE_ROUNDS ?? 2);
 
 let sandbox: Sandbox;
 let call: Sandbox["call"];
@@ -167,30 +172,28 @@ test(`two clients racing start/stop/exec for ${ROUNDS} rounds end consistent`, a
       expect(await qemuGone(sandbox.dir, 5000)).toEqual([]);
     }
   }
-  await attempt({ action: "stop", name: "keep" });
-  await call({ action: "destroy", name: "keep", confirm: "keep" });
 });
 
 test("a QEMU killed behind the daemon's back reads failed with the reason, and the daemon exits", async () => {
-  const created = await call({ action: "create", name: "crashy", config: "sandbox.yaml" });
-  expect(created.state).toBe("running");
-  const [qemu] = qemuFor(`${sandbox.dir}/state/instances/crashy/`);
+  const started = await call({ action: "start", name: "keep" });
+  expect(started.state).toBe("running");
+  const [qemu] = qemuFor(`${sandbox.dir}/state/instances/keep/`);
   expect(qemu).toBeDefined();
   process.kill(qemu!, "SIGKILL");
-  let view = await call({ action: "inspect", name: "crashy" });
+  let view = await call({ action: "inspect", name: "keep" });
   for (let i = 0; i < 100 && view.state === "running"; i++) {
     await new Promise((r) => setTimeout(r, 100));
-    view = await call({ action: "inspect", name: "crashy" });
+    view = await call({ action: "inspect", name: "keep" });
   }
   expect(view.state).toBe("failed");
   expect(view.errors).toEqual([expect.objectContaining({ code: "CONTROLLER_VM_EXITED" })]);
   for (let i = 0; i < 50 && view.daemonPid !== undefined; i++) {
     await new Promise((r) => setTimeout(r, 100));
-    view = await call({ action: "inspect", name: "crashy" });
+    view = await call({ action: "inspect", name: "keep" });
   }
   expect(view.daemonPid).toBeUndefined();
-  await expect(call({ action: "exec", name: "crashy", cmd: "true" })).rejects.toMatchObject({
+  await expect(call({ action: "exec", name: "keep", cmd: "true" })).rejects.toMatchObject({
     code: "CONTROLLER_NOT_RUNNING",
   });
-  await call({ action: "destroy", name: "crashy", confirm: "crashy" });
+  await call({ action: "destroy", name: "keep", confirm: "keep" });
 });

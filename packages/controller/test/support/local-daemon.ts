@@ -27,10 +27,29 @@ export function localDaemons(layout: StateLayout, runtime: LocalRuntime): LocalD
   const servers = new Map<string, Server>();
   const silent = new Set<string>();
 
-  async function daemon(name: string, kind: EntryKind = "instances"): Promise<InstanceController> {
+  /** Fresh controllers being set up, so that callers racing for one get the same. */
+  const starting = new Map<string, Promise<InstanceController>>();
+
+  function daemon(name: string, kind: EntryKind = "instances"): Promise<InstanceController> {
     const key = `${kind}/${name}`;
     const current = daemons.get(key)?.controller;
-    if (current && !current.exiting) return current;
+    if (current && !current.exiting) return Promise.resolve(current);
+    let fresh = starting.get(key);
+    if (!fresh) {
+      fresh = freshDaemon(name, kind, current).finally(() => starting.delete(key));
+      starting.set(key, fresh);
+    }
+    return fresh;
+  }
+
+  /** A new controller for the entry once `previous` (exiting) has finished, as a spawned daemon waits for the old one. */
+  async function freshDaemon(
+    name: string,
+    kind: EntryKind,
+    previous: InstanceController | undefined,
+  ): Promise<InstanceController> {
+    const key = `${kind}/${name}`;
+    await previous?.finished;
     await mkdir(layout.entryDir(kind, name), { recursive: true, mode: 0o700 });
     await writeFile(layout.pidFile(kind, name), `${process.pid}\n`);
     servers.get(key)?.close();
