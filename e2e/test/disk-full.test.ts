@@ -2,10 +2,12 @@
 // 1. Nearly full at stop: the run's data is already in its own layer, so the checkpoint needs no
 //    headroom: stop completes, and the next start (after space is freed) reopens it with both the
 //    old and the new files.
-// 2. Full while the guest writes: QEMU pauses the guest. Nothing hangs: the exec and the stop fail
-//    fast with VM_HOST_DISK_FULL naming the full file system, the previous checkpoint stays
-//    current (pointer unchanged, `qemu-img check` clean), no QEMU is left, and a start after
-//    space is freed reopens that checkpoint.
+// 2. Full while the guest writes, on the instance 1 left running: QEMU pauses the guest. Nothing
+//    hangs: the exec and the stop fail fast with VM_HOST_DISK_FULL naming the full file system,
+//    the previous checkpoint stays current (pointer unchanged, `qemu-img check` clean), no QEMU is
+//    left, and a start after space is freed reopens that checkpoint.
+// The vm package's host-disk-full.vm.test.ts covers the same below the controller; here it is the
+// user's view through the client: the errors' codes and details, inspect, and the daemons.
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { mkdtemp, rm, statfs, writeFile } from "node:fs/promises";
@@ -98,18 +100,17 @@ test("stop with the host almost full still completes its checkpoint; start reope
   );
   const big = await box.call({ action: "exec", name: "full", cmd: "stat -c %s /workspace/big" });
   expect(big.output).toBe(`${300 * MiB}\n`);
-  expect((await box.call({ action: "stop", name: "full" })).state).toBe("stopped");
+  // Left running: the next test fills the host under this run.
 }, 480_000);
 
 test("the host fills while the guest writes: exec and stop fail fast with VM_HOST_DISK_FULL; the old checkpoint reopens", async () => {
   const box = sandbox!;
-  const disk = join(box.home, "instances", "paused", "disk");
+  const disk = join(box.home, "instances", "full", "disk");
   const pointer = () => readFileSync(join(disk, "disk.json"), "utf8");
-  expect((await box.call({ action: "create", name: "paused", config: "sandbox.yaml" })).state).toBe("running");
-  await box.call({ action: "write", name: "paused", path: "/workspace/marker.txt", content: "kept\n" });
-  expect((await box.call({ action: "stop", name: "paused" })).state).toBe("stopped");
+  // The previous test's last start left "full" running on its checkpoint (the marker and the
+  // 300 MiB file); only a checkpoint moves the pointer, never a start.
+  expect((await box.call({ action: "inspect", name: "full" })).state).toBe("running");
   const checkpoint = pointer();
-  expect((await box.call({ action: "start", name: "paused" })).state).toBe("running");
 
   const filler = join(mnt, "filler");
   await writeFile(filler, Buffer.alloc(0));
@@ -137,33 +138,35 @@ test("the host fills while the guest writes: exec and stop fail fast with VM_HOS
   await expectDiskFull(
     box.call({
       action: "exec",
-      name: "paused",
-      cmd: "dd if=/dev/zero of=/workspace/big bs=1M count=100 conv=fsync",
+      name: "full",
+      cmd: "dd if=/dev/zero of=/workspace/late bs=1M count=100 conv=fsync",
       timeoutMs: 60_000,
     }),
     100_000,
     "exec",
   );
   // Further guest actions do not wait for the paused guest either.
-  await expectDiskFull(box.call({ action: "exec", name: "paused", cmd: "true" }), 5_000, "second exec");
+  await expectDiskFull(box.call({ action: "exec", name: "full", cmd: "true" }), 5_000, "second exec");
 
-  const stopped = await expectDiskFull(box.call({ action: "stop", name: "paused" }), 60_000, "stop");
+  const stopped = await expectDiskFull(box.call({ action: "stop", name: "full" }), 60_000, "stop");
   expect(stopped.message).toMatch(/previous checkpoint is still current/);
   expect(await qemuGone(disk)).toEqual([]);
   expect(pointer()).toBe(checkpoint);
   const layers = (JSON.parse(checkpoint) as { layers: string[] }).layers;
   for (const layer of layers) execFileSync("qemu-img", ["check", "-q", "-f", "qcow2", join(disk, layer)]);
-  const view = await box.call({ action: "inspect", name: "paused" });
+  const view = await box.call({ action: "inspect", name: "full" });
   expect((view.errors as { code: string }[]).map((e) => e.code)).toContain("VM_HOST_DISK_FULL");
 
   await rm(filler);
-  expect((await box.call({ action: "start", name: "paused" })).state).toBe("running");
-  expect((await box.call({ action: "read", name: "paused", path: "/workspace/marker.txt" })).content).toBe("kept\n");
-  const big = await box.call({
+  expect((await box.call({ action: "start", name: "full" })).state).toBe("running");
+  expect((await box.call({ action: "read", name: "full", path: "/workspace/marker.txt" })).content).toBe(
+    "checkpoint one\n",
+  );
+  const late = await box.call({
     action: "exec",
-    name: "paused",
-    cmd: "test -e /workspace/big && echo big || echo none",
+    name: "full",
+    cmd: "test -e /workspace/late && echo late || echo none; stat -c %s /workspace/big",
   });
-  expect(big.output).toBe("none\n");
-  expect((await box.call({ action: "stop", name: "paused" })).state).toBe("stopped");
+  expect(late.output).toBe(`none\n${300 * MiB}\n`);
+  expect((await box.call({ action: "stop", name: "full" })).state).toBe("stopped");
 }, 420_000);
