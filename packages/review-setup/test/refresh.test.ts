@@ -60,7 +60,7 @@ test("a refresh uploads the archive, verifies, unpacks, installs, builds, then s
   expect(guest.current).toBe(`candidates/${result.candidateId}`);
   const done = events.filter((e) => e.status === "done").map((e) => e.step);
   expect(done).toEqual(["instance", "snapshot", "transfer", "verify", "unpack", "install", "build", "switch", "agent"]);
-  const order = ["tar -xzf", "npm ci --no-audit --no-fund", "npm run build", "ln -sfn"].map((n) =>
+  const order = ["tar -xzf", "npm ci --no-audit --no-fund --prefer-offline", "npm run build", "ln -sfn"].map((n) =>
     guest.commands.findIndex((c) => c.includes(n)),
   );
   expect(order.every((i, k) => i >= 0 && (k === 0 || i > order[k - 1]!))).toBe(true);

@@ -44,14 +44,14 @@ afterAll(async () => {
 
 test("full: npm ci and the workspace's own build", async () => {
   expect(await scopeCommands("full", root, files)).toEqual({
-    install: "npm ci --no-audit --no-fund",
+    install: "npm ci --no-audit --no-fund --prefer-offline",
     build: "npm run build",
   });
 });
 
 test("pi: install for the extension's workspace; build its workspace dependencies first, nothing else", async () => {
   expect(await scopeCommands("pi", root, files)).toEqual({
-    install: "npm ci --no-audit --no-fund --workspace @x/pi-extension",
+    install: "npm ci --no-audit --no-fund --prefer-offline --workspace @x/pi-extension",
     build:
       "npm run build --workspace @x/config && npm run build --workspace @x/vm && " +
       "npm run build --workspace @x/controller && npm run build --workspace @x/pi-extension",
