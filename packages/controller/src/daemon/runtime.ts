@@ -17,6 +17,15 @@ import {
 } from "@pi-sandbox/vm";
 import type { DaemonLogger } from "./log.js";
 
+/**
+ * How long a booted guest's agent may take to say hello. Python's start-up is CPU-bound; under
+ * software emulation on a busy host it took over 60 s (the supervisor's default) while the guest
+ * was healthy, so TCG guests get three minutes.
+ */
+export function agentStartTimeoutMs(accel: string): number {
+  return accel === "tcg" ? 180_000 : 60_000;
+}
+
 /** A booted guest as the daemon uses it. `RunningVm` of `@pi-sandbox/vm` is one. */
 export interface RuntimeVm extends GuestVm {
   /** Accelerator in use and why. */
@@ -132,7 +141,8 @@ export function createVmRuntime(options: {
         ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
         ...(options.upstream ? { upstream: options.upstream } : {}),
       }),
-    startAgent: (vm, { workspace, logger }) => SupervisorClient.start({ vm, workspace, logger }),
+    startAgent: (vm, { workspace, logger }) =>
+      SupervisorClient.start({ vm, workspace, logger, startTimeoutMs: agentStartTimeoutMs(vm.accelerator.accel) }),
     openGateway: (guest, { portsFile, address, avoidPorts, logger, wake }) =>
       new PreviewGateway({
         connector: guestVmConnector(guest),
