@@ -153,6 +153,35 @@ test("a broken lockfile fails at install, names the log, and the previous candid
   expect((await guestRun("cat /workspace/.review/current/dist/out.txt")).output).toBe("a.txt: alpha edited\n");
 });
 
+test("a registry package is fetched through the sandbox's egress once; the next refresh takes it from the guest's npm cache", async () => {
+  // ms@2.1.3 (one file, no dependencies) as a real registry dependency of the root package.
+  const pkg = JSON.parse(await readFile(join(repo, "package.json"), "utf8"));
+  await writeFile(join(repo, "package.json"), JSON.stringify({ ...pkg, dependencies: { ms: "2.1.3" } }, null, 2));
+  const lock = JSON.parse(FIXTURE_LOCK);
+  lock.packages[""].dependencies = { ms: "2.1.3" };
+  lock.packages["node_modules/ms"] = {
+    version: "2.1.3",
+    resolved: "https://registry.npmjs.org/ms/-/ms-2.1.3.tgz",
+    integrity: "sha512-6FlzubTLZG3J2a/NVCAleEhjzq5oxgHyaCU9yYXvcLsvoVaHJq/s5xXI6/XXP6tz7R9xAOtHnSO/tXtF3WRTlA==",
+    license: "MIT",
+  };
+  await writeFile(join(repo, "package-lock.json"), JSON.stringify(lock, null, 2));
+  // What npm asked the registry for during a refresh: its debug logs name each request, and one
+  // answered from the guest's cache ends "(cache hit)" or, unrevalidated, "(cache stale)".
+  const fetchedBy = async (run: () => Promise<{ code: number }>) => {
+    await guestRun("rm -f /root/.npm/_logs/*");
+    expect((await run()).code).toBe(0);
+    const log = "cat /root/.npm/_logs/*-debug-*.log | grep 'http fetch' | grep -vE '[(]cache (hit|stale)[)]$'";
+    return (await guestRun(`${log} | grep -o 'http fetch GET [0-9]* [^ ]*'`)).output;
+  };
+  await guestRun("rm -rf /root/.npm/_cacache"); // whatever the image's own npm installs left there
+  expect(await fetchedBy(() => setup())).toBe("http fetch GET 200 https://registry.npmjs.org/ms/-/ms-2.1.3.tgz\n");
+  const load = 'cd /workspace/.review/current && node -e \'console.log(require("ms")("2 days"))\'';
+  expect((await guestRun(load)).output.trim()).toBe("172800000");
+  expect(await fetchedBy(() => setup())).toBe("");
+  expect((await guestRun(load)).output.trim()).toBe("172800000");
+});
+
 test("live mode on an instance created without the host's login: the secret is added, no restart unasked, nothing copied into the guest", async () => {
   // The instance was created while the host had no Pi login, so it declares no secrets.
   const key = `sk-ant-api03-fixture-${Date.now()}`;
