@@ -10,44 +10,9 @@ import { join } from "node:path";
 import { inspectEntry } from "../src/state/inspect.js";
 import { fetchText, type LooseResult } from "../src/testing.js";
 import { localSandbox, type LocalSandbox, type Loose } from "./support/local-daemon.js";
+import { twoServicesYaml } from "./support/two-services.js";
 
-// One script for both services: api answers, web shows the API URL it was given.
-const APP_PY = `import http.server, os, sys
-role = sys.argv[1]
-class H(http.server.BaseHTTPRequestHandler):
-    def answer(self):
-        body = ("api says hi\\n" if role == "api" else "web uses %s\\n" % os.environ["API_URL"]).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    do_GET = answer
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.answer()
-http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
-`;
-
-const APP_YAML = `version: 1
-profile: tiny
-diskGiB: 4
-setup:
-  - |
-    cat > app.py <<'EOF'
-${APP_PY.replace(/^/gm, "    ")}
-    EOF
-services:
-  api:
-    command: exec python3 app.py api
-    health: /
-    preview: true
-  web:
-    command: exec python3 app.py web
-    env:
-      API_URL: \${services.api.publicURL}
-    health: /
-    preview: true
-`;
+const APP_YAML = twoServicesYaml("app.py");
 
 const HOOKS_YAML = `version: 1
 profile: tiny
