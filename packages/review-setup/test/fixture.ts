@@ -179,3 +179,11 @@ export async function makePiRepo(): Promise<string> {
   git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "fixture");
   return root;
 }
+
+/**
+ * A guest shell command printing the registry requests in npm's debug logs under /root/.npm:
+ * each request has an "http fetch" line, and one answered from the guest's cache ends
+ * "(cache hit)" or, unrevalidated, "(cache stale)".
+ */
+export const NPM_REGISTRY_REQUESTS =
+  "cat /root/.npm/_logs/*-debug-*.log | grep 'http fetch' | grep -vE '[(]cache (hit|stale)[)]$'";

@@ -22,7 +22,7 @@ import type { DaemonLogger } from "./log.js";
  * software emulation on a busy host it took over 60 s (the supervisor's default) while the guest
  * was healthy, so TCG guests get three minutes.
  */
-export function agentStartTimeoutMs(accel: string): number {
+function agentStartTimeoutMs(accel: string): number {
   return accel === "tcg" ? 180_000 : 60_000;
 }
 
