@@ -12,7 +12,7 @@ import { fetchText, type LooseResult } from "../src/testing.js";
 import { localSandbox, type LocalSandbox, type Loose } from "./support/local-daemon.js";
 import { twoServicesYaml } from "./support/two-services.js";
 
-const APP_YAML = twoServicesYaml("app.py");
+const APP_YAML = `version: 1\n${twoServicesYaml("app.py")}`;
 
 const HOOKS_YAML = `version: 1
 profile: tiny

@@ -4,6 +4,7 @@
 // Every access has a key and a forwarder of its own (ssh-keys.ts), authorised while it is open.
 
 import { readFile } from "node:fs/promises";
+import type { Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
 import { VmError, messageOf } from "./errors.js";
 import { runInGuest } from "./exec-util.js";
@@ -31,6 +32,74 @@ export function idleAccessesBeyond<T extends { readonly sessionCount: number; re
 ): T[] {
   const idle = [...accesses].filter((access) => !access.closed && access.sessionCount === 0);
   return idle.slice(0, Math.max(0, idle.length - max));
+}
+
+/** How long a slow guest's sshd may take to send its banner after Gondolin gave up on it, in ms. */
+export const SSHD_BANNER_TIMEOUT_MS = 60_000;
+
+type GondolinSshAccess = Awaited<ReturnType<VM["enableSsh"]>>;
+
+/** Gondolin's SSH setup failure as our coded error, with a hint for the causes it names. */
+function sshSetupError(error: unknown, user: string): VmError {
+  const message = messageOf(error);
+  const tool = /sshd not/.test(message) ? "sshd" : /sandboxssh not/.test(message) ? "sandboxssh" : undefined;
+  if (tool) {
+    return new VmError("VM_IMAGE_MISSING_TOOL", `the guest image has no ${tool}, which the terminal needs`, {
+      hint: "use an image with OpenSSH server and Gondolin's sandboxssh",
+      cause: error,
+      details: { tool, needs: "ssh" },
+    });
+  }
+  const hint = /ssh-keygen/.test(message)
+    ? "install the OpenSSH client on the host (ssh-keygen)"
+    : /does not exist/.test(message)
+      ? `create the user ${user} in the guest first`
+      : "check that sshd can start in the guest";
+  return new VmError("VM_SSH_FAILED", `SSH into the guest could not be enabled: ${message}`, {
+    hint,
+    cause: error,
+    details: { user, reason: message },
+  });
+}
+
+/**
+ * Resolves once the guest's port 22 answers with an SSH banner, trying again every 0.5 s; rejects
+ * with the last failure after `timeoutMs`.
+ */
+export async function awaitSshBanner(guest: Pick<GuestVm, "connectTcp">, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const left = deadline - Date.now();
+    try {
+      const stream = await guest.connectTcp(22, { timeoutMs: Math.max(1, Math.min(left, 5_000)) });
+      try {
+        const banner = await firstChunk(stream, Math.max(1, Math.min(left, 5_000)));
+        if (banner.startsWith("SSH-")) return;
+        throw new Error(`unexpected ssh banner: ${JSON.stringify(banner.slice(0, 32))}`);
+      } finally {
+        stream.destroy();
+      }
+    } catch (error) {
+      if (Date.now() + 500 >= deadline) throw error;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
+/** The first data `stream` sends, as text; rejects when it errs, ends or stays silent `timeoutMs`. */
+function firstChunk(stream: Duplex, timeoutMs: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const done = (settle: () => void) => {
+      clearTimeout(timer);
+      stream.off("data", onData).off("error", onError).off("end", onEnd);
+      settle();
+    };
+    const onData = (chunk: Buffer) => done(() => resolve(chunk.toString("utf8")));
+    const onError = (error: Error) => done(() => reject(error));
+    const onEnd = () => done(() => reject(new Error("the connection closed before an ssh banner")));
+    const timer = setTimeout(() => done(() => reject(new Error("ssh banner timeout"))), timeoutMs);
+    stream.on("data", onData).on("error", onError).on("end", onEnd);
+  });
 }
 
 /** What SSH needs to know of its VM's state. */
@@ -164,8 +233,23 @@ export class GuestSsh {
     });
   }
 
-  /** Runs Gondolin's SSH setup in the guest, with its failures mapped to our codes. */
-  private async gondolinSsh(user: string): Promise<Awaited<ReturnType<VM["enableSsh"]>>> {
+  /**
+   * Runs Gondolin's SSH setup in the guest, with its failures mapped to our codes. Gondolin gives
+   * the sshd it starts 10 s to send its banner; a TCG guest on a busy host can take longer. Then we
+   * wait for the banner ourselves, up to {@link SSHD_BANNER_TIMEOUT_MS}, and run the setup again:
+   * it rewrites authorized_keys, and its second sshd fails to bind beside the first, harmlessly.
+   */
+  private async gondolinSsh(user: string): Promise<GondolinSshAccess> {
+    try {
+      return await this.gondolinSshOnce(user);
+    } catch (error) {
+      if (error instanceof VmError || !/port-forward is not available/.test(messageOf(error))) throw error;
+      await this.vmState.fault.race(awaitSshBanner(this.guest, SSHD_BANNER_TIMEOUT_MS));
+      return await this.gondolinSshOnce(user);
+    }
+  }
+
+  private async gondolinSshOnce(user: string): Promise<GondolinSshAccess> {
     const enabling = this.vm.enableSsh({ user });
     try {
       return await this.vmState.fault.race(enabling);
@@ -178,25 +262,7 @@ export class GuestSsh {
         );
         throw error;
       }
-      const message = messageOf(error);
-      const tool = /sshd not/.test(message) ? "sshd" : /sandboxssh not/.test(message) ? "sandboxssh" : undefined;
-      if (tool) {
-        throw new VmError("VM_IMAGE_MISSING_TOOL", `the guest image has no ${tool}, which the terminal needs`, {
-          hint: "use an image with OpenSSH server and Gondolin's sandboxssh",
-          cause: error,
-          details: { tool, needs: "ssh" },
-        });
-      }
-      const hint = /ssh-keygen/.test(message)
-        ? "install the OpenSSH client on the host (ssh-keygen)"
-        : /does not exist/.test(message)
-          ? `create the user ${user} in the guest first`
-          : "check that sshd can start in the guest";
-      throw new VmError("VM_SSH_FAILED", `SSH into the guest could not be enabled: ${message}`, {
-        hint,
-        cause: error,
-        details: { user, reason: message },
-      });
+      throw sshSetupError(error, user);
     }
   }
 

@@ -18,10 +18,12 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
 `;
 
-/** A sandbox.yaml whose setup writes the script to `appPath` and whose services api and web run it. */
+/**
+ * The body of a sandbox.yaml (no `version:` line: the VM suite's `writeConfig` adds it with the
+ * image) whose setup writes the script to `appPath` and whose services api and web run it.
+ */
 export function twoServicesYaml(appPath: string): string {
-  return `version: 1
-profile: tiny
+  return `profile: tiny
 diskGiB: 4
 setup:
   - |
