@@ -206,8 +206,37 @@ export async function customizeRootfs({ root, helpersDir, kernel, kernelRelease,
   await removeMatching(path.join(root, "var", "tmp"), () => true);
   await rm(path.join(root, "var", "cache", "ldconfig", "aux-cache"), { force: true });
   await run("find", [root, "-xdev", "-depth", "-name", "__pycache__", "-type", "d", "-exec", "rm", "-rf", "{}", ";"]);
+  await compilePython(root);
   await normalizeShadow(root);
   await normalizeMtimes(root);
+}
+
+// Run by the root filesystem's own python3 (chroot): compiles the directories of its sys.path under
+// /usr/lib (the standard library, dist-packages). Hash-checked .pyc files do not depend on
+// timestamps, and a fixed hash seed and one worker make their bytes the same on every build.
+// Modules that do not compile (test data written for Python 2) are skipped, as Debian's py3compile
+// skips them.
+const COMPILE_PYTHON = `import compileall, os, py_compile, re, sys
+dirs = [d for d in sys.path if d.startswith("/usr/lib/") and os.path.isdir(d) and not d.endswith("lib-dynload")]
+skip = re.compile(r"/(tests?|idle_test)/")
+mode = py_compile.PycInvalidationMode.CHECKED_HASH
+ok = [compileall.compile_dir(d, quiet=2, rx=skip, workers=1, invalidation_mode=mode) for d in dirs]
+print("compiled", " ".join(dirs), "" if all(ok) else "(some modules skipped)")
+`;
+
+/**
+ * Byte-compiles the guest's Python modules into the image. Without them every new instance's first
+ * Python programs compile what they import, in the guest: under software emulation (TCG) the guest
+ * agent's imports alone took 5 s more on its first start than on its second.
+ */
+async function compilePython(root) {
+  if (!existsSync(path.join(root, "usr", "bin", "python3"))) return;
+  log("byte-compiling the guest's Python modules");
+  const out = await run("chroot", [root, "/usr/bin/python3", "-c", COMPILE_PYTHON], {
+    // Only what the compile needs: none of the host's PYTHON* variables reach the guest's python3.
+    env: { PATH: process.env.PATH ?? "/usr/sbin:/usr/bin:/sbin:/bin", PYTHONHASHSEED: "0", LC_ALL: "C" },
+  });
+  log(out.trim());
 }
 
 /** Bytes used by the tree, as mke2fs will need them (4 KiB blocks, rounded per file). */

@@ -82,6 +82,14 @@ test("first boot: the filesystem grows to diskGiB, and the guest interface works
   expect((await vm.readFile("/srv/hello.txt")).toString()).toBe("hello file\n");
   await expect(vm.readFile("/srv/missing.txt")).rejects.toMatchObject({ code: "VM_FILE_NOT_FOUND" });
 
+  // The image ships the guest's standard library compiled: Python takes http.server's .pyc as the
+  // image built it (its mtime is the image's fixed build time), rather than compiling and writing one.
+  const cacheAge = await sh(
+    vm,
+    `f=$(python3 -c 'import http.server; print(http.server.__cached__)') && echo $(( $(date +%s) - $(stat -c %Y "$f") ))`,
+  );
+  expect(Number(cacheAge)).toBeGreaterThan(86_400);
+
   // connectTcp reaches a server listening on the guest's loopback.
   await sh(vm, "cd /srv && setsid nohup python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 &");
   // Python takes from seconds to over half a minute to listen on a busy TCG host: wait in the

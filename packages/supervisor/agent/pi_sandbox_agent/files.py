@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import secrets
 import threading
 from typing import Any, BinaryIO, Union
 
@@ -28,7 +27,7 @@ class ReadTransfer:
     kind = "read"
 
     def __init__(self, file: BinaryIO, length: int):
-        self.token = secrets.token_hex(8)
+        self.token = os.urandom(8).hex()
         self.file = file
         self.length = length
         self.touched = mono()
@@ -47,7 +46,7 @@ class WriteTransfer:
     kind = "write"
 
     def __init__(self, path: str, target: str, size: int, sha256: str, mode: int | None):
-        self.token = secrets.token_hex(8)
+        self.token = os.urandom(8).hex()
         self.path = path
         self.target = target
         self.size = size

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from typing import Any, Callable
 
 from .protocol import AgentError
@@ -25,7 +24,7 @@ def fsync_dir(path: str) -> None:
 
 def atomic_write_json(path: str, value: Any) -> None:
     """Temp file, fsync, rename, fsync the directory: a crash leaves the old file or the new one."""
-    tmp = "%s.%s.tmp" % (path, secrets.token_hex(4))
+    tmp = "%s.%s.tmp" % (path, os.urandom(4).hex())
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(value, f, indent=2, sort_keys=True)
         f.flush()

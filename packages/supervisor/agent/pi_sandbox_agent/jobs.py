@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import os
-import secrets
 import subprocess
 import threading
 from typing import Any
@@ -218,7 +217,7 @@ class Jobs:
         self._added = threading.Event()
 
     def new_handle(self) -> str:
-        return "x" + secrets.token_hex(8)
+        return "x" + os.urandom(8).hex()
 
     def add(self, job: Job) -> None:
         with self._lock:

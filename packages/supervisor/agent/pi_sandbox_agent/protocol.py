@@ -13,11 +13,10 @@ host side of this module is `src/protocol.ts`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import threading
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 PROTOCOL_VERSION = 2
 AGENT_VERSION = "0.2.0"
@@ -40,10 +39,10 @@ class AgentError(Exception):
         self.details: JsonDict = details or {}
 
 
-@dataclasses.dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):
     """Every limit the host sets, received in the hello request (the host's `LIMITS` and its file
-    transfer sizes). Field `output_max_bytes` arrives as `outputMaxBytes`, and so on."""
+    transfer sizes). Field `output_max_bytes` arrives as `outputMaxBytes`, and so on. A NamedTuple,
+    not a dataclass: dataclasses imports inspect, a tenth of the agent's start in a TCG guest."""
 
     output_max_bytes: int
     exec_wait_default_ms: int
@@ -77,15 +76,15 @@ def parse_limits(raw: Any) -> Limits:
     if not isinstance(raw, dict):
         raise AgentError("INVALID_ARGUMENT", "limits must be an object", {"key": "limits"})
     values: dict[str, int] = {}
-    for field in dataclasses.fields(Limits):
-        key = wire_name(field.name)
+    for name in Limits._fields:
+        key = wire_name(name)
         value = raw.get(key)
-        low = _MINIMUM.get(field.name, 1)
+        low = _MINIMUM.get(name, 1)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _LARGEST:
             raise AgentError(
                 "INVALID_ARGUMENT", "limits.%s must be an integer from %d to %d" % (key, low, _LARGEST), {"key": key}
             )
-        values[field.name] = value
+        values[name] = value
     limits = Limits(**values)
     if limits.exec_wait_default_ms > limits.exec_wait_max_ms or limits.log_lines_default > limits.log_lines_max:
         raise AgentError("INVALID_ARGUMENT", "a default limit is above its maximum", {"key": "limits"})

@@ -7,7 +7,6 @@ after a short wait and goes on in the background behind a handle.
 from __future__ import annotations
 
 import os
-import secrets
 import shlex
 import subprocess
 import threading
@@ -107,7 +106,7 @@ class Runs:
         handle = self.jobs.new_handle()
         out = os.path.join(self.ctx.state.runs_dir, "%s-%s.log" % (kind, handle))
         job = Job(handle, kind, out, keep_file=kind == "setup")
-        token = secrets.token_hex(12)
+        token = os.urandom(12).hex()
         scope = self.cleanup.new_scope(token) if cleanup else None
         env = dict(os.environ)
         env[RUN_MARKER_ENV] = token

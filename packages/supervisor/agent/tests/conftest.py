@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import time
@@ -55,7 +54,7 @@ class RecordingWire(Wire):
 def make_limits(**changes: int) -> Limits:
     from pi_sandbox_agent.protocol import parse_limits
 
-    return dataclasses.replace(parse_limits(HOST_LIMITS), **changes)
+    return parse_limits(HOST_LIMITS)._replace(**changes)
 
 
 @pytest.fixture
