@@ -1,6 +1,7 @@
 // Controller benchmark (run on demand: npm run bench). Measures, side by side in one run:
 // inspect and `exec true` through the CLI and through ./client vs the in-process library call,
-// `list` over 50 stopped instance records, the daemon's and the dashboard's RSS (QEMU excluded), and a warm start:
+// `list` over 50 stopped instance records, the daemon's and the dashboard's RSS (QEMU excluded), an
+// idle instance's QEMU CPU share and RSS, and a warm start:
 // start to the first preview byte after `suspend` vs after `stop`, same instance; and the first byte
 // of a preview request that wakes the instance after it suspended itself (`idle`), against that.
 // Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows for the summary.
@@ -13,6 +14,7 @@ import { callAction, StateLayout } from "../dist/client/index.js";
 import { inspectEntry, listEntries } from "../dist/state/inspect.js";
 import { writeRecord, writeStatus } from "../dist/state/records.js";
 import { parseConfig } from "@pi-sandbox/config";
+import { cpuPercent, qemuUsage } from "@pi-sandbox/vm/host";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
 const image =
@@ -118,6 +120,23 @@ try {
   );
   const web = await callAction({ action: "create", name: "warm", config: "web.yaml" }, { env, cwd: dir });
   const url = web.previews[0].url;
+
+  // Idle cost: the new instance left alone (its web service running, no request) from 60 s after
+  // create, measured over 60 s: its QEMU's CPU share and resident memory.
+  const warmDisk = new StateLayout(env.PI_SANDBOX_HOME).diskDir("instances", "warm");
+  await new Promise((r) => setTimeout(r, 60_000));
+  const idleBefore = await qemuUsage(warmDisk);
+  await new Promise((r) => setTimeout(r, 60_000));
+  const idleAfter = await qemuUsage(warmDisk);
+  if (!idleBefore || !idleAfter) throw new Error("warm's QEMU is not running");
+  row(
+    "idle instance (tiny, one web service): QEMU CPU over 60 s, 60 s after create",
+    cpuPercent(idleBefore, idleAfter),
+    undefined,
+    "%",
+    "<= 1.5",
+  );
+  row("idle instance (tiny, one web service): QEMU RSS", idleAfter.rssBytes / 2 ** 20, undefined, "MiB", "<= 400");
   const firstByte = async () => {
     const deadline = Date.now() + 180_000;
     for (;;) {

@@ -96,7 +96,8 @@ test("setup, exec and a terminal see placeholders and trust the TLS proxy, a mou
   // names it) and in a terminal (the profile `shell` writes), with nothing turned off. The
   // handshake is what is checked; the upstream's answer does not matter.
   await sandbox.call({ action: "write", name: "demo", path: "/tmp/tls.js", content: TLS_PROBE });
-  const execTls = await sandbox.call({ action: "exec", name: "demo", cmd: "node /tmp/tls.js" });
+  // Node's first start in a TCG guest on a busy host can take longer than exec's default 10 s wait.
+  const execTls = await sandbox.call({ action: "exec", name: "demo", cmd: "node /tmp/tls.js", timeoutMs: 60_000 });
   expect(execTls.output).toBe("tls ok\n");
   expect(await runSsh(shell.command as string, "sh -lc 'node /tmp/tls.js'")).toEqual({ code: 0, stdout: "tls ok\n" });
 

@@ -20,6 +20,24 @@ export const ZIG_BUILD_FLAGS = ["-Doptimize=ReleaseSmall", "-Dtarget=x86_64-linu
 export const GUEST_HELPERS = ["sandboxd", "sandboxfs", "sandboxssh", "sandboxingress"];
 
 /**
+ * Our changes to Gondolin's guest helper sources, applied before Zig compiles them. Each search
+ * text must occur exactly once, so a Gondolin upgrade that moves the code fails the build instead
+ * of dropping the change. Part of the helpers' cache key.
+ * - The TCP forwarder behind sandboxingress (previews) and sandboxssh (terminals) waits in poll()
+ *   without a timeout. Its loop acts only on its file descriptors' events; the 100 ms timeout woke
+ *   both helpers ten times a second for nothing, which kept an idle TCG guest's QEMU at 4-5 % of a
+ *   host core (about 0 % with the two helpers stopped).
+ */
+export const GUEST_SOURCE_PATCHES = [
+  {
+    file: "src/shared/tcp_forwarder.zig",
+    search: "posix.poll(pollfds.items, 100)",
+    replacement: "posix.poll(pollfds.items, -1)",
+    what: "the TCP forwarder's 100 ms poll() in Gondolin's guest sources",
+  },
+];
+
+/**
  * Packages every image adds to debootstrap's minbase variant: what pi-sandbox itself needs in a
  * guest (python3 for the agent, sshd for terminals, resize2fs for disk growth, DHCP, CA bundle).
  * A recipe's packages come on top.

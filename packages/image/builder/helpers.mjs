@@ -1,8 +1,9 @@
 // Gondolin's guest helpers, compiled with Zig from the sources inside the npm package.
 import { existsSync } from "node:fs";
-import { chmod, cp, mkdir } from "node:fs/promises";
+import { chmod, cp, mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { GUEST_HELPERS, ZIG_BUILD_FLAGS, ZIG_VERSION } from "./config.mjs";
+import { GUEST_HELPERS, GUEST_SOURCE_PATCHES, ZIG_BUILD_FLAGS, ZIG_VERSION } from "./config.mjs";
+import { replaceOnce } from "./initramfs.mjs";
 import { makeBuildDir, publish, removeBuildDir } from "./cache.mjs";
 import { gondolinDir } from "./inputs.mjs";
 import { log, run } from "./proc.mjs";
@@ -44,6 +45,14 @@ export async function ensureZig(root) {
   return zig;
 }
 
+/** Applies GUEST_SOURCE_PATCHES to a copy of Gondolin's `dist/guest` at `guestDir`. */
+export async function applyGuestPatches(guestDir) {
+  for (const { file, search, replacement, what } of GUEST_SOURCE_PATCHES) {
+    const target = path.join(guestDir, file);
+    await writeFile(target, replaceOnce(await readFile(target, "utf8"), search, replacement, what));
+  }
+}
+
 /**
  * Build sandboxd, sandboxfs, sandboxssh and sandboxingress once per key and return the directory
  * holding them. Cached separately from images, so a root filesystem change does not rebuild them.
@@ -58,6 +67,7 @@ export async function ensureHelpers(root, key) {
     const src = path.join(tmp, "guest");
     await cp(path.join(gondolinDir(), "dist", "guest"), src, { recursive: true });
     await run("chmod", ["-R", "u+w", src]);
+    await applyGuestPatches(src);
     await run(
       zig,
       [

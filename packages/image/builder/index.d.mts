@@ -36,6 +36,12 @@ export const BASE_PACKAGES: readonly string[];
 export const NPM_TOOLS: Record<string, { spec: string; integrity: string }>;
 /** The Debian release. */
 export const SUITE: string;
+/** Our changes to Gondolin's guest helper sources: each `search` text occurs once in `file`. */
+export const GUEST_SOURCE_PATCHES: readonly { file: string; search: string; replacement: string; what: string }[];
+/** Applies GUEST_SOURCE_PATCHES to a copy of Gondolin's `dist/guest` at `guestDir`; throws when one does not apply once. */
+export function applyGuestPatches(guestDir: string): Promise<void>;
+/** The installed `@earendil-works/gondolin` package directory. */
+export function gondolinDir(): string;
 /** The Zig release that compiles Gondolin's helpers. */
 export const ZIG_VERSION: string;
 /** Asset file names by role. */

@@ -3,6 +3,8 @@
 // an installed tarball; index.d.mts types this surface.
 export { ensureImage, isComplete } from "./build.mjs";
 export { buildDir, cacheRoot, removeBuildDir } from "./cache.mjs";
-export { BASE_PACKAGES, NPM_TOOLS, SUITE, ZIG_VERSION } from "./config.mjs";
+export { BASE_PACKAGES, GUEST_SOURCE_PATCHES, NPM_TOOLS, SUITE, ZIG_VERSION } from "./config.mjs";
+export { applyGuestPatches } from "./helpers.mjs";
+export { gondolinDir } from "./inputs.mjs";
 export { ASSET_FILES } from "./manifest.mjs";
 export { setLogSink } from "./proc.mjs";

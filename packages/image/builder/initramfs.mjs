@@ -24,9 +24,7 @@ export async function gondolinInitScripts() {
 export function replaceOnce(text, search, replacement, what) {
   const count = text.split(search).length - 1;
   if (count !== 1) {
-    throw new Error(
-      `expected one occurrence of ${what} in Gondolin's init script, found ${count}; update @pi-sandbox/image builder/`,
-    );
+    throw new Error(`expected one occurrence of ${what}, found ${count}; update @pi-sandbox/image builder/`);
   }
   return text.replace(search, () => replacement);
 }
@@ -38,7 +36,7 @@ export function initramfsInit(script) {
     script,
     anchor,
     "modprobe virtio_pci > /dev/null 2>&1 || true\nmodprobe virtio_mmio > /dev/null 2>&1 || true\n" + anchor,
-    "the virtio_blk modprobe",
+    "the virtio_blk modprobe in Gondolin's init script",
   );
 }
 

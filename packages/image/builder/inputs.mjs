@@ -12,6 +12,7 @@ import {
   NPM_TOOLS,
   ROOTFS_BASE_PACKAGES,
   SUITE,
+  GUEST_SOURCE_PATCHES,
   ZIG_BUILD_FLAGS,
   ZIG_VERSION,
 } from "./config.mjs";
@@ -63,6 +64,7 @@ export async function helperInputs() {
     guestSources: await hashTree(path.join(gondolinDir(), "dist", "guest")),
     zig: ZIG_VERSION,
     flags: ZIG_BUILD_FLAGS,
+    patches: GUEST_SOURCE_PATCHES,
   };
   return { inputs, key: digest(inputs) };
 }

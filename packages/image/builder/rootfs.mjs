@@ -33,18 +33,23 @@ import { log, run } from "./proc.mjs";
  */
 export function rootfsInit(script) {
   let s = script;
-  s = replaceOnce(s, "setup_mitm_ca() {\n", `${FAST_CA_UPDATE}\nsetup_mitm_ca() {\n`, "setup_mitm_ca");
+  s = replaceOnce(
+    s,
+    "setup_mitm_ca() {\n",
+    `${FAST_CA_UPDATE}\nsetup_mitm_ca() {\n`,
+    "setup_mitm_ca in Gondolin's init script",
+  );
   s = replaceOnce(
     s,
     "if update-ca-certificates > /dev/null 2>&1; then",
     "if fast_update_ca_certificates > /dev/null 2>&1; then",
-    "the update-ca-certificates call",
+    "the update-ca-certificates call in Gondolin's init script",
   );
   s = replaceOnce(
     s,
     'mount -t tmpfs tmpfs /root || log "[init] mount tmpfs /root failed"\n',
     "",
-    "the /root tmpfs mount",
+    "the /root tmpfs mount in Gondolin's init script",
   );
   const debugStart = s.indexOf('log "[init] /dev entries:"\n');
   const debugEnd = s.indexOf("if modprobe virtio_console > /dev/null 2>&1; then");
@@ -58,19 +63,19 @@ export function rootfsInit(script) {
     s,
     "if command -v udhcpc > /dev/null 2>&1; then\n",
     "if command -v udhcpc > /dev/null 2>&1 && ! ip -4 addr show dev eth0 2>/dev/null | grep -q 'inet '; then\n",
-    "the udhcpc block",
+    "the udhcpc block in Gondolin's init script",
   );
   s = replaceOnce(
     s,
     "export XDG_CACHE_HOME=/tmp/.cache\n",
     `export XDG_CACHE_HOME=/tmp/.cache\nln -sfn ${NODE_GYP_CACHE} /tmp/.cache/node-gyp 2>/dev/null || true\n`,
-    "the XDG_CACHE_HOME export",
+    "the XDG_CACHE_HOME export in Gondolin's init script",
   );
   s = replaceOnce(
     s,
     "if [ -e /dev/hwrng ]; then\n",
     "if [ -e /dev/hwrng ] && command -v rngd > /dev/null 2>&1; then\n",
-    "the rngd start",
+    "the rngd start in Gondolin's init script",
   );
   return s;
 }
