@@ -35,7 +35,7 @@ export function idleAccessesBeyond<T extends { readonly sessionCount: number; re
 }
 
 /** How long a slow guest's sshd may take to send its banner after Gondolin gave up on it, in ms. */
-export const SSHD_BANNER_TIMEOUT_MS = 60_000;
+const SSHD_BANNER_TIMEOUT_MS = 60_000;
 
 type GondolinSshAccess = Awaited<ReturnType<VM["enableSsh"]>>;
 
@@ -241,14 +241,19 @@ export class GuestSsh {
    */
   private async gondolinSsh(user: string): Promise<GondolinSshAccess> {
     try {
-      return await this.gondolinSshOnce(user);
+      try {
+        return await this.gondolinSshOnce(user);
+      } catch (error) {
+        if (error instanceof VmError || !/port-forward is not available/.test(messageOf(error))) throw error;
+        await this.vmState.fault.race(awaitSshBanner(this.guest, SSHD_BANNER_TIMEOUT_MS));
+        return await this.gondolinSshOnce(user);
+      }
     } catch (error) {
-      if (error instanceof VmError || !/port-forward is not available/.test(messageOf(error))) throw error;
-      await this.vmState.fault.race(awaitSshBanner(this.guest, SSHD_BANNER_TIMEOUT_MS));
-      return await this.gondolinSshOnce(user);
+      throw error instanceof VmError ? error : sshSetupError(error, user);
     }
   }
 
+  /** Gondolin's setup, raced against a guest fault (a VmError); its own failures are passed on as they are. */
   private async gondolinSshOnce(user: string): Promise<GondolinSshAccess> {
     const enabling = this.vm.enableSsh({ user });
     try {
@@ -260,9 +265,8 @@ export class GuestSsh {
           (late) => late.close(),
           () => undefined,
         );
-        throw error;
       }
-      throw sshSetupError(error, user);
+      throw error;
     }
   }
 

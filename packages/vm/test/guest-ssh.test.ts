@@ -1,7 +1,15 @@
 // Which SSH accesses a guest closes when too many sit unused, and how a slow guest's sshd is waited
-// for (guest-ssh.ts); ssh.vm.test.ts covers the keys and logins on a real guest.
+// for (guest-ssh.ts), with a fake Gondolin VM and guest; ssh.vm.test.ts covers the keys and logins
+// on a real guest.
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { PassThrough } from "node:stream";
-import { awaitSshBanner, idleAccessesBeyond, MAX_IDLE_SSH_ACCESSES } from "../src/guest-ssh.js";
+import type { VM } from "@earendil-works/gondolin";
+import { VmError } from "../src/errors.js";
+import { GuestFault } from "../src/guest-fault.js";
+import { awaitSshBanner, GuestSsh, idleAccessesBeyond, MAX_IDLE_SSH_ACCESSES } from "../src/guest-ssh.js";
+import type { GuestVm } from "../src/guest-vm.js";
 
 function access(name: string, sessionCount = 0, closed = false) {
   return { name, sessionCount, closed };
@@ -56,5 +64,70 @@ describe("waiting for a slow guest's sshd", () => {
       /unexpected ssh banner/,
     );
     await expect(awaitSshBanner(guest(Infinity, null), 1_200)).rejects.toThrow(/connection refused/);
+  });
+});
+
+describe("SSH into a guest whose sshd missed Gondolin's 10 s", () => {
+  const KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOk4UoVqgHRvJbKQbJDMa4l0GZc7rf9Q3bAvCZGjOhRt";
+  let dir: string;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), "pisb-guest-ssh-"));
+    await writeFile(path.join(dir, "id"), "private key\n");
+    await writeFile(path.join(dir, "id.pub"), `${KEY} gondolin\n`);
+  });
+  afterAll(() => rm(dir, { recursive: true, force: true }));
+
+  /** Gondolin's enableSsh failing `failures` times with its banner timeout, then succeeding. */
+  function fakes(failures: number, banner: string | null) {
+    const calls: string[] = [];
+    const vm = {
+      enableSsh: async () => {
+        calls.push("enableSsh");
+        if (calls.filter((call) => call === "enableSsh").length <= failures) throw new Error("ssh port-forward is not available: ssh banner timeout");
+        return { identityFile: path.join(dir, "id"), close: async () => undefined };
+      },
+    } as unknown as VM;
+    const guest = {
+      connectTcp: async () => {
+        calls.push("probe");
+        const stream = new PassThrough();
+        if (banner !== null) setTimeout(() => stream.write(banner), 10);
+        return stream;
+      },
+      exec: () => {
+        const stdout = new PassThrough();
+        const stderr = new PassThrough();
+        stdout.end(`${KEY} root@guest\n`);
+        stderr.end();
+        return { stdout, stderr, result: Promise.resolve({ exitCode: 0, signal: null }) };
+      },
+    } as unknown as GuestVm;
+    const state = {
+      fault: new GuestFault(),
+      closed: () => false,
+      closedError: () => new VmError("VM_CLOSED", "closed"),
+    };
+    return { calls, ssh: new GuestSsh(vm, guest, state) };
+  }
+
+  test("waits for the banner, runs Gondolin's setup again and opens the access", async () => {
+    const { calls, ssh } = fakes(1, "SSH-2.0-OpenSSH_9.2\r\n");
+    const access = await ssh.enable();
+    try {
+      expect(calls).toEqual(["enableSsh", "probe", "enableSsh"]);
+      expect(access.command).toContain("ssh");
+    } finally {
+      await ssh.closeAll();
+    }
+  });
+
+  test("a second miss is VM_SSH_FAILED with Gondolin's reason, not an uncoded error", async () => {
+    const { calls, ssh } = fakes(2, "SSH-2.0-OpenSSH_9.2\r\n");
+    await expect(ssh.enable()).rejects.toMatchObject({
+      code: "VM_SSH_FAILED",
+      message: expect.stringContaining("ssh port-forward is not available"),
+    });
+    expect(calls).toEqual(["enableSsh", "probe", "enableSsh"]);
   });
 });
