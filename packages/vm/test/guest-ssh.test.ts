@@ -84,7 +84,8 @@ describe("SSH into a guest whose sshd missed Gondolin's 10 s", () => {
     const vm = {
       enableSsh: async () => {
         calls.push("enableSsh");
-        if (calls.filter((call) => call === "enableSsh").length <= failures) throw new Error("ssh port-forward is not available: ssh banner timeout");
+        if (calls.filter((call) => call === "enableSsh").length <= failures)
+          throw new Error("ssh port-forward is not available: ssh banner timeout");
         return { identityFile: path.join(dir, "id"), close: async () => undefined };
       },
     } as unknown as VM;
