@@ -1,7 +1,7 @@
 // Booting on any Linux host, and creates that can be retried, on real VMs through the client.
 import { chmod, readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { daemonLive } from "../src/state/liveness.js";
+import { daemonLive, pidAlive } from "../src/state/liveness.js";
 import { StateLayout } from "../src/state/layout.js";
 import { fetchText, makeSandbox, SEED_YAML, qemuFor, sleep, teardown, type Sandbox } from "../src/testing.js";
 
@@ -105,6 +105,8 @@ test("a create whose daemon died mid-way is finished by start, setup included", 
   process.kill(live.pid!, "SIGKILL");
   await expect(creating).rejects.toBeDefined();
   await until("QEMU to die with its daemon", () => qemuFor(sandbox.home).length === 0, 30_000);
+  // A killed process finishes exiting on its own time (a thread in the kernel, a busy disk).
+  await until("the killed daemon to exit", () => !pidAlive(live.pid!), 60_000);
 
   const view = await sandbox.call({ action: "inspect", name: "halfway" });
   expect(view.state).toBe("interrupted");

@@ -3,6 +3,7 @@
 import { rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
+import { pidAlive } from "../src/state/liveness.js";
 import { readStatus } from "../src/state/records.js";
 import { fetchText, makeSandbox, qemuFor, SEED_YAML, teardown, type Sandbox } from "../src/testing.js";
 
@@ -77,6 +78,8 @@ test("a suspended instance resumes with its processes and previews; without its 
     await new Promise((r) => setTimeout(r, 10));
   process.kill(daemonPid, "SIGKILL");
   expect(await suspending).toMatchObject({ code: expect.stringMatching(/^CONTROLLER_DAEMON_/) });
+  // A killed process finishes exiting on its own time (a thread in the kernel, a busy disk).
+  for (let i = 0; i < 600 && pidAlive(daemonPid); i++) await new Promise((r) => setTimeout(r, 100));
   expect((await call({ action: "inspect", name: "warm" })).state).toBe("interrupted");
   const reopened = await call({ action: "start", name: "warm" });
   expect(reopened.state).toBe("running");
