@@ -18,13 +18,13 @@ import type { AgentHello } from "./types.js";
  */
 const NEEDS_INSTALL_EXITS = new Set([97, 127]);
 
-// Checks python, then (unless the expected hash is "-") that the installed agent is this host's,
-// then replaces the shell with the bridge. $0 python, $1 agent path, $2 sha256 or "-". The agent
-// needs only the standard library: -S skips the site module, which measured about 150 ms of
-// Python's 350 ms start in a TCG guest, paid by every attach.
+// Checks python, then (unless the expected hash is "-") that the installed agent is this host's
+// (quietly: a fresh disk has none), then replaces the shell with the bridge. $0 python, $1 agent
+// path, $2 sha256 or "-". The agent needs only the standard library: -S skips the site module,
+// which measured about 150 ms of Python's 350 ms start in a TCG guest, paid by every attach.
 const LAUNCH_SCRIPT = [
   'command -v "$0" >/dev/null 2>&1 || exit 127',
-  '{ [ "$2" = - ] || [ "$(sha256sum < "$1" 2>/dev/null)" = "$2  -" ]; } || exit 97',
+  '{ [ "$2" = - ] || { [ -f "$1" ] && [ "$(sha256sum < "$1")" = "$2  -" ]; }; } || exit 97',
   "p=$0 a=$1",
   "shift 2",
   'exec "$p" -S -u "$a" "$@"',

@@ -1,5 +1,6 @@
 // The wire protocol, host side: line-delimited JSON over the agent's exec channel. The guest side
 // is `agent/pi_sandbox_agent/protocol.py`.
+import { randomBytes } from "node:crypto";
 import { LIMITS } from "@pi-sandbox/config";
 
 // Messages, one JSON object per line:
@@ -32,9 +33,20 @@ export function agentLimits(): Record<string, number> {
   };
 }
 
-/** Arguments of the host's `hello` request. */
-export function helloArgs(): { protocol: number; limits: Record<string, number> } {
-  return { protocol: PROTOCOL_VERSION, limits: agentLimits() };
+/** Random bytes the host sends at every hello, which the agent mixes into the guest kernel's pool. */
+export const HELLO_ENTROPY_BYTES = 32;
+
+/**
+ * Arguments of the host's `hello` request. `entropy` (hex) reseeds the guest kernel's CRNG at
+ * every attach: a guest resumed from saved memory, or one of several clones of a template's
+ * memory, would otherwise go on from the random state it was saved with.
+ */
+export function helloArgs(): { protocol: number; limits: Record<string, number>; entropy: string } {
+  return {
+    protocol: PROTOCOL_VERSION,
+    limits: agentLimits(),
+    entropy: randomBytes(HELLO_ENTROPY_BYTES).toString("hex"),
+  };
 }
 
 /** Base64 length of `bytes` bytes (with padding). */

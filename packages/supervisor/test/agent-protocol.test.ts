@@ -164,3 +164,13 @@ test("when the channel closes the agent stops its services and commands and exit
   expect(await agent.exited).toBe(0);
   for (const pid of pids) await waitFor(async () => !(await processAlive(pid)), 5_000, `pid ${pid} to stop`);
 });
+
+test("every hello carries fresh host entropy for the guest kernel, and the agent takes it", async () => {
+  const first = helloArgs().entropy;
+  const second = helloArgs().entropy;
+  expect(first).toMatch(/^[0-9a-f]{64}$/);
+  expect(second).toMatch(/^[0-9a-f]{64}$/);
+  expect(second).not.toBe(first);
+  agent = await launch(); // its hello carried one
+  expect((await agent.request(2, "ping", {})).ok).toBe(true);
+});

@@ -59,6 +59,13 @@ test("the agent runs in the guest with python3 and a way to catch setup leftover
   expect(["cgroup+environ", "environ"]).toContain(client.hello.cleanup);
 });
 
+test("after a cold boot the kernel's hostname is the guest's /etc/hostname (its init leaves it unset)", async () => {
+  const result = await client.exec('printf "%s %s" "$(cat /proc/sys/kernel/hostname)" "$(head -n1 /etc/hostname)"');
+  const [kernel, file] = result.output.split(" ");
+  expect(file).toMatch(/^[a-z0-9-]+$/);
+  expect(kernel).toBe(file);
+});
+
 test("execs run in a warm login bash that reads the guest's login files like `bash -lc`", async () => {
   expect(client.hello).toMatchObject({ shell: "/bin/bash", warmShell: true });
   const probe = 'shopt -q login_shell && echo login; echo "$PATH"; tr "\\0" " " </proc/$$/cmdline';

@@ -1,6 +1,6 @@
 // The warm login shell: a bash started ahead of the next exec that reads the login files only once
 // it has its command. These tests hold it to "indistinguishable from `bash -lc`", except for speed.
-import { mkdir, mkdtemp, readdir, readFile, readlink, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, readlink, realpath, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { processAlive, startLocal, waitFor, type LocalSupervisor } from "./support/local.js";
@@ -30,16 +30,24 @@ afterAll(async () => {
   await rm(home, { recursive: true, force: true });
 });
 
-/** Pids of the idle warm shells the agent keeps (children of the agent running the bootstrap). */
-async function idleWarmShells(sup: LocalSupervisor): Promise<number[]> {
+/**
+ * Pids of the idle warm shells the agent keeps (children of the agent running the bootstrap) in
+ * `cwd`. A shell in another directory may be on its way out: the agent replaces it when an exec
+ * elsewhere asks for one there.
+ */
+async function idleWarmShells(sup: LocalSupervisor, cwd: string): Promise<number[]> {
   const found: number[] = [];
+  const want = await realpath(cwd);
   for (const entry of await readdir("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const stat = await readFile(`/proc/${entry}/stat`, "utf8");
       const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
       const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8");
-      if (ppid === sup.client.hello.pid && cmdline.includes("__pi_sandbox_n")) found.push(Number(entry));
+      const here = await readlink(`/proc/${entry}/cwd`);
+      if (ppid === sup.client.hello.pid && cmdline.includes("__pi_sandbox_n") && here === want) {
+        found.push(Number(entry));
+      }
     } catch {
       // gone meanwhile
     }
@@ -47,8 +55,9 @@ async function idleWarmShells(sup: LocalSupervisor): Promise<number[]> {
   return found;
 }
 
-const waitForWarmShell = (sup: LocalSupervisor) =>
-  waitFor(async () => (await idleWarmShells(sup))[0], 10_000, "a warm shell to be ready");
+/** The pid of the idle warm shell in `cwd` (default: the workspace), once there is one. */
+const waitForWarmShell = (sup: LocalSupervisor, cwd = sup.workspace) =>
+  waitFor(async () => (await idleWarmShells(sup, cwd))[0], 10_000, `a warm shell to be ready in ${cwd}`);
 
 /** How the shell running a command was started, as `ps` would show it. */
 const HOW_STARTED = "tr '\\0' ' ' </proc/$$/cmdline; echo";
@@ -151,7 +160,7 @@ test("another cwd, a remade directory, extra env or a killed warm shell still ru
   await mkdir(app, { recursive: true });
   expect((await warm.client.exec("pwd", { cwd: "app" })).output).toBe(`profile ran in ${app}\n${app}\n`);
   // The next warm shell waits in app/; replace the directory under it.
-  await waitForWarmShell(warm);
+  await waitForWarmShell(warm, app);
   await rm(app, { recursive: true });
   await mkdir(app);
   await writeFile(join(app, "marker"), "");

@@ -5,15 +5,17 @@ guest resumed from saved memory under a new host process), and a new host proces
 it. So the exec is only this thin bridge: it relays stdin/stdout to the daemon (see daemon.py),
 starting the daemon first if none runs. Every host session starts one, so it imports only what
 relaying needs: under software emulation the whole agent takes about 1.5 s to import, this module
-a fraction of that (see start.py).
+a fraction of that (see start.py). It uses the interpreter's built-in modules only (`_socket`,
+`_thread`, `fcntl`, `os`): `socket`, `threading` and `subprocess` pull in `enum`, `selectors` and
+more, which cost about 0.3 s of every bridge's start in a TCG guest.
 """
 
 from __future__ import annotations
 
+import _socket
+import _thread
 import os
-import socket
 import sys
-import threading
 import time
 
 # typing and contextlib cost about 0.25 s of a bridge's start under TCG: neither is imported.
@@ -84,8 +86,8 @@ def attach(state_dir: str, daemon_argv: list[str]) -> int:
     return 0
 
 
-def _connect(path: str) -> socket.socket | None:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _connect(path: str) -> _socket.socket | None:
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(path)
     except OSError:
@@ -94,10 +96,9 @@ def _connect(path: str) -> socket.socket | None:
     return sock
 
 
-def _start_daemon(state_dir: str, path: str, daemon_argv: list[str]) -> socket.socket:
+def _start_daemon(state_dir: str, path: str, daemon_argv: list[str]) -> _socket.socket:
     # Imported here: only the first bridge of a guest boot starts the daemon.
     import fcntl
-    import subprocess
 
     base = os.path.abspath(state_dir).rstrip("/")
     os.makedirs(os.path.dirname(base) or "/", exist_ok=True)
@@ -108,26 +109,49 @@ def _start_daemon(state_dir: str, path: str, daemon_argv: list[str]) -> socket.s
         if conn is not None:
             return conn
         log_path = base + ".log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [*_self_command(), *daemon_argv, "--daemon"],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env={key: value for key, value in os.environ.items() if key != EXEC_TOKEN_ENV},
-                start_new_session=True,
-                close_fds=True,
-            )
+        env = {key: value for key, value in os.environ.items() if key != EXEC_TOKEN_ENV}
+        pid = _spawn_session([*_self_command(), *daemon_argv, "--daemon"], env, log_path)
         deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
         while time.monotonic() < deadline:
             conn = _connect(path)
             if conn is not None:
                 return conn
-            if proc.poll() is not None:
-                raise RuntimeError("the agent daemon exited at once (%s): %s" % (proc.returncode, _tail(log_path)))
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+                raise RuntimeError("the agent daemon exited at once (%s): %s" % (code, _tail(log_path)))
             time.sleep(0.05)
         waited = "the agent daemon did not listen within %d s" % DAEMON_START_TIMEOUT_S
         raise RuntimeError("%s: %s" % (waited, _tail(log_path)))
+
+
+def _spawn_session(argv: list[str], env: dict[str, str], log_path: str) -> int:
+    """Starts `argv` in a session of its own, stdin on /dev/null, its output in `log_path` and no
+    other fd (as subprocess.Popen with start_new_session and close_fds would, without importing
+    subprocess), so the daemon holds none of the exec's pipes."""
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child runs only until its exec
+            try:
+                os.setsid()
+                os.dup2(devnull, 0)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                for fd in os.listdir("/proc/self/fd"):  # what close_fds does, without a loop to RLIMIT_NOFILE
+                    if int(fd) > 2:
+                        try:
+                            os.close(int(fd))
+                        except OSError:
+                            pass  # the listing's own fd, closed by now
+                os.execve(argv[0], argv, env)
+            finally:
+                os._exit(127)
+        return pid
+    finally:
+        os.close(log)
+        os.close(devnull)
 
 
 def _self_command() -> list[str]:
@@ -150,7 +174,7 @@ def _tail(path: str) -> str:
         return "no log"
 
 
-def _relay(inp: IO[bytes], out: IO[bytes], conn: socket.socket) -> None:
+def _relay(inp: IO[bytes], out: IO[bytes], conn: _socket.socket) -> None:
     def host_to_agent() -> None:
         try:
             while True:
@@ -161,11 +185,12 @@ def _relay(inp: IO[bytes], out: IO[bytes], conn: socket.socket) -> None:
         except OSError:
             pass
         try:
-            conn.shutdown(socket.SHUT_WR)
+            conn.shutdown(_socket.SHUT_WR)
         except OSError:
             pass
 
-    threading.Thread(target=host_to_agent, name="to-agent", daemon=True).start()
+    # A thread the process does not wait for at exit (as a daemon thread would be).
+    _thread.start_new_thread(host_to_agent, ())
     try:
         while True:
             data = conn.recv(65536)

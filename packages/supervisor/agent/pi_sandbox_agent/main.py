@@ -13,6 +13,7 @@ from .bridge import DEFAULT_STATE_DIR, attach_main, socket_path, take_protocol_s
 from .cleanup import Cleanup, maybe_mount_cgroup2
 from .context import Context
 from .daemon import serve_daemon
+from .hostname import apply_etc_hostname
 from .protocol import (
     AGENT_VERSION,
     PROTOCOL_VERSION,
@@ -126,6 +127,8 @@ def run(argv: list[str]) -> int:
     if opts.cgroup_root == "/sys/fs/cgroup":
         maybe_mount_cgroup2(opts.cgroup_root)
     if opts.daemon:
+        # The daemon starts once per guest boot: the boot's fix-ups go here.
+        apply_etc_hostname()
         try:
             setup = Setup(opts)
         except OSError as err:

@@ -18,6 +18,8 @@ import os
 import threading
 from typing import IO, Any, NamedTuple
 
+from .entropy import mix_host_entropy
+
 PROTOCOL_VERSION = 2
 AGENT_VERSION = "0.2.0"
 
@@ -270,7 +272,8 @@ def check_abs_path(args: JsonDict, key: str = "path") -> str:
 
 def await_hello(reader: LineReader, wire: Wire) -> tuple[Any, Limits] | None:
     """Reads until the host's hello arrives: (its request id, its limits); None at end of input
-    or on shutdown. Anything else is refused with HELLO_REQUIRED."""
+    or on shutdown. Anything else is refused with HELLO_REQUIRED. The hello's entropy goes into
+    the kernel's pool (entropy.py)."""
     while True:
         req = next_request(reader, wire)
         if req is None:
@@ -285,6 +288,9 @@ def await_hello(reader: LineReader, wire: Wire) -> tuple[Any, Limits] | None:
                     "HELLO_REQUIRED",
                     "%r before hello: the host must send its hello (protocol %d) first" % (op, PROTOCOL_VERSION),
                 )
-            return req["id"], accept_hello(request_args(req))
+            args = request_args(req)
+            limits = accept_hello(args)
+            mix_host_entropy(args.get("entropy"))
+            return req["id"], limits
         except AgentError as err:
             wire.error(req["id"], err)

@@ -39,6 +39,10 @@ WARM_BOOTSTRAP = (
 )
 
 
+# How long stop() waits for the thread (a spawn or a discard takes milliseconds).
+STOP_WAIT_S = 5.0
+
+
 class WarmShell:
     """A login bash started ahead of an exec, blocked until it is given its command."""
 
@@ -106,8 +110,10 @@ class WarmShells:
         self._spawning: str | None = None  # cwd of a shell being started right now
         self._retired: list[WarmShell] = []
         self._stopped = False
+        self._thread: threading.Thread | None = None
         if self.enabled:
-            threading.Thread(target=self._run, name="warm-shell", daemon=True).start()
+            self._thread = threading.Thread(target=self._run, name="warm-shell", daemon=True)
+            self._thread.start()
 
     def take(self, cwd: str) -> WarmShell | None:
         """The ready shell if it suits an exec in `cwd`, else None (the caller starts one itself)."""
@@ -149,14 +155,18 @@ class WarmShells:
             self._cond.notify_all()
 
     def stop(self) -> None:
+        """Ends every warm shell and removes its files before returning. The thread may be starting
+        or discarding one right now, and the agent exits soon after this returns (taking a daemon
+        thread with it), so it is waited for; whatever it leaves is discarded here."""
         with self._cond:
             self._stopped = True
-            if self._ready is not None:
-                self._retired.append(self._ready)
-                self._ready = None
-            retired, self._retired = self._retired, []
             self._cond.notify_all()
-        for shell in retired:
+        if self._thread is not None:
+            self._thread.join(STOP_WAIT_S)
+        with self._cond:
+            left = self._retired + ([self._ready] if self._ready is not None else [])
+            self._retired, self._ready = [], None
+        for shell in left:
             shell.discard()
 
     def _retire_locked(self, shell: WarmShell) -> None:
