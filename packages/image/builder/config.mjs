@@ -27,6 +27,12 @@ export const GUEST_HELPERS = ["sandboxd", "sandboxfs", "sandboxssh", "sandboxing
  *   without a timeout. Its loop acts only on its file descriptors' events; the 100 ms timeout woke
  *   both helpers ten times a second for nothing, which kept an idle TCG guest's QEMU at 4-5 % of a
  *   host core (about 0 % with the two helpers stopped).
+ * - sandboxd's loop for one exec polls the child's stdout and stderr and a wake pipe (control
+ *   messages: stdin, output windows) with a 100 ms timeout, and after each wake asks waitpid()
+ *   whether the child exited. While both pipes are open (no pty) nothing but an fd event can end
+ *   the exec, so it waits without a timeout; the timeout stays for a pty and for a child whose
+ *   pipes closed, where waitpid() must still be asked. The agent's channel is one such exec that
+ *   runs for the life of the instance: before this it woke the guest ten times a second.
  */
 export const GUEST_SOURCE_PATCHES = [
   {
@@ -34,6 +40,13 @@ export const GUEST_SOURCE_PATCHES = [
     search: "posix.poll(pollfds.items, 100)",
     replacement: "posix.poll(pollfds.items, -1)",
     what: "the TCP forwarder's 100 ms poll() in Gondolin's guest sources",
+  },
+  {
+    file: "src/sandboxd/main.zig",
+    search: "_ = try posix.poll(pollfds[0..nfds], 100);",
+    replacement:
+      "_ = try posix.poll(pollfds[0..nfds], @as(i32, if (use_pty or !stdout_open or !stderr_open) 100 else -1));",
+    what: "sandboxd's 100 ms poll() while an exec runs, in Gondolin's guest sources",
   },
 ];
 

@@ -40,6 +40,10 @@ export const SUITE: string;
 export const GUEST_SOURCE_PATCHES: readonly { file: string; search: string; replacement: string; what: string }[];
 /** Applies GUEST_SOURCE_PATCHES to a copy of Gondolin's `dist/guest` at `guestDir`; throws when one does not apply once. */
 export function applyGuestPatches(guestDir: string): Promise<void>;
+/** Gondolin's embedded init scripts: the initramfs's /init and the rootfs's /init. */
+export function gondolinInitScripts(): Promise<{ initramfs: string; rootfs: string }>;
+/** Gondolin's rootfs /init with our changes (see builder/rootfs.mjs); throws when one does not apply once. */
+export function rootfsInit(script: string): string;
 /** The installed `@earendil-works/gondolin` package directory. */
 export function gondolinDir(): string;
 /** The Zig release that compiles Gondolin's helpers. */

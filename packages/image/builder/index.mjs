@@ -5,6 +5,8 @@ export { ensureImage, isComplete } from "./build.mjs";
 export { buildDir, cacheRoot, removeBuildDir } from "./cache.mjs";
 export { BASE_PACKAGES, GUEST_SOURCE_PATCHES, NPM_TOOLS, SUITE, ZIG_VERSION } from "./config.mjs";
 export { applyGuestPatches } from "./helpers.mjs";
+export { gondolinInitScripts } from "./initramfs.mjs";
 export { gondolinDir } from "./inputs.mjs";
 export { ASSET_FILES } from "./manifest.mjs";
 export { setLogSink } from "./proc.mjs";
+export { rootfsInit } from "./rootfs.mjs";
