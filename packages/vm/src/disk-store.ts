@@ -10,7 +10,7 @@ import { acquireDiskLock, acquireDiskLockWaiting, type DiskLock } from "./disk-l
 import { recordImage, resolveImage, verifyRecordedImage, type GuestImage } from "./image.js";
 import { QemuImg } from "./qemu-img.js";
 import { reapStrayQemu } from "./qemu-process.js";
-import { removeSuspendState, suspendStateBytes } from "./vm-memory.js";
+import { linkSuspendState, removeSuspendState, suspendStateBytes } from "./vm-memory.js";
 import { LOCK_FILE, POINTER_FILE, newLayerName } from "./filenames.js";
 import {
   GiB,
@@ -134,8 +134,10 @@ export class DiskStore {
   }
 
   /**
-   * Makes an immutable template from a stopped instance: its layers are hard-linked (O(1), no
-   * copy), so the template and the instance share them; from then on neither writes into them.
+   * Makes an immutable template from a stopped or suspended instance: its layers are hard-linked
+   * (O(1), no copy), so the template and the instance share them; from then on neither writes into
+   * them. A suspended instance's saved memory is linked too: instances made from the template then
+   * resume it instead of booting.
    */
   async createTemplate(
     sourceDir: string,
@@ -149,6 +151,8 @@ export class DiskStore {
       const lock = await this.prepareNewDir(templateDir, "create-template");
       try {
         await linkLayers(sourceDir, templateDir, source.layers, options.signal);
+        // A suspended source leaves its memory to the template: instances made from it resume.
+        await linkSuspendState(sourceDir, templateDir, source.generation, source.generation);
         await writePointer(templateDir, { ...source, kind: "template", updatedAt: new Date().toISOString() });
       } finally {
         await lock.release();
@@ -163,6 +167,8 @@ export class DiskStore {
    * Creates an instance from a template by hard-linking the template's immutable layers: time and
    * space do not depend on the template's size, and removing the template later only drops its own
    * links. `diskGiB` larger than the template's size adds a layer with the bigger virtual size.
+   * A template with saved memory gives the instance a link to it (its first start resumes the
+   * template's guest), except with a larger disk, which the saved guest would not know.
    */
   async createFromTemplate(
     templateDir: string,
@@ -203,6 +209,7 @@ export class DiskStore {
           layers.push(layer);
           grown = false;
         }
+        if (sizeBytes === template.sizeBytes) await linkSuspendState(templateDir, dir, template.generation, 0);
         await writePointer(dir, {
           ...template,
           kind: "instance",
@@ -320,6 +327,7 @@ export class DiskStore {
       }
       // Leftovers of a creation that crashed before its pointer was written.
       await removeOrphans(dir, []);
+      await removeSuspendState(dir);
       return lock;
     } catch (error) {
       await lock.release();

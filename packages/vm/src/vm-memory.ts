@@ -12,7 +12,8 @@ import { pipeline } from "node:stream/promises";
 import { promisify } from "node:util";
 import { writeFileAtomic } from "@pi-sandbox/config";
 import { VmError, messageOf } from "./errors.js";
-import { INCOMING_SOCKET, MEMORY_FILE, MIGRATE_SOCKET, SUSPEND_STATE_FILE } from "./filenames.js";
+import { linkLayers } from "./disk-layout.js";
+import { INCOMING_SOCKET, MEMORY_FILE, MIGRATE_SOCKET, SUSPEND_STATE_FILE, gondolinCertDir } from "./filenames.js";
 import { fsyncDir, fsyncFile, readJsonIfExists } from "./fs-util.js";
 import type { VfsInodeTable } from "./gondolin-private.js";
 import { qemuMemory } from "./host.js";
@@ -159,6 +160,32 @@ export async function writeSuspendState(dir: string, tempFile: string, state: Su
 export async function removeSuspendState(dir: string): Promise<void> {
   await fsp.rm(path.join(dir, SUSPEND_STATE_FILE), { force: true });
   await fsp.rm(path.join(dir, MEMORY_FILE), { force: true });
+}
+
+/**
+ * Gives `to` the saved memory state of `from` (a template's, or the instance it is made from),
+ * recorded for `to`'s disk checkpoint `generation`: the memory file is hard-linked (a clone shares
+ * the template's bytes; resuming it later removes only its own link), the record rewritten. Also
+ * the disk's MITM CA, which the saved guest already trusts. Nothing happens when `from` has no
+ * saved memory for its checkpoint `fromGeneration`. Returns whether memory was linked; the caller
+ * holds both disks.
+ */
+export async function linkSuspendState(
+  from: string,
+  to: string,
+  fromGeneration: number,
+  generation: number,
+): Promise<boolean> {
+  const raw = await readJsonIfExists(path.join(from, SUSPEND_STATE_FILE)).catch(() => undefined);
+  const state = raw === undefined ? undefined : parseSuspendState(raw);
+  if (!state || state.generation !== fromGeneration) return false;
+  await fsp.cp(gondolinCertDir(from), gondolinCertDir(to), { recursive: true, errorOnExist: false }).catch((error) => {
+    if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+  });
+  await linkLayers(from, to, [MEMORY_FILE]);
+  await writeFileAtomic(path.join(to, SUSPEND_STATE_FILE), JSON.stringify({ ...state, generation }));
+  await fsyncDir(to);
+  return true;
 }
 
 /** Host bytes of a saved memory state in `dir` (0 when there is none). */

@@ -14,6 +14,16 @@ let root: string;
 let cleanup: () => Promise<void>;
 let image: string;
 const store = new DiskStore();
+const SAVED_MACHINE = {
+  qemu: "QEMU emulator version 7.2.22",
+  accel: "tcg",
+  machineType: "q35",
+  cpu: "max",
+  memory: "2048M",
+  cpus: 1,
+  image: "kernel|initrd|rootfs",
+  gondolin: "0.12.0",
+};
 
 beforeEach(async () => {
   ({ dir: root, cleanup } = await tempDir());
@@ -259,6 +269,58 @@ describe("templates", () => {
     await expect(store.createFromTemplate(template, path.join(root, "small"), { diskGiB: 0.5 })).rejects.toMatchObject({
       code: "VM_RESOURCES_UNSUPPORTED",
     });
+  });
+
+  test("a suspended source leaves its memory to the template, and each instance links it for its first start", async () => {
+    const source = path.join(root, "source");
+    await store.createDisk(source, { image, diskGiB: 1 });
+    await runAndWrite(source, 0, 0x55);
+    const generation = pointerOf(source).generation;
+    await fsp.writeFile(path.join(source, MEMORY_FILE), Buffer.alloc(4096, 7));
+    const saved = { version: 1, generation, bytes: 4096, savedAt: "2026-12-03T00:00:00.000Z", machine: SAVED_MACHINE };
+    await fsp.writeFile(path.join(source, SUSPEND_STATE_FILE), JSON.stringify(saved));
+    await fsp.mkdir(path.join(source, "mitm-ca"));
+    await fsp.writeFile(path.join(source, "mitm-ca", "ca.pem"), "the CA the saved guest trusts");
+    const template = path.join(root, "tpl");
+    expect((await store.createTemplate(source, template)).memoryBytes).toBeGreaterThanOrEqual(4096);
+    await store.destroy(source);
+
+    const clones = ["a", "b"].map((n) => path.join(root, n));
+    for (const clone of clones) {
+      const info = await store.createFromTemplate(template, clone);
+      expect(info.memoryBytes).toBeGreaterThanOrEqual(4096);
+      const record = JSON.parse(await fsp.readFile(path.join(clone, SUSPEND_STATE_FILE), "utf8"));
+      expect(record).toEqual({ ...saved, generation: 0 }); // for the clone's own first checkpoint
+      expect(await fsp.readFile(path.join(clone, "mitm-ca", "ca.pem"), "utf8")).toBe("the CA the saved guest trusts");
+    }
+    // One memory file shared by the template and both clones, never copied.
+    const inode = fs.statSync(path.join(template, MEMORY_FILE)).ino;
+    expect(clones.map((c) => fs.statSync(path.join(c, MEMORY_FILE)).ino)).toEqual([inode, inode]);
+    expect(fs.statSync(path.join(template, MEMORY_FILE)).nlink).toBe(3);
+    // A clone's start consumes only its own link; the template keeps its memory for the next.
+    await store.destroy(clones[0]!);
+    expect(fs.readFileSync(path.join(template, MEMORY_FILE))).toEqual(Buffer.alloc(4096, 7));
+    // A larger disk than the saved guest knew boots cold: no memory for it.
+    const big = await store.createFromTemplate(template, path.join(root, "big"), { diskGiB: 2 });
+    expect(big.memoryBytes).toBe(0);
+  });
+
+  test("memory saved for another checkpoint of the source is not passed on", async () => {
+    const source = path.join(root, "source");
+    await store.createDisk(source, { image, diskGiB: 1 });
+    await runAndWrite(source, 0, 0x56);
+    await fsp.writeFile(path.join(source, MEMORY_FILE), Buffer.alloc(4096, 7));
+    const stale = {
+      version: 1,
+      generation: 0,
+      bytes: 4096,
+      savedAt: "2026-12-03T00:00:00.000Z",
+      machine: SAVED_MACHINE,
+    };
+    await fsp.writeFile(path.join(source, SUSPEND_STATE_FILE), JSON.stringify(stale));
+    const template = path.join(root, "tpl");
+    expect((await store.createTemplate(source, template)).memoryBytes).toBe(0);
+    expect(fs.existsSync(path.join(template, MEMORY_FILE))).toBe(false);
   });
 
   test("templates never boot, and instances are not templates", async () => {
