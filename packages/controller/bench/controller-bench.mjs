@@ -3,10 +3,11 @@
 // `list` over 50 stopped instance records, the daemon's and the dashboard's RSS (QEMU excluded), an
 // idle instance's QEMU CPU share and RSS, and a warm start:
 // start to the first preview byte after `suspend` vs after `stop`, same instance; and the first byte
-// of a preview request that wakes the instance after it suspended itself (`idle`), against that.
+// of a preview request that wakes the instance after it suspended itself (`idle`), against that;
+// and `create -t` to the first preview byte from a template prepared with suspend vs without.
 // Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows for the summary.
-import { spawnSync, execFileSync } from "node:child_process";
-import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -15,67 +16,17 @@ import { inspectEntry, listEntries } from "../dist/state/inspect.js";
 import { writeRecord, writeStatus } from "../dist/state/records.js";
 import { parseConfig } from "@pi-sandbox/config";
 import { cpuPercent, qemuUsage } from "@pi-sandbox/vm/host";
+import { benchImage, dashboardRss, median, printRows, row, rssOf, sleep, time } from "./kit.mjs";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
-const image =
-  process.env.PI_SANDBOX_TEST_IMAGE ??
-  execFileSync("npm", ["run", "-s", "test-image"], {
-    cwd: fileURLToPath(new URL("../../..", import.meta.url)),
-    encoding: "utf8",
-  })
-    .trim()
-    .split("\n")
-    .at(-1);
+const image = benchImage();
 const dir = mkdtempSync(join(tmpdir(), "ctlb-"));
 const env = { ...process.env, PI_SANDBOX_HOME: join(dir, "state") };
-const rows = [];
 
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-async function time(n, fn) {
-  const samples = [];
-  for (let i = 0; i < n; i++) {
-    const t = performance.now();
-    await fn();
-    samples.push(performance.now() - t);
-  }
-  return median(samples);
-}
-function row(name, ours, baseline, unit, target, note = "") {
-  rows.push({
-    package: "controller",
-    name,
-    ours,
-    baseline,
-    ratio: baseline ? ours / baseline : undefined,
-    unit,
-    target,
-    note,
-  });
-}
 const cli = (...args) => {
   const r = spawnSync(process.execPath, [CLI, ...args], { env, encoding: "utf8" });
   if (r.status !== 0) throw new Error(r.stderr);
 };
-
-/** Resident memory of `pid` in MiB (/proc). */
-const rssOf = (pid) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))[1]) / 1024;
-
-/** The dashboard's RSS after a page followed its live updates for 20 s (it polls every 2 s then). */
-async function dashboardRss() {
-  const dashboard = await callAction({ action: "dashboard" }, { env });
-  const login = await fetch(dashboard.url, { redirect: "manual" });
-  const cookie = login.headers.get("set-cookie").split(";")[0];
-  const stream = new AbortController();
-  const events = await fetch(new URL("/api/events", dashboard.url), { headers: { cookie }, signal: stream.signal });
-  const reader = events.body.getReader();
-  const until = Date.now() + 20_000;
-  while (Date.now() < until)
-    await Promise.race([reader.read().catch(() => undefined), new Promise((r) => setTimeout(r, 1_000))]);
-  stream.abort();
-  const rss = rssOf(dashboard.pid);
-  await callAction({ action: "dashboard", stop: true }, { env });
-  return rss;
-}
 
 try {
   writeFileSync(join(dir, "sandbox.yaml"), `version: 1\nprofile: tiny\ndiskGiB: 4\nimage: ${image}\n`);
@@ -105,10 +56,8 @@ try {
   const execCli = await time(8, () => cli("exec", "bench", "--", "true"));
   row("exec true: CLI vs ./client", execCli, execClient, "ms", undefined, "daemon + agent round trip in both");
 
-  const status = readFileSync(`/proc/${created.daemonPid}/status`, "utf8");
-  const rssMiB = Number(/VmRSS:\s+(\d+)/.exec(status)[1]) / 1024;
-  row("daemon RSS (QEMU excluded)", rssMiB, undefined, "MiB", "<= 100");
-  row("dashboard RSS: 51 instances (1 running), a page open 20 s", await dashboardRss(), undefined, "MiB", "<= 80");
+  row("daemon RSS (QEMU excluded)", rssOf(created.daemonPid), undefined, "MiB", "<= 100");
+  row("dashboard RSS: 51 instances (1 running), a page open 20 s", await dashboardRss(env), undefined, "MiB", "<= 80");
   await callAction({ action: "stop", name: "bench" }, { env });
 
   // Warm start: the demo's Python server as a previewed service; each round stops (cold start
@@ -124,9 +73,9 @@ try {
   // Idle cost: the new instance left alone (its web service running, no request) from 60 s after
   // create, measured over 60 s: its QEMU's CPU share and resident memory.
   const warmDisk = new StateLayout(env.PI_SANDBOX_HOME).diskDir("instances", "warm");
-  await new Promise((r) => setTimeout(r, 60_000));
+  await sleep(60_000);
   const idleBefore = await qemuUsage(warmDisk);
-  await new Promise((r) => setTimeout(r, 60_000));
+  await sleep(60_000);
   const idleAfter = await qemuUsage(warmDisk);
   if (!idleBefore || !idleAfter) throw new Error("warm's QEMU is not running");
   row(
@@ -137,17 +86,17 @@ try {
     "<= 1.5",
   );
   row("idle instance (tiny, one web service): QEMU RSS", idleAfter.rssBytes / 2 ** 20, undefined, "MiB", "<= 400");
-  const firstByte = async () => {
+  const firstByte = async (target = url) => {
     const deadline = Date.now() + 180_000;
     for (;;) {
       try {
-        const res = await fetch(url, { signal: AbortSignal.timeout(5_000) });
+        const res = await fetch(target, { signal: AbortSignal.timeout(5_000) });
         if (res.status === 200 && (await res.text()) === "warm\n") return;
       } catch {
         // not serving yet
       }
-      if (Date.now() > deadline) throw new Error(`${url} never served`);
-      await new Promise((r) => setTimeout(r, 50));
+      if (Date.now() > deadline) throw new Error(`${target} never served`);
+      await sleep(50);
     }
   };
   const cold = [];
@@ -190,7 +139,7 @@ try {
     const deadline = Date.now() + 180_000;
     while (!(await callAction({ action: "inspect", name: "warm" }, { env })).idle?.suspended) {
       if (Date.now() > deadline) throw new Error("warm never suspended itself");
-      await new Promise((r) => setTimeout(r, 500));
+      await sleep(500);
     }
     const t = performance.now();
     const res = await fetch(url, { signal: AbortSignal.timeout(180_000) });
@@ -206,6 +155,33 @@ try {
     "<= 0.3",
   );
   await callAction({ action: "stop", name: "warm" }, { env });
+
+  // Warm clones: create -t to the first preview byte, from the same config prepared with suspend
+  // (its guest saved running) and without (a cold boot of the prepared disk).
+  await callAction({ action: "prepare", name: "tcold", config: "web.yaml" }, { env, cwd: dir });
+  await callAction({ action: "prepare", name: "twarm", config: "web.yaml", suspend: true }, { env, cwd: dir });
+  const fromCold = [];
+  const fromWarm = [];
+  for (let round = 0; round < 2; round++) {
+    for (const [template, samples] of [
+      ["tcold", fromCold],
+      ["twarm", fromWarm],
+    ]) {
+      const name = `${template}-${round}`;
+      const t = performance.now();
+      const clone = await callAction({ action: "create", name, template }, { env });
+      await firstByte(clone.previews[0].url);
+      samples.push(performance.now() - t);
+      await callAction({ action: "destroy", name, confirm: name }, { env });
+    }
+  }
+  row(
+    "create -t to first preview byte: template prepared with suspend vs without (median of 2)",
+    median(fromWarm),
+    median(fromCold),
+    "ms",
+    "<= 0.25",
+  );
 } finally {
   await callAction({ action: "dashboard", stop: true }, { env }).catch(() => undefined);
   await callAction({ action: "stop", name: "bench" }, { env }).catch(() => undefined);
@@ -213,11 +189,4 @@ try {
   rmSync(dir, { recursive: true, force: true });
 }
 
-console.log("| measurement | ours | baseline | ratio | target |");
-console.log("|---|---|---|---|---|");
-for (const r of rows) {
-  const f = (x) => (x === undefined ? "" : `${x.toFixed(x < 10 ? 2 : 1)} ${r.unit}`);
-  console.log(`| ${r.name} | ${f(r.ours)} | ${f(r.baseline)} | ${r.ratio?.toFixed(2) ?? ""} | ${r.target ?? ""} |`);
-}
-if (process.env.PI_SANDBOX_BENCH_OUT)
-  for (const r of rows) appendFileSync(process.env.PI_SANDBOX_BENCH_OUT, JSON.stringify(r) + "\n");
+printRows();

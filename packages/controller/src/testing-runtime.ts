@@ -7,7 +7,7 @@
 // them in memory. A marker without those processes (another runtime, or the test deleted them)
 // gives a cold boot with the reason, as a real start whose saved memory cannot be used.
 
-import { cp, mkdir, readdir, readlink, rm, stat, writeFile } from "node:fs/promises";
+import { cp, lstat, mkdir, readdir, readlink, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector } from "@pi-sandbox/ingress";
 import { DEFAULT_AGENT_PATH, DEFAULT_AGENT_STATE_DIR, SupervisorClient } from "@pi-sandbox/supervisor";
@@ -40,6 +40,8 @@ export interface LocalRuntime extends InstanceRuntime {
   readonly suspended: Map<string, LocalRuntimeVm>;
   /** Hooks; change them between calls. */
   hooks: LocalRuntimeHooks;
+  /** Names given to copies of templates, in order (these "guests" are host processes: nothing else changes). */
+  readonly identities: string[];
 }
 
 /** The local runtime. `hooks` may be changed later through the returned object. */
@@ -48,6 +50,7 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
   const suspended = new Map<string, LocalRuntimeVm>();
   const runtime: LocalRuntime = {
     boots: 0,
+    identities: [],
     live,
     suspended,
     hooks,
@@ -57,11 +60,15 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         await mkdir(join(dir, "root"), { recursive: true });
         await writeFile(join(dir, POINTER_FILE), JSON.stringify({ kind: "local" }));
       },
+      // Host processes cannot be copied: these templates never carry a running guest.
       async createFromTemplate(templateDir, dir) {
-        await cp(templateDir, dir, { recursive: true });
+        await cp(templateDir, dir, { recursive: true, filter: notSocket });
+        return { memoryBytes: 0 };
       },
       async createTemplate(dir, templateDir) {
-        await cp(dir, templateDir, { recursive: true });
+        // A suspended source's agent still listens on its socket: sockets are not copied.
+        await cp(dir, templateDir, { recursive: true, filter: notSocket });
+        return { memoryBytes: 0 };
       },
       async destroy(dir) {
         if (!(await exists(dir))) throw new VmError("VM_DISK_NOT_FOUND", `no disk in ${dir}`, { details: { dir } });
@@ -165,6 +172,10 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         logger,
       });
     },
+    // The guest identity files are the host's own here: never touched.
+    async giveOwnIdentity(_supervisor, name) {
+      runtime.identities.push(name);
+    },
     openGateway: (guest, { portsFile, address, avoidPorts, logger, wake }) =>
       new PreviewGateway({
         connector: guestVmConnector(guest),
@@ -211,4 +222,8 @@ async function exists(path: string): Promise<boolean> {
 /** Names in a directory, or [] when it is missing. */
 export async function listDir(dir: string): Promise<string[]> {
   return readdir(dir).catch(() => []);
+}
+
+async function notSocket(path: string): Promise<boolean> {
+  return !(await lstat(path)).isSocket();
 }

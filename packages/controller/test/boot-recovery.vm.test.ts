@@ -33,6 +33,22 @@ async function until(what: string, check: () => boolean | Promise<boolean>, ms =
   }
 }
 
+/**
+ * Starts a create of `name` and resolves once its QEMU runs. A create that ends before any QEMU
+ * started failed for another reason, which this throws.
+ */
+async function createUntilQemu(name: string): Promise<{ creating: Promise<unknown>; settled: () => boolean }> {
+  let ended = false;
+  const creating = sandbox.call({ action: "create", name, config: "sandbox.yaml" });
+  creating.then(
+    () => (ended = true),
+    () => (ended = true),
+  );
+  await until("QEMU of the create", () => ended || qemuFor(sandbox.home).length > 0);
+  if (ended) await creating;
+  return { creating, settled: () => ended };
+}
+
 test("a /dev/kvm that cannot run the guest kernel (nested PVM) gives a TCG instance that says why", async () => {
   // The probe's QEMU plays a nested-PVM host: it starts, prints the real-mode stub's line, and
   // then nothing. The boot itself runs the real QEMU.
@@ -62,15 +78,9 @@ test("a /dev/kvm that cannot run the guest kernel (nested PVM) gives a TCG insta
 test("a create that fails before its first boot finished leaves nothing, and running it again works", async () => {
   // QEMU is killed while the guest boots: the create fails for real, below the controller.
   const layout = new StateLayout(sandbox.home);
-  let settled = false;
-  const creating = sandbox.call({ action: "create", name: "retry", config: "sandbox.yaml" });
-  creating.then(
-    () => (settled = true),
-    () => (settled = true),
-  );
+  const { creating, settled } = await createUntilQemu("retry");
   // Every QEMU it starts is killed (a host whose KVM passed the probe retries once on TCG).
-  await until("QEMU of the create", () => qemuFor(sandbox.home).length > 0);
-  while (!settled) {
+  while (!settled()) {
     for (const pid of qemuFor(sandbox.home)) kill(pid);
     await sleep(100);
   }
@@ -96,10 +106,8 @@ test("a create that fails before its first boot finished leaves nothing, and run
 
 test("a create whose daemon died mid-way is finished by start, setup included", async () => {
   const layout = new StateLayout(sandbox.home);
-  const creating = sandbox.call({ action: "create", name: "halfway", config: "sandbox.yaml" });
-  creating.catch(() => undefined);
   // Kill the daemon once the guest boots: before setup wrote the page.
-  await until("QEMU of the create", () => qemuFor(sandbox.home).length > 0);
+  const { creating } = await createUntilQemu("halfway");
   const live = await daemonLive(layout.pidFile("instances", "halfway"), layout.socketPath("instances", "halfway"));
   expect(live.pid).toBeDefined();
   process.kill(live.pid!, "SIGKILL");

@@ -7,14 +7,15 @@ import { join } from "node:path";
 import { VmError } from "@pi-sandbox/vm";
 import { callAction } from "../src/client/index.js";
 import { StateLayout } from "../src/state/layout.js";
-import { createLocalRuntime, runDaemon, type LocalRuntime } from "../src/testing.js";
+import { createLocalRuntime, type LocalRuntime } from "../src/testing.js";
+import { inProcessDaemons, type InProcessDaemons } from "./support/in-process-daemon.js";
 
 let dir: string;
 let project: string;
 let env: NodeJS.ProcessEnv;
 let layout: StateLayout;
 let runtime: LocalRuntime;
-const daemons: Promise<number>[] = [];
+let daemons: InProcessDaemons;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "pisb-codes-"));
@@ -23,22 +24,23 @@ beforeAll(async () => {
   await writeFile(join(project, "sandbox.yaml"), "version: 1\nprofile: tiny\ndiskGiB: 4\n");
   env = { ...process.env, PI_SANDBOX_HOME: join(dir, "st") };
   layout = new StateLayout(join(dir, "st"));
+  daemons = inProcessDaemons(layout);
   await layout.ensurePrivate();
   runtime = createLocalRuntime();
 });
 
 afterAll(async () => {
-  await Promise.all(daemons);
+  await daemons.exited();
   for (const vm of [...runtime.live]) await vm.close();
   await rm(dir, { recursive: true, force: true });
 });
 
 /** Creates `name` through the client and a daemon of its own whose boot fails with `error`. */
-function createFailingWith(name: string, error: Error): Promise<unknown> {
+async function createFailingWith(name: string, error: Error): Promise<unknown> {
   runtime.hooks.beforeBoot = () => {
     throw error;
   };
-  daemons.push(runDaemon(layout, "instances", name, { runtime, idleExitMs: 1000 }));
+  await daemons.start(name, runtime);
   return callAction({ action: "create", name, config: "sandbox.yaml" }, { env, cwd: project });
 }
 

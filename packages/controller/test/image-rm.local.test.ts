@@ -8,7 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction } from "../src/client/index.js";
 import { StateLayout } from "../src/state/layout.js";
-import { createLocalRuntime, runDaemon } from "../src/testing.js";
+import { createLocalRuntime } from "../src/testing.js";
+import { inProcessDaemons, type InProcessDaemons } from "./support/in-process-daemon.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
 type Loose = Record<string, any>;
@@ -16,7 +17,7 @@ type Loose = Record<string, any>;
 let dir: string;
 let env: NodeJS.ProcessEnv;
 let layout: StateLayout;
-const daemons: Promise<number>[] = [];
+let daemons: InProcessDaemons;
 const savedCache = process.env.XDG_CACHE_HOME;
 
 const call = (action: Loose) => callAction(action, { env, cwd: dir }) as Promise<Loose>;
@@ -57,13 +58,14 @@ beforeAll(async () => {
   await layout.ensurePrivate();
   await call({ action: "image-import", dir: await assetsDir(), name: "dev" });
   await writeFile(join(dir, "sandbox.yaml"), "version: 1\nimage: dev\nprofile: tiny\ndiskGiB: 4\n");
-  daemons.push(runDaemon(layout, "instances", "web", { runtime: createLocalRuntime(), idleExitMs: 1000 }));
+  daemons = inProcessDaemons(layout);
+  await daemons.start("web", createLocalRuntime());
   await call({ action: "create", name: "web", config: "sandbox.yaml" });
 });
 
 afterAll(async () => {
   await call({ action: "stop", name: "web" }).catch(() => undefined);
-  await Promise.all(daemons);
+  await daemons.exited();
   if (savedCache === undefined) delete process.env.XDG_CACHE_HOME;
   else process.env.XDG_CACHE_HOME = savedCache;
   await rm(dir, { recursive: true, force: true });

@@ -158,13 +158,50 @@ test("a failing setup is reported and the instance starts anyway; prepare with i
 test("prepare then create from the template: the template's files, no setup, an independent instance", async () => {
   const prepared = await call({ action: "prepare", name: "base", config: join(dir, "sandbox.yaml") });
   expect(prepared.state).toBe("prepared");
+  expect(runtime.identities.at(-1)).toBe("base");
+  runtime.identities.length = 0;
   const progress: string[] = [];
   const created = await call({ action: "create", name: "fromtpl", template: "base" }, progress);
   expect(progress.some((p) => p.startsWith("[setup]"))).toBe(false);
   expect(await fetchText(created.previews[0].url)).toBe("200 Hello from setup\n");
+  // The copy got its own identity once, at its first boot (as every new guest does).
+  expect(progress).toContain("[boot] giving the guest its own machine-id, hostname and ssh host keys");
+  expect(runtime.identities).toEqual(["fromtpl"]);
+  await call({ action: "stop", name: "fromtpl" });
+  await call({ action: "start", name: "fromtpl" });
+  expect(runtime.identities).toEqual(["fromtpl"]);
   await call({ action: "destroy", name: "base", confirm: "base", kind: "templates" });
   expect((await call({ action: "exec", name: "fromtpl", cmd: "cat index.html" })).output).toBe("Hello from setup\n");
   await call({ action: "stop", name: "fromtpl" });
+});
+
+test("prepare with suspend starts the services before it saves the guest; a service that cannot start publishes nothing", async () => {
+  const progress: string[] = [];
+  const prepared = await call(
+    { action: "prepare", name: "warmbase", config: join(dir, "sandbox.yaml"), suspend: true },
+    progress,
+  );
+  expect(prepared.state).toBe("prepared");
+  expect(progress).toEqual(
+    expect.arrayContaining([
+      "[services] starting services, to be saved running",
+      "[services] 1 service(s) running",
+      "[checkpoint] saving the prepared disk and memory",
+    ]),
+  );
+  // Host processes cannot be copied: this runtime's templates never carry memory.
+  expect(prepared.savedMemory).toBeUndefined();
+
+  await writeFile(
+    join(dir, "broken.yaml"),
+    YAML()
+      .replace("python3 -m http.server $PORT --bind 127.0.0.1", "exit 7")
+      .replace("    health: /", "    health: /\n    timeoutMs: 2000"),
+  );
+  await expect(
+    call({ action: "prepare", name: "brokenbase", config: join(dir, "broken.yaml"), suspend: true }),
+  ).rejects.toMatchObject({ message: expect.stringMatching(/no template was published$/) });
+  await expect(stat(layout.entryDir("templates", "brokenbase"))).rejects.toMatchObject({ code: "ENOENT" });
 });
 
 test("an agent that fails on start leaves the instance failed with the error; the next start works", async () => {

@@ -9,7 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction, type CallActionOptions, type ConfirmRequest } from "../src/client/index.js";
 import { StateLayout } from "../src/state/layout.js";
-import { createLocalRuntime, runDaemon, type LocalRuntime } from "../src/testing.js";
+import { createLocalRuntime, type LocalRuntime } from "../src/testing.js";
+import { inProcessDaemons, type InProcessDaemons } from "./support/in-process-daemon.js";
 
 let dir: string;
 let project: string;
@@ -17,12 +18,10 @@ let home: string;
 let env: NodeJS.ProcessEnv;
 let runtime: LocalRuntime;
 let layout: StateLayout;
-const daemons: Promise<number>[] = [];
+let daemons: InProcessDaemons;
 
 /** Runs the daemon of `name` in this process over the local runtime (the client finds it live). */
-function localDaemon(name: string): void {
-  daemons.push(runDaemon(layout, "instances", name, { runtime, idleExitMs: 1000 }));
-}
+const localDaemon = (name: string) => daemons.start(name, runtime);
 
 const SECRET_YAML = `version: 1
 profile: tiny
@@ -64,10 +63,11 @@ beforeAll(async () => {
   await writeFile(join(project, "sandbox.yaml"), "version: 1\nprofile: tiny\ndiskGiB: 4\n");
   env = { ...process.env, PI_SANDBOX_HOME: join(dir, "st"), HOME: home };
   layout = new StateLayout(join(dir, "st"));
+  daemons = inProcessDaemons(layout);
   await layout.ensurePrivate();
   runtime = createLocalRuntime();
   process.env.AWS_SECRET_ACCESS_KEY = "not-a-real-key";
-  localDaemon("demo");
+  await localDaemon("demo");
   await asUser({ action: "create", name: "demo", config: "sandbox.yaml" });
   const made = await asUser({
     action: "exec",
@@ -80,7 +80,7 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const name of ["demo", "trusted"]) await asUser({ action: "stop", name }).catch(() => undefined);
   delete process.env.AWS_SECRET_ACCESS_KEY;
-  await Promise.all(daemons);
+  await daemons.exited();
   for (const vm of [...runtime.live]) await vm.close();
   await rm(dir, { recursive: true, force: true });
 });
@@ -183,13 +183,13 @@ describe("with the user asked", () => {
     expect(declined.asked[0]!.message).toContain("secret LOOT from env:AWS_SECRET_ACCESS_KEY sent to evil.example");
     expect(existsSync(join(dir, "st/trust"))).toBe(false);
 
-    localDaemon("trusted");
+    await localDaemon("trusted");
     const yes = asModel({ action: "create", name: "trusted", config: "trusted.yaml" }, { answers: [true] });
     await expect(yes.result).resolves.toMatchObject({ state: "running" });
     await asUser({ action: "stop", name: "trusted" });
     await asUser({ action: "destroy", name: "trusted", confirm: "trusted" });
 
-    localDaemon("trusted");
+    await localDaemon("trusted");
     const again = asModel({ action: "create", name: "trusted", config: "trusted.yaml" });
     await expect(again.result).resolves.toMatchObject({ state: "running" });
     await asUser({ action: "stop", name: "trusted" });
@@ -201,7 +201,7 @@ describe("with the user asked", () => {
 
   test("a config changed while the user was asked is refused", async () => {
     await writeFile(join(project, "swap.yaml"), `${SECRET_YAML}# not trusted yet\n`);
-    localDaemon("swapped");
+    await localDaemon("swapped");
     const calls: CallActionOptions = {
       env,
       cwd: project,
@@ -237,7 +237,7 @@ test("the user's own calls keep working without a prompt, with a notice of what 
   await asUser({ action: "download", name: "demo", from: "out/tree", to: join(home, "hook") });
   expect((await stat(join(home, "hook/run.sh"))).mode & 0o111).not.toBe(0);
   await writeFile(join(project, "users.yaml"), SECRET_YAML);
-  localDaemon("users");
+  await localDaemon("users");
   const events: string[] = [];
   await callAction(
     { action: "create", name: "users", config: "users.yaml" },

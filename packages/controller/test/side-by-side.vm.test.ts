@@ -2,7 +2,8 @@
 // client as a user would, each with its own daemon process and QEMU: killing one daemon (or
 // stopping it with SIGSTOP) leaves the other's previews serving, a page of one may not post to the
 // other's previews, and a stop cuts an open terminal (ssh into the guest). What the daemon does
-// with services, previews and hooks: side-by-side.local.test.ts.
+// with services, previews and hooks: side-by-side.local.test.ts. Each is its own machine (hostname,
+// machine-id).
 import { spawn, type ChildProcess } from "node:child_process";
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
@@ -83,6 +84,20 @@ test("a daemon under SIGSTOP reads unavailable with its pid; after SIGCONT it re
     process.kill(daemonPid, "SIGCONT");
   }
   expect((await call({ action: "inspect", name: "peer" })).state).toBe("running");
+});
+
+test("two instances from one image are two machines: each has its name as hostname and a machine-id of its own", async () => {
+  expect((await peerCreated).state).toBe("running");
+  const identity = async (name: string) => {
+    const res = await call({ action: "exec", name, cmd: "hostname; cat /etc/hostname /etc/machine-id" });
+    return res.output.split("\n");
+  };
+  const [app, peer] = [await identity("app"), await identity("peer")];
+  expect(app.slice(0, 2)).toEqual(["app", "app"]);
+  expect(peer.slice(0, 2)).toEqual(["peer", "peer"]);
+  expect(app[2]).toMatch(/^[0-9a-f]{32}$/);
+  expect(peer[2]).toMatch(/^[0-9a-f]{32}$/);
+  expect(app[2]).not.toBe(peer[2]);
 });
 
 test("killing peer's daemon takes its QEMU and leaves app's previews serving; a page of one may not post to the other's", async () => {

@@ -24,24 +24,48 @@ import { formatView } from "./kit/text.js";
 /** `prepare`: a template from a sandbox.yaml. */
 export const prepare = defineAction({
   name: "prepare",
-  summary: "boot a fresh disk from a sandbox.yaml, run setup, save it as a template (no services)",
+  summary:
+    "boot a fresh disk from a sandbox.yaml, run setup, save it as a template (with suspend: its services started and its memory saved too)",
   args: [
     arg("name", "string", true, "template name"),
     arg("config", "string", true, "path to sandbox.yaml on the host"),
+    arg(
+      "suspend",
+      "boolean",
+      false,
+      "start the services and save the running guest: create -t resumes it instead of booting",
+    ),
   ],
   route: "spawn",
   long: true,
-  schema: actionSchema("prepare", { name, config: text }),
+  schema: actionSchema("prepare", { name, config: text, suspend: v.optional(v.boolean()) }),
   cli: {
-    usage: "prepare <template> -c sandbox.yaml   run setup and save a template",
-    options: { config: { type: "string", short: "c", value: "file", description: "the sandbox.yaml to prepare from" } },
+    usage: "prepare <template> -c sandbox.yaml [--suspend]   run setup and save a template",
+    options: {
+      config: { type: "string", short: "c", value: "file", description: "the sandbox.yaml to prepare from" },
+      suspend: {
+        type: "boolean",
+        description: "also start the services and save the guest's memory: create -t resumes it instead of booting",
+      },
+    },
     toAction: (input) => ({
       action: "prepare",
       name: positional(input, 0, "a template name", "prepare"),
       config: input.values.config,
+      ...(input.values.suspend === true ? { suspend: true } : {}),
     }),
+    notes: [
+      "With --suspend, each create -t resumes the template's saved guest (services already running)",
+      "and then gives it its own machine-id, hostname, ssh host keys and a reseeded kernel random",
+      "generator. Random state that programs seeded inside the saved services is shared by every copy.",
+    ],
   },
-  run: (args, ctx) => ctx.lifecycle.prepare({ config: args.config, configSha256: ctx.guard?.configSha256 }),
+  run: (args, ctx) =>
+    ctx.lifecycle.prepare({
+      config: args.config,
+      configSha256: ctx.guard?.configSha256,
+      ...(args.suspend ? { suspend: true } : {}),
+    }),
   formatText: formatView,
 });
 

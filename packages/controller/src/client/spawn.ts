@@ -7,10 +7,16 @@ import { fileURLToPath } from "node:url";
 import { ControllerError } from "../errors.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
 import { daemonLive, pidAlive } from "../state/liveness.js";
+import { daemonMallocEnv } from "../daemon/malloc.js";
 import { findDaemonNode } from "./node.js";
 
 /** V8 flags of daemon processes. */
 const DAEMON_NODE_FLAGS = ["--max-semi-space-size=1"];
+
+/** The environment of a daemon process: the caller's, its state root, and malloc's setting (daemon/malloc.ts). */
+export function daemonEnv(env: NodeJS.ProcessEnv, root: string): NodeJS.ProcessEnv {
+  return { ...env, ...daemonMallocEnv(env), PI_SANDBOX_HOME: root };
+}
 
 /** How long a fresh daemon may take to open its socket. */
 const HANDSHAKE_TIMEOUT_MS = 30_000;
@@ -71,7 +77,7 @@ export async function ensureDaemon(
     const child = spawn(node, [...DAEMON_NODE_FLAGS, entry, "--root", layout.root, "--kind", kind, "--name", name], {
       detached: true,
       stdio: ["ignore", log.fd, log.fd],
-      env: { ...env, PI_SANDBOX_HOME: layout.root },
+      env: daemonEnv(env, layout.root),
     });
     await log.close();
     const state: { exited?: number | null } = {};

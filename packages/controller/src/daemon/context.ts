@@ -25,7 +25,7 @@ export interface LifecycleActions {
   /** Creates the instance from a host sandbox.yaml (absolute path) or a template, then starts it. */
   create(source: ConfigSource & { template?: string; idleSuspendMs?: number }): Promise<EntryView>;
   /** Boots a fresh disk from a sandbox.yaml, runs setup, saves it as a template. */
-  prepare(source: ConfigSource & { config: string }): Promise<EntryView>;
+  prepare(source: ConfigSource & { config: string; suspend?: boolean }): Promise<EntryView>;
   /** Reopens the last checkpoint (or does nothing when running). */
   start(options?: StartOptions): Promise<EntryView>;
   /** Cuts clients, stops services, checkpoints the disk. */

@@ -13,6 +13,7 @@ import { configDeclares } from "../state/config-trust.js";
 import { readRecord, readStatus, writeRecord, type EntryRecord, type EntryStatus } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { ConfigSource } from "./context.js";
+import { IDENTITY_PROGRESS } from "./guest-identity.js";
 import { installGuestConfig, readConfigFile, runSetup } from "./guest-setup.js";
 import { withImageDir } from "../image-ref.js";
 import { recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
@@ -42,8 +43,8 @@ export interface CreateSteps {
   bootVm(diskDir: string, config: SandboxConfig, progress: Progress, secretSalt: string): Promise<RuntimeVm>;
   /** Starts the guest agent. */
   startAgent(vm: RuntimeVm, config: SandboxConfig, progress: Progress): Promise<SupervisorClient>;
-  /** Cuts previews and the agent, then checkpoints or discards the VM run. */
-  teardown(options: { checkpoint: boolean }): Promise<unknown>;
+  /** Cuts previews and the agent, then checkpoints or discards the VM run (`keepMemory`: a suspend). */
+  teardown(options: { checkpoint: boolean; keepMemory?: boolean }): Promise<{ memoryBytes?: number } | undefined>;
   /** Records a failed start and tears the run down. */
   failStart(error: unknown): Promise<void>;
 }
@@ -124,13 +125,18 @@ export async function createInstance(
     // The template's disk may hold placeholders its setup stored: they must keep working here.
     if (templateRecord.secretSalt) record.secretSalt = templateRecord.secretSalt;
     progress({ stage: "disk", message: `creating a copy-on-write disk from template ${template}` });
-    await runtime.disks.createFromTemplate(layout.diskDir("templates", template), diskDir);
+    const disk = await runtime.disks.createFromTemplate(layout.diskDir("templates", template), diskDir);
+    if (disk.memoryBytes > 0) {
+      progress({ stage: "disk", message: `the template saved its memory: ${name} resumes it instead of booting` });
+    }
   }
   // Until the first checkpoint holds the guest config and setup's work, the record says so: a
   // daemon that dies before then (its run is dropped) leaves an instance whose next start
   // finishes the create.
   if (source.idleSuspendMs !== undefined) config = withIdleSuspend(config, source.idleSuspendMs);
-  const pendingCreate = configText !== undefined ? { configText } : {};
+  // Every new guest gets its own identity at its first boot: an image's copy would otherwise share
+  // the image's hostname and empty machine-id, a template's copy the template's.
+  const pendingCreate = { ...(configText !== undefined ? { configText } : {}), newIdentity: true };
   await writeRecord(layout, { ...record, config, pendingCreate });
   const first = { pendingCreate, setupDone: false, secretSalt: record.secretSalt };
   try {
@@ -173,10 +179,14 @@ async function rollBackCreate(steps: CreateSteps, error: unknown): Promise<Contr
   });
 }
 
-/** A template: a fresh disk, the guest config and setup, then the disk published; a failure publishes nothing. */
+/**
+ * A template: a fresh disk, the guest config and setup, then the disk published; a failure
+ * publishes nothing. With `suspend`, its services are started and the guest is saved running
+ * (memory and disk): instances made from it resume that instead of booting.
+ */
 export async function prepareTemplate(
   steps: CreateSteps,
-  source: ConfigSource & { config: string },
+  source: ConfigSource & { config: string; suspend?: boolean },
   progress: Progress,
 ): Promise<EntryView> {
   const { state, runtime } = steps;
@@ -205,6 +215,8 @@ export async function prepareTemplate(
     await state.setState("starting");
     const vm = await steps.bootVm(workDir, config, progress, secretSalt);
     const supervisor = await steps.startAgent(vm, config, progress);
+    progress({ stage: "boot", message: IDENTITY_PROGRESS });
+    await runtime.giveOwnIdentity(supervisor, name);
     await installGuestConfig(supervisor, configText);
     const setup = await runSetup(supervisor, config, progress);
     if (!setup.ok) {
@@ -217,9 +229,13 @@ export async function prepareTemplate(
         },
       );
     }
-    progress({ stage: "checkpoint", message: "saving the prepared disk" });
-    await steps.teardown({ checkpoint: true });
-    await runtime.disks.createTemplate(workDir, templateDir);
+    if (source.suspend) await startTemplateServices(supervisor, config, progress);
+    progress({
+      stage: "checkpoint",
+      message: source.suspend ? "saving the prepared disk and memory" : "saving the prepared disk",
+    });
+    await steps.teardown({ checkpoint: true, keepMemory: source.suspend === true });
+    const template = await runtime.disks.createTemplate(workDir, templateDir);
     await runtime.disks.destroy(workDir);
     await writeRecord(layout, {
       kind: "templates",
@@ -229,7 +245,10 @@ export async function prepareTemplate(
       config,
       secretSalt,
     });
-    await state.setState("prepared", { setup: { exitCode: setup.exitCode, at: new Date().toISOString() } });
+    await state.setState("prepared", {
+      setup: { exitCode: setup.exitCode, at: new Date().toISOString() },
+      ...(template.memoryBytes > 0 ? { savedMemory: { bytes: template.memoryBytes } } : {}),
+    });
     progress({ stage: "done", message: `template ${name} is ready` });
     return await state.view();
   } catch (error) {
@@ -240,4 +259,23 @@ export async function prepareTemplate(
   } finally {
     state.finish();
   }
+}
+
+/**
+ * Starts a template's services before it is saved running. They get no preview URL (a template has
+ * no previews): a service whose environment refers to one fails here, and nothing is published.
+ */
+async function startTemplateServices(supervisor: SupervisorClient, config: SandboxConfig, progress: Progress) {
+  progress({ stage: "services", message: "starting services, to be saved running" });
+  const result = await supervisor.ensureServices(undefined, { config });
+  const failure = result.failures[0];
+  if (failure) {
+    throw new ControllerError(failure.code, `${failure.message}; no template was published`, {
+      hint:
+        failure.hint ??
+        "Fix the service in the sandbox.yaml (a service saved in a template gets no preview URL), or prepare without --suspend.",
+      details: { service: failure.service, ...(failure.logPath ? { logPath: failure.logPath } : {}) },
+    });
+  }
+  progress({ stage: "services", message: `${result.services.length} service(s) running` });
 }

@@ -13,6 +13,7 @@ import { readRecord, readStatus, writeRecord } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { ConfigSource, LifecycleActions, StartOptions } from "./context.js";
 import { createInstance, prepareTemplate, withIdleSuspend, type BootOptions, type CreateSteps } from "./create.js";
+import { IDENTITY_PROGRESS } from "./guest-identity.js";
 import { installGuestConfig, runSetup } from "./guest-setup.js";
 import { assertHostPortsFree, hostPortsOf, portsTakenByInstances } from "./host-ports.js";
 import { previewAddressFor, recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
@@ -74,7 +75,7 @@ export class Lifecycle {
   }
 
   /** A template from a config (create.ts). */
-  prepare(source: ConfigSource & { config: string }, progress: Progress): Promise<EntryView> {
+  prepare(source: ConfigSource & { config: string; suspend?: boolean }, progress: Progress): Promise<EntryView> {
     return prepareTemplate(this.steps(), source, progress);
   }
 
@@ -153,6 +154,10 @@ export class Lifecycle {
     // Its services run on in the resumed memory: previews waiting for this wake may go on now.
     if (warm) state.guestResumed();
     const supervisor = await this.startAgent(vm, config, progress);
+    if (options.pendingCreate?.newIdentity) {
+      progress({ stage: "boot", message: IDENTITY_PROGRESS });
+      await this.runtime.giveOwnIdentity(supervisor, this.name);
+    }
     if (warm) {
       options.setupDone = true;
       return finishWarmStart(state, this.guest, options.suspended, progress, started);

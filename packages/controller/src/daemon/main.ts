@@ -4,7 +4,10 @@
 import { parseArgs } from "node:util";
 import type { EntryKind } from "../state/layout.js";
 import { StateLayout } from "../state/layout.js";
+import { forgetDaemonMalloc } from "./malloc.js";
 import { runDaemon } from "./server.js";
+
+forgetDaemonMalloc();
 
 const { values } = parseArgs({
   options: { root: { type: "string" }, kind: { type: "string" }, name: { type: "string" } },

@@ -15,6 +15,7 @@ import {
   type VmMount,
   type VmSecret,
 } from "@pi-sandbox/vm";
+import { giveOwnIdentity } from "./guest-identity.js";
 import type { DaemonLogger } from "./log.js";
 
 /**
@@ -59,10 +60,16 @@ export interface RuntimeVm extends GuestVm {
 export interface RuntimeDisks {
   /** A new disk in `dir` from an image. */
   createDisk(dir: string, options: { image?: string; diskGiB: number }): Promise<unknown>;
-  /** A new disk in `dir` from the template disk in `templateDir` (copy-on-write). */
-  createFromTemplate(templateDir: string, dir: string): Promise<unknown>;
-  /** Publishes the stopped disk in `dir` as a template disk in `templateDir`. */
-  createTemplate(dir: string, templateDir: string): Promise<unknown>;
+  /**
+   * A new disk in `dir` from the template disk in `templateDir` (copy-on-write); `memoryBytes` > 0
+   * when it got the template's saved memory, which its first start resumes.
+   */
+  createFromTemplate(templateDir: string, dir: string): Promise<{ memoryBytes: number }>;
+  /**
+   * Publishes the stopped (or suspended) disk in `dir` as a template disk in `templateDir`;
+   * `memoryBytes` > 0 when a suspend's memory came with it.
+   */
+  createTemplate(dir: string, templateDir: string): Promise<{ memoryBytes: number }>;
   /** Removes a disk (VM_DISK_NOT_FOUND when there is none). */
   destroy(dir: string): Promise<unknown>;
   /** Deletes the memory a suspend saved with the disk's checkpoint; the next boot is cold. */
@@ -102,6 +109,11 @@ export interface InstanceRuntime {
   }): Promise<RuntimeVm>;
   /** Installs and starts the guest agent in `vm`, for the config's workspace. */
   startAgent(vm: RuntimeVm, options: { workspace: string; logger: DaemonLogger }): Promise<SupervisorClient>;
+  /**
+   * Gives a new guest (an instance or template) its own machine-id, hostname (`name`) and ssh
+   * host keys, through its agent (guest-identity.ts).
+   */
+  giveOwnIdentity(supervisor: SupervisorClient, name: string): Promise<void>;
   /**
    * The preview gateway of an instance: previews bind `address` (the instance's own loopback
    * address), host ports are leased in `portsFile`, and a new lease avoids `avoidPorts()`. Guest
@@ -143,6 +155,7 @@ export function createVmRuntime(options: {
       }),
     startAgent: (vm, { workspace, logger }) =>
       SupervisorClient.start({ vm, workspace, logger, startTimeoutMs: agentStartTimeoutMs(vm.accelerator.accel) }),
+    giveOwnIdentity,
     openGateway: (guest, { portsFile, address, avoidPorts, logger, wake }) =>
       new PreviewGateway({
         connector: guestVmConnector(guest),

@@ -1,7 +1,7 @@
 // The daemon process: takes the entry's pid file, serves calls on its Unix socket, and exits when
 // its entry is stopped, destroyed or idle.
 import { chmodSync } from "node:fs";
-import { open, readFile, rm, unlink } from "node:fs/promises";
+import { open, readFile, rm, stat, unlink } from "node:fs/promises";
 import { createServer, type Server, type Socket } from "node:net";
 import { mkdir } from "node:fs/promises";
 import { dirname } from "node:path";
@@ -17,6 +17,26 @@ import type { InstanceRuntime } from "./runtime.js";
 
 /** A daemon with no VM and no request for this long exits (e.g. after a failed create). */
 const IDLE_EXIT_MS = 30_000;
+
+/**
+ * Which file `path` is now (device, inode and change time, so a reused inode number differs), or
+ * undefined when there is none.
+ */
+async function fileIdentity(path: string): Promise<string | undefined> {
+  const s = await stat(path, { bigint: true }).catch(() => undefined);
+  return s && `${s.dev}:${s.ino}:${s.ctimeNs}`;
+}
+
+/**
+ * Removes `path` if it is still the file `identity` names. An exiting daemon's pid file and socket
+ * may already be a newer daemon's: a destroy removes the entry's directory before its answer, and
+ * the client's next call (a create of the same name) spawns the next daemon while this one is
+ * still winding down. Removing those left the new daemon running where no client could find it,
+ * and the next call spawned a second owner of the entry.
+ */
+async function removeIfOwn(path: string, identity: string | undefined): Promise<void> {
+  if (identity !== undefined && (await fileIdentity(path)) === identity) await rm(path, { force: true });
+}
 
 /**
  * Takes the entry's pid file exclusively. Returns false when another live daemon owns it; a stale
@@ -79,6 +99,7 @@ export async function runDaemon(
     log.info("another controller owns this entry; exiting");
     return 0;
   }
+  const pidFileIdentity = await fileIdentity(layout.pidFile(kind, name));
   await rm(socketPath, { force: true });
   const controller = new InstanceController(layout, kind, name, log, options.runtime);
   const sockets = new Set<Socket>();
@@ -161,6 +182,7 @@ export async function runDaemon(
       process.umask(umask);
     }
   });
+  const socketIdentity = await fileIdentity(socketPath);
   log.info(`controller ${process.pid} listening on ${socketPath}`);
 
   const onSignal = (signal: string) => {
@@ -192,9 +214,11 @@ export async function runDaemon(
   // daemon instead of talking to this one; then let in-flight answers (the stop or destroy
   // result itself) reach their callers.
   clearInterval(idle);
-  server.close();
-  await rm(socketPath, { force: true });
-  await unlink(layout.pidFile(kind, name)).catch(() => undefined);
+  // Closing a listening Unix socket unlinks its path (libuv does): once a newer daemon listens
+  // there, this one's handle is only unreferenced (the process is about to exit) instead.
+  if ((await fileIdentity(socketPath)) === socketIdentity) server.close();
+  else server.unref();
+  await removeIfOwn(layout.pidFile(kind, name), pidFileIdentity);
   for (let i = 0; i < 50 && inFlight > 0; i++) await new Promise((r) => setTimeout(r, 100));
   for (const socket of sockets) socket.end();
   await new Promise((r) => setTimeout(r, 100));

@@ -59,6 +59,8 @@ export interface EntryView {
   lastStart?: LastStart;
   /** Background resume handle for exec-status. */
   resumePid?: string;
+  /** A template prepared with `suspend`: the memory it saved, which instances made from it resume. */
+  savedMemory?: { bytes: number };
   /**
    * What the instance's QEMU costs the host now, while it runs: CPU in percent of one host CPU
    * (over a 200 ms window) and resident memory in bytes. Read from /proc; absent without a QEMU.
@@ -167,6 +169,7 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
   if (status?.restore && state !== "suspended" && state !== "suspending") view.restore = status.restore;
   if (status?.lastStart) view.lastStart = status.lastStart;
   if (status?.resumePid && state === "running") view.resumePid = status.resumePid;
+  if (status?.savedMemory && kind === "templates") view.savedMemory = status.savedMemory;
   if (liveness.live && liveness.pid) view.daemonPid = liveness.pid;
   if (hint) view.hint = hint;
   return view;

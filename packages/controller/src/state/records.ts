@@ -56,9 +56,11 @@ export interface EntryRecord {
   /**
    * Present until the first boot of a new instance finished (guest config written, setup run).
    * A create whose daemon died before then is finished by the next `start`; `configText` is the
-   * host sandbox.yaml text to write into the guest (absent for a template's copy).
+   * host sandbox.yaml text to write into the guest (absent for a template's copy). `newIdentity`
+   * gives the guest its own machine-id, hostname and ssh host keys (records of older versions
+   * have it only for a template's copy).
    */
-  pendingCreate?: { configText?: string };
+  pendingCreate?: { configText?: string; newIdentity?: boolean };
 }
 
 /** One error kept for inspect. */
@@ -120,6 +122,11 @@ export interface EntryStatus {
    * holding the previews, and the next preview request or action resumes it.
    */
   suspendedBy?: "idle";
+  /**
+   * A template prepared with `suspend`: the bytes of the memory it saved with its services
+   * running, which each instance made from it resumes instead of booting.
+   */
+  savedMemory?: { bytes: number };
 }
 
 /** Reads the record, or undefined when the entry does not exist. */

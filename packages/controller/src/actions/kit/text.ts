@@ -72,6 +72,10 @@ export function formatView(view: EntryView): string {
     lines.push(
       `last start:  ${(view.lastStart.ms / 1000).toFixed(1)} s (${view.lastStart.warm ? "resumed" : "booted"}) at ${view.lastStart.at}`,
     );
+  if (view.savedMemory)
+    lines.push(
+      `memory:      ${formatMiB(view.savedMemory.bytes)} saved running; create -t resumes it instead of booting`,
+    );
   if (view.usage)
     lines.push(
       `usage:       ${view.usage.cpuPercent.toFixed(1)} % CPU, ${formatMiB(view.usage.rssBytes)} resident (QEMU)`,
