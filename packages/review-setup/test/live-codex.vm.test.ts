@@ -1,4 +1,4 @@
-// The seed's example on one real VM, on an instance created the CLI's way (the `create` action,
+// The seed's example on real VMs, first on an instance created the CLI's way (the `create` action,
 // no `sandbox:setup --config`): `sandbox:setup --live-model openai-codex/gpt-6-sol --restart` with
 // a ChatGPT (openai-codex) login on the host adds the secret to the instance and suspends and
 // resumes it (a process started before keeps running, the same kernel boot). A fake ChatGPT backend on the host stands for
@@ -10,6 +10,7 @@
 // auth.json carries the new expiry, the old placeholder still works, and after `stop` no byte of
 // either token is anywhere in the state root. Before the second refresh the guest gets a fake
 // `herdr` that records its arguments and writes an extension, which the live check's Pi loads.
+// Then the seed's command as written, with `--config`, makes the instance itself and works at once.
 import { createHash, randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -117,6 +118,28 @@ async function setup(args: string[]): Promise<{ code: number; stdout: string; st
     overrides,
   });
   return { code, stdout, stderr };
+}
+
+/** Greps the guest's processes' environments and files for `secrets`: prints the count, then any file. */
+const guestSecretSearch = (secrets: readonly string[]) => {
+  const patterns = secrets.map((s) => `-e '${s}'`).join(" ");
+  return (
+    `cat /proc/[0-9]*/environ 2>/dev/null | grep -c ${patterns}; ` +
+    `grep -rl ${patterns} /workspace /tmp /root /etc /home 2>/dev/null; true`
+  );
+};
+
+/** Stops the instance, then expects no byte of `secrets` anywhere under the state root, and `placeholder` somewhere. */
+async function expectStateClean(secrets: readonly string[], placeholder: string): Promise<void> {
+  expect((await act({ action: "stop" })).state).toBe("stopped");
+  // Every file under the state root: the disk's layers, records, logs, the derived config.
+  const files = await host.searchState(secrets);
+  for (const { path, found } of files) {
+    expect({ path, found: found.map((s) => s.slice(0, 8)) }).toEqual({ path, found: [] });
+  }
+  expect(files.length).toBeGreaterThan(5);
+  const placeholderFound = files.some((file) => file.bytes.includes(placeholder));
+  expect(placeholderFound).toBe(true); // the search does see what the guest wrote to its disk
 }
 
 /** The Responses API stream Pi reads: one message with text, then the usage. */
@@ -271,21 +294,31 @@ test("on an instance the CLI made, the guest's Pi sends a JWT-shaped placeholder
   expect(posts().at(-1)!.token === REFRESHED).toBe(true);
 
   const secrets = [TOKEN, REFRESHED, TOKEN.split(".")[2]!, REFRESHED.split(".")[2]!, REFRESH, "private@example.com"];
-  const guestSearch = await act({
-    action: "exec",
-    cmd:
-      `cat /proc/[0-9]*/environ 2>/dev/null | grep -c ${secrets.map((s) => `-e '${s}'`).join(" ")}; ` +
-      `grep -rl ${secrets.map((s) => `-e '${s}'`).join(" ")} /workspace /tmp /root /etc /home 2>/dev/null; true`,
-  });
-  expect(guestSearch.output).toBe("0\n");
-  expect((await act({ action: "stop" })).state).toBe("stopped");
+  expect((await act({ action: "exec", cmd: guestSecretSearch(secrets) })).output).toBe("0\n");
+  await expectStateClean(secrets, newPlaceholder);
+});
 
-  // Every file under the state root: the disk's layers, records, logs, the derived config.
-  const files = await host.searchState(secrets);
-  for (const { path, found } of files) {
-    expect({ path, found: found.map((s) => s.slice(0, 8)) }).toEqual({ path, found: [] });
-  }
-  expect(files.length).toBeGreaterThan(5);
-  const placeholderFound = files.some((file) => file.bytes.includes(newPlaceholder));
-  expect(placeholderFound).toBe(true); // the search does see what the guest wrote to its disk
+test("the seed's command as written (--config) creates the instance with the secret and the live check passes at once", async () => {
+  await act({ action: "destroy", confirm: NAME }).catch(() => undefined);
+  await login(TOKEN, EXP1);
+  const before = received.length;
+  const result = await timed("setup --config (create included)", () =>
+    setup(["--config", join(dir, "sandbox.yaml"), "--live-model", "openai-codex/gpt-6-sol"]),
+  );
+  if (result.code !== 0) throw new Error(`setup --config failed:\n${result.stderr}`);
+  expect(result.stdout).toContain(`ready gpt-6-sol ${hash(TOKEN)}`);
+  expect(result.stdout).not.toContain("suspended and resumed"); // declared at create: nothing to restart
+  const posts = received.slice(before).filter((r) => r.kind.startsWith("POST"));
+  expect(posts.map((r) => [r.kind, r.token === TOKEN, r.account])).toEqual([
+    ["POST /backend-api/codex/responses", true, ACCOUNT],
+  ]);
+  expect((await act({ action: "inspect" })).secrets).toEqual([{ name: "OPENAI_CODEX_ACCESS_TOKEN", hosts: [API] }]);
+  const auth = JSON.parse((await act({ action: "read", path: `${AGENT}/auth.json` })).content);
+  const placeholder = auth["openai-codex"].access as string;
+  expect(claims(placeholder)).toMatchObject({ exp: EXP1 });
+  expect(placeholder).not.toBe(TOKEN);
+
+  const secrets = [TOKEN, TOKEN.split(".")[2]!, REFRESH, "private@example.com"];
+  expect((await act({ action: "exec", cmd: guestSecretSearch(secrets) })).output).toBe("0\n");
+  await expectStateClean(secrets, placeholder);
 });
