@@ -19,4 +19,8 @@ module.exports = {
   moduleNameMapper: { "^(\\.{1,2}/.*)\\.js$": "$1" },
   testMatch: ["<rootDir>/test/**/*.test.ts"],
   testTimeout: 30_000,
+  // A handle a failed test left open (a socket, a child's pipe) must not keep a finished run alive:
+  // once every file has reported, Jest exits. CI once printed nothing more after its last suite for
+  // 50 min, until its own limit ended the run.
+  forceExit: true,
 };

@@ -14,7 +14,7 @@
 // `--targets=a,b` runs those targets instead (the root `npm run test:unit` uses it), and any other
 // argument goes to Nx; both take one plain `nx run-many`, Nx ordering the tasks.
 import { spawn, spawnSync } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 
 const ANSI = /\x1b\[[0-9;]*[A-Za-z]/g;
@@ -26,6 +26,12 @@ const MAX_SUMMARY_LINES = 200;
 /** Longest suites first, as measured on a clean-clone CI run; used until a run has recorded its own. */
 const DEFAULT_ORDER = ["review-setup", "controller", "e2e", "vm", "supervisor", "pi-extension", "ingress"];
 const DURATIONS_FILE = ".nx/test-durations.json";
+/** How long one task may run (the longest takes about 16 min on CI); PI_SANDBOX_TEST_TASK_MINUTES overrides. */
+const TASK_LIMIT_MS = Number(process.env.PI_SANDBOX_TEST_TASK_MINUTES ?? 35) * 60_000;
+/** Set in each task's environment, to name the processes a task left behind. */
+const TASK_MARK = "PI_SANDBOX_TEST_TASK";
+/** How often the still-running tasks are listed. */
+const HEARTBEAT_MS = 5 * 60_000;
 
 const targetsArg = process.argv.slice(2).find((arg) => arg.startsWith("--targets="));
 const targets = targetsArg ? targetsArg.slice("--targets=".length).split(",") : ["lint", "test", "build"];
@@ -89,8 +95,24 @@ function scanner(task) {
  */
 function runNx(task, args, env, live) {
   const started = Date.now();
-  const child = spawn(nx, [...args, "--outputStyle=static"], { stdio: ["ignore", "pipe", "pipe"], env });
+  // Its own process group, so that a timeout ends Nx together with the test runner under it.
+  // A kept task's output is streamed to this process as it comes (Nx's static style holds a
+  // task's output until it ends), so that a task ended by its limit still shows what it printed.
+  const style = live ? "static" : "stream-without-prefixes";
+  const child = spawn(nx, [...args, `--outputStyle=${style}`], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...env, [TASK_MARK]: task },
+    detached: true,
+  });
   const kept = [];
+  // What the heartbeat, a timeout and a signal need of it; lastLine is its last non-empty line.
+  const entry = {
+    task,
+    started,
+    live,
+    lastLine: "none",
+    flush: () => kept.splice(0).forEach((line) => process.stdout.write(line + "\n")),
+  };
   const scan = scanner(live && !scheduled ? undefined : task);
   for (const [stream, out] of [
     [child.stdout, process.stdout],
@@ -99,16 +121,32 @@ function runNx(task, args, env, live) {
     createInterface({ input: stream, crlfDelay: Infinity }).on("line", (line) => {
       if (live) out.write(line + "\n");
       else kept.push(line);
+      if (line.trim()) entry.lastLine = line.replace(ANSI, "").trim();
       scan(line);
     });
   }
   if (!live) process.stdout.write(`npm test: ${task} started at +${minutes(started - runStart)}\n`);
-  const flush = () => kept.splice(0).forEach((line) => process.stdout.write(line + "\n"));
-  running.set(child, flush);
+  running.set(child, entry);
+  // A streamed command shows where it stands; a kept one gets a limit and a heartbeat.
+  const deadline = live ? undefined : setTimeout(() => timeOut(child, entry), TASK_LIMIT_MS);
   return new Promise((resolve) => {
-    child.on("close", (status, signal) => {
+    // "close" waits for every holder of the output pipes: a stray process that inherited them
+    // (a leaked daemon or VM) would keep the task open after Nx exited. Nx's exit is the end.
+    child.on("exit", () => {
+      setTimeout(() => {
+        if (!running.has(child)) return;
+        process.stdout.write(
+          `npm test: ${task}: processes it left behind keep its output open; not waiting for them. Still running:\n${leftBehind(task)}\n`,
+        );
+        child.stdout.destroy();
+        child.stderr.destroy();
+        child.emit("close", child.exitCode, child.signalCode);
+      }, 10_000).unref();
+    });
+    child.once("close", (status, signal) => {
+      clearTimeout(deadline);
       running.delete(child);
-      flush();
+      entry.flush();
       const code = status ?? (signal ? 1 : 0);
       const duration = Date.now() - started;
       timings.push({ task, duration, started: started - runStart, failed: code !== 0 });
@@ -119,14 +157,64 @@ function runNx(task, args, env, live) {
   });
 }
 
-/** Running Nx commands and how to print what each has kept so far. */
+/** Running Nx commands: their task, start time, last line and how to print what each has kept so far. */
 const running = new Map();
+
+/** Processes (pid and command line) that inherited `task`'s TASK_MARK, other than this one. */
+function leftBehind(task) {
+  const found = [];
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name) && Number(name) !== process.pid)) {
+    try {
+      if (!readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").includes(`${TASK_MARK}=${task}`)) continue;
+      found.push(`  ${pid} ${readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ").slice(0, 200)}`);
+    } catch {
+      // Gone, not ours to read, or no /proc (not Linux).
+    }
+  }
+  return found.join("\n") || "  (none found)";
+}
+
+/** Signals a command's whole process group (Nx, npm, the test runner); it may be gone already. */
+function killGroup(child, signal) {
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    // Already exited.
+  }
+}
+
+/**
+ * A task past TASK_LIMIT_MS: its output so far is printed (the files that finished), then it is
+ * ended and counts as failed. A hung suite otherwise printed nothing until CI's own limit killed
+ * the run, and the log did not say which task had hung.
+ */
+function timeOut(child, { task, lastLine, flush }) {
+  // Nx already exited: only its left-behind processes hold the task open, and "exit" ends it.
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  flush();
+  const line = `npm test: ${task} TIMED OUT after ${minutes(TASK_LIMIT_MS)} (its last line: ${lastLine}); ending it`;
+  process.stdout.write(line + "\n");
+  summary.push(`[${task}] ${line.slice("npm test: ".length)}`);
+  killGroup(child, "SIGTERM");
+  setTimeout(() => killGroup(child, "SIGKILL"), 15_000).unref();
+}
+
+// Every few minutes, which tasks are still running and what each printed last.
+setInterval(() => {
+  for (const { task, started, live, lastLine } of running.values()) {
+    if (!live)
+      process.stdout.write(
+        `npm test: ${task} still running after ${minutes(Date.now() - started)}; last line: ${lastLine}\n`,
+      );
+  }
+}, HEARTBEAT_MS).unref();
+
 // An interrupted or timed-out CI run must still show what the running tasks printed.
 for (const signal of ["SIGINT", "SIGTERM"]) {
   process.once(signal, () => {
-    for (const [child, flush] of running) {
+    for (const [child, { flush }] of running) {
       flush();
-      child.kill(signal);
+      killGroup(child, signal);
     }
     process.exit(130);
   });
@@ -173,8 +261,15 @@ async function scheduledRun(env) {
   if (built !== 0) return built;
   const width = JSON.parse(readFileSync("nx.json", "utf8")).parallel ?? 2;
   const projects = testProjectsLongestFirst();
-  const jobs = projects.map((project) => () => runNx(`${project}:test`, ["run", `${project}:test`], env, false));
-  jobs.push(() => runNx("lint", ["run-many", "-t", "lint", "--parallel=1"], env, false));
+  // Everything is built now. Without --excludeTaskDependencies each `nx run` would take its builds
+  // again "from the local cache": with no Nx daemon (CI) that rewrites their dist/ folders, and a
+  // suite running in the other lane failed once importing a package whose dist/ was gone.
+  // The same goes for the packs tests make (npm pack runs scripts/prepack.mjs): this tells them
+  // that every project is built.
+  const builtEnv = { ...env, PI_SANDBOX_WORKSPACE_BUILT: "1" };
+  const run = (target, args) => runNx(target, [...args, "--excludeTaskDependencies"], builtEnv, false);
+  const jobs = projects.map((project) => () => run(`${project}:test`, ["run", `${project}:test`]));
+  jobs.push(() => run("lint", ["run-many", "-t", "lint", "--parallel=1"]));
   const code = await pool(jobs, width);
   const durations = Object.fromEntries(
     timings.filter((t) => t.task.endsWith(":test")).map((t) => [t.task.slice(0, -":test".length), t.duration]),
