@@ -25,19 +25,16 @@ interface CliRun {
   stderr: string;
 }
 
-/** Runs `pi-sandbox …args`; `onStdout` sees the child and all stdout so far after each chunk. */
+/** Runs `pi-sandbox …args`; `onStart` gets the child and the run, whose stdout grows as it prints. */
 function cli(
   args: string[],
-  onStdout?: (child: ReturnType<typeof spawn>, stdout: string) => void,
+  onStart?: (child: ReturnType<typeof spawn>, run: CliRun) => void,
   stdin = "",
 ): Promise<CliRun> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [CLI, ...args], { cwd: sandbox.dir, env: sandbox.env });
     const run: CliRun = { code: null, stdout: "", stderr: "" };
-    child.stdout.setEncoding("utf8").on("data", (text: string) => {
-      run.stdout += text;
-      onStdout?.(child, run.stdout);
-    });
+    child.stdout.setEncoding("utf8").on("data", (text: string) => (run.stdout += text));
     child.stderr.setEncoding("utf8").on("data", (text: string) => (run.stderr += text));
     child.stdin.end(stdin);
     child.once("error", reject);
@@ -45,6 +42,7 @@ function cli(
       run.code = code;
       resolve(run);
     });
+    onStart?.(child, run);
   });
 }
 
@@ -67,43 +65,45 @@ afterAll(async () => {
 
 test("logs -f prints lines written after it started, across a restart of the service, until Ctrl-C", async () => {
   await guest("echo before >> feed.txt");
-  // Each step waits for what the follower printed; the next line is written only then.
-  const steps: { until: RegExp; then: () => Promise<unknown> }[] = [
-    { until: /^before$/m, then: () => guest("echo after-1 >> feed.txt") },
-    // The service's shell is killed: the agent notes the exit in the log and restarts it 1 s later.
-    { until: /^after-1$/m, then: () => guest("pkill -f 'tail -n 0 -[F]'") },
-    {
-      until: /restarting/,
-      // The new tail starts at the end of the file: write until one line lands after it started.
-      then: async () => {
-        for (let i = 0; i < 30 && !follow.stdout.includes("after-2"); i++) {
-          await guest("echo after-2 >> feed.txt");
-          await new Promise((r) => setTimeout(r, 1000));
-        }
-      },
-    },
-    { until: /^after-2$/m, then: async () => undefined },
-  ];
-  let step = 0;
-  let busy = false;
-  const follow = { stdout: "" };
-  const advance = (child: ReturnType<typeof spawn>) => {
-    if (busy || step >= steps.length || !steps[step]!.until.test(follow.stdout)) return;
-    busy = true;
-    const current = steps[step++]!;
-    void current.then().then(() => {
-      busy = false;
-      if (step === steps.length) child.kill("SIGINT");
-      else advance(child);
-    });
-  };
-  const run = await cli(["logs", NAME, "feed", "-f"], (child, stdout) => {
-    follow.stdout = stdout;
-    advance(child);
+  let follower: ReturnType<typeof spawn> | undefined;
+  let seen: CliRun = { code: null, stdout: "", stderr: "" };
+  const following = cli(["logs", NAME, "feed", "-f"], (child, run) => {
+    follower = child;
+    seen = run;
   });
+  // Each step waits for what the follower printed; the next line is written only then. A step
+  // that waits in vain fails with what the follower had printed, instead of hanging the file.
+  const printed = async (pattern: RegExp, what: string, timeoutMs = 60_000) => {
+    for (const deadline = Date.now() + timeoutMs; !pattern.test(seen.stdout);) {
+      if (Date.now() > deadline) {
+        throw new Error(
+          `logs -f did not print ${what} within ${timeoutMs} ms; it printed:\n${seen.stdout}${seen.stderr}`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
+  try {
+    await printed(/^before$/m, "the line written before it started");
+    await guest("echo after-1 >> feed.txt");
+    await printed(/^after-1$/m, "a line written while it followed");
+    // The service's shell is killed: the agent notes the exit in the log and restarts it 1 s later.
+    await guest("pkill -f 'tail -n 0 -[F]'");
+    await printed(/restarting/, "the agent's note of the service's exit");
+    await printed(/started pid \d+ .*\(restart 1\)/, "the agent's note of the service's restart");
+    // The new tail starts at the end of the file: write until one line lands after it started.
+    for (let i = 0; i < 30 && !/^after-2$/m.test(seen.stdout); i++) {
+      await guest("echo after-2 >> feed.txt");
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    await printed(/^after-2$/m, "a line written after the service restarted", 1_000);
+  } finally {
+    follower?.kill("SIGINT");
+  }
+  const run = await following;
   expect(run.stderr).toBe("");
   expect(run.code).toBe(130);
-  expect(run.stdout).toMatch(/^before\nafter-1\n[^]*restarting[^]*\nafter-2\n/m);
+  expect(run.stdout).toMatch(/^before\nafter-1\n[^]*restarting[^]*\(restart 1\)[^]*\nafter-2\n/m);
 });
 
 const sha256 = (data: Buffer) => createHash("sha256").update(data).digest("hex");
