@@ -2,7 +2,7 @@
 // packages resolved through the "@pi-sandbox/source" export condition (no build needed to test).
 /** @type {import('jest').Config} */
 module.exports = {
-  testEnvironment: "node",
+  testEnvironment: require.resolve("./jest.environment.cjs"),
   testEnvironmentOptions: { customExportConditions: ["@pi-sandbox/source", "node", "import", "default"] },
   extensionsToTreatAsEsm: [".ts"],
   moduleFileExtensions: ["ts", "js", "mjs", "cjs", "json"],
