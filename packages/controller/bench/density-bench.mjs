@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction, StateLayout } from "../dist/client/index.js";
+import { until } from "../dist/testing.js";
 import { cpuPercent, processUsage, qemuUsage } from "@pi-sandbox/vm/host";
 import { benchImage, dashboardRss, median, printRows, row, sleep } from "./kit.mjs";
 
@@ -56,15 +57,6 @@ async function totals(ms) {
 
 const suspended = async (name) => (await callAction({ action: "inspect", name }, { env })).idle?.suspended === true;
 
-/** Resolves once `check` holds, polling every 250 ms; throws after `ms`. */
-async function until(what, check, ms = 300_000) {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(250);
-  }
-}
-
 try {
   writeFileSync(
     join(dir, "web.yaml"),
@@ -91,7 +83,7 @@ try {
   // Each told to suspend itself after SUSPEND_AFTER_S unused; measured once all have.
   for (const name of names) await callAction({ action: "start", name, idleSuspend: `${SUSPEND_AFTER_S}s` }, { env });
   const settled = performance.now();
-  for (const name of names) await until(`${name} to suspend itself`, () => suspended(name));
+  for (const name of names) await until(`${name} to suspend itself`, () => suspended(name), 300_000, 250);
   const allSuspendedS = (performance.now() - settled) / 1000;
   const asleep = await totals(30_000);
   row(`${label}, auto-suspended: QEMU processes left`, asleep.qemu.count, undefined, "", "0");
@@ -116,7 +108,7 @@ try {
     firstBytes.push(performance.now() - t);
     if (res.status !== 200 || body !== "dense\n") throw new Error(`${name}'s woken preview answered ${res.status}`);
     t = performance.now();
-    await until(`${name} to suspend itself again`, () => suspended(name));
+    await until(`${name} to suspend itself again`, () => suspended(name), 300_000, 250);
     backToIdle.push(performance.now() - t);
   }
   row(

@@ -103,6 +103,23 @@ function pgrep(pattern: string): number[] {
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
+/**
+ * Resolves once `check()` is true, polling every `intervalMs`; after `ms` throws "timed out
+ * waiting for <what>" (`what` may be a function, to describe what was seen by then).
+ */
+export async function until(
+  what: string | (() => string),
+  check: () => boolean | Promise<boolean>,
+  ms = 120_000,
+  intervalMs = 100,
+): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${typeof what === "string" ? what : what()}`);
+    await sleep(intervalMs);
+  }
+}
+
 /** Waits up to `ms` for every QEMU of `needle` to be gone; returns those left. */
 export async function qemuGone(needle: string, ms = 15_000): Promise<number[]> {
   return gone(() => qemuFor(needle), ms);

@@ -3,7 +3,7 @@ import { chmod, readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { daemonLive, pidAlive } from "../src/state/liveness.js";
 import { StateLayout } from "../src/state/layout.js";
-import { fetchText, makeSandbox, SEED_YAML, qemuFor, sleep, teardown, type Sandbox } from "../src/testing.js";
+import { fetchText, makeSandbox, SEED_YAML, qemuFor, sleep, teardown, until, type Sandbox } from "../src/testing.js";
 
 let sandbox: Sandbox;
 
@@ -21,15 +21,6 @@ function kill(pid: number): void {
     process.kill(pid, "SIGKILL");
   } catch {
     // already gone
-  }
-}
-
-/** Resolves once `check()` is true (polling), or throws after `ms`. */
-async function until(what: string, check: () => boolean | Promise<boolean>, ms = 120_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(100);
   }
 }
 

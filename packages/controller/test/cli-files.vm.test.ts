@@ -5,7 +5,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { lstat, mkdir, readFile, readdir, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { makeSandbox, teardown, type Sandbox } from "../src/testing.js";
+import { makeSandbox, teardown, until, type Sandbox } from "../src/testing.js";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
 const NAME = "cf";
@@ -73,16 +73,12 @@ test("logs -f prints lines written after it started, across a restart of the ser
   });
   // Each step waits for what the follower printed; the next line is written only then. A step
   // that waits in vain fails with what the follower had printed, instead of hanging the file.
-  const printed = async (pattern: RegExp, what: string, timeoutMs = 60_000) => {
-    for (const deadline = Date.now() + timeoutMs; !pattern.test(seen.stdout);) {
-      if (Date.now() > deadline) {
-        throw new Error(
-          `logs -f did not print ${what} within ${timeoutMs} ms; it printed:\n${seen.stdout}${seen.stderr}`,
-        );
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  };
+  const printed = (pattern: RegExp, what: string, timeoutMs = 60_000) =>
+    until(
+      () => `logs -f to print ${what} (${timeoutMs} ms); it printed:\n${seen.stdout}${seen.stderr}`,
+      () => pattern.test(seen.stdout),
+      timeoutMs,
+    );
   try {
     await printed(/^before$/m, "the line written before it started");
     await guest("echo after-1 >> feed.txt");
