@@ -31,7 +31,7 @@ import { GuestFault } from "./guest-fault.js";
 import { HostPortProxies, hostPortRoutes } from "./host-port-proxy.js";
 import { readonlyMounts } from "./mounts.js";
 import { hostDiskFullError, isNoSpaceError } from "./host-disk.js";
-import { qemuMemory, type AcceleratorChoice } from "./host.js";
+import { qemuMemory, type Accelerator, type AcceleratorChoice } from "./host.js";
 import { writeQemuPidRecord } from "./qemu-process.js";
 import { QmpMonitor, type IoErrorPause } from "./qmp.js";
 import { restoreMemory, savedMachineOf, type SuspendState } from "./vm-memory.js";
@@ -40,6 +40,18 @@ import type { RestoreOutcome, RunningVm, StartVmOptions } from "./vm-types.js";
 const DEFAULT_START_TIMEOUT_MS = 180_000;
 // `quiet` saves ~0.8 s of serial output per boot on TCG. The root device is Gondolin's default.
 const KERNEL_APPEND = "console=ttyS0 initramfs_async=1 quiet";
+
+/**
+ * The guest kernel's command line on `accel`. Under software emulation (TCG) guest processes run
+ * without address-space randomisation (`norandmaps`): QEMU 7 keys its translated code by virtual
+ * address, so a randomised process start translates its binary and libraries afresh every time.
+ * Measured in a TCG guest: boot to first exec 9.2-11.6 s → 6.4-6.9 s, `python3 -c pass` about
+ * 0.2 s → 0.1 s, and QEMU's translation cache after boot 284 MiB → 104 MiB of its resident memory.
+ * Hardware-accelerated guests run code natively and keep randomisation.
+ */
+export function kernelAppendFor(accel: Accelerator): string {
+  return accel === "tcg" ? `${KERNEL_APPEND} norandmaps` : KERNEL_APPEND;
+}
 const RESIZE_SCRIPT = ["command -v resize2fs >/dev/null 2>&1 || exit 127", "resize2fs /dev/vda 2>&1"].join("\n");
 /** Longest unix socket path we allow (the kernel's limit is 107 bytes). */
 const MAX_SOCKET_PATH = 100;
@@ -145,7 +157,7 @@ export async function bootAttempt(
         accel: accelerator.accel,
         machineType: accelerator.machineType,
         cpu: accelerator.cpu,
-        append: KERNEL_APPEND,
+        append: kernelAppendFor(accelerator.accel),
         console: options.debug ? "stdio" : "none",
         mitmCertDir: gondolinCertDir(options.diskDir),
         virtioSocketPath: path.join(runtimeDir, CONTROL_SOCKET),

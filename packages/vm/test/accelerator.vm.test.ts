@@ -1,5 +1,6 @@
 // The accelerator a boot really gets, with the real QEMU and the test image's kernel: the KVM
-// probe's command line under TCG (microvm), and a KVM boot that fails after a passed probe. One boot.
+// probe's command line under TCG (microvm), a KVM boot that fails after a passed probe, and the
+// guest kernel's command line on the accelerator it got. One boot.
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { DiskStore, probeKvmKernel, resolveAccelerator, startVm, type RunningVm } from "../src/index.js";
@@ -31,7 +32,7 @@ test("the probe's command line makes the image's kernel print its banner (microv
   expect(verdict).toMatchObject({ usable: true });
 });
 
-test("a KVM boot that fails after a passed probe is retried once on TCG, and later boots skip KVM", async () => {
+test("a KVM boot that fails after a passed probe is retried once on TCG, later boots skip KVM, and TCG guests run without address randomisation", async () => {
   // The probe's QEMU says KVM works; the boot runs the real QEMU with -accel kvm. Here (no KVM, or
   // a KVM that aborts or hangs) that boot fails and is retried on TCG; where KVM works, it boots.
   const fake = path.join(root, "qemu-banner");
@@ -59,6 +60,8 @@ test("a KVM boot that fails after a passed probe is retried once on TCG, and lat
   running.add(vm);
   expect(await sh(vm, "echo alive")).toBe("alive\n");
   const kvmWorks = vm.accelerator.accel === "kvm";
+  // Address randomisation is off only under TCG, where it makes every process start re-translate.
+  expect(await sh(vm, "cat /proc/sys/kernel/randomize_va_space")).toBe(kvmWorks ? "2\n" : "0\n");
   if (kvmWorks) {
     expect(vm.accelerator.reason).toBe("a guest kernel booted on /dev/kvm");
   } else {
