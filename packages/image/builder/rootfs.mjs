@@ -32,6 +32,8 @@ import { log, run } from "./proc.mjs";
  *   CA is made once per disk): the bundle, `openssl x509 -hash` and `find` cost about 1.1 s of
  *   every boot under TCG;
  * - a modprobe of a module the initramfs already loaded is skipped (a process each, ~70 ms);
+ * - the memory balloon's driver is loaded, so free guest pages go back to the host (the host's
+ *   QEMU adds the device with free page reporting);
  * - node-gyp's header cache ($XDG_CACHE_HOME/node-gyp, on the /tmp tmpfs) links to the one in the
  *   image, so native builds never download Node's headers from nodejs.org (unreachable).
  */
@@ -81,6 +83,12 @@ export function rootfsInit(script) {
     "export XDG_CACHE_HOME=/tmp/.cache\n",
     `export XDG_CACHE_HOME=/tmp/.cache\nln -sfn ${NODE_GYP_CACHE} /tmp/.cache/node-gyp 2>/dev/null || true\n`,
     "the XDG_CACHE_HOME export in Gondolin's init script",
+  );
+  s = replaceOnce(
+    s,
+    "if modprobe virtio_net > /dev/null 2>&1; then\n",
+    "modprobe virtio_balloon > /dev/null 2>&1 || true\nif modprobe virtio_net > /dev/null 2>&1; then\n",
+    "the virtio_net modprobe in Gondolin's init script",
   );
   s = replaceOnce(
     s,

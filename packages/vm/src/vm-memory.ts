@@ -17,6 +17,7 @@ import { INCOMING_SOCKET, MEMORY_FILE, MIGRATE_SOCKET, SUSPEND_STATE_FILE, gondo
 import { fsyncDir, fsyncFile, readJsonIfExists } from "./fs-util.js";
 import type { VfsInodeTable } from "./gondolin-private.js";
 import { qemuMemory } from "./host.js";
+import { WRAPPER_DEVICES } from "./qemu-process.js";
 import type { QmpMonitor } from "./qmp.js";
 
 const POLL_MS = 50;
@@ -36,6 +37,8 @@ export interface SavedMachine {
   image: string;
   /** The Gondolin version (its guest helpers hold protocol state in the saved memory). */
   gondolin: string;
+  /** The devices our QEMU wrapper adds (`WRAPPER_DEVICES`); absent in states saved before it had any. */
+  devices?: string;
 }
 
 /** Contents of {@link SUSPEND_STATE_FILE}. */
@@ -237,6 +240,12 @@ export async function checkSuspendState(dir: string, generation: number, machine
   }
   if (saved.image !== machine.image) return { usable: false, reason: "the guest image changed" };
   if (saved.gondolin !== machine.gondolin) return { usable: false, reason: "the Gondolin version changed" };
+  if (saved.devices !== machine.devices) {
+    return {
+      usable: false,
+      reason: `the VM's devices changed (saved with ${saved.devices ?? "none"}, now ${machine.devices ?? "none"})`,
+    };
+  }
   return { usable: true, state, file };
 }
 
@@ -251,6 +260,7 @@ function parseSuspendState(raw: unknown): SuspendState | undefined {
     !Number.isSafeInteger(value.bytes) ||
     !machine ||
     !strings.every((key) => typeof machine[key] === "string") ||
+    (machine.devices !== undefined && typeof machine.devices !== "string") ||
     !Number.isSafeInteger(machine.cpus)
   ) {
     return undefined;
@@ -325,5 +335,6 @@ export async function savedMachineOf(
     cpus: resources.cpus,
     image: await imageIdentity(image),
     gondolin: gondolinVersion(),
+    devices: WRAPPER_DEVICES,
   };
 }

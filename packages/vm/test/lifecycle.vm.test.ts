@@ -7,10 +7,13 @@ import http from "node:http";
 import path from "node:path";
 import type { AddressInfo } from "node:net";
 import { DiskStore, isVmError, runInGuest, startVm, type RunningVm } from "../src/index.js";
+import { waitFor } from "../src/process-util.js";
+import { processUsage } from "../src/process-usage.js";
 import { tempDir } from "./helpers.js";
 import { qemuProcessesUsing, sh, testImage, vmOptions } from "./vm-support.js";
 
 const GiB = 1024 ** 3;
+const MiB = 1024 ** 2;
 let root: string;
 let cleanup: () => Promise<void>;
 let store: DiskStore;
@@ -109,6 +112,23 @@ test("first boot: the filesystem grows to diskGiB, and the guest interface works
   expect(response).toMatch(/^HTTP\/1\.0 200/);
   expect(response).toContain("hello file");
   await expect(vm.connectTcp(8999, { timeoutMs: 3000 })).rejects.toMatchObject({ code: "VM_TCP_CONNECT_FAILED" });
+
+  // Memory the guest frees goes back to the host (the balloon's free page reporting): a process
+  // holding 300 MiB grows QEMU's resident memory, and its exit shrinks it again.
+  const qemuRss = () => processUsage(vm.hostPid!)!.rssBytes;
+  const before = qemuRss();
+  await sh(
+    vm,
+    'setsid nohup python3 -c \'import time; b = bytearray(b"x") * (300 << 20); open("/tmp/held", "w").close(); time.sleep(600)\' >/dev/null 2>&1 & echo $! > /tmp/hog.pid; while [ ! -e /tmp/held ]; do sleep 0.1; done',
+  );
+  const held = qemuRss();
+  expect(held - before).toBeGreaterThan(250 * MiB);
+  await sh(vm, "kill $(cat /tmp/hog.pid)");
+  // The guest reports freed memory after about 2 s; QEMU then drops it.
+  const returned = await waitFor(() => qemuRss() < held - 200 * MiB, 60_000, 250);
+  expect({ returned, heldMiB: Math.round(held / MiB), nowMiB: Math.round(qemuRss() / MiB) }).toMatchObject({
+    returned: true,
+  });
 
   // The disk is taken while the VM runs.
   await expect(startVm(vmOptions("again", source(), stateRoot))).rejects.toMatchObject({ code: "VM_DISK_BUSY" });

@@ -95,6 +95,7 @@ const machine: SavedMachine = {
   cpus: 1,
   image: "/img/vmlinuz:1:2|/img/initrd:3:4|/img/rootfs:5:6",
   gondolin: "0.12.0",
+  devices: "balloon(free-page-reporting)",
 };
 
 async function saveState(state: Partial<SuspendState> = {}, bytes = 1000): Promise<void> {
@@ -123,6 +124,13 @@ test("a saved state is used only with its checkpoint, its whole file and the sam
     "the guest image changed",
   );
   expect(await reason(4, { gondolin: "0.13.0" })).toBe("the Gondolin version changed");
+  expect(await reason(4, { devices: "balloon,rng" })).toBe(
+    "the VM's devices changed (saved with balloon(free-page-reporting), now balloon,rng)",
+  );
+  // A state saved before the wrapper added devices records none: it cannot load into a VM with them.
+  await saveState({ machine: { ...machine, devices: undefined } });
+  expect(await reason(4, {})).toBe("the VM's devices changed (saved with none, now balloon(free-page-reporting))");
+  await saveState();
 
   await saveState({}, 999);
   expect(await reason(4, {})).toBe("the memory file is truncated or changed");
