@@ -40,6 +40,9 @@ import type { RestoreOutcome, RunningVm, StartVmOptions } from "./vm-types.js";
 const DEFAULT_START_TIMEOUT_MS = 180_000;
 // `quiet` saves ~0.8 s of serial output per boot on TCG. The root device is Gondolin's default.
 const KERNEL_APPEND = "console=ttyS0 initramfs_async=1 quiet";
+const RESIZE_SCRIPT = ["command -v resize2fs >/dev/null 2>&1 || exit 127", "resize2fs /dev/vda 2>&1"].join("\n");
+/** Longest unix socket path we allow (the kernel's limit is 107 bytes). */
+const MAX_SOCKET_PATH = 100;
 
 /**
  * The guest kernel's command line on `accel`. Under software emulation (TCG) guest processes run
@@ -52,9 +55,6 @@ const KERNEL_APPEND = "console=ttyS0 initramfs_async=1 quiet";
 export function kernelAppendFor(accel: Accelerator): string {
   return accel === "tcg" ? `${KERNEL_APPEND} norandmaps` : KERNEL_APPEND;
 }
-const RESIZE_SCRIPT = ["command -v resize2fs >/dev/null 2>&1 || exit 127", "resize2fs /dev/vda 2>&1"].join("\n");
-/** Longest unix socket path we allow (the kernel's limit is 107 bytes). */
-const MAX_SOCKET_PATH = 100;
 
 export function startTimeoutOf(options: StartVmOptions): number {
   return options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
