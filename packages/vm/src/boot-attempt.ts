@@ -32,7 +32,7 @@ import { HostPortProxies, hostPortRoutes } from "./host-port-proxy.js";
 import { readonlyMounts } from "./mounts.js";
 import { hostDiskFullError, isNoSpaceError } from "./host-disk.js";
 import { qemuMemory, type Accelerator, type AcceleratorChoice } from "./host.js";
-import { writeQemuPidRecord } from "./qemu-process.js";
+import { writeQemuPidRecord, type QemuLauncher } from "./qemu-process.js";
 import { QmpMonitor, type IoErrorPause } from "./qmp.js";
 import { restoreMemory, savedMachineOf, type SuspendState } from "./vm-memory.js";
 import type { RestoreOutcome, RunningVm, StartVmOptions } from "./vm-types.js";
@@ -63,7 +63,7 @@ export function startTimeoutOf(options: StartVmOptions): number {
 export interface BootAttempt {
   options: StartVmOptions;
   gondolin: Awaited<ReturnType<typeof loadGondolin>>;
-  launcher: { qemuPath: string; emulatorPath: string };
+  launcher: Pick<QemuLauncher, "qemuPath" | "emulatorPath" | "devices">;
   started: number;
   warnings: string[];
   /** Resume this saved memory state instead of booting (see vm-memory.ts). */
@@ -233,7 +233,7 @@ export async function bootAttempt(
     logger?.info(
       `[vm ${options.name}] ${attempt.memory ? "resumed from saved memory" : "ready"} in ${Math.round(bootMs)} ms (${accelerator.accel})`,
     );
-    const machine = await savedMachineOf(launcher.emulatorPath, accelerator, options.spec.resources, run.image);
+    const machine = await savedMachineOf(launcher, accelerator, options.spec.resources, run.image);
     return new BootedVm(options.name, guest, monitor, run, runtimeDir, accelerator, warnings, bootMs, grown, policy, {
       machine,
       restore,

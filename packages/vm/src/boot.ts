@@ -132,7 +132,7 @@ async function resumeSaved(
   openRun: () => Promise<DiskRun>,
 ): Promise<{ vm?: RunningVm; run: DiskRun; restore?: RestoreOutcome }> {
   const { options } = attempt;
-  const machine = await savedMachineOf(attempt.launcher.emulatorPath, accelerator, options.spec.resources, run.image);
+  const machine = await savedMachineOf(attempt.launcher, accelerator, options.spec.resources, run.image);
   const saved = await checkSuspendState(options.diskDir, run.pointer.generation, machine);
   if (!saved) return { run };
   let reason: string;

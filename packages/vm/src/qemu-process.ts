@@ -37,6 +37,8 @@ export interface QemuLauncher {
   seccomp: boolean;
   /** Why QEMU runs without the sandbox, in QEMU's words (when `seccomp` is false). */
   seccompProblem?: string;
+  /** The devices the wrapper adds to Gondolin's ({@link WRAPPER_DEVICES}); none without a wrapper. */
+  devices?: string;
 }
 
 /**
@@ -128,6 +130,7 @@ export async function prepareQemuLauncher(binDir: string, arch: string = process
     emulatorPath,
     diesWithParent: setpriv !== undefined,
     seccomp: seccomp.supported,
+    devices: WRAPPER_DEVICES,
     ...(seccomp.problem !== undefined ? { seccompProblem: seccomp.problem } : {}),
   };
 }

@@ -17,7 +17,6 @@ import { INCOMING_SOCKET, MEMORY_FILE, MIGRATE_SOCKET, SUSPEND_STATE_FILE, gondo
 import { fsyncDir, fsyncFile, readJsonIfExists } from "./fs-util.js";
 import type { VfsInodeTable } from "./gondolin-private.js";
 import { qemuMemory } from "./host.js";
-import { WRAPPER_DEVICES } from "./qemu-process.js";
 import type { QmpMonitor } from "./qmp.js";
 
 const POLL_MS = 50;
@@ -37,7 +36,7 @@ export interface SavedMachine {
   image: string;
   /** The Gondolin version (its guest helpers hold protocol state in the saved memory). */
   gondolin: string;
-  /** The devices our QEMU wrapper adds (`WRAPPER_DEVICES`); absent in states saved before it had any. */
+  /** The devices our QEMU wrapper adds (`QemuLauncher.devices`); absent without a wrapper and in older states. */
   devices?: string;
 }
 
@@ -321,13 +320,13 @@ export function gondolinVersion(): string {
 
 /** The {@link SavedMachine} of a boot. */
 export async function savedMachineOf(
-  emulatorPath: string,
+  launcher: { emulatorPath: string; devices?: string },
   accelerator: { accel: string; machineType: string; cpu: string },
   resources: { cpus: number; memoryGiB: number },
   image: { kernelPath: string; initrdPath: string; rootfsPath: string },
 ): Promise<SavedMachine> {
   return {
-    qemu: await qemuVersionOf(emulatorPath),
+    qemu: await qemuVersionOf(launcher.emulatorPath),
     accel: accelerator.accel,
     machineType: accelerator.machineType,
     cpu: accelerator.cpu,
@@ -335,6 +334,6 @@ export async function savedMachineOf(
     cpus: resources.cpus,
     image: await imageIdentity(image),
     gondolin: gondolinVersion(),
-    devices: WRAPPER_DEVICES,
+    ...(launcher.devices !== undefined ? { devices: launcher.devices } : {}),
   };
 }

@@ -54,6 +54,7 @@ test("the launcher is a pdeathsig wrapper whose name keeps the arch", async () =
   expect(launcher.diesWithParent).toBe(true);
   expect(path.basename(launcher.qemuPath)).toBe("qemu-system-x86_64-pdeathsig");
   expect(fs.readFileSync(launcher.qemuPath, "utf8")).toContain("--pdeathsig KILL");
+  expect(launcher.devices).toBe("balloon(free-page-reporting)");
   expect(execFileSync(launcher.qemuPath, ["--version"], { encoding: "utf8" })).toMatch(/QEMU emulator version/);
   // Regenerating leaves an identical file alone.
   const before = fs.statSync(launcher.qemuPath).mtimeMs;
