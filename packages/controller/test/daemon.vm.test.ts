@@ -87,9 +87,10 @@ test("guest root floods the agent bridge's stderr and reply pipe: the daemon sta
   const daemonPid = (await call({ action: "inspect", name: "keep" })).daemonPid as number;
   expect(daemonPid).toBeGreaterThan(0);
   // The bridge is the exec the daemon talks to ("--[a]ttach" does not match this script itself).
+  // The redirect's own error (a process that ended during the loop) is the shell's: braces catch it.
   const bridge = (
     await guest(
-      "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q -- '--[a]ttach' && echo ${p#/proc/}; done; true",
+      "for p in /proc/[0-9]*; do { tr '\\0' ' ' < $p/cmdline; } 2>/dev/null | grep -q -- '--[a]ttach' && echo ${p#/proc/}; done; true",
     )
   ).trim();
   expect(bridge).toMatch(/^\d+$/);

@@ -97,7 +97,9 @@ test("a command in the warm shell sees exactly what `bash -lc` shows it", async 
   expect(a.output).toContain(`profile ran in ${warm.workspace}\n`);
   expect(a.output).toContain("alias from the profile");
   expect(a.output).toContain("leads its process group");
-  // And it really was the warm shell on one side and a fresh `bash -lc` on the other.
+  // And it really was the warm shell on one side and a fresh `bash -lc` on the other (the warm
+  // shell the battery used is replaced in the background: wait for the next one, as above).
+  await waitForWarmShell(warm);
   const [howWarm, howCold] = await Promise.all([warm.client.exec(HOW_STARTED), cold.client.exec(HOW_STARTED)]);
   expect(howWarm.output).toContain("--noprofile -l -c read -r __pi_sandbox_n");
   expect(howCold.output).toContain("/bin/bash -lc tr");
