@@ -18,16 +18,26 @@ import type { AgentHello } from "./types.js";
  */
 const NEEDS_INSTALL_EXITS = new Set([97, 127]);
 
+/**
+ * How the agent's archive is run: its path is the first argument, the agent's own follow. Not as a
+ * script (`python3 agent.pyz`), which imports runpy and importlib.util first: about 70 ms of each
+ * start in a TCG guest, paid by every bridge and by the daemon. The agent's bridge.py holds the
+ * same line (`LOADER`) to start its daemon; a unit test keeps the two equal.
+ */
+export const AGENT_LOADER =
+  "import sys; sys.path.insert(0, sys.argv.pop(1)); from pi_sandbox_agent.start import entry; entry()";
+
 // Checks python, then (unless the expected hash is "-") that the installed agent is this host's
 // (quietly: a fresh disk has none), then replaces the shell with the bridge. $0 python, $1 agent
-// path, $2 sha256 or "-". The agent needs only the standard library: -S skips the site module,
-// which measured about 150 ms of Python's 350 ms start in a TCG guest, paid by every attach.
+// path, $2 sha256 or "-", $3 the loader. The agent needs only the standard library: -S skips the
+// site module, which measured about 150 ms of Python's 350 ms start in a TCG guest, paid by every
+// attach. -I keeps the working directory and PYTHON* variables out of the root agent's imports.
 const LAUNCH_SCRIPT = [
   'command -v "$0" >/dev/null 2>&1 || exit 127',
   '{ [ "$2" = - ] || { [ -f "$1" ] && [ "$(sha256sum < "$1")" = "$2  -" ]; }; } || exit 97',
-  "p=$0 a=$1",
-  "shift 2",
-  'exec "$p" -S -u "$a" "$@"',
+  "p=$0 a=$1 l=$3",
+  "shift 3",
+  'exec "$p" -I -S -u -c "$l" "$a" "$@"',
 ].join("\n");
 
 /** What {@link attachAgent} opened: the channel, its stop switch and the agent's hello. */
@@ -69,7 +79,8 @@ export async function attachAgent(vm: GuestVm, launch: AgentLaunch): Promise<Att
 
 async function openChannel(vm: GuestVm, launch: AgentLaunch, sha256: string): Promise<AttachedAgent> {
   const stopChannel = new AbortController();
-  const execution = vm.exec(["/bin/sh", "-c", LAUNCH_SCRIPT, launch.python, launch.agentPath, sha256, ...launch.args], {
+  const command = ["/bin/sh", "-c", LAUNCH_SCRIPT, launch.python, launch.agentPath, sha256, AGENT_LOADER];
+  const execution = vm.exec([...command, ...launch.args], {
     stdin: true,
     signal: stopChannel.signal,
   });

@@ -1,8 +1,15 @@
 // The guest agent's zipapp carries its modules compiled (agent/build.py): zipimport cannot write a
-// bytecode cache, so without them every agent start compiled the whole agent in the guest.
-import { execFile } from "node:child_process";
+// bytecode cache, so without them every agent start compiled the whole agent in the guest. The host
+// runs the archive through a loader line, and so does the bridge when it starts the daemon.
+import { execFile, spawn } from "node:child_process";
+import { once } from "node:events";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { promisify } from "node:util";
 import { agentArchivePath, readAgentArchive } from "../src/index.js";
+import { AGENT_LOADER } from "../src/launch.js";
 
 const run = promisify(execFile);
 
@@ -28,5 +35,35 @@ test("the agent archive holds every module compiled, and a Python of the build's
   for (const line of lines) {
     const [name, file] = line.split(" ");
     expect(file).toBe(`${name!.replace(/\./g, "/")}.py`);
+  }
+});
+
+test("the host's launch line runs the archive's bridge and its daemon the same way, never importing from the working directory", async () => {
+  await readAgentArchive();
+  const dir = mkdtempSync(join(tmpdir(), "agent-loader-"));
+  // A guest user's modules in the directory the root agent starts in: the bridge imports fcntl to
+  // start the daemon, the daemon json.
+  for (const name of ["fcntl", "json"])
+    writeFileSync(join(dir, `${name}.py`), `open(${JSON.stringify(join(dir, "imported"))}, "w").close()\n`);
+  const args = ["--state-dir", join(dir, "state"), "--workspace", join(dir, "ws"), "--cgroup-root", "none"];
+  const bridge = spawn("python3", ["-I", "-S", "-u", "-c", AGENT_LOADER, agentArchivePath(), "--attach", ...args], {
+    cwd: dir,
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  let daemonPid: number | undefined;
+  try {
+    const [line] = (await once(createInterface({ input: bridge.stdout }), "line")) as [string];
+    const hello = JSON.parse(line) as { event: string; data: { pid: number } };
+    expect(hello.event).toBe("hello");
+    daemonPid = hello.data.pid;
+    expect(daemonPid).not.toBe(bridge.pid);
+    const cmdline = readFileSync(`/proc/${daemonPid}/cmdline`, "utf8").split("\0");
+    expect(cmdline.slice(1, 6)).toEqual(["-I", "-S", "-u", "-c", AGENT_LOADER]);
+    expect(cmdline).toContain("--daemon");
+    expect(existsSync(join(dir, "imported"))).toBe(false);
+  } finally {
+    bridge.kill("SIGKILL");
+    if (daemonPid) process.kill(daemonPid, "SIGTERM");
+    rmSync(dir, { recursive: true, force: true });
   }
 });
