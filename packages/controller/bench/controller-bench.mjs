@@ -4,7 +4,8 @@
 // idle instance's QEMU CPU share and RSS, and a warm start:
 // start to the first preview byte after `suspend` vs after `stop`, same instance; and the first byte
 // of a preview request that wakes the instance after it suspended itself (`idle`), against that;
-// and `create -t` to the first preview byte from a template prepared with suspend vs without.
+// and `create -t` to the first preview byte from a template prepared with suspend vs without; and,
+// from the same instance's log, how long its guest agent took to come up after the guest was ready.
 // Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows for the summary.
 import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -16,7 +17,7 @@ import { inspectEntry, listEntries } from "../dist/state/inspect.js";
 import { writeRecord, writeStatus } from "../dist/state/records.js";
 import { parseConfig } from "@pi-sandbox/config";
 import { cpuPercent, qemuUsage } from "@pi-sandbox/vm/host";
-import { benchImage, dashboardRss, median, printRows, row, rssOf, sleep, time } from "./kit.mjs";
+import { agentUpDelays, benchImage, dashboardRss, median, printRows, row, rssOf, sleep, time } from "./kit.mjs";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
 const image = benchImage();
@@ -130,6 +131,17 @@ try {
     `starts after suspend: ${restores.join(", ")}`,
   );
   row("suspend vs stop (median of 2)", median(suspends), median(stops), "ms");
+  // The guest agent on the same instance's boots: its create (which installs the agent) and the
+  // two starts after stop above; warm starts attach to the running agent and are not counted.
+  const [onCreate, ...onStart] = agentUpDelays(join(env.PI_SANDBOX_HOME, "instances", "warm", "controller.log"));
+  row(
+    "agent up after guest ready: start after stop (median of 2)",
+    median(onStart),
+    undefined,
+    "ms",
+    "<= 1500",
+    `on create (installs the agent): ${Math.round(onCreate)} ms; starts: ${onStart.map(Math.round).join(", ")} ms`,
+  );
 
   // Auto-suspend: the same instance, told to suspend itself after 10 s unused, then one preview
   // request wakes it; that request's first byte against the cold start to first byte above.

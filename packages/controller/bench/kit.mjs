@@ -63,6 +63,25 @@ export function printRows() {
     for (const r of rows) appendFileSync(process.env.PI_SANDBOX_BENCH_OUT, JSON.stringify(r) + "\n");
 }
 
+/**
+ * From an instance's controller log: for each boot that started the guest agent afresh (a create or
+ * a start after stop, not a warm start, which attaches to the running agent), the ms from "guest
+ * ready" to "agent … up", in log order.
+ */
+export function agentUpDelays(logFile) {
+  const delays = [];
+  let ready;
+  for (const line of readFileSync(logFile, "utf8").split("\n")) {
+    const at = Date.parse(line.slice(0, line.indexOf(" ")));
+    if (/\] guest ready in /.test(line)) ready = at;
+    else if (ready !== undefined && /\] agent \S+ up \(/.test(line)) {
+      delays.push(at - ready);
+      ready = undefined;
+    }
+  }
+  return delays;
+}
+
 /** Resident memory of `pid` in MiB (/proc). */
 export const rssOf = (pid) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))[1]) / 1024;
 
