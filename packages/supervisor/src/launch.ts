@@ -40,6 +40,14 @@ const LAUNCH_SCRIPT = [
   'exec "$p" -I -S -u -c "$l" "$a" "$@"',
 ].join("\n");
 
+/**
+ * The exec that launches the agent: the launch script, then the agent's arguments. `sha256` is the
+ * archive's expected hash, or "-" right after an install.
+ */
+export function launchCommand(launch: Pick<AgentLaunch, "python" | "agentPath" | "args">, sha256: string): string[] {
+  return ["/bin/sh", "-c", LAUNCH_SCRIPT, launch.python, launch.agentPath, sha256, AGENT_LOADER, ...launch.args];
+}
+
 /** What {@link attachAgent} opened: the channel, its stop switch and the agent's hello. */
 export interface AttachedAgent {
   channel: AgentChannel;
@@ -79,8 +87,7 @@ export async function attachAgent(vm: GuestVm, launch: AgentLaunch): Promise<Att
 
 async function openChannel(vm: GuestVm, launch: AgentLaunch, sha256: string): Promise<AttachedAgent> {
   const stopChannel = new AbortController();
-  const command = ["/bin/sh", "-c", LAUNCH_SCRIPT, launch.python, launch.agentPath, sha256, AGENT_LOADER];
-  const execution = vm.exec([...command, ...launch.args], {
+  const execution = vm.exec(launchCommand(launch, sha256), {
     stdin: true,
     signal: stopChannel.signal,
   });

@@ -2,6 +2,7 @@
 // bytecode cache, so without them every agent start compiled the whole agent in the guest. The host
 // runs the archive through a loader line, and so does the bridge when it starts the daemon.
 import { execFile, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
 import { once } from "node:events";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -9,7 +10,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { promisify } from "node:util";
 import { agentArchivePath, readAgentArchive } from "../src/index.js";
-import { AGENT_LOADER } from "../src/launch.js";
+import { AGENT_LOADER, launchCommand } from "../src/launch.js";
 
 const run = promisify(execFile);
 
@@ -39,17 +40,20 @@ test("the agent archive holds every module compiled, and a Python of the build's
 });
 
 test("the host's launch line runs the archive's bridge and its daemon the same way, never importing from the working directory", async () => {
-  await readAgentArchive();
   const dir = mkdtempSync(join(tmpdir(), "agent-loader-"));
   // A guest user's modules in the directory the root agent starts in: the bridge imports fcntl to
   // start the daemon, the daemon json.
   for (const name of ["fcntl", "json"])
     writeFileSync(join(dir, `${name}.py`), `open(${JSON.stringify(join(dir, "imported"))}, "w").close()\n`);
   const args = ["--state-dir", join(dir, "state"), "--workspace", join(dir, "ws"), "--cgroup-root", "none"];
-  const bridge = spawn("python3", ["-I", "-S", "-u", "-c", AGENT_LOADER, agentArchivePath(), "--attach", ...args], {
-    cwd: dir,
-    stdio: ["pipe", "pipe", "inherit"],
-  });
+  // The exec the host sends, with the archive's real hash: the launch script checks it, then
+  // becomes the bridge.
+  const sha256 = createHash("sha256")
+    .update(await readAgentArchive())
+    .digest("hex");
+  const launch = { python: "python3", agentPath: agentArchivePath(), args: ["--attach", ...args] };
+  const [shell, ...shellArgs] = launchCommand(launch, sha256);
+  const bridge = spawn(shell!, shellArgs, { cwd: dir, stdio: ["pipe", "pipe", "inherit"] });
   let daemonPid: number | undefined;
   try {
     const [line] = (await once(createInterface({ input: bridge.stdout }), "line")) as [string];
