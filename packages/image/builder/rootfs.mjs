@@ -35,7 +35,9 @@ import { log, run } from "./proc.mjs";
  * - the memory balloon's driver is loaded, so free guest pages go back to the host (the host's
  *   QEMU adds the device with free page reporting);
  * - node-gyp's header cache ($XDG_CACHE_HOME/node-gyp, on the /tmp tmpfs) links to the one in the
- *   image, so native builds never download Node's headers from nodejs.org (unreachable).
+ *   image, so native builds never download Node's headers from nodejs.org (unreachable);
+ * - the pi-sandbox guest agent's daemon starts at boot when the host asks for the one the disk
+ *   holds (AGENT_AT_BOOT), once the environment it passes on to commands and services is set.
  */
 export function rootfsInit(script) {
   let s = script;
@@ -96,8 +98,35 @@ export function rootfsInit(script) {
     "if [ -e /dev/hwrng ] && command -v rngd > /dev/null 2>&1; then\n",
     "the rngd start in Gondolin's init script",
   );
+  s = replaceOnce(
+    s,
+    "\nsetup_mitm_ca\n\nif [ -x /usr/bin/sandboxssh ]; then\n",
+    `\nsetup_mitm_ca\n\n${AGENT_AT_BOOT}\nif [ -x /usr/bin/sandboxssh ]; then\n`,
+    "the setup_mitm_ca call in Gondolin's init script",
+  );
   return s;
 }
+
+/**
+ * The guest agent's daemon, started next to the rest of the boot instead of by the host's first
+ * exec after it: the agent leaves a script at its state dir's side (`<state dir>.boot`) and the
+ * host puts the key of the agent it wants on the kernel command line (`pi_sandbox.agent=KEY`). The
+ * script starts the daemon only for its own key (see the supervisor's agent, boot.py). It runs
+ * after setup_mitm_ca, whose CA variables the daemon's commands and services inherit, and in the
+ * background: nothing else of the boot waits for it.
+ */
+const AGENT_BOOT_SCRIPT = "/var/lib/pi-sandbox-agent.boot";
+const AGENT_AT_BOOT = `if [ -r ${AGENT_BOOT_SCRIPT} ]; then
+  for arg in $(cat /proc/cmdline); do
+    case "\${arg}" in
+      pi_sandbox.agent=*)
+        log "[init] starting the pi-sandbox agent"
+        /bin/sh ${AGENT_BOOT_SCRIPT} "\${arg#pi_sandbox.agent=}" < /dev/null > /dev/null 2>&1 &
+        ;;
+    esac
+  done
+fi
+`;
 
 /**
  * The bundle is current when the installed copy of the MITM CA is this boot's CA and the bundle

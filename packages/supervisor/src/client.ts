@@ -7,7 +7,7 @@ import { SupervisorError } from "./errors.js";
 import { readThroughAgent, writeThroughAgent } from "./file-transfer.js";
 import { guestConfigPath, readGuestConfigOrNothing, readGuestConfigThroughAgent } from "./guest-config.js";
 import { GuestFiles } from "./guest-files.js";
-import { attachAgent } from "./launch.js";
+import { agentArchiveHash, attachAgent, bootKeyOf, type AgentPlacement } from "./launch.js";
 import { followLogThroughAgent, followSetupThroughAgent, type LogFollowed, type SetupFollowed } from "./log-follow.js";
 import { silentLogger, type SupervisorLogger } from "./logger.js";
 import {
@@ -16,6 +16,7 @@ import {
   type ResumeOptions,
   type ServiceOpOptions,
   type SetupOptions,
+  type AgentPlacementOptions,
   type StartSupervisorOptions,
   type WaitOptions,
   REPLY_MARGIN_MS,
@@ -44,6 +45,31 @@ export const DEFAULT_AGENT_STATE_DIR = "/var/lib/pi-sandbox-agent";
 /** Guest path of the agent zipapp, (re)installed whenever it is missing or not this host's. */
 export const DEFAULT_AGENT_PATH = "/usr/local/lib/pi-sandbox/sandbox_agent.pyz";
 export { GUEST_CONFIG_NAME } from "./guest-config.js";
+
+/** Where the agent goes and how it runs, from the start options (their defaults filled in). */
+function placementOf(options: AgentPlacementOptions): AgentPlacement & { workspace: string } {
+  const workspace = options.workspace ?? "/workspace";
+  const stateDir = options.stateDir ?? DEFAULT_AGENT_STATE_DIR;
+  return {
+    workspace,
+    agentPath: options.agentPath ?? DEFAULT_AGENT_PATH,
+    python: options.python ?? "python3",
+    // A bridge to the agent daemon (started at boot or by the first bridge), which outlives the channel.
+    args: ["--attach", "--state-dir", stateDir, "--workspace", workspace, ...(options.agentArgs ?? [])],
+  };
+}
+
+/**
+ * The guest kernel command-line word (`pi_sandbox.agent=KEY`, for `kernelArgs` of the VM's start)
+ * that lets the image's init start the agent daemon while the guest boots, when the disk holds
+ * the daemon {@link SupervisorClient.start} with the same options would run: it saves the host's
+ * wait for two Python starts after the guest is ready. A guest without that daemon, or an image
+ * without the init hook, ignores it.
+ */
+export async function agentBootArgument(options: AgentPlacementOptions = {}): Promise<string> {
+  const { sha256 } = await agentArchiveHash();
+  return `pi_sandbox.agent=${bootKeyOf(sha256, placementOf(options))}`;
+}
 
 /**
  * Host side of the guest agent: one long-lived exec channel per boot, carrying commands, file
@@ -80,17 +106,12 @@ export class SupervisorClient implements AsyncDisposable {
     const { vm, signal } = options;
     signal?.throwIfAborted();
     const logger = options.logger ?? silentLogger;
-    const workspace = options.workspace ?? "/workspace";
-    const stateDir = options.stateDir ?? DEFAULT_AGENT_STATE_DIR;
-    const agentPath = options.agentPath ?? DEFAULT_AGENT_PATH;
-    const python = options.python ?? "python3";
     const label = `[supervisor ${vm.name}]`;
+    const placement = placementOf(options);
+    const workspace = placement.workspace;
 
     const { channel, stopChannel, hello } = await attachAgent(vm, {
-      agentPath,
-      python,
-      // A bridge to the agent daemon (started by the first bridge), which outlives this channel.
-      args: ["--attach", "--state-dir", stateDir, "--workspace", workspace, ...(options.agentArgs ?? [])],
+      ...placement,
       startTimeoutMs: options.startTimeoutMs ?? 60_000,
       logger,
       label,
@@ -102,7 +123,8 @@ export class SupervisorClient implements AsyncDisposable {
         await client.services.adoptRunning(signal);
         logger.info(`${label} attached to the running agent ${hello.version} (pid ${hello.pid})`);
       } else {
-        logger.info(`${label} agent ${hello.version} up (python ${hello.python}, cleanup by ${hello.cleanup})`);
+        const how = hello.boot ? "started at boot, " : "";
+        logger.info(`${label} agent ${hello.version} up (${how}python ${hello.python}, cleanup by ${hello.cleanup})`);
       }
       return client;
     } catch (error) {

@@ -1,8 +1,15 @@
 // Public API of @pi-sandbox/supervisor: everything not listed here is private.
 
 // Client
-export { SupervisorClient, DEFAULT_AGENT_PATH, DEFAULT_AGENT_STATE_DIR, GUEST_CONFIG_NAME } from "./client.js";
+export {
+  SupervisorClient,
+  agentBootArgument,
+  DEFAULT_AGENT_PATH,
+  DEFAULT_AGENT_STATE_DIR,
+  GUEST_CONFIG_NAME,
+} from "./client.js";
 export type {
+  AgentPlacementOptions,
   StartSupervisorOptions,
   CallOptions,
   WaitOptions,

@@ -48,6 +48,25 @@ export function launchCommand(launch: Pick<AgentLaunch, "python" | "agentPath" |
   return ["/bin/sh", "-c", LAUNCH_SCRIPT, launch.python, launch.agentPath, sha256, AGENT_LOADER, ...launch.args];
 }
 
+/** What decides which agent runs in the guest: where it is, what runs it, its (bridge) arguments. */
+export type AgentPlacement = Pick<AgentLaunch, "python" | "agentPath" | "args">;
+
+/**
+ * The key under which the guest's init may start the agent daemon at boot (the agent's boot.py):
+ * a hash of the archive and of how it is run, so a host that wants another agent, or the same one
+ * with other arguments, never gets a daemon it did not ask for. 32 hex digits.
+ */
+export function bootKeyOf(sha256: string, placement: AgentPlacement): string {
+  const what = JSON.stringify([sha256, placement.python, placement.agentPath, ...placement.args]);
+  return createHash("sha256").update(what).digest("hex").slice(0, 32);
+}
+
+/** The sha256 of the agent archive this host installs, with the archive. */
+export async function agentArchiveHash(): Promise<{ archive: Buffer; sha256: string }> {
+  const archive = await readAgentArchive();
+  return { archive, sha256: createHash("sha256").update(archive).digest("hex") };
+}
+
 /** What {@link attachAgent} opened: the channel, its stop switch and the agent's hello. */
 export interface AttachedAgent {
   channel: AgentChannel;
@@ -68,13 +87,14 @@ export interface AgentLaunch {
 }
 
 /**
- * Opens the agent channel: a bridge exec to the guest's agent daemon (started by the first bridge
- * of a boot), then the hello exchange. Installs the agent first only when the guest lacks this
+ * Opens the agent channel: a bridge exec to the guest's agent daemon (started at boot by the
+ * image's init, else by the first bridge of a boot), then the hello exchange. Installs the agent first only when the guest lacks this
  * host's copy.
  */
-export async function attachAgent(vm: GuestVm, launch: AgentLaunch): Promise<AttachedAgent> {
-  const archive = await readAgentArchive();
-  const sha256 = createHash("sha256").update(archive).digest("hex");
+export async function attachAgent(vm: GuestVm, agent: AgentLaunch): Promise<AttachedAgent> {
+  const { archive, sha256 } = await agentArchiveHash();
+  // The daemon leaves its boot script under this key (the VM's kernel line may carry the same).
+  const launch = { ...agent, args: [...agent.args, "--boot-key", bootKeyOf(sha256, agent)] };
   try {
     return await openChannel(vm, launch, sha256);
   } catch (error) {

@@ -5,9 +5,8 @@ import type { SupervisorLogger } from "./logger.js";
 import type { PreviewOrigins } from "./service-specs.js";
 
 /** Options of `SupervisorClient.start`. */
-export interface StartSupervisorOptions {
-  /** The booted guest. The client uses only `exec` on it. */
-  vm: GuestVm;
+/** Where the agent goes in the guest and how it runs (what its boot key covers). */
+export interface AgentPlacementOptions {
   /** Absolute guest workspace; default `/workspace`. */
   workspace?: string;
   /** Guest state directory of the agent; default `DEFAULT_AGENT_STATE_DIR`. */
@@ -18,6 +17,11 @@ export interface StartSupervisorOptions {
   python?: string;
   /** Extra agent flags, e.g. `["--cgroup-root", "none"]` or `["--port-range", "30000-30999"]`. */
   agentArgs?: readonly string[];
+}
+
+export interface StartSupervisorOptions extends AgentPlacementOptions {
+  /** The booted guest. The client uses only `exec` on it. */
+  vm: GuestVm;
   /** How long to wait for the agent's hello, in ms; default 60000 (TCG guests are slow). */
   startTimeoutMs?: number;
   /** Receives diagnostics; default silent. */

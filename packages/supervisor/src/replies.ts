@@ -36,6 +36,7 @@ export function parseHello(raw: unknown): AgentHello {
     cleanup: text(r.cleanup, "hello.cleanup", 64),
     warmShell: boolean(r.warmShell, "hello.warmShell"),
     sessions: r.sessions === undefined ? 0 : integer(r.sessions, "hello.sessions", 0),
+    boot: r.boot === undefined ? false : boolean(r.boot, "hello.boot"),
   };
 }
 

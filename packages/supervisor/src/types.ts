@@ -27,6 +27,11 @@ export interface AgentHello {
    * that was already running (see the README's "A channel the agent outlives").
    */
   sessions: number;
+  /**
+   * Whether the image's init started this agent while the guest booted (see the README's "Started
+   * at boot"); false when a bridge started it, and from agents older than that.
+   */
+  boot: boolean;
 }
 
 /**

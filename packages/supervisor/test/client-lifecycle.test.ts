@@ -1,10 +1,11 @@
 // The client's hold on the agent over the local fake guest: a start that fails says why (no
 // python3, no state dir, an abort), close stops what the agent ran, detach leaves it for a new client.
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { spawn } from "node:child_process";
+import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createLocalGuestVm, type LocalGuestVm } from "@pi-sandbox/vm/testing";
-import { SupervisorClient, isSupervisorError, type StartSupervisorOptions } from "../src/index.js";
+import { SupervisorClient, agentBootArgument, isSupervisorError, type StartSupervisorOptions } from "../src/index.js";
 import { processAlive, waitFor } from "./support/local.js";
 
 let dir: string;
@@ -103,4 +104,33 @@ test("an agent that dies fails pending and later calls with AGENT_CLOSED", async
   await expect(client.ping()).rejects.toMatchObject({ code: "AGENT_CLOSED" });
   await client.close();
   await waitFor(async () => !(await processAlive(client.hello.pid)), 5_000, "agent gone");
+});
+
+test("the kernel word for a start's options is the key its daemon's boot script starts under, and that daemon serves the next start", async () => {
+  const { vm: _vm, ...placement } = options();
+  const word = await agentBootArgument(placement);
+  expect(word).toMatch(/^pi_sandbox\.agent=[0-9a-f]{32}$/);
+  expect(await agentBootArgument({ ...placement, agentArgs: ["--shell", "/bin/bash"] })).not.toBe(word);
+  expect(await agentBootArgument({ ...placement, workspace: join(dir, "other") })).not.toBe(word);
+
+  const first = await SupervisorClient.start(options());
+  expect(first.hello.boot).toBe(false);
+  await first.close();
+  await waitFor(async () => !(await processAlive(first.hello.pid)), 5_000, "agent gone");
+
+  // What the image's init does at the next boot, with the word the host put on the kernel line.
+  const script = join(dir, "state.boot");
+  const key = word.slice("pi_sandbox.agent=".length);
+  await new Promise<void>((resolve, reject) =>
+    spawn("/bin/sh", [script, key], { stdio: "ignore", detached: true })
+      .on("spawn", resolve)
+      .on("error", reject)
+      .unref(),
+  );
+  await waitFor(() => stat(join(dir, "state.sock")).catch(() => undefined), 10_000, "the boot daemon to listen");
+  const next = await SupervisorClient.start(options());
+  expect(next.hello).toMatchObject({ boot: true, sessions: 0 });
+  expect(next.hello.pid).not.toBe(first.hello.pid);
+  expect((await next.exec("echo $((6*7))")).output).toBe("42\n");
+  await next.close();
 });

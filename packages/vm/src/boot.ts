@@ -2,7 +2,7 @@
 // ran on it, with one TCG retry of a KVM boot that shows no sign of life), the disk run, then
 // `bootAttempt` (boot-attempt.ts) for the boot itself.
 import path from "node:path";
-import { bootAttempt, startTimeoutOf, type BootAttempt } from "./boot-attempt.js";
+import { bootAttempt, checkKernelArgs, startTimeoutOf, type BootAttempt } from "./boot-attempt.js";
 import { DiskStore, type DiskRun } from "./disk-store.js";
 import { hostPortsTcp } from "./egress-policy.js";
 import { isVmError, messageOf } from "./errors.js";
@@ -53,6 +53,7 @@ export async function startVm(input: StartVmOptions): Promise<RunningVm> {
   let host = options.host ?? probeHost();
   checkResources(options.spec.resources, host);
   hostPortsTcp(options.spec.network.hostPorts ?? []); // refused before the disk is opened
+  checkKernelArgs(options.kernelArgs ?? []);
   const forcedAccel = options.accelerator ?? process.env.PI_SANDBOX_ACCEL;
   const launcher = await prepareQemuLauncher(launcherDir(options.stateRoot), host.arch);
   const probeQemu = options.kvmProbeQemuPath ?? (process.env.PI_SANDBOX_TEST_KVM_PROBE_QEMU || undefined);

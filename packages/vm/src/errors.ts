@@ -72,7 +72,9 @@ export type VmErrorCode =
    */
   | "VM_SECRET_INVALID"
   /** A mount cannot be made: the host path is not an absolute, existing directory, or the guest path is not absolute. */
-  | "VM_MOUNT_INVALID";
+  | "VM_MOUNT_INVALID"
+  /** A `kernelArgs` entry is not one `module.name=value` word (see {@link StartVmOptions}). */
+  | "VM_KERNEL_ARG_INVALID";
 
 /** Options of a {@link VmError}: `hint`, `details` and `cause`. */
 export type VmErrorOptions = CodedErrorOptions;

@@ -89,6 +89,13 @@ export interface StartVmOptions {
   logger?: VmLogger;
   /** Cancels the boot (the VM is closed and the run discarded). */
   signal?: AbortSignal;
+  /**
+   * Extra words for the guest kernel's command line, each `module.name=value` (a lowercase dotted
+   * name; a value of letters, digits and `._:-`, at most 128), readable by the guest in
+   * /proc/cmdline: how a host tells the guest's init something before any exec (pi-sandbox's
+   * supervisor uses `pi_sandbox.agent=KEY`). Any other shape is VM_KERNEL_ARG_INVALID.
+   */
+  kernelArgs?: readonly string[];
   /** Deadline for the guest to get ready, in ms (default 180000: TCG boots take 10-30 s). */
   startTimeoutMs?: number;
   /** Host facts (default: probed now). */

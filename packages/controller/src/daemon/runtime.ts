@@ -5,7 +5,7 @@
 
 import type { SandboxConfig } from "@pi-sandbox/config";
 import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector, type TcpConnectable } from "@pi-sandbox/ingress";
-import { SupervisorClient } from "@pi-sandbox/supervisor";
+import { SupervisorClient, agentBootArgument } from "@pi-sandbox/supervisor";
 import {
   DiskStore,
   startVm,
@@ -137,9 +137,11 @@ export function createVmRuntime(options: {
   const disks = new DiskStore({ stateRoot: options.stateRoot });
   return {
     disks,
-    bootVm: ({ name, diskDir, config, secrets, mounts, logger, onProgress }) =>
+    bootVm: async ({ name, diskDir, config, secrets, mounts, logger, onProgress }) =>
       startVm({
         name,
+        // The image's init starts the agent daemon startAgent attaches to, when the disk holds it.
+        kernelArgs: [await agentBootArgument({ workspace: config.workspace })],
         diskDir,
         spec: {
           resources: config.resources,

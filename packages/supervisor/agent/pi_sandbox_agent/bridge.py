@@ -116,7 +116,7 @@ def _start_daemon(state_dir: str, path: str, daemon_argv: list[str]) -> _socket.
             return conn
         log_path = base + ".log"
         env = {key: value for key, value in os.environ.items() if key != EXEC_TOKEN_ENV}
-        pid = _spawn_session([*_self_command(), *daemon_argv, "--daemon"], env, log_path)
+        pid = _spawn_session([*self_command(), *daemon_argv, "--daemon"], env, log_path)
         deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
         while time.monotonic() < deadline:
             conn = _connect(path)
@@ -160,7 +160,7 @@ def _spawn_session(argv: list[str], env: dict[str, str], log_path: str) -> int:
         os.close(devnull)
 
 
-def _self_command() -> list[str]:
+def self_command() -> list[str]:
     """How to run this agent again, as this process was run: through LOADER from an archive (what
     the host's launch script does), the package with `-m`, or the zipapp as a script. Without site
     (-S) when this process runs without it: the agent needs only the standard library."""

@@ -33,8 +33,14 @@ class Servable(Protocol):
 # the daemon
 
 
-def serve_daemon(facts: JsonDict, make_agent: Callable[[Wire, Limits], Servable], path: str) -> int:
-    """Listens on `path` and serves host sessions until one asks for shutdown (or SIGTERM)."""
+def serve_daemon(
+    facts: JsonDict,
+    make_agent: Callable[[Wire, Limits], Servable],
+    path: str,
+    listening: Callable[[], None] = lambda: None,
+) -> int:
+    """Listens on `path` and serves host sessions until one asks for shutdown (or SIGTERM);
+    `listening` runs once the socket takes connections."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -44,6 +50,7 @@ def serve_daemon(facts: JsonDict, make_agent: Callable[[Wire, Limits], Servable]
     finally:
         os.umask(previous)
     listener.listen(8)
+    listening()
     events = SwitchWire()
     lock = threading.Lock()
     agent: list[Servable] = []

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
 from types import FrameType
 
+from . import boot
 from .agent import Agent
 from .bridge import DEFAULT_STATE_DIR, attach_main, socket_path, take_protocol_streams
 from .cleanup import Cleanup, maybe_mount_cgroup2
@@ -35,6 +37,12 @@ def parse_port_range(text: str) -> tuple[int, int]:
     if not (1 <= low <= high <= 65535):
         raise argparse.ArgumentTypeError("port range must be within 1-65535")
     return low, high
+
+
+def parse_boot_key(text: str) -> str:
+    if not boot.KEY.fullmatch(text):
+        raise argparse.ArgumentTypeError("a boot key is 32 lowercase hex digits")
+    return text
 
 
 def default_shell() -> str:
@@ -67,6 +75,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="bridge stdin/stdout to the agent daemon of --state-dir, starting it if none runs (see daemon.py)",
     )
     parser.add_argument("--daemon", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--boot-key",
+        type=parse_boot_key,
+        default=None,
+        help="the daemon leaves a script for the image's /init to start it at boot under this key (see boot.py)",
+    )
+    # Started by that script (see boot.py): holds the start lock on fd 9 until it listens.
+    parser.add_argument("--boot", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--port-range",
         type=parse_port_range,
@@ -108,6 +124,8 @@ class Setup:
             "warmShell": opts.warm_shell and usable(opts.shell),
             # Host sessions served before this one (daemon.py counts them).
             "sessions": 0,
+            # Whether the image's /init started this daemon at boot (boot.py).
+            "boot": False,
         }
 
     def agent(self, wire: Wire, limits: Limits) -> Agent:
@@ -127,14 +145,7 @@ def run(argv: list[str]) -> int:
     if opts.cgroup_root == "/sys/fs/cgroup":
         maybe_mount_cgroup2(opts.cgroup_root)
     if opts.daemon:
-        # The daemon starts once per guest boot: the boot's fix-ups go here.
-        apply_etc_hostname()
-        try:
-            setup = Setup(opts)
-        except OSError as err:
-            sys.stderr.write("%s\n" % state_dir_problem(opts, err)["message"])
-            return 2
-        return serve_daemon(setup.facts, setup.agent, socket_path(opts.state_dir))
+        return run_daemon(opts, argv)
     inp, out = take_protocol_streams()
     wire = Wire(out)
     try:
@@ -161,6 +172,34 @@ def run(argv: list[str]) -> int:
     except SystemExit:
         agent.shutdown()
     return 0
+
+
+def run_daemon(opts: argparse.Namespace, argv: list[str]) -> int:
+    """The daemon, started by the first bridge of a boot or, with --boot, by the image's /init."""
+    path = socket_path(opts.state_dir)
+    if opts.boot:
+        with contextlib.suppress(OSError):
+            os.setsid()  # as a bridge starts it: a session of its own
+        if boot.someone_listens(path):
+            return 0
+    # The daemon starts once per guest boot: the boot's fix-ups go here.
+    apply_etc_hostname()
+    try:
+        setup = Setup(opts)
+    except OSError as err:
+        sys.stderr.write("%s\n" % state_dir_problem(opts, err)["message"])
+        return 2
+    setup.facts["boot"] = opts.boot
+
+    def listening() -> None:
+        if opts.boot:
+            boot.release_start_lock()
+        if opts.boot_key:
+            boot.write_script(opts.state_dir, opts.boot_key, argv)
+        else:
+            boot.remove_script(opts.state_dir)
+
+    return serve_daemon(setup.facts, setup.agent, path, listening)
 
 
 def entry() -> None:
