@@ -158,8 +158,9 @@ export async function bootAttempt(
     });
     policyClose = policy.close;
     const mounts = await readonlyMounts(gondolin, options.spec.mounts ?? []);
-    // The wrapper starts QEMU with `-incoming defer` when it finds this marker in the run dir.
-    if (attempt.memory) await fsp.writeFile(path.join(runtimeDir, INCOMING_MARKER), "", { mode: 0o600 });
+    // The wrapper starts QEMU with `-incoming defer` and the memory file open when it finds this marker.
+    if (attempt.memory)
+      await fsp.writeFile(path.join(runtimeDir, INCOMING_MARKER), attempt.memory.file, { mode: 0o600 });
     const image = run.image;
     const vmOptions: VMOptions = {
       sandbox: {
@@ -225,7 +226,7 @@ export async function bootAttempt(
       const starting = startWithSignal(vm, signal);
       if (attempt.memory) {
         // Gondolin's readiness check is an exec, answered once the restored guest runs.
-        const restoring = resumeMemory(vm, monitor, runtimeDir, attempt.memory, readyTimeoutMs);
+        const restoring = resumeMemory(vm, monitor, attempt.memory, readyTimeoutMs);
         starting.catch(() => undefined);
         await fault.race(Promise.all([starting, restoring]));
       } else {
@@ -268,11 +269,10 @@ export async function bootAttempt(
 function resumeMemory(
   vm: VM,
   monitor: QmpMonitor,
-  runtimeDir: string,
   memory: { state: SuspendState; file: string },
   timeoutMs: number,
 ): Promise<void> {
-  return restoreMemory(monitor, runtimeDir, memory.file, timeoutMs, () => {
+  return restoreMemory(monitor, timeoutMs, () => {
     // The guest's FUSE mount names files by the inode numbers the old Gondolin handed out.
     if (memory.state.vfs) seedVfsInodes(vm, memory.state.vfs);
   });

@@ -70,10 +70,14 @@ export const NET_SOCKET = "net.sock";
 export const QMP_SOCKET = "qmp.sock";
 /** The socket QEMU streams a suspend's memory to. */
 export const MIGRATE_SOCKET = "mig.sock";
-/** The socket QEMU reads a saved memory from on resume. */
-export const INCOMING_SOCKET = "in.sock";
-/** A file in the socket directory that makes the wrapper start QEMU waiting for a saved state (`-incoming defer`). */
+/**
+ * A file in the socket directory that makes the wrapper start QEMU waiting for a saved state
+ * (`-incoming defer`); it holds the saved memory file's path, which the wrapper opens as
+ * {@link INCOMING_FD} for QEMU to read itself.
+ */
 export const INCOMING_MARKER = "incoming";
+/** The fd on which QEMU finds the saved memory to load (`migrate-incoming fd:3`). */
+export const INCOMING_FD = 3;
 /** The longest socket name above: a socket directory must leave room for it within the path limit. */
 export const LONGEST_SOCKET_NAME = [
   CONTROL_SOCKET,
@@ -83,7 +87,6 @@ export const LONGEST_SOCKET_NAME = [
   NET_SOCKET,
   QMP_SOCKET,
   MIGRATE_SOCKET,
-  INCOMING_SOCKET,
 ].reduce((a, b) => (b.length > a.length ? b : a));
 /** Prefix of a socket directory under the shared temp dir. */
 export const TMP_SOCKET_DIR_PREFIX = "pisb-";

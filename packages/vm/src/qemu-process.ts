@@ -7,7 +7,7 @@ import { VmError } from "./errors.js";
 import { readJsonIfExists } from "./fs-util.js";
 import { findExecutable, qemuArchOf } from "./host.js";
 import { inspectDiskLock } from "./disk-lock.js";
-import { INCOMING_MARKER, QEMU_PID_FILE, QMP_SOCKET } from "./filenames.js";
+import { INCOMING_FD, INCOMING_MARKER, QEMU_PID_FILE, QMP_SOCKET } from "./filenames.js";
 import { QEMU_SANDBOX_OPTIONS, probeQemuSeccomp } from "./qemu-seccomp.js";
 import { isAlive, processCmdline, processStartTime, waitFor, type ProcessIdentity } from "./process-util.js";
 
@@ -56,7 +56,9 @@ export interface QemuLauncher {
  *   the `virtiocon0` chardev argument), which Gondolin 0.12 only opens for its idle pause: boot
  *   watches it for the guest being paused on a full host disk;
  * - waiting for a saved guest state (`-incoming defer`, see `restoreMemory` in vm-memory.ts) when
- *   the run directory holds the marker file {@link INCOMING_MARKER}.
+ *   the run directory holds the marker file {@link INCOMING_MARKER}, with the saved memory file it
+ *   names open on fd {@link INCOMING_FD} (/dev/null when it cannot be read: the load then fails
+ *   and the boot goes cold), so QEMU reads the file itself instead of through this process.
  * The script's name keeps `x86_64`/`aarch64` because Gondolin derives the guest arch from the QEMU
  * path string.
  */
@@ -94,7 +96,8 @@ export async function prepareQemuLauncher(binDir: string, arch: string = process
     "# no_new_privs and SIGKILL when the process that started it dies (with setpriv), no core dumps,",
     "# its run dir as cwd, a QMP socket next to Gondolin's control socket (see qmp.ts), a memory",
     "# balloon with free page reporting, and",
-    "# -incoming defer when the run dir holds the restore marker (see vm-memory.ts).",
+    "# -incoming defer when the run dir holds the restore marker, the memory file it names on",
+    `# fd ${INCOMING_FD} (see vm-memory.ts).`,
     "run= balloon= prev=",
     'for arg in "$@"; do',
     '  case "$arg" in',
@@ -110,7 +113,11 @@ export async function prepareQemuLauncher(binDir: string, arch: string = process
     "done",
     `if [ -n "$run" ]; then set -- "$@" -qmp "unix:$run/${QMP_SOCKET},server=on,wait=off"; fi`,
     `if [ -n "$run" ] && [ -n "$balloon" ]; then set -- "$@" -device "$balloon"; fi`,
-    `if [ -n "$run" ] && [ -e "$run/${INCOMING_MARKER}" ]; then set -- "$@" -incoming defer; fi`,
+    `if [ -n "$run" ] && [ -e "$run/${INCOMING_MARKER}" ]; then`,
+    `  saved=$(cat "$run/${INCOMING_MARKER}")`,
+    `  if [ -n "$saved" ] && [ -r "$saved" ]; then exec ${INCOMING_FD}<"$saved"; else exec ${INCOMING_FD}</dev/null; fi`,
+    '  set -- "$@" -incoming defer',
+    "fi",
     "ulimit -c 0",
     "umask 077",
     // Only an absolute run dir: relative paths among the arguments must keep resolving.

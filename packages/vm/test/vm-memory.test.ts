@@ -36,11 +36,11 @@ afterEach(async () => {
 });
 
 /** A wrapped QEMU with 64 MiB and no guest, its run dir `name` (QMP there), the monitor connected. */
-async function qemuIn(name: string, options: { incoming?: boolean } = {}): Promise<QmpMonitor> {
+async function qemuIn(name: string, options: { incoming?: string } = {}): Promise<QmpMonitor> {
   const launcher = await prepareQemuLauncher(path.join(dir, "bin"));
   const runtime = path.join(dir, name);
   await fsp.mkdir(runtime);
-  if (options.incoming) await fsp.writeFile(path.join(runtime, INCOMING_MARKER), "");
+  if (options.incoming !== undefined) await fsp.writeFile(path.join(runtime, INCOMING_MARKER), options.incoming);
   const chardev = `socket,id=virtiocon0,path=${runtime}/ctl.sock,server=on,wait=off`;
   const args = ["-machine", "q35", "-accel", "tcg", "-m", "64", "-nodefaults", "-display", "none", "-S"];
   const qemu = spawn(launcher.qemuPath, [...args, "-chardev", chardev], { stdio: "ignore" });
@@ -65,10 +65,10 @@ test("a QEMU's state goes into a file and into a QEMU waiting for it, which then
   expect(fs.statSync(file).mode & 0o077).toBe(0);
   source.close();
 
-  const target = await qemuIn("dst", { incoming: true });
+  const target = await qemuIn("dst", { incoming: file });
   expect(await target.status()).toBe("inmigrate");
   let seeded = false;
-  await restoreMemory(target, path.join(dir, "dst"), file, 30_000, () => {
+  await restoreMemory(target, 30_000, () => {
     seeded = true;
   });
   expect(seeded).toBe(true);
@@ -79,8 +79,17 @@ test("a QEMU's state goes into a file and into a QEMU waiting for it, which then
 test("a stream QEMU refuses is VM_RESTORE_FAILED", async () => {
   const file = path.join(dir, "memory");
   await fsp.writeFile(file, Buffer.alloc(64 * 1024, 0x5a));
-  const target = await qemuIn("dst", { incoming: true });
-  await expect(restoreMemory(target, path.join(dir, "dst"), file, 30_000, () => undefined)).rejects.toMatchObject({
+  const target = await qemuIn("dst", { incoming: file });
+  await expect(restoreMemory(target, 30_000, () => undefined)).rejects.toMatchObject({
+    code: "VM_RESTORE_FAILED",
+  });
+  target.close();
+}, 60_000);
+
+test("a memory file that is gone by the time QEMU starts is VM_RESTORE_FAILED (QEMU reads /dev/null), not a failed start", async () => {
+  const target = await qemuIn("dst", { incoming: path.join(dir, "no-such-memory") });
+  expect(await target.status()).toBe("inmigrate");
+  await expect(restoreMemory(target, 30_000, () => undefined)).rejects.toMatchObject({
     code: "VM_RESTORE_FAILED",
   });
   target.close();
