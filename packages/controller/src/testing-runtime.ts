@@ -158,7 +158,7 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
       live.add(vm);
       return vm;
     },
-    async startAgent(vm, { workspace, logger }) {
+    async startAgent(vm, { workspace, logger, door }) {
       await runtime.hooks.beforeAgent?.(String((vm as LocalRuntimeVm).local.name));
       const local = (vm as LocalRuntimeVm).local;
       const hostWorkspace = local.hostPath(workspace);
@@ -170,6 +170,7 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         agentPath: local.hostPath(DEFAULT_AGENT_PATH),
         agentArgs: ["--shell", "/bin/sh", "--cgroup-root", "none"],
         logger,
+        ...(door ? { door } : {}),
       });
     },
     // The guest identity files are the host's own here: never touched.

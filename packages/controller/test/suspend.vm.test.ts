@@ -1,5 +1,6 @@
 // Suspend and warm start on a real VM through the client API: one instance, four starts (one
 // after a daemon killed during a suspend).
+import { readFileSync } from "node:fs";
 import { rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
@@ -21,6 +22,12 @@ afterAll(async () => {
 });
 
 const exec = async (cmd: string) => (await call({ action: "exec", name: "warm", cmd })).output as string;
+/** The supervisor's last word in the instance log on how it reached the agent. */
+const lastAgentLine = () =>
+  readFileSync(new StateLayout(sandbox.home).logFile("instances", "warm"), "utf8")
+    .split("\n")
+    .filter((line) => /\[supervisor warm\] (agent \S+ up|attached to the running agent)/.test(line))
+    .at(-1);
 const webPid = async () => (await call({ action: "services", name: "warm", op: "status" })).services[0].pid as number;
 
 test("a suspended instance resumes with its processes and previews; without its memory it boots cold and says why; a daemon killed mid-suspend leaves the last checkpoint; destroy leaves nothing", async () => {
@@ -51,6 +58,8 @@ test("a suspended instance resumes with its processes and previews; without its 
   expect(await exec(`kill -0 ${sleeper} && echo alive`)).toBe("alive\n");
   expect(await webPid()).toBe(servicePid);
   await expect(stat(join(diskDir, "memory.bin"))).rejects.toMatchObject({ code: "ENOENT" });
+  // The resumed agent was reached through the TCP door it gave before the suspend: no exec.
+  expect(lastAgentLine()).toMatch(/attached to the running agent \S+ \(pid \d+\) through its TCP door$/);
 
   await call({ action: "suspend", name: "warm" });
   await rm(join(diskDir, "memory.bin"));
@@ -66,6 +75,8 @@ test("a suspended instance resumes with its processes and previews; without its 
   expect(cold.previews[0].url).toBe(url);
   expect(await fetchText(url)).toBe("200 Hello from the guest\n");
   expect(await exec(`kill -0 ${sleeper} 2>/dev/null && echo alive || echo gone`)).toBe("gone\n");
+  // A cold boot's agent is a new one (the image's init started it): the old door is not tried.
+  expect(lastAgentLine()).toMatch(/agent \S+ up \(started at boot, /);
 
   // SIGKILL of the daemon during a suspend: the instance reads interrupted, and start reopens the
   // last complete checkpoint (the one taken with the memory deleted above), cold.

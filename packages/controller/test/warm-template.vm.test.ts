@@ -61,6 +61,13 @@ test("two instances from a suspended template resume its running guest, each wit
     // Resumed, not booted: no setup, no resume hooks, no service start.
     expect(lines.some((l) => l.startsWith("[setup]") || l.startsWith("[resume]"))).toBe(false);
   }
+  // Each copy reached the template's running agent through the TCP door the template recorded,
+  // without an exec.
+  const layout = new StateLayout(sandbox.home);
+  for (const name of clones) {
+    const log = await readFile(layout.logFile("instances", name), "utf8");
+    expect(log).toMatch(/attached to the running agent \S+ \(pid \d+\) through its TCP door/);
+  }
 
   const read = async (cmd: string) => Promise.all(clones.map((name) => exec(name, cmd)));
   const bootIds = await read("cat /proc/sys/kernel/random/boot_id");

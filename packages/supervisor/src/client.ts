@@ -110,8 +110,9 @@ export class SupervisorClient implements AsyncDisposable {
     const placement = placementOf(options);
     const workspace = placement.workspace;
 
-    const { channel, stopChannel, hello } = await attachAgent(vm, {
+    const { channel, stopChannel, hello, via } = await attachAgent(vm, {
       ...placement,
+      door: options.door,
       startTimeoutMs: options.startTimeoutMs ?? 60_000,
       logger,
       label,
@@ -121,7 +122,8 @@ export class SupervisorClient implements AsyncDisposable {
       const client = new SupervisorClient(channel, stopChannel, hello, workspace, logger);
       if (hello.sessions > 0) {
         await client.services.adoptRunning(signal);
-        logger.info(`${label} attached to the running agent ${hello.version} (pid ${hello.pid})`);
+        const how = via === "door" ? " through its TCP door" : "";
+        logger.info(`${label} attached to the running agent ${hello.version} (pid ${hello.pid})${how}`);
       } else {
         const how = hello.boot ? "started at boot, " : "";
         logger.info(`${label} agent ${hello.version} up (${how}python ${hello.python}, cleanup by ${hello.cleanup})`);

@@ -24,6 +24,7 @@ export type { PreviewOrigins } from "./service-specs.js";
 // Results
 export type {
   AgentActivity,
+  AgentDoor,
   AgentHello,
   ExecResult,
   ExecKillResult,

@@ -1,14 +1,15 @@
 // Attaching to the guest agent: the exec bridge that starts it if needed, and the hello exchange.
 import { createHash } from "node:crypto";
-import type { GuestVm } from "@pi-sandbox/vm";
+import { Readable, type Duplex } from "node:stream";
+import type { GuestExecution, GuestExitStatus, GuestVm } from "@pi-sandbox/vm";
 import { readAgentArchive } from "./agent-script.js";
 import { AgentChannel } from "./channel.js";
-import { SupervisorError, isSupervisorError } from "./errors.js";
+import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
 import type { SupervisorLogger } from "./logger.js";
 import { PROTOCOL_VERSION, helloArgs } from "./protocol.js";
 import { BadReply } from "./reply-checks.js";
 import { parseHello, parseHelloAck } from "./replies.js";
-import type { AgentHello } from "./types.js";
+import type { AgentDoor, AgentHello } from "./types.js";
 
 /**
  * Exit status of the launch script when the guest has no python3 (127, as the shell's own) or its
@@ -17,6 +18,9 @@ import type { AgentHello } from "./types.js";
  * warm start) is attached in one exec instead of two.
  */
 const NEEDS_INSTALL_EXITS = new Set([97, 127]);
+
+/** How long a running agent's door gets to connect and say hello before the exec bridge is used. */
+const DOOR_TIMEOUT_MS = 5_000;
 
 /**
  * How the agent's archive is run: its path is the first argument, the agent's own follow. Not as a
@@ -72,6 +76,8 @@ export interface AttachedAgent {
   channel: AgentChannel;
   stopChannel: AbortController;
   hello: AgentHello;
+  /** How: through the running agent's TCP door, or an exec bridge. */
+  via?: "door";
 }
 
 /** Where and how the agent runs in the guest. */
@@ -84,6 +90,8 @@ export interface AgentLaunch {
   logger: SupervisorLogger;
   label: string;
   signal: AbortSignal | undefined;
+  /** A running agent's TCP door from an earlier hello: tried first, the exec bridge on failure. */
+  door?: AgentDoor | undefined;
 }
 
 /**
@@ -92,6 +100,16 @@ export interface AgentLaunch {
  * host's copy.
  */
 export async function attachAgent(vm: GuestVm, agent: AgentLaunch): Promise<AttachedAgent> {
+  if (agent.door) {
+    try {
+      return await openDoor(vm, agent, agent.door);
+    } catch (error) {
+      if (agent.signal?.aborted) throw agent.signal.reason;
+      agent.logger.info(
+        `${agent.label} the agent's door did not let in (${messageOf(error)}); attaching through an exec`,
+      );
+    }
+  }
   const { archive, sha256 } = await agentArchiveHash();
   // The daemon leaves its boot script under this key (the VM's kernel line may carry the same).
   const launch = { ...agent, args: [...agent.args, "--boot-key", bootKeyOf(sha256, agent)] };
@@ -122,6 +140,39 @@ async function openChannel(vm: GuestVm, launch: AgentLaunch, sha256: string): Pr
     await channel.shutdown(2_000);
     throw error;
   }
+}
+
+/**
+ * Attaches through a running agent's loopback TCP door (its hello's `attach`): no exec, shell or
+ * Python start in the guest. A failure detaches (the agent behind it keeps running) and throws,
+ * and the caller uses the exec bridge instead.
+ */
+async function openDoor(vm: GuestVm, launch: AgentLaunch, door: AgentDoor): Promise<AttachedAgent> {
+  const stopChannel = new AbortController();
+  const socket = await vm.connectTcp(door.port, {
+    timeoutMs: DOOR_TIMEOUT_MS,
+    ...(launch.signal ? { signal: launch.signal } : {}),
+  });
+  socket.write(`${door.token}\n`);
+  const channel = new AgentChannel(socketExecution(socket, stopChannel.signal), launch.logger, launch.label, (reason) =>
+    stopChannel.abort(reason),
+  );
+  try {
+    const hello = await exchangeHello(channel, DOOR_TIMEOUT_MS, launch.signal);
+    return { channel, stopChannel, hello, via: "door" };
+  } catch (error) {
+    await channel.detach(1_000);
+    stopChannel.abort(new Error("the agent's door did not let in"));
+    throw error;
+  }
+}
+
+/** A TCP stream to the agent as the channel's "exec": it ends when the stream closes. */
+function socketExecution(socket: Duplex, signal: AbortSignal): GuestExecution {
+  const result = new Promise<GuestExitStatus>((resolve) => socket.once("close", () => resolve({ exitCode: 0 })));
+  socket.on("error", () => undefined); // "close" follows, and the channel reports the end
+  signal.addEventListener("abort", () => socket.destroy(), { once: true });
+  return { stdin: socket, stdout: socket, stderr: Readable.from([]), result };
 }
 
 /** Checks for python3 and writes the agent zipapp into the guest, in one exec fed on stdin. */

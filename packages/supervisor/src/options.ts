@@ -1,6 +1,7 @@
 // Options of the supervisor client and its calls (timeouts, waits, exec, services, setup).
 import type { SandboxConfig } from "@pi-sandbox/config";
 import type { GuestVm } from "@pi-sandbox/vm";
+import type { AgentDoor } from "./types.js";
 import type { SupervisorLogger } from "./logger.js";
 import type { PreviewOrigins } from "./service-specs.js";
 
@@ -20,8 +21,15 @@ export interface AgentPlacementOptions {
 }
 
 export interface StartSupervisorOptions extends AgentPlacementOptions {
-  /** The booted guest. The client uses only `exec` on it. */
+  /** The booted guest. The client uses `exec`, and `connectTcp` for a `door`. */
   vm: GuestVm;
+  /**
+   * The running agent's TCP door from an earlier client's `hello.door` (a warm start, a lost
+   * channel): tried first, without an exec; on any failure the start goes on through the exec
+   * bridge as without it. Give it only for the same guest boot (the door of an earlier boot is gone,
+   * and another guest program may listen on its port).
+   */
+  door?: AgentDoor;
   /** How long to wait for the agent's hello, in ms; default 60000 (TCG guests are slow). */
   startTimeoutMs?: number;
   /** Receives diagnostics; default silent. */

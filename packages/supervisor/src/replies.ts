@@ -18,7 +18,16 @@ import {
   text,
 } from "./reply-checks.js";
 import type { RawStatus } from "./service-status.js";
-import type { AgentActivity, AgentHello, ExecResult, LogTail, RunStep, ServiceExit, ServiceFailure } from "./types.js";
+import type {
+  AgentActivity,
+  AgentDoor,
+  AgentHello,
+  ExecResult,
+  LogTail,
+  RunStep,
+  ServiceExit,
+  ServiceFailure,
+} from "./types.js";
 
 const HANDLE = /^[A-Za-z0-9_-]{1,64}$/;
 
@@ -37,7 +46,18 @@ export function parseHello(raw: unknown): AgentHello {
     warmShell: boolean(r.warmShell, "hello.warmShell"),
     sessions: r.sessions === undefined ? 0 : integer(r.sessions, "hello.sessions", 0),
     boot: r.boot === undefined ? false : boolean(r.boot, "hello.boot"),
+    ...(r.attach === undefined ? {} : { door: parseDoor(r.attach) }),
   };
+}
+
+const DOOR_TOKEN = /^[0-9a-f]{32}$/;
+
+function parseDoor(raw: unknown): AgentDoor {
+  const r = record(raw, "hello.attach");
+  const port = integer(r.port, "hello.attach.port", 1, 65535);
+  const token = text(r.token, "hello.attach.token", 32);
+  if (!DOOR_TOKEN.test(token)) throw new BadReply("hello.attach.token", "is not 32 hex digits");
+  return { port, token };
 }
 
 /**

@@ -32,6 +32,19 @@ export interface AgentHello {
    * at boot"); false when a bridge started it, and from agents older than that.
    */
   boot: boolean;
+  /**
+   * The agent's loopback TCP door: a later client of the same running agent (a warm start, a lost
+   * channel) passes it as `door` to attach without an exec. Absent from agents older than it.
+   */
+  door?: AgentDoor;
+}
+
+/** Where a running agent takes host sessions without an exec bridge, and the token it wants first. */
+export interface AgentDoor {
+  /** Guest loopback TCP port. */
+  port: number;
+  /** 32 hex digits, sent as the connection's first line. */
+  token: string;
 }
 
 /**

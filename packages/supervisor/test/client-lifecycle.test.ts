@@ -5,7 +5,13 @@ import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createLocalGuestVm, type LocalGuestVm } from "@pi-sandbox/vm/testing";
-import { SupervisorClient, agentBootArgument, isSupervisorError, type StartSupervisorOptions } from "../src/index.js";
+import {
+  SupervisorClient,
+  agentBootArgument,
+  isSupervisorError,
+  silentLogger,
+  type StartSupervisorOptions,
+} from "../src/index.js";
 import { processAlive, waitFor } from "./support/local.js";
 
 let dir: string;
@@ -133,4 +139,31 @@ test("the kernel word for a start's options is the key its daemon's boot script 
   expect(next.hello.pid).not.toBe(first.hello.pid);
   expect((await next.exec("echo $((6*7))")).output).toBe("42\n");
   await next.close();
+});
+
+test("a later client comes in through the running agent's TCP door without an exec; a wrong token falls back to the bridge", async () => {
+  const first = await SupervisorClient.start(options());
+  const door = first.hello.door!;
+  expect(door).toEqual({ port: expect.any(Number), token: expect.stringMatching(/^[0-9a-f]{32}$/) });
+  await first.exec("sleep 600", { timeoutMs: 0 });
+  await first.detach();
+  await waitFor(() => vm.running === 0, 5_000, "bridge exec to end");
+
+  const viaDoor = await SupervisorClient.start(options({ door }));
+  expect(vm.running).toBe(0); // no bridge: the channel is the TCP stream
+  expect(viaDoor.hello).toMatchObject({ pid: first.hello.pid, sessions: 1, door });
+  expect((await viaDoor.exec("echo $((6*7))")).output).toBe("42\n");
+  await viaDoor.detach();
+
+  const logged: string[] = [];
+  const wrong = await SupervisorClient.start(
+    options({
+      door: { port: door.port, token: "0".repeat(32) },
+      logger: { ...silentLogger, info: (line: string) => logged.push(line) },
+    }),
+  );
+  expect(logged.join("\n")).toContain("the agent's door did not let in");
+  expect(vm.running).toBe(1); // the bridge exec
+  expect(wrong.hello).toMatchObject({ pid: first.hello.pid, sessions: 2 });
+  await wrong.close();
 });

@@ -17,6 +17,7 @@ import { IDENTITY_PROGRESS } from "./guest-identity.js";
 import { installGuestConfig, readConfigFile, runSetup } from "./guest-setup.js";
 import { withImageDir } from "../image-ref.js";
 import { recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
+import { copyAgentDoor } from "./agent-door.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import { newSecretSalt } from "./secrets.js";
 import { toControllerError, type InstanceState } from "./state.js";
@@ -128,6 +129,7 @@ export async function createInstance(
     const disk = await runtime.disks.createFromTemplate(layout.diskDir("templates", template), diskDir);
     if (disk.memoryBytes > 0) {
       progress({ stage: "disk", message: `the template saved its memory: ${name} resumes it instead of booting` });
+      await copyAgentDoor(layout, template, name);
     }
   }
   // Until the first checkpoint holds the guest config and setup's work, the record says so: a

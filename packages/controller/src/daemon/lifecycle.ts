@@ -13,6 +13,7 @@ import { readRecord, readStatus, writeRecord } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { ConfigSource, LifecycleActions, StartOptions } from "./context.js";
 import { createInstance, prepareTemplate, withIdleSuspend, type BootOptions, type CreateSteps } from "./create.js";
+import { readAgentDoor, writeAgentDoor } from "./agent-door.js";
 import { IDENTITY_PROGRESS } from "./guest-identity.js";
 import { installGuestConfig, runSetup } from "./guest-setup.js";
 import { assertHostPortsFree, hostPortsOf, portsTakenByInstances } from "./host-ports.js";
@@ -86,7 +87,7 @@ export class Lifecycle {
       runtime: this.runtime,
       boot: (config, progress, options) => this.boot(config, progress, options),
       bootVm: (diskDir, config, progress, secretSalt) => this.bootVm(diskDir, config, progress, secretSalt),
-      startAgent: (vm, config, progress) => this.startAgent(vm, config, progress),
+      startAgent: (vm, config, progress) => this.startAgent(vm, config, progress, false),
       teardown: (options) => this.teardown(options),
       failStart: (error) => this.failStart(error),
     };
@@ -153,7 +154,7 @@ export class Lifecycle {
     const warm = await noteRestore(state, vm, progress);
     // Its services run on in the resumed memory: previews waiting for this wake may go on now.
     if (warm) state.guestResumed();
-    const supervisor = await this.startAgent(vm, config, progress);
+    const supervisor = await this.startAgent(vm, config, progress, warm);
     if (options.pendingCreate?.newIdentity) {
       progress({ stage: "boot", message: IDENTITY_PROGRESS });
       await this.runtime.giveOwnIdentity(supervisor, this.name);
@@ -250,13 +251,22 @@ export class Lifecycle {
     return vm;
   }
 
-  private async startAgent(vm: RuntimeVm, config: SandboxConfig, progress: Progress): Promise<SupervisorClient> {
+  /** Starts or (`warm`: the resumed agent, through its door when it left one) reattaches the agent. */
+  private async startAgent(
+    vm: RuntimeVm,
+    config: SandboxConfig,
+    progress: Progress,
+    warm: boolean,
+  ): Promise<SupervisorClient> {
+    const { layout, kind } = this.state;
     progress({ stage: "agent", message: "starting the guest agent" });
     this.workspace = config.workspace;
     this.state.supervisor = await this.runtime.startAgent(vm, {
       workspace: config.workspace,
       logger: this.state.log.child("[agent]"),
+      door: warm ? await readAgentDoor(layout, kind, this.name) : undefined,
     });
+    await writeAgentDoor(layout, kind, this.name, this.state.supervisor.hello.door);
     return this.state.supervisor;
   }
 

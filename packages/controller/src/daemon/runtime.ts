@@ -5,7 +5,7 @@
 
 import type { SandboxConfig } from "@pi-sandbox/config";
 import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector, type TcpConnectable } from "@pi-sandbox/ingress";
-import { SupervisorClient, agentBootArgument } from "@pi-sandbox/supervisor";
+import { SupervisorClient, agentBootArgument, type AgentDoor } from "@pi-sandbox/supervisor";
 import {
   DiskStore,
   startVm,
@@ -108,7 +108,10 @@ export interface InstanceRuntime {
     onProgress: (message: string) => void;
   }): Promise<RuntimeVm>;
   /** Installs and starts the guest agent in `vm`, for the config's workspace. */
-  startAgent(vm: RuntimeVm, options: { workspace: string; logger: DaemonLogger }): Promise<SupervisorClient>;
+  startAgent(
+    vm: RuntimeVm,
+    options: { workspace: string; logger: DaemonLogger; door?: AgentDoor | undefined },
+  ): Promise<SupervisorClient>;
   /**
    * Gives a new guest (an instance or template) its own machine-id, hostname (`name`) and ssh
    * host keys, through its agent (guest-identity.ts).
@@ -155,8 +158,14 @@ export function createVmRuntime(options: {
         ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
         ...(options.upstream ? { upstream: options.upstream } : {}),
       }),
-    startAgent: (vm, { workspace, logger }) =>
-      SupervisorClient.start({ vm, workspace, logger, startTimeoutMs: agentStartTimeoutMs(vm.accelerator.accel) }),
+    startAgent: (vm, { workspace, logger, door }) =>
+      SupervisorClient.start({
+        vm,
+        workspace,
+        logger,
+        startTimeoutMs: agentStartTimeoutMs(vm.accelerator.accel),
+        ...(door ? { door } : {}),
+      }),
     giveOwnIdentity,
     openGateway: (guest, { portsFile, address, avoidPorts, logger, wake }) =>
       new PreviewGateway({

@@ -108,6 +108,11 @@ export class StateLayout {
     return join(this.entryDir(kind, name), "status.json");
   }
 
+  /** The guest agent's TCP door of the entry's last boot (`daemon/agent-door.ts`). */
+  agentDoorFile(kind: EntryKind, name: string): string {
+    return join(this.entryDir(kind, name), "agent-door.json");
+  }
+
   /** Guest ports and preview host ports, leased once. */
   portsFile(name: string): string {
     return join(this.entryDir("instances", name), "ports.json");

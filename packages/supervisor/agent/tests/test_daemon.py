@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -149,3 +150,50 @@ def test_a_daemon_that_cannot_start_is_a_fatal_event(tmp_path: Path) -> None:
     assert event["event"] == "fatal" and event["data"]["code"] == "AGENT_DAEMON"
     assert "cannot prepare" in event["data"]["message"]
     assert bridge.proc.wait(timeout=10) == 2
+
+
+class TcpSession(Bridge):
+    """A host session through the daemon's loopback TCP door instead of a bridge."""
+
+    def __init__(self, port: int, token: str):  # no bridge process: only the socket
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.sendall(token.encode() + b"\n")
+        self.stdin = self.sock.makefile("wb")
+        self.stdout = self.sock.makefile("rb")
+
+
+def said_nothing(sock: socket.socket) -> bool:
+    """The peer closed without sending a byte (a reset when it left our bytes unread)."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_the_tcp_door_admits_the_token_only_and_serves_the_same_agent(tmp_path: Path, daemon_pids: list[int]) -> None:
+    first = Bridge(tmp_path)
+    facts = first.hello()
+    daemon_pids.append(facts["pid"])
+    door = facts["attach"]
+    assert door["port"] > 0 and len(door["token"]) == 32
+    started = first.request(2, "exec", {"command": "sleep 1000", "timeoutMs": 0})["result"]
+
+    # A guest process that found the port, with a wrong token or none: closed, and the host's
+    # session goes on.
+    for attempt in (b"0" * 32 + b"\n", b"\n", b"x" * 200, b""):
+        with socket.create_connection(("127.0.0.1", door["port"]), timeout=10) as probe:
+            probe.sendall(attempt)
+            if attempt == b"":
+                probe.shutdown(socket.SHUT_WR)
+            assert said_nothing(probe)
+    assert first.request(3, "exec-status", {"handle": started["handle"], "timeoutMs": 0})["result"]["running"] is True
+
+    # The token: the same agent, its jobs, and the newest session wins as with a bridge.
+    tcp = TcpSession(door["port"], door["token"])
+    again = tcp.hello()
+    assert again["pid"] == facts["pid"] and again["sessions"] == 1
+    assert first.stdout.readline() == b""
+    status = tcp.request(2, "exec-status", {"handle": started["handle"], "timeoutMs": 0})["result"]
+    assert status["running"] is True
+    assert tcp.request(3, "shutdown") == {"id": 3, "ok": True, "result": {}}
+    assert first.proc.wait(timeout=10) == 0
