@@ -3,7 +3,7 @@
 // (the new disk, the record, the roll-back of a failed create) are in create.ts.
 
 import { rm } from "node:fs/promises";
-import type { SandboxConfig } from "@pi-sandbox/config";
+import { messageOf, type SandboxConfig } from "@pi-sandbox/config";
 import type { SupervisorClient } from "@pi-sandbox/supervisor";
 import { isVmError } from "@pi-sandbox/vm";
 import { ControllerError } from "../errors.js";
@@ -266,7 +266,10 @@ export class Lifecycle {
       logger: this.state.log.child("[agent]"),
       door: warm ? await readAgentDoor(layout, kind, this.name) : undefined,
     });
-    await writeAgentDoor(layout, kind, this.name, this.state.supervisor.hello.door);
+    // Only a later warm start needs it, and that falls back to an exec: never fail this start.
+    await writeAgentDoor(layout, kind, this.name, this.state.supervisor.hello.door).catch((error: unknown) =>
+      this.state.log.warn(`could not record the agent's door: ${messageOf(error)}`),
+    );
     return this.state.supervisor;
   }
 
