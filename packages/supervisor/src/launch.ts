@@ -95,9 +95,10 @@ export interface AgentLaunch {
 }
 
 /**
- * Opens the agent channel: a bridge exec to the guest's agent daemon (started at boot by the
- * image's init, else by the first bridge of a boot), then the hello exchange. Installs the agent first only when the guest lacks this
- * host's copy.
+ * Opens the agent channel: through a running agent's TCP door when the caller has one, else a
+ * bridge exec to the guest's agent daemon (started at boot by the image's init, else by the first
+ * bridge of a boot), then the hello exchange. Installs the agent first only when the guest lacks
+ * this host's copy.
  */
 export async function attachAgent(vm: GuestVm, agent: AgentLaunch): Promise<AttachedAgent> {
   if (agent.door) {
