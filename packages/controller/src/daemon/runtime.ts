@@ -144,7 +144,9 @@ export function createVmRuntime(options: {
       startVm({
         name,
         // The image's init starts the agent daemon startAgent attaches to, when the disk holds it.
-        kernelArgs: [await agentBootArgument({ workspace: config.workspace })],
+        // Not with secrets: Gondolin gives their placeholders to each exec's environment, not to
+        // the guest's init, so only a daemon started by the first exec passes them on to commands.
+        kernelArgs: Object.keys(secrets).length === 0 ? [await agentBootArgument({ workspace: config.workspace })] : [],
         diskDir,
         spec: {
           resources: config.resources,
