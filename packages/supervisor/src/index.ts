@@ -49,6 +49,7 @@ export type { ReadSink, WriteSource } from "./file-transfer.js";
 // The guest agent zipapp and the wire protocol
 export { agentArchivePath, readAgentArchive } from "./agent-script.js";
 export { PROTOCOL_VERSION, MAX_AGENT_LINE_BYTES } from "./protocol.js";
+export { agentDoorOf } from "./replies.js";
 
 // Logging
 export { silentLogger, type SupervisorLogger } from "./logger.js";

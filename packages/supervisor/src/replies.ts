@@ -61,6 +61,19 @@ function parseDoor(raw: unknown): AgentDoor {
 }
 
 /**
+ * A door as a hello gives it, from a copy kept elsewhere (the controller's `agent-door.json`):
+ * the same checks, undefined when `raw` is not one.
+ */
+export function agentDoorOf(raw: unknown): AgentDoor | undefined {
+  try {
+    return parseDoor(raw);
+  } catch (error) {
+    if (error instanceof BadReply) return undefined;
+    throw error;
+  }
+}
+
+/**
  * The activity fields of a ping reply; undefined from an agent too old to send them (a guest
  * resumed from memory saved before they existed).
  */

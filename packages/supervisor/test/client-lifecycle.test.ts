@@ -8,6 +8,7 @@ import { createLocalGuestVm, type LocalGuestVm } from "@pi-sandbox/vm/testing";
 import {
   SupervisorClient,
   agentBootArgument,
+  agentDoorOf,
   isSupervisorError,
   silentLogger,
   type StartSupervisorOptions,
@@ -145,6 +146,12 @@ test("a later client comes in through the running agent's TCP door without an ex
   const first = await SupervisorClient.start(options());
   const door = first.hello.door!;
   expect(door).toEqual({ port: expect.any(Number), token: expect.stringMatching(/^[0-9a-f]{32}$/) });
+  // A kept copy is read back with the hello's own checks.
+  expect(agentDoorOf(JSON.parse(JSON.stringify(door)))).toEqual(door);
+  for (const bad of [undefined, "x", { port: 0, token: door.token }, { port: 65536, token: door.token }]) {
+    expect(agentDoorOf(bad)).toBeUndefined();
+  }
+  expect(agentDoorOf({ port: door.port, token: door.token.toUpperCase() })).toBeUndefined();
   await first.exec("sleep 600", { timeoutMs: 0 });
   await first.detach();
   await waitFor(() => vm.running === 0, 5_000, "bridge exec to end");

@@ -3,7 +3,7 @@
 // exec. Only a warm start reads it: after a cold boot the agent is a new one with a new door.
 import { copyFile, rm } from "node:fs/promises";
 import { writeJsonAtomic } from "@pi-sandbox/config";
-import type { AgentDoor } from "@pi-sandbox/supervisor";
+import { agentDoorOf, type AgentDoor } from "@pi-sandbox/supervisor";
 import type { EntryKind, StateLayout } from "../state/layout.js";
 import { readJson } from "../state/read-json.js";
 
@@ -13,11 +13,7 @@ export async function readAgentDoor(
   kind: EntryKind,
   name: string,
 ): Promise<AgentDoor | undefined> {
-  const door = await readJson<Partial<AgentDoor>>(layout.agentDoorFile(kind, name)).catch(() => undefined);
-  const { port, token } = door ?? {};
-  if (!Number.isInteger(port) || port! < 1 || port! > 65535) return undefined;
-  if (typeof token !== "string" || !/^[0-9a-f]{32}$/.test(token)) return undefined;
-  return { port: port!, token };
+  return agentDoorOf(await readJson(layout.agentDoorFile(kind, name)).catch(() => undefined));
 }
 
 /** Records the door of the agent just attached (or forgets the last one when it has none). */
