@@ -16,7 +16,7 @@ import { callAction, StateLayout } from "../dist/client/index.js";
 import { inspectEntry, listEntries } from "../dist/state/inspect.js";
 import { writeRecord, writeStatus } from "../dist/state/records.js";
 import { parseConfig } from "@pi-sandbox/config";
-import { cpuPercent, qemuUsage } from "@pi-sandbox/vm/host";
+import { cpuPercent, qemuResidentMemory, qemuUsage } from "@pi-sandbox/vm/host";
 import { agentUpDelays, benchImage, dashboardRss, median, printRows, row, rssOf, sleep, time } from "./kit.mjs";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
@@ -87,6 +87,17 @@ try {
     "<= 1.5",
   );
   row("idle instance (tiny, one web service): QEMU RSS", idleAfter.rssBytes / 2 ** 20, undefined, "MiB", "<= 400");
+  // Where that memory is, read right after (inspect prints the same).
+  const parts = await qemuResidentMemory(warmDisk);
+  if (!parts) throw new Error("warm's QEMU is not running");
+  row("idle instance: of its QEMU RSS, the guest's RAM", parts.guestBytes / 2 ** 20, undefined, "MiB");
+  row(
+    "idle instance: of its QEMU RSS, TCG's translation cache (KVM and HVF have none)",
+    parts.translationCacheBytes / 2 ** 20,
+    undefined,
+    "MiB",
+  );
+  row("idle instance: of its QEMU RSS, QEMU itself", parts.otherBytes / 2 ** 20, undefined, "MiB");
   const firstByte = async (target = url) => {
     const deadline = Date.now() + 180_000;
     for (;;) {

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction, StateLayout } from "../dist/client/index.js";
 import { until } from "../dist/testing.js";
-import { cpuPercent, processUsage, qemuUsage } from "@pi-sandbox/vm/host";
+import { cpuPercent, processUsage, qemuResidentMemory, qemuUsage } from "@pi-sandbox/vm/host";
 import { benchImage, dashboardRss, median, printRows, row, sleep } from "./kit.mjs";
 
 const COUNT = Number(process.env.PI_SANDBOX_BENCH_INSTANCES ?? 10);
@@ -76,6 +76,11 @@ try {
   if (running.qemu.count !== COUNT) throw new Error(`${running.qemu.count} of ${COUNT} QEMUs are running`);
   row(`${label}, running idle: QEMU CPU, all together`, running.qemu.cpu, undefined, "%", `<= ${1.5 * COUNT}`);
   row(`${label}, running idle: QEMU RSS, all together`, running.qemu.rss, undefined, "MiB", `<= ${400 * COUNT}`);
+  let caches = 0;
+  for (const name of names) {
+    caches += ((await qemuResidentMemory(layout.diskDir("instances", name)))?.translationCacheBytes ?? 0) / MiB;
+  }
+  row(`${label}, running idle: of that, TCG's translation caches (KVM and HVF have none)`, caches, undefined, "MiB");
   row(`${label}, running idle: daemons' CPU, all together`, running.daemons.cpu, undefined, "%");
   row(`${label}, running idle: daemons' RSS, all together`, running.daemons.rss, undefined, "MiB", `<= ${100 * COUNT}`);
   row(`dashboard RSS: ${label} running, a page open 20 s`, await dashboardRss(env), undefined, "MiB", "<= 80");

@@ -83,6 +83,13 @@ test("create → preview → exec → files → stop → start keeps the URL and
 test("a SIGKILLed daemon reads interrupted at once, leaves no QEMU, and start reopens the checkpoint", async () => {
   const before = await call({ action: "inspect", name: "demo" });
   expect(before.state).toBe("running");
+  // What the QEMU holds, and where: the guest's RAM, TCG's translation cache (none under KVM), QEMU.
+  const { rssBytes, memory } = before.usage;
+  expect(memory.guestBytes).toBeGreaterThan(64 * 2 ** 20);
+  expect(memory.translationCacheBytes > 0).toBe(before.accelerator === "tcg");
+  expect(memory.otherBytes).toBeGreaterThan(0);
+  const parts = memory.guestBytes + memory.translationCacheBytes + memory.otherBytes;
+  expect(Math.abs(parts - rssBytes)).toBeLessThan(rssBytes * 0.1);
   process.kill(before.daemonPid, "SIGKILL");
   const t0 = Date.now();
   let view = await call({ action: "inspect", name: "demo" });

@@ -19,7 +19,15 @@ export { probeKvmKernel, type KvmVerdict } from "./kvm-probe.js";
 // The controller checks its daemon's pid with the same /proc reader (a zombie is gone).
 export { pidAlive, isAlive, selfIdentity, type ProcessIdentity } from "./process-util.js";
 // Inspect and list report what a running instance's QEMU costs (CPU, resident memory) from /proc.
-export { processUsage, qemuUsage, cpuPercent, type ProcessUsage } from "./process-usage.js";
+export {
+  processUsage,
+  qemuUsage,
+  qemuResidentMemory,
+  residentMemoryOf,
+  cpuPercent,
+  type ProcessUsage,
+  type QemuResidentMemory,
+} from "./process-usage.js";
 
 /** QEMU accelerator names this package chooses between. */
 export type Accelerator = "kvm" | "hvf" | "tcg";

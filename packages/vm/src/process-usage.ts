@@ -1,6 +1,7 @@
 // What a running QEMU costs the host: CPU time and resident memory from /proc, read through
 // process-util's one reader of /proc/<pid>/stat. Reading /proc never touches the guest, so a
 // dashboard polling this cannot wake or slow an instance; a stopped or suspended one has no QEMU.
+import fsp from "node:fs/promises";
 import path from "node:path";
 import { QEMU_PID_FILE } from "./filenames.js";
 import { readJsonIfExists } from "./fs-util.js";
@@ -50,12 +51,81 @@ export function processUsage(pid: number): ProcessUsage | undefined {
  * none runs (stopped, suspended) or the recorded pid now belongs to another process.
  */
 export async function qemuUsage(diskDir: string): Promise<ProcessUsage | undefined> {
+  const pid = await runningQemuPid(diskDir);
+  return pid === undefined ? undefined : processUsage(pid);
+}
+
+/** Where a running QEMU's resident memory is, in bytes (see {@link qemuResidentMemory}). */
+export interface QemuResidentMemory {
+  /** In the guest's RAM: what the guest has touched and not given back (its balloon returns freed blocks). */
+  guestBytes: number;
+  /**
+   * In TCG's translation cache: host code made from the guest code that ran so far. QEMU keeps it
+   * (up to 1 GiB) for as long as it runs; KVM and HVF have none.
+   */
+  translationCacheBytes: number;
+  /** The rest: QEMU's own code, heap and device state. */
+  otherBytes: number;
+}
+
+/**
+ * Where the resident memory of the QEMU running the disk in `diskDir` is, read from its
+ * /proc/<pid>/smaps (which the kernel builds by walking the process's page tables: a few ms for a
+ * QEMU, so one-off reports use it, not polling); `undefined` when none runs or /proc cannot tell.
+ */
+export async function qemuResidentMemory(diskDir: string): Promise<QemuResidentMemory | undefined> {
+  const pid = await runningQemuPid(diskDir);
+  if (pid === undefined) return undefined;
+  const text = await fsp.readFile(`/proc/${pid}/smaps`, "utf8").catch(() => undefined);
+  return text === undefined ? undefined : residentMemoryOf(text);
+}
+
+/**
+ * Sorts a QEMU's mappings (its smaps text) into guest RAM, the translation cache and the rest. The
+ * guest's RAM is QEMU's largest anonymous mapping that is not executable (one allocation the size
+ * of the guest's memory, larger than anything else QEMU maps); the translation cache is anonymous
+ * memory QEMU maps executable (TCG's code buffer; with split W^X its executable view of a memfd).
+ * `undefined` for text with no mappings.
+ */
+export function residentMemoryOf(smaps: string): QemuResidentMemory | undefined {
+  const mappings: { sizeBytes: number; rssBytes: number; anonymous: boolean; executable: boolean }[] = [];
+  for (const line of smaps.split("\n")) {
+    const header = /^([0-9a-f]+)-([0-9a-f]+) ([-rwxps]{4}) \S+ \S+ (\d+)\s*(.*)$/.exec(line);
+    if (header) {
+      const [, start, end, perms, inode, name] = header as unknown as [string, string, string, string, string, string];
+      // memfd mappings have an inode, but no file behind them either.
+      const anonymous = name.startsWith("/memfd:") || (inode === "0" && (name === "" || name.startsWith("[anon:")));
+      const sizeBytes = Number.parseInt(end, 16) - Number.parseInt(start, 16);
+      mappings.push({ sizeBytes, rssBytes: 0, anonymous, executable: perms[2] === "x" });
+      continue;
+    }
+    const rss = /^Rss:\s+(\d+) kB$/.exec(line);
+    const last = mappings.at(-1);
+    if (rss && last) last.rssBytes = Number(rss[1]) * 1024;
+  }
+  if (mappings.length === 0) return undefined;
+  const total = mappings.reduce((sum, m) => sum + m.rssBytes, 0);
+  const ram = mappings
+    .filter((m) => m.anonymous && !m.executable)
+    .reduce<(typeof mappings)[number] | undefined>(
+      (big, m) => (big && big.sizeBytes >= m.sizeBytes ? big : m),
+      undefined,
+    );
+  const guestBytes = ram?.rssBytes ?? 0;
+  const translationCacheBytes = mappings
+    .filter((m) => m.anonymous && m.executable)
+    .reduce((sum, m) => sum + m.rssBytes, 0);
+  return { guestBytes, translationCacheBytes, otherBytes: total - guestBytes - translationCacheBytes };
+}
+
+/** The pid of the QEMU running the disk in `diskDir` (its pid record, checked against reuse). */
+async function runningQemuPid(diskDir: string): Promise<number | undefined> {
   const record = (await readJsonIfExists(path.join(diskDir, QEMU_PID_FILE)).catch(() => undefined)) as
     { pid?: unknown; startTime?: unknown } | undefined;
   if (typeof record?.pid !== "number") return undefined;
   const identity =
     typeof record.startTime === "string" ? { pid: record.pid, startTime: record.startTime } : { pid: record.pid };
-  return isAlive(identity) ? processUsage(record.pid) : undefined;
+  return isAlive(identity) ? record.pid : undefined;
 }
 
 /** CPU share between two readings of one process, in percent of one host CPU (two busy cores: 200). */

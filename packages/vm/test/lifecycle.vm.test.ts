@@ -8,7 +8,7 @@ import path from "node:path";
 import type { AddressInfo } from "node:net";
 import { DiskStore, isVmError, runInGuest, startVm, type RunningVm } from "../src/index.js";
 import { waitFor } from "../src/process-util.js";
-import { processUsage } from "../src/process-usage.js";
+import { processUsage, qemuResidentMemory } from "../src/process-usage.js";
 import { tempDir } from "./helpers.js";
 import { qemuProcessesUsing, sh, testImage, vmOptions } from "./vm-support.js";
 
@@ -123,6 +123,11 @@ test("first boot: the filesystem grows to diskGiB, and the guest interface works
   );
   const held = qemuRss();
   expect(held - before).toBeGreaterThan(250 * MiB);
+  // The growth is in the guest's RAM, as inspect reports it; TCG's translation cache is its own part.
+  const parts = (await qemuResidentMemory(source()))!;
+  expect(parts.guestBytes).toBeGreaterThan(250 * MiB);
+  expect(parts.guestBytes + parts.translationCacheBytes + parts.otherBytes).toBeGreaterThan(held * 0.9);
+  expect(parts.translationCacheBytes > 0).toBe(vm.accelerator.accel === "tcg");
   await sh(vm, "kill $(cat /tmp/hog.pid)");
   // The guest reports freed memory after about 2 s; QEMU then drops it.
   const returned = await waitFor(() => qemuRss() < held - 200 * MiB, 60_000, 250);

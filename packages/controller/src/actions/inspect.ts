@@ -24,7 +24,7 @@ export const inspect = defineAction({
   async run(args, ctx): Promise<EntryView> {
     await ctx.layout.ensurePrivate();
     const view = await inspectEntry(ctx.layout, args.kind ?? "instances", args.name);
-    await addUsage(ctx.layout, [view]);
+    await addUsage(ctx.layout, [view], { memory: true });
     return view;
   },
   formatText: formatView,

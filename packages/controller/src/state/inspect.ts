@@ -1,6 +1,7 @@
 // `inspect` and `list` from the state files alone: an entry's view, with a dead daemon read as
 // interrupted.
 import { access } from "node:fs/promises";
+import type { QemuResidentMemory } from "@pi-sandbox/vm/host";
 import { ControllerError } from "../errors.js";
 import { daemonLive, daemonPing, type Pong } from "./liveness.js";
 import type { EntryKind, StateLayout } from "./layout.js";
@@ -63,9 +64,10 @@ export interface EntryView {
   savedMemory?: { bytes: number };
   /**
    * What the instance's QEMU costs the host now, while it runs: CPU in percent of one host CPU
-   * (over a 200 ms window) and resident memory in bytes. Read from /proc; absent without a QEMU.
+   * (over a 200 ms window) and resident memory in bytes, for inspect also where that memory is.
+   * Read from /proc; absent without a QEMU.
    */
-  usage?: { cpuPercent: number; rssBytes: number };
+  usage?: { cpuPercent: number; rssBytes: number; memory?: QemuResidentMemory };
   /**
    * Auto-suspend (`idle.suspendAfter`, or `--idle-suspend`): the setting, and from a live daemon
    * its clock, or that the instance suspended itself (its previews and actions resume it).

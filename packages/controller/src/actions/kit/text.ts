@@ -3,6 +3,7 @@
 // `escapeControlChars`, and the CLI escapes its whole output once more before writing it.
 
 import { HOST_SERVICES_HOSTNAME, escapeControlChars, formatDuration } from "@pi-sandbox/config";
+import type { QemuResidentMemory } from "@pi-sandbox/vm/host";
 import type { EntryView } from "../../state/inspect.js";
 
 /** One-line text for a terminal: every control character escaped visibly (`\x1b`, `\n`). */
@@ -80,6 +81,7 @@ export function formatView(view: EntryView): string {
     lines.push(
       `usage:       ${view.usage.cpuPercent.toFixed(1)} % CPU, ${formatMiB(view.usage.rssBytes)} resident (QEMU)`,
     );
+  if (view.usage?.memory) lines.push(`resident:    ${residentText(view.usage.memory)}`);
   if (view.idle) lines.push(`idle:        ${oneLine(idleText(view.idle))}`);
   if (view.resumePid) lines.push(`resume:      still running, handle ${oneLine(view.resumePid)}`);
   for (const e of view.errors)
@@ -102,6 +104,20 @@ function idleText(idle: NonNullable<EntryView["idle"]>): string {
   if (idle.busy) return `${setting}; in use: ${idle.busy}`;
   if (idle.idleForMs !== undefined) return `${setting}; unused for ${formatDuration(idle.idleForMs)}`;
   return setting;
+}
+
+/**
+ * Where a QEMU's resident memory is: the guest's RAM, TCG's translation cache (named only when
+ * there is one: KVM and HVF have none) and QEMU itself.
+ */
+function residentText(memory: QemuResidentMemory): string {
+  const parts = [`guest memory ${formatMiB(memory.guestBytes)}`];
+  if (memory.translationCacheBytes > 0)
+    parts.push(
+      `translation cache ${formatMiB(memory.translationCacheBytes)} (software emulation keeps it while it runs)`,
+    );
+  parts.push(`QEMU itself ${formatMiB(memory.otherBytes)}`);
+  return parts.join(", ");
 }
 
 /** Bytes as MiB with one decimal, e.g. `412.3 MiB`. */
