@@ -1,5 +1,6 @@
 // The seed README walkthrough on a real VM through the client API, as a user would drive it.
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { ControllerError, StateLayout } from "../src/client/index.js";
 import { fetchText, makeSandbox, SEED_YAML, qemuFor, qemuGone, teardown, type Sandbox } from "../src/testing.js";
 
@@ -63,14 +64,19 @@ test("create → preview → exec → files → stop → start keeps the URL and
   expect(started.state).toBe("running");
   expect(started.previews[0].url).toBe(url);
   expect(await fetchText(url)).toBe("200 Hello from the guest\n");
-  // The first boot's agent was started by the host's first exec; this boot's by the image's init,
-  // under the key of the agent this host wants (its log says which).
-  const agentUps = readFileSync(new StateLayout(sandbox.home).logFile("instances", "demo"), "utf8")
+  // Both boots' agents were started by the image's init under the key of the agent this host
+  // wants (its log says so): the first from the seed the host shared with the new disk, this one
+  // from the script the agent left on the disk.
+  const layout = new StateLayout(sandbox.home);
+  const agentUps = readFileSync(layout.logFile("instances", "demo"), "utf8")
     .split("\n")
     .filter((line) => / agent \S+ up \(/.test(line));
   expect(agentUps).toHaveLength(2);
-  expect(agentUps[0]).not.toContain("started at boot");
+  expect(agentUps[0]).toContain("(started at boot, python 3.");
   expect(agentUps[1]).toContain("(started at boot, python 3.");
+  const [seed, ...others] = readdirSync(layout.agentSeedsDir());
+  expect(others).toEqual([]);
+  expect(readdirSync(join(layout.agentSeedsDir(), seed!)).sort()).toEqual(["first-boot", "sandbox_agent.pyz"]);
   expect((await call({ action: "read", name: "demo", path: "/workspace/note.txt" })).content).toBe(
     "kept across stop\n",
   );

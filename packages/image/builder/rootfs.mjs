@@ -114,18 +114,26 @@ export function rootfsInit(script) {
  * script starts the daemon only for its own key (see the supervisor's agent, boot.py). It runs
  * after setup_mitm_ca, whose CA variables the daemon's commands and services inherit, and in the
  * background: nothing else of the boot waits for it.
+ *
+ * A disk's first boot has no agent yet: there the host shares a seed read-only (AGENT_SEED, the
+ * supervisor's writeAgentSeed), an archive and a script that installs it and starts the daemon,
+ * under the same key. The FUSE binds are up by now (setup_mitm_ca reads one).
  */
 const AGENT_BOOT_SCRIPT = "/var/lib/pi-sandbox-agent.boot";
-const AGENT_AT_BOOT = `if [ -r ${AGENT_BOOT_SCRIPT} ]; then
-  for arg in $(cat /proc/cmdline); do
-    case "\${arg}" in
-      pi_sandbox.agent=*)
-        log "[init] starting the pi-sandbox agent"
-        /bin/sh ${AGENT_BOOT_SCRIPT} "\${arg#pi_sandbox.agent=}" < /dev/null > /dev/null 2>&1 &
-        ;;
-    esac
-  done
-fi
+const AGENT_SEED_SCRIPT = "/run/pi-sandbox-agent-seed/first-boot";
+const AGENT_AT_BOOT = `for arg in $(cat /proc/cmdline); do
+  case "\${arg}" in
+    pi_sandbox.agent=*)
+      for agent_script in ${AGENT_BOOT_SCRIPT} ${AGENT_SEED_SCRIPT}; do
+        if [ -r "\${agent_script}" ]; then
+          log "[init] starting the pi-sandbox agent (\${agent_script})"
+          /bin/sh "\${agent_script}" "\${arg#pi_sandbox.agent=}" < /dev/null > /dev/null 2>&1 &
+          break
+        fi
+      done
+      ;;
+  esac
+done
 `;
 
 /**

@@ -65,26 +65,36 @@ test("setup_mitm_ca rebuilds the bundle for a new CA and leaves it alone when it
   expect(await readFile(bundle, "utf8")).toBe("SYSTEM-A\nCA-TWO\n\n");
 });
 
-test("the agent's boot script runs with the kernel line's key, after the CA variables are set and before sandboxd", async () => {
-  const start = script.indexOf("if [ -r /var/lib/pi-sandbox-agent.boot ]; then");
-  const end = script.indexOf("\nfi\n", start) + 4;
+test("the agent's boot script runs with the kernel line's key, after the CA variables are set and before sandboxd; a first boot runs the seed's", async () => {
+  const start = script.indexOf('for arg in $(cat /proc/cmdline); do\n  case "${arg}" in\n    pi_sandbox.agent=*)');
+  const end = script.indexOf("\ndone\n", start) + 6;
   expect(start).toBeGreaterThan(script.lastIndexOf("\nsetup_mitm_ca\n"));
   expect(end).toBeLessThan(script.indexOf("exec /usr/bin/sandboxd"));
   const dir = path.join(root, "agent");
   await mkdir(path.join(dir, "var/lib"), { recursive: true });
-  const hook = script.slice(start, end).replace(/\/(var|proc)\//g, `${dir}/$1/`);
+  await mkdir(path.join(dir, "run/pi-sandbox-agent-seed"), { recursive: true });
+  const hook = script.slice(start, end).replace(/\/(var|proc|run)\//g, `${dir}/$1/`);
+  const out = path.join(dir, "ran");
   const runHook = async (cmdline: string) => {
     await mkdir(path.join(dir, "proc"), { recursive: true });
     await writeFile(path.join(dir, "proc/cmdline"), cmdline);
-    // The agent's script records the key it was given and the CA variable it inherited.
-    const out = path.join(dir, "ran");
     await rm(out, { force: true });
-    await writeFile(path.join(dir, "var/lib/pi-sandbox-agent.boot"), `printf '%s %s' "$1" "$SSL_CERT_FILE" > ${out}\n`);
     await run("sh", ["-c", `set -eu\nlog() { :; }\nexport SSL_CERT_FILE=/run/ca.crt\n${hook}\nwait`]);
     return readFile(out, "utf8").catch(() => "did not run");
   };
-  expect(await runHook("console=ttyS0 quiet pi_sandbox.agent=0123abcd norandmaps\n")).toBe("0123abcd /run/ca.crt");
+  // Each script records which it is, the key it was given and the CA variable it inherited.
+  const disk = path.join(dir, "var/lib/pi-sandbox-agent.boot");
+  const seed = path.join(dir, "run/pi-sandbox-agent-seed/first-boot");
+  await writeFile(disk, `printf 'disk %s %s' "$1" "$SSL_CERT_FILE" > ${out}\n`);
+  await writeFile(seed, `printf 'seed %s %s' "$1" "$SSL_CERT_FILE" > ${out}\n`);
+  expect(await runHook("console=ttyS0 quiet pi_sandbox.agent=0123abcd norandmaps\n")).toBe("disk 0123abcd /run/ca.crt");
   expect(await runHook("console=ttyS0 quiet\n")).toBe("did not run");
-  await rm(path.join(dir, "var/lib/pi-sandbox-agent.boot"));
-  await expect(run("sh", ["-c", `set -eu\nlog() { :; }\n${hook}`])).resolves.toBeDefined(); // no script: nothing, no error
+
+  // A disk's first boot (no agent of its own yet): the seed the host shares.
+  await rm(disk);
+  expect(await runHook("quiet pi_sandbox.agent=0123abcd\n")).toBe("seed 0123abcd /run/ca.crt");
+  expect(await runHook("quiet\n")).toBe("did not run");
+  // Neither: nothing, and no error.
+  await rm(seed);
+  expect(await runHook("quiet pi_sandbox.agent=0123abcd\n")).toBe("did not run");
 });

@@ -4,6 +4,8 @@
 export {
   SupervisorClient,
   agentBootArgument,
+  writeAgentSeed,
+  AGENT_SEED_PATH,
   DEFAULT_AGENT_PATH,
   DEFAULT_AGENT_STATE_DIR,
   GUEST_CONFIG_NAME,

@@ -1,6 +1,8 @@
 // Attaching to the guest agent: the exec bridge that starts it if needed, and the hello exchange.
 import { createHash } from "node:crypto";
+import path from "node:path";
 import { Readable, type Duplex } from "node:stream";
+import { shellQuote } from "@pi-sandbox/config";
 import type { GuestExecution, GuestExitStatus, GuestVm } from "@pi-sandbox/vm";
 import { readAgentArchive } from "./agent-script.js";
 import { AgentChannel } from "./channel.js";
@@ -63,6 +65,49 @@ export type AgentPlacement = Pick<AgentLaunch, "python" | "agentPath" | "args">;
 export function bootKeyOf(sha256: string, placement: AgentPlacement): string {
   const what = JSON.stringify([sha256, placement.python, placement.agentPath, ...placement.args]);
   return createHash("sha256").update(what).digest("hex").slice(0, 32);
+}
+
+/** The archive's name in a first-boot seed (see {@link agentSeedScript}). */
+export const SEED_ARCHIVE = "sandbox_agent.pyz";
+/** The seed's script, which the image's init runs as `sh <seed dir>/first-boot KEY`. */
+export const SEED_SCRIPT = "first-boot";
+
+/**
+ * The script that starts the agent daemon at a disk's first boot, from a read-only seed directory
+ * the host shares with the guest (the archive as {@link SEED_ARCHIVE} beside it). A fresh disk has
+ * no agent, so without it the daemon starts only after the guest is ready: an install and two
+ * Python starts, about 3 s under TCG. Only for `key` (as the agent's own boot script, boot.py):
+ * it takes the start lock, installs the archive unless the disk holds this one already, and runs
+ * the daemon as a bridge with these arguments would, plus `--boot` (the daemon drops the lock once
+ * it listens, and later boots use the script the daemon leaves on the disk).
+ */
+export function agentSeedScript(placement: AgentPlacement & { stateDir: string }, sha256: string, key: string): string {
+  const q = shellQuote;
+  const base = path.posix.resolve(placement.stateDir);
+  const agent = q(placement.agentPath);
+  const next = q(`${placement.agentPath}.seed`);
+  const daemonArgs = [...placement.args.filter((arg) => arg !== "--attach"), "--boot-key", key, "--daemon", "--boot"];
+  return [
+    "# Written by the pi-sandbox host: starts its guest agent at a disk's first boot (the image's",
+    "# /init runs it with the key from the kernel command line when the disk has no agent yet).",
+    `[ "$1" = ${q(key)} ] || exit 0`,
+    `command -v ${q(placement.python)} >/dev/null 2>&1 || exit 0`,
+    `exec 9>>${q(`${base}.lock`)} || exit 0`,
+    "flock 9 || exit 0",
+    `if ! { [ -f ${agent} ] && [ "$(sha256sum < ${agent})" = ${q(`${sha256}  -`)} ]; }; then`,
+    `  mkdir -p ${q(path.posix.dirname(placement.agentPath))} && cp "\${0%/*}/${SEED_ARCHIVE}" ${next} && mv -f ${next} ${agent} || exit 0`,
+    "fi",
+    [
+      "exec",
+      q(placement.python),
+      "-I -S -u -c",
+      q(AGENT_LOADER),
+      agent,
+      ...daemonArgs.map(q),
+      `</dev/null >${q(`${base}.log`)} 2>&1`,
+    ].join(" "),
+    "",
+  ].join("\n");
 }
 
 /** The sha256 of the agent archive this host installs, with the archive. */

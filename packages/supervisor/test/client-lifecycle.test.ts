@@ -1,7 +1,7 @@
 // The client's hold on the agent over the local fake guest: a start that fails says why (no
 // python3, no state dir, an abort), close stops what the agent ran, detach leaves it for a new client.
 import { spawn } from "node:child_process";
-import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createLocalGuestVm, type LocalGuestVm } from "@pi-sandbox/vm/testing";
@@ -9,6 +9,7 @@ import {
   SupervisorClient,
   agentBootArgument,
   agentDoorOf,
+  writeAgentSeed,
   isSupervisorError,
   silentLogger,
   type StartSupervisorOptions,
@@ -140,6 +141,74 @@ test("the kernel word for a start's options is the key its daemon's boot script 
   expect(next.hello.pid).not.toBe(first.hello.pid);
   expect((await next.exec("echo $((6*7))")).output).toBe("42\n");
   await next.close();
+});
+
+test("a first boot's seed installs the agent and starts its daemon, only for the kernel word's key", async () => {
+  const { vm: _vm, ...placement } = options();
+  const word = await agentBootArgument(placement);
+  const key = word.slice("pi_sandbox.agent=".length);
+  const seed = await writeAgentSeed(join(dir, "seeds"), placement);
+  expect(seed).toBe(join(dir, "seeds", key));
+  expect(await writeAgentSeed(join(dir, "seeds"), placement)).toBe(seed); // the same files, rewritten whole
+  const runSeed = (argument: string) =>
+    new Promise<number | null>((resolve, reject) =>
+      spawn("/bin/sh", [join(seed, "first-boot"), argument], { stdio: "ignore" })
+        .on("exit", resolve)
+        .on("error", reject),
+    );
+  const agentPath = placement.agentPath!;
+
+  // Another key (a host that wants another agent or placement): nothing is installed or started.
+  expect(await runSeed("0".repeat(32))).toBe(0);
+  await expect(stat(agentPath)).rejects.toMatchObject({ code: "ENOENT" });
+
+  // A disk with a stale agent: the seed's archive replaces it, and the daemon starts from it.
+  await rm(join(dir, "agent"), { recursive: true, force: true });
+  await new Promise<void>((resolve, reject) =>
+    spawn("/bin/sh", ["-c", `mkdir -p "${join(dir, "agent")}" && echo stale > "${agentPath}"`])
+      .on("exit", () => resolve())
+      .on("error", reject),
+  );
+  await new Promise<void>((resolve, reject) =>
+    spawn("/bin/sh", [join(seed, "first-boot"), key], { stdio: "ignore", detached: true })
+      .on("spawn", resolve)
+      .on("error", reject)
+      .unref(),
+  );
+  await waitFor(() => stat(join(dir, "state.sock")).catch(() => undefined), 10_000, "the seeded daemon to listen");
+  expect((await readFile(agentPath)).equals(await readFile(join(seed, "sandbox_agent.pyz")))).toBe(true);
+  const client = await SupervisorClient.start(options());
+  expect(vm.running).toBe(1); // the bridge only: no install exec
+  expect(client.hello).toMatchObject({ boot: true, sessions: 0 });
+  expect((await client.exec("echo $((6*7))")).output).toBe("42\n");
+  // The daemon left its own boot script for later boots, under the same key.
+  expect(await readFile(join(dir, "state.boot"), "utf8")).toContain(`[ "$1" = ${key} ] || exit 0`);
+  await client.close();
+});
+
+test("a seed holds the start lock while its daemon starts (a bridge waits for it), and runs it as a bridge would, with --boot", async () => {
+  const { vm: _vm, ...placement } = options();
+  const key = (await agentBootArgument(placement)).slice("pi_sandbox.agent=".length);
+  const seed = await writeAgentSeed(join(dir, "seeds"), { ...placement, python: join(dir, "fake-python") });
+  // A stand-in interpreter that reports whether the start lock is still held while it runs.
+  const probe = join(dir, "lock-held");
+  await writeFile(
+    join(dir, "fake-python"),
+    `#!/bin/sh\nif flock -n "${join(dir, "state.lock")}" true; then echo free; else echo held; fi > "${probe}"\necho "$@" >> "${probe}"\n`,
+    { mode: 0o755 },
+  );
+  const other = (await agentBootArgument({ ...placement, python: join(dir, "fake-python") })).slice(17);
+  expect(other).not.toBe(key);
+  await new Promise((resolve, reject) =>
+    spawn("/bin/sh", [join(seed, "first-boot"), other], { stdio: "ignore" })
+      .on("exit", resolve)
+      .on("error", reject),
+  );
+  const [held, args] = (await readFile(probe, "utf8")).split("\n");
+  expect(held).toBe("held");
+  expect(args).toMatch(
+    /^-I -S -u -c import sys; .* --state-dir \S+ --workspace \S+ --shell \/bin\/sh --boot-key [0-9a-f]{32} --daemon --boot$/,
+  );
 });
 
 test("a later client comes in through the running agent's TCP door without an exec; a wrong token falls back to the bridge", async () => {

@@ -41,7 +41,14 @@ export interface CreateSteps {
   /** Boots the instance disk, starts the agent, finishes a pending create, runs resume and services. */
   boot(config: SandboxConfig, progress: Progress, options: BootOptions): Promise<void>;
   /** Boots a disk (host ports, mounts and secrets checked first) and opens the instance's gateway. */
-  bootVm(diskDir: string, config: SandboxConfig, progress: Progress, secretSalt: string): Promise<RuntimeVm>;
+  /** `freshDisk`: new from an image, with no agent on it yet (see InstanceRuntime.bootVm's `seedAgent`). */
+  bootVm(
+    diskDir: string,
+    config: SandboxConfig,
+    progress: Progress,
+    secretSalt: string,
+    freshDisk: boolean,
+  ): Promise<RuntimeVm>;
   /** Starts the guest agent. */
   startAgent(vm: RuntimeVm, config: SandboxConfig, progress: Progress): Promise<SupervisorClient>;
   /** Cuts previews and the agent, then checkpoints or discards the VM run (`keepMemory`: a suspend). */
@@ -138,7 +145,11 @@ export async function createInstance(
   if (source.idleSuspendMs !== undefined) config = withIdleSuspend(config, source.idleSuspendMs);
   // Every new guest gets its own identity at its first boot: an image's copy would otherwise share
   // the image's hostname and empty machine-id, a template's copy the template's.
-  const pendingCreate = { ...(configText !== undefined ? { configText } : {}), newIdentity: true };
+  const pendingCreate = {
+    ...(configText !== undefined ? { configText } : {}),
+    newIdentity: true,
+    ...(record.template === undefined ? { freshDisk: true } : {}),
+  };
   await writeRecord(layout, { ...record, config, pendingCreate });
   const first = { pendingCreate, setupDone: false, secretSalt: record.secretSalt };
   try {
@@ -215,7 +226,7 @@ export async function prepareTemplate(
   });
   try {
     await state.setState("starting");
-    const vm = await steps.bootVm(workDir, config, progress, secretSalt);
+    const vm = await steps.bootVm(workDir, config, progress, secretSalt, true);
     const supervisor = await steps.startAgent(vm, config, progress);
     progress({ stage: "boot", message: IDENTITY_PROGRESS });
     await runtime.giveOwnIdentity(supervisor, name);

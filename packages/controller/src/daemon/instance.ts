@@ -61,7 +61,7 @@ export class InstanceController {
     this.#guest = new GuestOperations(this.#state);
     this.#lifecycle = new Lifecycle(
       this.#state,
-      runtime ?? createVmRuntime({ stateRoot: layout.runtimeDir() }),
+      runtime ?? createVmRuntime({ stateRoot: layout.runtimeDir(), agentSeeds: layout.agentSeedsDir() }),
       this.#guest,
     );
     const state = this.#state;

@@ -86,7 +86,8 @@ export class Lifecycle {
       state: this.state,
       runtime: this.runtime,
       boot: (config, progress, options) => this.boot(config, progress, options),
-      bootVm: (diskDir, config, progress, secretSalt) => this.bootVm(diskDir, config, progress, secretSalt),
+      bootVm: (diskDir, config, progress, secretSalt, freshDisk) =>
+        this.bootVm(diskDir, config, progress, secretSalt, freshDisk),
       startAgent: (vm, config, progress) => this.startAgent(vm, config, progress, false),
       teardown: (options) => this.teardown(options),
       failStart: (error) => this.failStart(error),
@@ -150,7 +151,13 @@ export class Lifecycle {
     const started = Date.now();
     state.suspendAfterMs = config.idle?.suspendAfterMs;
     await state.setState("starting");
-    const vm = await this.bootVm(state.layout.diskDir("instances", this.name), config, progress, options.secretSalt);
+    const vm = await this.bootVm(
+      state.layout.diskDir("instances", this.name),
+      config,
+      progress,
+      options.secretSalt,
+      options.pendingCreate?.freshDisk === true,
+    );
     const warm = await noteRestore(state, vm, progress);
     // Its services run on in the resumed memory: previews waiting for this wake may go on now.
     if (warm) state.guestResumed();
@@ -207,6 +214,7 @@ export class Lifecycle {
     config: SandboxConfig,
     progress: Progress,
     secretSalt: string,
+    freshDisk: boolean,
   ): Promise<RuntimeVm> {
     const { state } = this;
     await assertHostPortsFree(state.layout, this.name, hostPortsOf(config));
@@ -227,6 +235,7 @@ export class Lifecycle {
       config,
       secrets,
       mounts,
+      seedAgent: freshDisk,
       logger: state.log.child("[vm]"),
       onProgress: (message) => progress({ stage: "boot", message }),
     });

@@ -5,7 +5,13 @@
 
 import type { SandboxConfig } from "@pi-sandbox/config";
 import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector, type TcpConnectable } from "@pi-sandbox/ingress";
-import { SupervisorClient, agentBootArgument, type AgentDoor } from "@pi-sandbox/supervisor";
+import {
+  AGENT_SEED_PATH,
+  SupervisorClient,
+  agentBootArgument,
+  writeAgentSeed,
+  type AgentDoor,
+} from "@pi-sandbox/supervisor";
 import {
   DiskStore,
   startVm,
@@ -104,6 +110,11 @@ export interface InstanceRuntime {
     config: SandboxConfig;
     secrets: Record<string, VmSecret>;
     mounts: VmMount[];
+    /**
+     * The disk is new from an image, with no agent yet: the guest also gets the agent's seed, so
+     * its init starts the agent while it boots (as it does from the agent's own script later).
+     */
+    seedAgent?: boolean;
     logger: DaemonLogger;
     onProgress: (message: string) => void;
   }): Promise<RuntimeVm>;
@@ -134,24 +145,33 @@ export interface InstanceRuntime {
  */
 export function createVmRuntime(options: {
   stateRoot: string;
+  /** Where the agent's first-boot seeds are kept (one directory per agent and placement). */
+  agentSeeds: string;
   allowedInternalHosts?: readonly string[];
   upstream?: UpstreamOverrides;
 }): InstanceRuntime {
   const disks = new DiskStore({ stateRoot: options.stateRoot });
   return {
     disks,
-    bootVm: async ({ name, diskDir, config, secrets, mounts, logger, onProgress }) =>
-      startVm({
+    bootVm: async ({ name, diskDir, config, secrets, mounts, seedAgent, logger, onProgress }) => {
+      // The image's init starts the agent daemon startAgent attaches to, when the disk holds it or
+      // (a new disk) from the seed shared read-only here. Not with secrets: Gondolin gives their
+      // placeholders to each exec's environment, not to the guest's init, so only a daemon started
+      // by the first exec passes them on to commands.
+      const atBoot = Object.keys(secrets).length === 0;
+      const placement = { workspace: config.workspace };
+      const seed =
+        atBoot && seedAgent
+          ? [{ hostPath: await writeAgentSeed(options.agentSeeds, placement), guestPath: AGENT_SEED_PATH }]
+          : [];
+      return startVm({
         name,
-        // The image's init starts the agent daemon startAgent attaches to, when the disk holds it.
-        // Not with secrets: Gondolin gives their placeholders to each exec's environment, not to
-        // the guest's init, so only a daemon started by the first exec passes them on to commands.
-        kernelArgs: Object.keys(secrets).length === 0 ? [await agentBootArgument({ workspace: config.workspace })] : [],
+        kernelArgs: atBoot ? [await agentBootArgument(placement)] : [],
         diskDir,
         spec: {
           resources: config.resources,
           network: { allowedHosts: config.network.allowedHosts, hostPorts: config.network.hostPorts ?? [], secrets },
-          mounts,
+          mounts: [...mounts, ...seed],
         },
         stateRoot: options.stateRoot,
         logger,
@@ -159,7 +179,8 @@ export function createVmRuntime(options: {
         onProgress,
         ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
         ...(options.upstream ? { upstream: options.upstream } : {}),
-      }),
+      });
+    },
     startAgent: (vm, { workspace, logger, door }) =>
       SupervisorClient.start({
         vm,

@@ -182,6 +182,14 @@ export class StateLayout {
   }
 
   /**
+   * The guest agent's first-boot seeds (the supervisor's writeAgentSeed): one directory per agent
+   * and placement, shared read-only with each new disk's first boot.
+   */
+  agentSeedsDir(): string {
+    return join(this.root, "agent-seeds");
+  }
+
+  /**
    * The daemon's Unix socket. Inside the entry directory when the path fits the platform limit,
    * else in a short per-user directory under the temp dir, named by a hash of the long path.
    * The daemon creates its directory with {@link ensurePrivateDir}; clients check it with

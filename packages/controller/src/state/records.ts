@@ -60,7 +60,12 @@ export interface EntryRecord {
    * gives the guest its own machine-id, hostname and ssh host keys (records of older versions
    * have it only for a template's copy).
    */
-  pendingCreate?: { configText?: string; newIdentity?: boolean };
+  pendingCreate?: {
+    configText?: string;
+    newIdentity?: boolean;
+    /** The disk is new from an image: no agent on it yet, so its boot gets the agent's seed. */
+    freshDisk?: boolean;
+  };
 }
 
 /** One error kept for inspect. */
