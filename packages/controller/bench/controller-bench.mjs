@@ -142,7 +142,7 @@ try {
     `starts after suspend: ${restores.join(", ")}`,
   );
   row("suspend vs stop (median of 2)", median(suspends), median(stops), "ms");
-  // The guest agent on the same instance's boots: its create (which installs the agent) and the
+  // The guest agent on the same instance's boots: its create (a new disk: started from the seed) and the
   // two starts after stop above; warm starts attach to the running agent and are not counted.
   const [onCreate, ...onStart] = agentUpDelays(join(env.PI_SANDBOX_HOME, "instances", "warm", "controller.log"));
   row(
@@ -151,7 +151,7 @@ try {
     undefined,
     "ms",
     "<= 1500",
-    `on create (installs the agent): ${Math.round(onCreate)} ms; starts: ${onStart.map(Math.round).join(", ")} ms`,
+    `on create (a new disk, from the seed): ${Math.round(onCreate)} ms; starts: ${onStart.map(Math.round).join(", ")} ms`,
   );
 
   // Auto-suspend: the same instance, told to suspend itself after 10 s unused, then one preview
