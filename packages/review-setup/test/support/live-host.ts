@@ -81,6 +81,7 @@ export async function startLiveHost(options: LiveHostOptions): Promise<LiveHost>
       createFileLogger(layout.logFile("instances", name), `[${name}]`),
       createVmRuntime({
         stateRoot: layout.runtimeDir(),
+        agentSeeds: layout.agentSeedsDir(),
         allowedInternalHosts: [api],
         upstream: { ca: tls.cert, httpsPort: port },
       }),
