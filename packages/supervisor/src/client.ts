@@ -1,23 +1,13 @@
 // The supervisor client: the host's API to the guest agent (exec, services, setup/resume, files,
 // logs) over one agent channel.
-import fsp from "node:fs/promises";
-import path from "node:path";
-import { LIMITS, writeFileAtomic, type SandboxConfig } from "@pi-sandbox/config";
+import { LIMITS, type SandboxConfig } from "@pi-sandbox/config";
 import { checkAbsolute, checkWait, cutUtf8, isSetupHandle, toExecResult } from "./call-args.js";
 import { AgentChannel, type AgentEvent } from "./channel.js";
 import { SupervisorError } from "./errors.js";
 import { readThroughAgent, writeThroughAgent } from "./file-transfer.js";
 import { guestConfigPath, readGuestConfigOrNothing, readGuestConfigThroughAgent } from "./guest-config.js";
 import { GuestFiles } from "./guest-files.js";
-import {
-  SEED_ARCHIVE,
-  SEED_SCRIPT,
-  agentArchiveHash,
-  agentSeedScript,
-  attachAgent,
-  bootKeyOf,
-  type AgentPlacement,
-} from "./launch.js";
+import { attachAgent } from "./launch.js";
 import { followLogThroughAgent, followSetupThroughAgent, type LogFollowed, type SetupFollowed } from "./log-follow.js";
 import { silentLogger, type SupervisorLogger } from "./logger.js";
 import {
@@ -26,7 +16,6 @@ import {
   type ResumeOptions,
   type ServiceOpOptions,
   type SetupOptions,
-  type AgentPlacementOptions,
   type StartSupervisorOptions,
   type WaitOptions,
   REPLY_MARGIN_MS,
@@ -34,6 +23,7 @@ import {
 import { MAX_READ_BYTES, MAX_WRITE_BYTES } from "./protocol.js";
 import { parseActivity, parseExec, parseHello, parseKill } from "./replies.js";
 import { runResumeThroughAgent, runSetupThroughAgent } from "./runs.js";
+import { placementOf } from "./placement.js";
 import { ServiceControl } from "./service-control.js";
 import type {
   AdHocServiceSpec,
@@ -50,63 +40,8 @@ import type {
   WriteResult,
 } from "./types.js";
 
-/** Guest directory the agent keeps its state in (on the root disk, not a tmpfs). */
-export const DEFAULT_AGENT_STATE_DIR = "/var/lib/pi-sandbox-agent";
-/** Guest path of the agent zipapp, (re)installed whenever it is missing or not this host's. */
-export const DEFAULT_AGENT_PATH = "/usr/local/lib/pi-sandbox/sandbox_agent.pyz";
 export { GUEST_CONFIG_NAME } from "./guest-config.js";
-/**
- * Guest path at which a VM shares the seed of {@link writeAgentSeed} (read-only). The image's init
- * looks there (its rootfs.mjs names the same path) when the disk has no agent of its own.
- */
-export const AGENT_SEED_PATH = "/run/pi-sandbox-agent-seed";
-
-/** Where the agent goes and how it runs, from the start options (their defaults filled in). */
-function placementOf(options: AgentPlacementOptions): AgentPlacement & { workspace: string; stateDir: string } {
-  const workspace = options.workspace ?? "/workspace";
-  const stateDir = options.stateDir ?? DEFAULT_AGENT_STATE_DIR;
-  return {
-    workspace,
-    stateDir,
-    agentPath: options.agentPath ?? DEFAULT_AGENT_PATH,
-    python: options.python ?? "python3",
-    // A bridge to the agent daemon (started at boot or by the first bridge), which outlives the channel.
-    args: ["--attach", "--state-dir", stateDir, "--workspace", workspace, ...(options.agentArgs ?? [])],
-  };
-}
-
-/**
- * The guest kernel command-line word (`pi_sandbox.agent=KEY`, for `kernelArgs` of the VM's start)
- * that lets the image's init start the agent daemon while the guest boots, when the disk holds
- * the daemon {@link SupervisorClient.start} with the same options would run: it saves the host's
- * wait for two Python starts after the guest is ready. A guest without that daemon, or an image
- * without the init hook, ignores it.
- */
-export async function agentBootArgument(options: AgentPlacementOptions = {}): Promise<string> {
-  const { sha256 } = await agentArchiveHash();
-  return `pi_sandbox.agent=${bootKeyOf(sha256, placementOf(options))}`;
-}
-
-/**
- * Writes the seed that lets the image's init start the agent daemon at a disk's first boot, when
- * the disk has no agent yet (a new instance or template): the agent archive and a script, in
- * `<parentDir>/<key>/`, named by the key of {@link agentBootArgument} with the same options (so
- * one seed serves every disk that wants this agent placed this way, and its files never change
- * once written). Returns that directory, for the VM to share read-only at {@link AGENT_SEED_PATH}
- * (with the kernel word). A guest whose disk holds an agent, or an image without the hook,
- * ignores it.
- */
-export async function writeAgentSeed(parentDir: string, options: AgentPlacementOptions = {}): Promise<string> {
-  const { archive, sha256 } = await agentArchiveHash();
-  const placement = placementOf(options);
-  const key = bootKeyOf(sha256, placement);
-  const dir = path.join(parentDir, key);
-  await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
-  // Each file whole or not at all: two daemons may write one seed at once.
-  await writeFileAtomic(path.join(dir, SEED_ARCHIVE), archive, 0o644);
-  await writeFileAtomic(path.join(dir, SEED_SCRIPT), agentSeedScript(placement, sha256, key), 0o644);
-  return dir;
-}
+export { DEFAULT_AGENT_PATH, DEFAULT_AGENT_STATE_DIR } from "./placement.js";
 
 /**
  * Host side of the guest agent: one long-lived exec channel per boot, carrying commands, file

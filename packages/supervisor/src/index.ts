@@ -1,15 +1,14 @@
 // Public API of @pi-sandbox/supervisor: everything not listed here is private.
 
 // Client
+export { SupervisorClient, GUEST_CONFIG_NAME } from "./client.js";
 export {
-  SupervisorClient,
   agentBootArgument,
   writeAgentSeed,
   AGENT_SEED_PATH,
   DEFAULT_AGENT_PATH,
   DEFAULT_AGENT_STATE_DIR,
-  GUEST_CONFIG_NAME,
-} from "./client.js";
+} from "./placement.js";
 export type {
   AgentPlacementOptions,
   StartSupervisorOptions,
