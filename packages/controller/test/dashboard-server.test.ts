@@ -5,6 +5,7 @@ import http from "node:http";
 import { startDashboardServer, type DashboardServer } from "../src/dashboard/server.js";
 import { mintToken } from "../src/dashboard/tokens.js";
 import type { DaemonLogger } from "../src/daemon/log.js";
+import { runningView } from "./support/views.js";
 
 const key = "ef".repeat(32);
 const calls: Record<string, unknown>[] = [];
@@ -14,18 +15,11 @@ const log: DaemonLogger = {
   warn: (m) => logged.push(m),
   child: () => log,
 };
-const view = {
+const view = runningView({
   name: "web",
-  kind: "instances",
-  state: "running",
-  createdAt: "2026-01-01T00:00:00.000Z",
-  resources: { cpus: 1, memoryGiB: 2 },
-  diskGiB: 4,
-  hostPorts: [],
   previews: [{ service: "web", url: "http://127.0.0.2:4000/", title: "<b>x</b>\u001b[2J" }],
-  errors: [],
   usage: { cpuPercent: 12.5, rssBytes: 1024 },
-};
+});
 
 async function call(input: Record<string, unknown>): Promise<unknown> {
   calls.push(input);

@@ -7,10 +7,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseConfig } from "@pi-sandbox/config";
-import { ControllerError, StateLayout, validateAction, type EntryView } from "../src/client/index.js";
+import { ControllerError, StateLayout, validateAction } from "../src/client/index.js";
 import { formatView } from "../src/actions/kit/text.js";
 import { createFileLogger } from "../src/daemon/log.js";
 import { writeRecord, writeStatus } from "../src/state/records.js";
+import { runningView } from "./support/views.js";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
 /** What a prompt-injected guest writes: OSC 52 (sets the clipboard), BEL, a screen clear, C1 CSI. */
@@ -92,17 +93,10 @@ test("one controller log entry is exactly one line, whatever its message or pref
 });
 
 test("formatView escapes every guest field and indents the lines of a multi-line error", () => {
-  const view: EntryView = {
-    name: "demo",
-    kind: "instances",
-    state: "running",
-    createdAt: "2026-01-01T00:00:00.000Z",
-    resources: { cpus: 1, memoryGiB: 2 },
-    diskGiB: 4,
-    hostPorts: [],
+  const view = runningView({
     previews: [{ service: "web", url: `http://127.0.0.1:4000/${HOSTILE}`, title: HOSTILE, folder: `f\n${HOSTILE}` }],
     errors: [{ code: "SERVICE_FAILED", message: `web died: ${HOSTILE}\npreview:     forged`, at: "now" }],
-  };
+  });
   const text = formatView(view);
   expect(text).not.toMatch(RAW_CONTROL);
   expect(text).toContain("  x\\x1b]52;c;aGk=\\x07\\x1b[2Jz\\u009b2J [f\\nx\\x1b]52");

@@ -2,20 +2,10 @@
 // memory is (the guest's RAM, TCG's translation cache only when there is one, QEMU itself).
 import { formatView } from "../src/actions/kit/text.js";
 import type { EntryView } from "../src/state/inspect.js";
+import { runningView } from "./support/views.js";
 
 const MiB = 2 ** 20;
-const view = (usage: EntryView["usage"]): EntryView => ({
-  name: "demo",
-  kind: "instances",
-  state: "running",
-  createdAt: "2026-01-01T00:00:00.000Z",
-  resources: { cpus: 1, memoryGiB: 2 },
-  diskGiB: 4,
-  hostPorts: [],
-  previews: [],
-  errors: [],
-  ...(usage ? { usage } : {}),
-});
+const view = (usage: EntryView["usage"]): EntryView => runningView(usage ? { usage } : {});
 const linesOf = (text: string) => text.split("\n").filter((line) => /^(usage|resident):/.test(line));
 
 test("inspect says where a QEMU's resident memory is, naming the translation cache only under TCG", () => {
