@@ -16,6 +16,7 @@ from .cleanup import Cleanup, maybe_mount_cgroup2
 from .context import Context
 from .daemon import serve_daemon
 from .hostname import apply_etc_hostname
+from .memory import give_memory_back
 from .protocol import (
     AGENT_VERSION,
     PROTOCOL_VERSION,
@@ -184,6 +185,7 @@ def run_daemon(opts: argparse.Namespace, argv: list[str]) -> int:
             return 0
     # The daemon starts once per guest boot: the boot's fix-ups go here.
     apply_etc_hostname()
+    give_memory_back()
     try:
         setup = Setup(opts)
     except OSError as err:
