@@ -159,14 +159,45 @@ export async function attachAgent(vm: GuestVm, agent: AgentLaunch): Promise<Atta
   const { archive, sha256 } = await agentArchiveHash();
   // The daemon leaves its boot script under this key (the VM's kernel line may carry the same).
   const launch = { ...agent, args: [...agent.args, "--boot-key", bootKeyOf(sha256, agent)] };
+  let bridged: AttachedAgent;
   try {
-    return await openChannel(vm, launch, sha256);
+    bridged = await openChannel(vm, launch, sha256);
   } catch (error) {
     const exitCode = isSupervisorError(error, "AGENT_START_FAILED") ? error.details.exitCode : undefined;
     if (typeof exitCode !== "number" || !NEEDS_INSTALL_EXITS.has(exitCode)) throw error;
+    await installAgent(vm, archive, launch.agentPath, launch.python, launch.signal);
+    bridged = await openChannel(vm, launch, "-");
   }
-  await installAgent(vm, archive, launch.agentPath, launch.python, launch.signal);
-  return openChannel(vm, launch, "-");
+  return leaveBridge(vm, launch, bridged);
+}
+
+/**
+ * Moves a session the exec bridge opened to the agent's TCP door, when it has one. The bridge is
+ * a Python process in the guest for as long as the session lasts, and its exec keeps Gondolin's
+ * sandboxd polling every 100 ms: an idle guest's largest CPU cost, and about 9 MiB. The door's
+ * session replaces the bridge's in the agent and the bridge exits; the first hello is kept, since
+ * it is the one that tells whether this session started the agent. A door that does not let in
+ * leaves the bridge in use; one that let in and then failed has ended it, so a new bridge opens.
+ */
+async function leaveBridge(vm: GuestVm, launch: AgentLaunch, bridged: AttachedAgent): Promise<AttachedAgent> {
+  const door = bridged.hello.door;
+  if (!door) return bridged;
+  try {
+    const { channel, stopChannel } = await openDoor(vm, launch, door);
+    await bridged.channel.detach(2_000);
+    bridged.stopChannel.abort(new Error("the session moved to the agent's door"));
+    return { channel, stopChannel, hello: bridged.hello };
+  } catch (error) {
+    if (launch.signal?.aborted) {
+      await bridged.channel.detach(1_000);
+      throw launch.signal.reason;
+    }
+    launch.logger.info(
+      `${launch.label} the agent's door did not let in (${messageOf(error)}); keeping its exec bridge`,
+    );
+    if (!bridged.channel.closed) return bridged;
+    return openChannel(vm, launch, "-");
+  }
 }
 
 async function openChannel(vm: GuestVm, launch: AgentLaunch, sha256: string): Promise<AttachedAgent> {

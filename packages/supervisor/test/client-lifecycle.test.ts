@@ -177,8 +177,10 @@ test("a first boot's seed installs the agent and starts its daemon, only for the
   );
   await waitFor(() => stat(join(dir, "state.sock")).catch(() => undefined), 10_000, "the seeded daemon to listen");
   expect((await readFile(agentPath)).equals(await readFile(join(seed, "sandbox_agent.pyz")))).toBe(true);
+  const installed = (await stat(agentPath)).mtimeMs;
   const client = await SupervisorClient.start(options());
-  expect(vm.running).toBe(1); // the bridge only: no install exec
+  expect((await stat(agentPath)).mtimeMs).toBe(installed); // no install exec
+  expect(vm.running).toBe(0); // the bridge ended: the session went on through the agent's door
   expect(client.hello).toMatchObject({ boot: true, sessions: 0 });
   expect((await client.exec("echo $((6*7))")).output).toBe("42\n");
   // The daemon left its own boot script for later boots, under the same key.
@@ -211,8 +213,11 @@ test("a seed holds the start lock while its daemon starts (a bridge waits for it
   );
 });
 
-test("a later client comes in through the running agent's TCP door without an exec; a wrong token falls back to the bridge", async () => {
+test("a session moves from its bridge to the agent's TCP door; a later client comes in through it; a wrong token falls back to the bridge", async () => {
   const first = await SupervisorClient.start(options());
+  // The bridge started the agent, then the session moved to the door and the bridge's exec ended.
+  expect(first.hello).toMatchObject({ sessions: 0 });
+  expect(vm.running).toBe(0);
   const door = first.hello.door!;
   expect(door).toEqual({ port: expect.any(Number), token: expect.stringMatching(/^[0-9a-f]{32}$/) });
   // A kept copy is read back with the hello's own checks.
@@ -227,7 +232,7 @@ test("a later client comes in through the running agent's TCP door without an ex
 
   const viaDoor = await SupervisorClient.start(options({ door }));
   expect(vm.running).toBe(0); // no bridge: the channel is the TCP stream
-  expect(viaDoor.hello).toMatchObject({ pid: first.hello.pid, sessions: 1, door });
+  expect(viaDoor.hello).toMatchObject({ pid: first.hello.pid, sessions: 2, door });
   expect((await viaDoor.exec("echo $((6*7))")).output).toBe("42\n");
   await viaDoor.detach();
 
@@ -239,7 +244,24 @@ test("a later client comes in through the running agent's TCP door without an ex
     }),
   );
   expect(logged.join("\n")).toContain("the agent's door did not let in");
-  expect(vm.running).toBe(1); // the bridge exec
-  expect(wrong.hello).toMatchObject({ pid: first.hello.pid, sessions: 2 });
+  // The bridge's session then moved to the agent's real door.
+  expect(vm.running).toBe(0);
+  expect(wrong.hello).toMatchObject({ pid: first.hello.pid, sessions: 3 });
+  expect((await wrong.exec("echo $((6*7))")).output).toBe("42\n");
   await wrong.close();
+});
+
+test("a session keeps its bridge when the agent's door does not let in", async () => {
+  await vm.close();
+  // Every guest port dials a closed host port: the door the agent gives cannot be reached.
+  vm = await createLocalGuestVm({ root: join(dir, "root"), portMap: () => 1 });
+  const logged: string[] = [];
+  const client = await SupervisorClient.start(
+    options({ logger: { ...silentLogger, info: (line: string) => logged.push(line) } }),
+  );
+  expect(logged.join("\n")).toContain("the agent's door did not let in");
+  expect(logged.join("\n")).toContain("keeping its exec bridge");
+  expect(vm.running).toBe(1);
+  expect((await client.exec("echo $((6*7))")).output).toBe("42\n");
+  await client.close();
 });

@@ -1,4 +1,5 @@
-// Guest root attacks the host through the pipes of the agent's channel (its bridge exec): 48 MiB
+// Guest root attacks the host through the pipes of the agent's channel (its bridge exec, which the
+// host keeps when the agent's TCP door cannot be reached, as here with loopback down): 48 MiB
 // of one endless line into the bridge's stderr, then into its reply pipe. The host's memory must
 // stay bounded, the client must fail with AGENT_PROTOCOL (not crash, not hang), and a new client on
 // the same VM must work. Bounded means bounded growth: a host that kept the line would grow by at
@@ -20,6 +21,9 @@ let sampler: NodeJS.Timeout | undefined;
 
 beforeAll(async () => {
   testVm = await bootTestVm("sup-hostile");
+  // With the guest's loopback down the agent's TCP door cannot be reached, so the host's session
+  // stays on the bridge exec whose pipes this test floods (else it moves to the door at once).
+  await runInGuest(testVm.vm, "ip link set lo down");
   sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage().rss)), 50);
 });
 

@@ -186,7 +186,8 @@ test("the agent outlives its channel: a new client gets the same agent, its serv
   const lost = new Promise((resolve) => first.onClosed(resolve));
   client = await SupervisorClient.start({ vm: testVm!.vm, workspace: WORKSPACE });
   await lost; // the newer session replaced it
-  expect(client.hello).toMatchObject({ pid: agentPid, sessions: 1 });
+  // Sessions 0 and 1 were the first client's: its bridge, then the agent's door it moved to.
+  expect(client.hello).toMatchObject({ pid: agentPid, sessions: 2 });
   expect(await status("web")).toMatchObject({ state: "running", pid: web.pid, port: web.port });
   expect(await guestGet(web.port!)).toBe(200);
   expect((await client.execStatus(long.handle, { timeoutMs: 0 })).running).toBe(true);

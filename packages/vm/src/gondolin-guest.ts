@@ -53,6 +53,8 @@ export class GondolinGuest implements GuestVm {
   private exited = false;
   private fileQueue: Promise<unknown> = Promise.resolve();
   private readonly pendingKills = new Set<Promise<unknown>>();
+  /** Open `connectTcp` streams, ended with the VM. */
+  private readonly streams = new Set<GuestTcpStream>();
   private loopbackTuning: Promise<void> | undefined;
   private readonly ssh: GuestSsh;
 
@@ -64,6 +66,8 @@ export class GondolinGuest implements GuestVm {
   ) {
     onQemuExit(vm, () => {
       this.exited = true;
+      // Gondolin leaves its ingress streams open when QEMU dies: a reader would wait forever.
+      for (const stream of this.streams) stream.destroy(this.closedError());
     });
     this.ssh = new GuestSsh(vm, this, {
       fault,
@@ -228,8 +232,13 @@ export class GondolinGuest implements GuestVm {
       signal.addEventListener("abort", onAbort, { once: true });
     });
     try {
-      const stream = await Promise.race([attempt, aborted]);
-      return new GuestTcpStream(stream, { queuedBytes: () => ingressQueuedBytes(server) });
+      const stream = new GuestTcpStream(await Promise.race([attempt, aborted]), {
+        queuedBytes: () => ingressQueuedBytes(server),
+      });
+      if (this.exited) stream.destroy(this.closedError());
+      this.streams.add(stream);
+      stream.once("close", () => this.streams.delete(stream));
+      return stream;
     } catch (error) {
       // A stream that arrives after we gave up must not leak.
       attempt.then((stream) => stream.destroy()).catch(() => undefined);

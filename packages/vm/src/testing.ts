@@ -34,6 +34,11 @@ export interface LocalGuestVm extends GuestVm {
   hostPath(guestPath: string): string;
   /** Commands still running. */
   readonly running: number;
+  /**
+   * Cuts every connection `connectTcp` made that is still open, as a guest whose network helper
+   * restarts would; returns how many.
+   */
+  dropConnections(): number;
   /** Same as `close()`. */
   [Symbol.asyncDispose](): Promise<void>;
 }
@@ -53,6 +58,7 @@ export async function createLocalGuestVm(options: LocalGuestVmOptions = {}): Pro
 
 class LocalGuest implements LocalGuestVm {
   private readonly children = new Set<ChildProcess>();
+  private readonly connections = new Set<net.Socket>();
   private closing: Promise<void> | undefined;
 
   constructor(
@@ -204,9 +210,17 @@ class LocalGuest implements LocalGuestVm {
       socket.once("error", fail);
       socket.once("connect", () => {
         finish();
+        this.connections.add(socket);
+        socket.once("close", () => this.connections.delete(socket));
         resolve(socket);
       });
     });
+  }
+
+  dropConnections(): number {
+    const open = [...this.connections];
+    for (const socket of open) socket.destroy();
+    return open.length;
   }
 
   async enableSsh(): Promise<GuestSshAccess> {

@@ -1,6 +1,6 @@
 // connectTcp streams against real guest servers: the tail of a stream read late, an upload larger
 // than Gondolin's shared ingress queue, and keep-alive exchanges with a server that leaves
-// Nagle's algorithm on. One VM for the file (~10-30 s boot under TCG).
+// Nagle's algorithm on, and a stream whose QEMU dies. One VM for the file (~10-30 s boot under TCG).
 import { createHash } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import type { Duplex } from "node:stream";
@@ -173,4 +173,19 @@ test("kept-alive exchanges with a server that leaves Nagle on cost no more than 
   const median = (values: number[]) => [...values].sort((x, y) => x - y)[Math.floor(values.length / 2)]!;
   // Without immediate ACKs every reused exchange with the Nagle server waits for a 40 ms delayed ACK.
   expect(median(times.nagle)).toBeLessThan(median(times.nodelay) + 20);
+});
+
+// Last: it ends the file's VM.
+test("an open stream ends with VM_CLOSED when QEMU dies under it", async () => {
+  const stream = await testVm.vm.connectTcp(SINK_PORT); // the sink answers only once the stream ends
+  const ended = new Promise<unknown>((resolve) => {
+    stream.once("error", resolve);
+    stream.once("close", () => resolve("closed without an error"));
+  });
+  stream.resume();
+  stream.write("still here");
+  process.kill(testVm.vm.hostPid!, "SIGKILL");
+  const late = new Promise((resolve) => setTimeout(() => resolve("still open after 30 s"), 30_000).unref());
+  await expect(Promise.race([ended, late])).resolves.toMatchObject({ code: "VM_CLOSED" });
+  expect(testVm.vm.closed).toBe(true);
 });

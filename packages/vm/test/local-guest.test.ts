@@ -116,6 +116,24 @@ test("connectTcp dials the host port, and reports a refused port with a typed er
   await expect(vm.connectTcp(port, { signal: AbortSignal.abort(new Error("nope")) })).rejects.toThrow("nope");
 });
 
+test("dropConnections cuts the connections connectTcp made that are still open", async () => {
+  const server = net.createServer(() => undefined);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as net.AddressInfo).port;
+  try {
+    const open = await vm.connectTcp(port);
+    const ended = await vm.connectTcp(port);
+    ended.destroy();
+    await new Promise((resolve) => ended.once("close", resolve));
+    const closed = new Promise((resolve) => open.once("close", resolve));
+    expect(vm.dropConnections()).toBe(1);
+    await closed;
+    expect(vm.dropConnections()).toBe(0);
+  } finally {
+    server.close();
+  }
+});
+
 test("SSH is unsupported on the fake", async () => {
   const error = await vm.enableSsh().catch((e: unknown) => e);
   expect(isVmError(error, "VM_UNSUPPORTED")).toBe(true);
