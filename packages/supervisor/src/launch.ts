@@ -173,11 +173,11 @@ export async function attachAgent(vm: GuestVm, agent: AgentLaunch): Promise<Atta
 
 /**
  * Moves a session the exec bridge opened to the agent's TCP door, when it has one. The bridge is
- * a Python process in the guest for as long as the session lasts, and its exec keeps Gondolin's
- * sandboxd polling every 100 ms: an idle guest's largest CPU cost, and about 9 MiB. The door's
- * session replaces the bridge's in the agent and the bridge exits; the first hello is kept, since
- * it is the one that tells whether this session started the agent. A door that does not let in
- * leaves the bridge in use; one that let in and then failed has ended it, so a new bridge opens.
+ * a Python process in the guest (about 9 MiB) and an exec held open for as long as the session
+ * lasts. The door's session replaces the bridge's in the agent and the bridge exits; the first
+ * hello is kept, since it is the one that tells whether this session started the agent. A door
+ * that does not let in leaves the bridge in use; one that let in and then failed has ended it, so
+ * a new bridge opens.
  */
 async function leaveBridge(vm: GuestVm, launch: AgentLaunch, bridged: AttachedAgent): Promise<AttachedAgent> {
   const door = bridged.hello.door;
