@@ -221,6 +221,7 @@ export class GondolinGuest implements GuestVm {
       });
     }
     if (this.closed) throw this.closedError();
+    if (this.fault.current) throw this.fault.current;
     const server = ingressServerOf(this.vm);
     this.tuneLoopback();
     const timeoutMs = options.timeoutMs ?? 5000;
@@ -237,7 +238,12 @@ export class GondolinGuest implements GuestVm {
       });
       if (this.exited) stream.destroy(this.closedError());
       this.streams.add(stream);
-      stream.once("close", () => this.streams.delete(stream));
+      // A paused guest (the host disk is full) answers no stream either: they end with the fault.
+      const offFault = this.fault.onRaise((fault) => stream.destroy(fault));
+      stream.once("close", () => {
+        this.streams.delete(stream);
+        offFault();
+      });
       return stream;
     } catch (error) {
       // A stream that arrives after we gave up must not leak.

@@ -25,6 +25,16 @@ export class GuestFault {
     return true;
   }
 
+  /** Calls `listener` with the fault when one is raised (at once if one is); returns its removal. */
+  onRaise(listener: (error: VmError) => void): () => void {
+    if (this.error) {
+      listener(this.error);
+      return () => undefined;
+    }
+    this.waiters.add(listener);
+    return () => this.waiters.delete(listener);
+  }
+
   /** Forgets the fault (the cause went away, e.g. the guest was resumed). */
   clear(): void {
     this.error = undefined;

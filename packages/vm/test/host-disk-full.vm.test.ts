@@ -123,6 +123,13 @@ test("the guest fills the host: its commands and stop fail fast with VM_HOST_DIS
   const before = pointerText();
   const vm = await boot("full");
   expect(vm.fault).toBeUndefined();
+  // A TCP stream into the guest, open while the host fills (as a preview's or the agent's is).
+  await sh(
+    vm,
+    'setsid python3 -c \'import socket, time; s = socket.socket(); s.bind(("127.0.0.1", 9200)); s.listen(); open("/tmp/up", "w").close(); c, _ = s.accept(); time.sleep(900)\' >/dev/null 2>&1 & while [ ! -e /tmp/up ]; do sleep 0.1; done',
+  );
+  const stream = await vm.connectTcp(9200);
+  const streamEnd = new Promise<unknown>((resolve) => stream.once("error", resolve));
   // More than the tmpfs holds, well within the guest's own 2 GiB.
   const dd = runInGuest(vm, "dd if=/dev/zero of=/big bs=1M count=400 conv=fsync 2>&1");
   await expectDiskFull(dd, 120_000);
@@ -130,6 +137,9 @@ test("the guest fills the host: its commands and stop fail fast with VM_HOST_DIS
   // Later operations do not wait for the paused guest.
   await expectDiskFull(runInGuest(vm, "true"), 1000);
   await expectDiskFull(vm.readFile("/marker"), 1000);
+  await expectDiskFull(vm.connectTcp(9200), 1000);
+  // The open stream ended with the fault, rather than waiting for the paused guest.
+  await expect(streamEnd).resolves.toMatchObject({ code: "VM_HOST_DISK_FULL" });
 
   const stopped = await expectDiskFull(vm.stop(), 30_000);
   running.delete(vm);

@@ -93,4 +93,16 @@ describe("GuestFault", () => {
     expect(fault.current).toBeUndefined();
     await expect(fault.race(Promise.resolve(3))).resolves.toBe(3);
   });
+
+  test("tells listeners of a raised fault once, and at once when one is raised already", () => {
+    const fault = new GuestFault();
+    const heard: string[] = [];
+    const off = fault.onRaise((error) => heard.push(`a ${error.code}`));
+    fault.onRaise((error) => heard.push(`b ${error.code}`))();
+    fault.raise(new VmError("VM_HOST_DISK_FULL", "full"));
+    fault.raise(new VmError("VM_CLOSED", "other"));
+    off();
+    fault.onRaise((error) => heard.push(`c ${error.code}`));
+    expect(heard).toEqual(["a VM_HOST_DISK_FULL", "c VM_HOST_DISK_FULL"]);
+  });
 });

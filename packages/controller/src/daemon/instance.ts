@@ -251,10 +251,10 @@ export class InstanceController {
 
   /**
    * The agent's channel closed under a running VM. A channel that just closed (AGENT_CLOSED: its
-   * bridge or door stream ended, or the agent exited) is reattached, a few times at most (see {@link #reattach}). One the
-   * host cut for breaking the protocol (a hostile or broken guest), or one that keeps closing:
-   * the disk is checkpointed (the guest's own work is kept), the status reads failed with the
-   * reason, and the daemon exits; start boots a fresh agent.
+   * bridge or door stream ended, or the agent exited) is reattached, a few times at most (see
+   * {@link #reattach}). One the host cut for breaking the protocol (a hostile or broken guest), or
+   * one that keeps closing: the disk is checkpointed (the guest's own work is kept), the status
+   * reads failed with the reason, and the daemon exits; start boots a fresh agent.
    */
   async #agentLost(reason: { code: string; message: string }): Promise<void> {
     const state = this.#state;
