@@ -42,14 +42,9 @@ export class GuestFault {
 
   /** `work`, or a rejection with the fault if one is raised before `work` settles. */
   race<T>(work: Promise<T>): Promise<T> {
-    if (this.error) {
-      work.catch(() => undefined);
-      return Promise.reject(this.error);
-    }
     return new Promise<T>((resolve, reject) => {
-      const onFault = (error: VmError) => reject(error);
-      this.waiters.add(onFault);
-      work.then(resolve, reject).finally(() => this.waiters.delete(onFault));
+      const off = this.onRaise(reject);
+      work.then(resolve, reject).finally(off);
     });
   }
 }
