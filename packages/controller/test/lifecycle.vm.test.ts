@@ -66,14 +66,15 @@ test("create → preview → exec → files → stop → start keeps the URL and
   expect(await fetchText(url)).toBe("200 Hello from the guest\n");
   // Both boots' agents were started by the image's init under the key of the agent this host
   // wants (its log says so): the first from the seed the host shared with the new disk, this one
-  // from the script the agent left on the disk.
+  // from the script the agent left on the disk. The host came in through the door each one left,
+  // without an exec bridge.
   const layout = new StateLayout(sandbox.home);
   const agentUps = readFileSync(layout.logFile("instances", "demo"), "utf8")
     .split("\n")
     .filter((line) => / agent \S+ up \(/.test(line));
   expect(agentUps).toHaveLength(2);
-  expect(agentUps[0]).toContain("(started at boot, python 3.");
-  expect(agentUps[1]).toContain("(started at boot, python 3.");
+  expect(agentUps[0]).toContain("(started at boot, through its TCP door, python 3.");
+  expect(agentUps[1]).toContain("(started at boot, through its TCP door, python 3.");
   const [seed, ...others] = readdirSync(layout.agentSeedsDir());
   expect(others).toEqual([]);
   expect(readdirSync(join(layout.agentSeedsDir(), seed!)).sort()).toEqual(["first-boot", "sandbox_agent.pyz"]);

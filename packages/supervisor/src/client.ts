@@ -68,11 +68,12 @@ export class SupervisorClient implements AsyncDisposable {
   }
 
   /**
-   * Installs the agent into the guest (one exec with the zipapp on stdin) unless the guest holds
-   * this host's copy already, attaches to it over a long-lived exec (a bridge to the agent daemon, started by the first one; see the README's
-   * "A channel the agent outlives") and exchanges hellos (the host's carries the limits). A new
-   * client of a guest whose agent runs already (a lost channel, a resumed guest) gets that agent,
-   * its services and exec handles.
+   * Attaches to the guest's agent daemon and exchanges hellos (the host's carries the limits):
+   * through its TCP door when a running daemon of this host's agent has one (a warm start's
+   * recorded door, or the door file a daemon started at boot leaves), else over an exec bridge that
+   * starts the daemon, after installing the agent when the guest lacks this host's copy (see the
+   * README's "A channel the agent outlives"). A new client of a guest whose agent runs already (a
+   * lost channel, a resumed guest) gets that agent, its services and exec handles.
    */
   static async start(options: StartSupervisorOptions): Promise<SupervisorClient> {
     const { vm, signal } = options;
@@ -92,13 +93,15 @@ export class SupervisorClient implements AsyncDisposable {
     });
     try {
       const client = new SupervisorClient(channel, stopChannel, hello, workspace, logger);
+      const door = via === "door" ? "through its TCP door" : undefined;
       if (hello.sessions > 0) {
         await client.services.adoptRunning(signal);
-        const how = via === "door" ? " through its TCP door" : "";
-        logger.info(`${label} attached to the running agent ${hello.version} (pid ${hello.pid})${how}`);
+        logger.info(
+          `${label} attached to the running agent ${hello.version} (pid ${hello.pid})${door ? ` ${door}` : ""}`,
+        );
       } else {
-        const how = hello.boot ? "started at boot, " : "";
-        logger.info(`${label} agent ${hello.version} up (${how}python ${hello.python}, cleanup by ${hello.cleanup})`);
+        const how = [hello.boot && "started at boot", door, `python ${hello.python}`, `cleanup by ${hello.cleanup}`];
+        logger.info(`${label} agent ${hello.version} up (${how.filter(Boolean).join(", ")})`);
       }
       return client;
     } catch (error) {

@@ -10,7 +10,7 @@ import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
 import type { SupervisorLogger } from "./logger.js";
 import { PROTOCOL_VERSION, helloArgs } from "./protocol.js";
 import { BadReply } from "./reply-checks.js";
-import { parseHello, parseHelloAck } from "./replies.js";
+import { agentDoorOf, parseHello, parseHelloAck } from "./replies.js";
 import type { AgentDoor, AgentHello } from "./types.js";
 
 /**
@@ -131,6 +131,8 @@ export interface AgentLaunch {
   python: string;
   /** The bridge's arguments after the agent path. */
   args: readonly string[];
+  /** The agent's state dir (its socket, lock and door file sit beside it). */
+  stateDir: string;
   startTimeoutMs: number;
   logger: SupervisorLogger;
   label: string;
@@ -140,25 +142,23 @@ export interface AgentLaunch {
 }
 
 /**
- * Opens the agent channel: through a running agent's TCP door when the caller has one, else a
- * bridge exec to the guest's agent daemon (started at boot by the image's init, else by the first
- * bridge of a boot), then the hello exchange. Installs the agent first only when the guest lacks
- * this host's copy.
+ * Opens the agent channel, then the hello exchange, the first way that works:
+ * - the TCP door the caller has from an earlier hello of this agent (a warm start);
+ * - the door a daemon of this host's key left in the guest once it listened (started at boot by
+ *   the image's init, or by an earlier bridge of this boot), found by one shell exec;
+ * - an exec bridge, which starts the daemon when none runs, after installing the agent when the
+ *   guest lacks this host's copy.
  */
 export async function attachAgent(vm: GuestVm, agent: AgentLaunch): Promise<AttachedAgent> {
-  if (agent.door) {
-    try {
-      return await openDoor(vm, agent, agent.door);
-    } catch (error) {
-      if (agent.signal?.aborted) throw agent.signal.reason;
-      agent.logger.info(
-        `${agent.label} the agent's door did not let in (${messageOf(error)}); attaching through an exec`,
-      );
-    }
-  }
+  const recorded = agent.door && (await tryDoor(vm, agent, agent.door));
+  if (recorded) return recorded;
   const { archive, sha256 } = await agentArchiveHash();
-  // The daemon leaves its boot script under this key (the VM's kernel line may carry the same).
-  const launch = { ...agent, args: [...agent.args, "--boot-key", bootKeyOf(sha256, agent)] };
+  // The daemon leaves its boot script and its door under this key (the VM's kernel line may carry the same).
+  const key = bootKeyOf(sha256, agent);
+  const launch = { ...agent, args: [...agent.args, "--boot-key", key] };
+  const door = await findDaemonDoor(vm, launch, key, sha256);
+  const found = door && (await tryDoor(vm, launch, door));
+  if (found) return found;
   let bridged: AttachedAgent;
   try {
     bridged = await openChannel(vm, launch, sha256);
@@ -169,6 +169,76 @@ export async function attachAgent(vm: GuestVm, agent: AgentLaunch): Promise<Atta
     bridged = await openChannel(vm, launch, "-");
   }
   return leaveBridge(vm, launch, bridged);
+}
+
+/** {@link openDoor}, undefined (logged) when the door does not let in. */
+async function tryDoor(vm: GuestVm, agent: AgentLaunch, door: AgentDoor): Promise<AttachedAgent | undefined> {
+  try {
+    return await openDoor(vm, agent, door);
+  } catch (error) {
+    if (agent.signal?.aborted) throw agent.signal.reason;
+    agent.logger.info(
+      `${agent.label} the agent's door did not let in (${messageOf(error)}); attaching through an exec`,
+    );
+    return undefined;
+  }
+}
+
+// Waits (up to $3 s) for a daemon being started to listen (its starter holds the start lock until
+// then), and prints its door, `PORT TOKEN`, when a daemon listens on the socket now, its door file
+// has this key ($2), and the agent file ($4) is still this host's (sha256 $5; one that changed on
+// the disk is put back by the bridge's launch, so the next boot runs this host's agent). $1 is
+// the state dir's base path. Silent otherwise: the host then bridges.
+const DOOR_QUERY_SCRIPT = [
+  'exec 9>>"$1.lock" && flock -w "$3" 9 || exit 0',
+  "awk -v p=\"$1.sock\" '$8 == p { found = 1 } END { exit !found }' /proc/net/unix || exit 0",
+  '[ "$(sha256sum < "$4")" = "$5  -" ] || exit 0',
+  'read -r key port token < "$1.door" || exit 0',
+  '[ "$key" = "$2" ] && echo "$port $token"',
+].join("\n");
+const DOOR_LINE = /^(\d{1,5}) ([0-9a-f]{32})\n$/;
+const DOOR_QUERY_MAX_BYTES = 128;
+
+/**
+ * The door of the guest's agent daemon of `key`, from the file it leaves once it listens (see the
+ * agent's boot.py): one exec of the shell and a few small tools, where a bridge is also a Python
+ * start, which a guest still busy with its first boot pays dearly for under TCG. Undefined when no
+ * such daemon runs. What the guest prints is checked; it gets no more trust than a hello.
+ */
+async function findDaemonDoor(
+  vm: GuestVm,
+  launch: AgentLaunch,
+  key: string,
+  sha256: string,
+): Promise<AgentDoor | undefined> {
+  const base = path.posix.resolve(launch.stateDir);
+  const waitS = String(Math.max(1, Math.ceil(launch.startTimeoutMs / 1000)));
+  const stop = new AbortController();
+  const onAbort = (): void => stop.abort(launch.signal?.reason);
+  launch.signal?.addEventListener("abort", onAbort, { once: true });
+  // The guest's flock bounds the wait too, but the guest is not trusted to: the bridge takes over.
+  const timer = setTimeout(() => stop.abort(new Error("the door query did not answer")), launch.startTimeoutMs);
+  try {
+    const command = ["/bin/sh", "-c", DOOR_QUERY_SCRIPT, "sh", base, key, waitS, launch.agentPath, sha256];
+    const execution = vm.exec(command, { signal: stop.signal });
+    execution.stderr.resume();
+    let text = "";
+    execution.stdout.on("data", (chunk: Buffer) => {
+      text += chunk.toString("latin1");
+      // A guest that writes without end is not a door: stop it.
+      if (text.length > DOOR_QUERY_MAX_BYTES) stop.abort(new Error("the door query wrote too much"));
+    });
+    const status = await execution.result.catch((error: unknown) => {
+      if (launch.signal?.aborted) throw launch.signal.reason;
+      if (stop.signal.aborted) return undefined;
+      throw error;
+    });
+    const match = status?.exitCode === 0 ? DOOR_LINE.exec(text) : null;
+    return match ? agentDoorOf({ port: Number(match[1]), token: match[2] }) : undefined;
+  } finally {
+    clearTimeout(timer);
+    launch.signal?.removeEventListener("abort", onAbort);
+  }
 }
 
 /**
@@ -184,8 +254,10 @@ async function leaveBridge(vm: GuestVm, launch: AgentLaunch, bridged: AttachedAg
   if (!door) return bridged;
   try {
     const { channel, stopChannel } = await openDoor(vm, launch, door);
-    await bridged.channel.detach(2_000);
-    bridged.stopChannel.abort(new Error("the session moved to the agent's door"));
+    // The bridge exits on its own once its stdin ends; nothing waits for that (about 0.2 s in TCG).
+    void bridged.channel
+      .detach(2_000)
+      .then(() => bridged.stopChannel.abort(new Error("the session moved to the agent's door")));
     return { channel, stopChannel, hello: bridged.hello };
   } catch (error) {
     if (launch.signal?.aborted) {

@@ -1,7 +1,8 @@
 // The client's hold on the agent over the local fake guest: a start that fails says why (no
 // python3, no state dir, an abort), close stops what the agent ran, detach leaves it for a new client.
 import { spawn } from "node:child_process";
-import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { createServer, type AddressInfo } from "node:net";
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createLocalGuestVm, type LocalGuestVm } from "@pi-sandbox/vm/testing";
@@ -28,6 +29,23 @@ afterEach(async () => {
   await vm.close();
   await rm(dir, { recursive: true, force: true });
 });
+
+/** Counts the exec bridges (the agent run over an exec) that clients start from now on. */
+function countBridges(): { count: number } {
+  const seen = { count: 0 };
+  const exec = vm.exec.bind(vm);
+  vm.exec = (command, execOptions) => {
+    if (typeof command !== "string" && command.includes("--attach")) seen.count += 1;
+    return exec(command, execOptions);
+  };
+  return seen;
+}
+
+/** A logger that keeps its info lines. */
+function keptLog(): { lines: string[]; logger: StartSupervisorOptions["logger"] } {
+  const lines: string[] = [];
+  return { lines, logger: { ...silentLogger, info: (line: string) => lines.push(line) } };
+}
 
 function options(extra: Partial<StartSupervisorOptions> = {}): StartSupervisorOptions {
   return {
@@ -136,7 +154,12 @@ test("the kernel word for a start's options is the key its daemon's boot script 
       .unref(),
   );
   await waitFor(() => stat(join(dir, "state.sock")).catch(() => undefined), 10_000, "the boot daemon to listen");
-  const next = await SupervisorClient.start(options());
+  const bridges = countBridges();
+  const log = keptLog();
+  const next = await SupervisorClient.start(options({ logger: log.logger }));
+  // In through the door the daemon left for this key: no bridge, no second Python start.
+  expect(bridges.count).toBe(0);
+  expect(log.lines.join("\n")).toMatch(/agent \S+ up \(started at boot, through its TCP door, python /);
   expect(next.hello).toMatchObject({ boot: true, sessions: 0 });
   expect(next.hello.pid).not.toBe(first.hello.pid);
   expect((await next.exec("echo $((6*7))")).output).toBe("42\n");
@@ -178,9 +201,10 @@ test("a first boot's seed installs the agent and starts its daemon, only for the
   await waitFor(() => stat(join(dir, "state.sock")).catch(() => undefined), 10_000, "the seeded daemon to listen");
   expect((await readFile(agentPath)).equals(await readFile(join(seed, "sandbox_agent.pyz")))).toBe(true);
   const installed = (await stat(agentPath)).mtimeMs;
+  const bridges = countBridges();
   const client = await SupervisorClient.start(options());
   expect((await stat(agentPath)).mtimeMs).toBe(installed); // no install exec
-  expect(vm.running).toBe(0); // the bridge ended: the session went on through the agent's door
+  expect(bridges.count).toBe(0); // in through the door the daemon left
   expect(client.hello).toMatchObject({ boot: true, sessions: 0 });
   expect((await client.exec("echo $((6*7))")).output).toBe("42\n");
   // The daemon left its own boot script for later boots, under the same key.
@@ -214,10 +238,14 @@ test("a seed holds the start lock while its daemon starts (a bridge waits for it
 });
 
 test("a session moves from its bridge to the agent's TCP door; a later client comes in through it; a wrong token falls back to the bridge", async () => {
+  const bridges = countBridges();
   const first = await SupervisorClient.start(options());
-  // The bridge started the agent, then the session moved to the door and the bridge's exec ended.
+  // A bridge started the agent (after an install), then the session moved to the door and the
+  // bridge's exec ended.
+  const started = bridges.count;
+  expect(started).toBeGreaterThan(0);
   expect(first.hello).toMatchObject({ sessions: 0 });
-  expect(vm.running).toBe(0);
+  await waitFor(() => vm.running === 0, 5_000, "the bridge exec to end");
   const door = first.hello.door!;
   expect(door).toEqual({ port: expect.any(Number), token: expect.stringMatching(/^[0-9a-f]{32}$/) });
   // A kept copy is read back with the hello's own checks.
@@ -236,15 +264,13 @@ test("a session moves from its bridge to the agent's TCP door; a later client co
   expect((await viaDoor.exec("echo $((6*7))")).output).toBe("42\n");
   await viaDoor.detach();
 
-  const logged: string[] = [];
+  const log = keptLog();
   const wrong = await SupervisorClient.start(
-    options({
-      door: { port: door.port, token: "0".repeat(32) },
-      logger: { ...silentLogger, info: (line: string) => logged.push(line) },
-    }),
+    options({ door: { port: door.port, token: "0".repeat(32) }, logger: log.logger }),
   );
-  expect(logged.join("\n")).toContain("the agent's door did not let in");
-  // The bridge's session then moved to the agent's real door.
+  expect(log.lines.join("\n")).toContain("the agent's door did not let in");
+  // The door file the running agent left let it in instead, without a bridge.
+  expect(bridges.count).toBe(started);
   expect(vm.running).toBe(0);
   expect(wrong.hello).toMatchObject({ pid: first.hello.pid, sessions: 3 });
   expect((await wrong.exec("echo $((6*7))")).output).toBe("42\n");
@@ -262,6 +288,65 @@ test("a session keeps its bridge when the agent's door does not let in", async (
   expect(logged.join("\n")).toContain("the agent's door did not let in");
   expect(logged.join("\n")).toContain("keeping its exec bridge");
   expect(vm.running).toBe(1);
+  expect((await client.exec("echo $((6*7))")).output).toBe("42\n");
+  await client.close();
+});
+
+test("a door file is taken only while a daemon listens and when it is well formed", async () => {
+  const { vm: _vm, ...placement } = options();
+  const key = (await agentBootArgument(placement)).slice("pi_sandbox.agent=".length);
+  const doorFile = join(dir, "state.door");
+  // Something else listening where a stale file points: it must never hear from the host.
+  const heard: string[] = [];
+  const impostor = createServer((socket) => socket.on("data", (chunk) => heard.push(chunk.toString())));
+  await new Promise<void>((resolve) => impostor.listen(0, "127.0.0.1", resolve));
+  const port = (impostor.address() as AddressInfo).port;
+  try {
+    const first = await SupervisorClient.start(options());
+    await first.close();
+    await waitFor(async () => !(await processAlive(first.hello.pid)), 5_000, "agent gone");
+    // Left by an earlier boot (no daemon listens now): the host bridges and starts a new agent.
+    await writeFile(doorFile, `${key} ${port} ${"a".repeat(32)}\n`);
+    const bridges = countBridges();
+    const second = await SupervisorClient.start(options());
+    expect(bridges.count).toBe(1);
+    expect(second.hello).toMatchObject({ sessions: 0 });
+    expect(second.hello.pid).not.toBe(first.hello.pid);
+    await second.detach();
+
+    // A daemon listens, but its file is not a door: ignored too.
+    for (const junk of [
+      `${key} 99999 ${"a".repeat(32)}\n`,
+      `${key} ${port} x\n`,
+      `${"f".repeat(32)} ${port} ${"a".repeat(32)}\n`,
+    ]) {
+      await writeFile(doorFile, junk);
+      const again = await SupervisorClient.start(options());
+      expect(again.hello).toMatchObject({ pid: second.hello.pid });
+      await again.detach();
+    }
+    expect(bridges.count).toBe(4);
+    expect(heard).toEqual([]);
+  } finally {
+    impostor.close();
+  }
+});
+
+test("a door query the guest never answers gives way to the bridge when the start timeout runs out", async () => {
+  await vm.close();
+  // A guest whose flock never returns (broken, or made so by its root).
+  const bin = join(dir, "bin");
+  await mkdir(bin, { recursive: true });
+  await writeFile(join(bin, "flock"), "#!/bin/sh\nexec sleep 600\n", { mode: 0o755 });
+  vm = await createLocalGuestVm({
+    root: join(dir, "root"),
+    env: { ...process.env, PATH: `${bin}:${process.env.PATH}` },
+  });
+  const bridges = countBridges();
+  const started = Date.now();
+  const client = await SupervisorClient.start(options({ startTimeoutMs: 1_500 }));
+  expect(Date.now() - started).toBeGreaterThanOrEqual(1_400);
+  expect(bridges.count).toBeGreaterThan(0);
   expect((await client.exec("echo $((6*7))")).output).toBe("42\n");
   await client.close();
 });

@@ -15,15 +15,24 @@ script does nothing and the host's bridge starts the daemon as before.
 The script takes the same lock as a bridge that starts a daemon (`<state dir>.lock`) on fd 9 before
 it runs Python; the daemon releases it once it listens. A bridge that comes meanwhile waits for
 that, then connects; a daemon started at boot that finds one listening already leaves.
+
+Once it listens, a daemon with a key also leaves its TCP door (see daemon.py) in `<state dir>.door`,
+readable by root only: `KEY PORT TOKEN`. The host's first exec of a boot waits on the start lock,
+reads that file when the daemon of its key listens, and attaches through the door: no bridge, so
+no second Python start in a guest that is still busy booting. A file left by an earlier boot is
+never taken for this one: a daemon removes it before it listens and when it ends, and the host's
+exec reads it only while a daemon listens on the socket.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 
 from .bridge import self_command
+from .protocol import JsonDict
 
 #: The fd on which the boot script hands its start lock to the daemon (see the script below).
 LOCK_FD = 9
@@ -55,6 +64,32 @@ def write_script(state_dir: str, key: str, argv: list[str]) -> None:
     with open(tmp, "w") as f:
         f.write("\n".join(lines))
     os.replace(tmp, path)
+
+
+def door_path(state_dir: str) -> str:
+    return os.path.abspath(state_dir).rstrip("/") + ".door"
+
+
+def write_door(state_dir: str, key: str, door: JsonDict) -> None:
+    """Leaves this daemon's door for the host (atomically, mode 0600: the token lets a connection
+    in as the host). Only a speed-up: on failure (a full disk) the host uses its exec bridge."""
+    path = door_path(state_dir)
+    tmp = path + ".tmp"
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("%s %d %s\n" % (key, int(door["port"]), door["token"]))
+        os.replace(tmp, path)
+    except OSError:
+        remove_door(state_dir)  # and its temp file
+
+
+def remove_door(state_dir: str) -> None:
+    for path in (door_path(state_dir), door_path(state_dir) + ".tmp"):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def remove_script(state_dir: str) -> None:

@@ -38,10 +38,11 @@ def serve_daemon(
     facts: JsonDict,
     make_agent: Callable[[Wire, Limits], Servable],
     path: str,
-    listening: Callable[[], None] = lambda: None,
+    listening: Callable[[JsonDict | None], None] = lambda _door: None,
 ) -> int:
     """Listens on `path` (and on a loopback TCP port, see `TcpDoor`) and serves host sessions until
-    one asks for shutdown (or SIGTERM); `listening` runs once the socket takes connections."""
+    one asks for shutdown (or SIGTERM); `listening` runs once the socket takes connections, with
+    the TCP door's port and token (None without one)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -54,7 +55,7 @@ def serve_daemon(
     door = TcpDoor.open()
     if door is not None:
         facts = dict(facts, attach={"port": door.port, "token": door.token})
-    listening()
+    listening(facts.get("attach"))
     events = SwitchWire()
     lock = threading.Lock()
     agent: list[Servable] = []

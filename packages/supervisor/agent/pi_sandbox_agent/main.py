@@ -192,16 +192,24 @@ def run_daemon(opts: argparse.Namespace, argv: list[str]) -> int:
         sys.stderr.write("%s\n" % state_dir_problem(opts, err)["message"])
         return 2
     setup.facts["boot"] = opts.boot
+    # A door file is only ever the listening daemon's: an earlier one's goes before this listens.
+    boot.remove_door(opts.state_dir)
 
-    def listening() -> None:
-        if opts.boot:
-            boot.release_start_lock()
+    def listening(door: JsonDict | None) -> None:
         if opts.boot_key:
             boot.write_script(opts.state_dir, opts.boot_key, argv)
+            if door is not None:
+                boot.write_door(opts.state_dir, opts.boot_key, door)
         else:
             boot.remove_script(opts.state_dir)
+        # Last: a host's exec waiting on the lock reads the door file next.
+        if opts.boot:
+            boot.release_start_lock()
 
-    return serve_daemon(setup.facts, setup.agent, path, listening)
+    try:
+        return serve_daemon(setup.facts, setup.agent, path, listening)
+    finally:
+        boot.remove_door(opts.state_dir)
 
 
 def entry() -> None:

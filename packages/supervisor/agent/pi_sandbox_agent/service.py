@@ -7,7 +7,6 @@ import socket
 import subprocess
 import threading
 import time
-import traceback
 from typing import Any, Optional
 
 from .cleanup import RUN_MARKER_ENV
@@ -70,6 +69,8 @@ class Service:
                         break
                     self.restarts += 1
         except Exception:  # never let one service's bug take the agent down
+            import traceback  # only here, as in agent.py
+
             self.log.note("supervisor error: %s" % traceback.format_exc().strip())
         finally:
             with self.cond:

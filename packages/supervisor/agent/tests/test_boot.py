@@ -146,3 +146,27 @@ def test_a_malformed_key_is_refused(archive: str, state: Path) -> None:
     assert event["event"] == "fatal"
     assert "32 lowercase hex digits" in event["data"]["message"]
     assert session.proc.wait(timeout=10) == 2
+
+
+def test_a_daemon_leaves_its_door_for_the_host_while_it_listens(archive: str, state: Path) -> None:
+    door = Path(str(state) + ".door")
+    # One left by an earlier boot is gone before a new daemon listens, even one without a key.
+    state.parent.mkdir(parents=True, exist_ok=True)
+    door.write_text("%s 1234 %s\n" % (KEY, "0" * 32))
+    plain = Session(archive, state)
+    (state.parent / "plain.pid").write_text(str(plain.hello()["pid"]))
+    assert not door.exists()
+    plain.shutdown()
+
+    keyed = Session(archive, state, "--boot-key", KEY)
+    facts = keyed.hello()
+    (state.parent / "keyed.pid").write_text(str(facts["pid"]))
+    # Root only: the token lets a connection in as the host.
+    assert door.stat().st_mode & 0o777 == 0o600
+    assert door.read_text() == "%s %d %s\n" % (KEY, facts["attach"]["port"], facts["attach"]["token"])
+    keyed.shutdown()
+    # And it goes with the daemon.
+    deadline = time.monotonic() + 10
+    while door.exists():
+        assert time.monotonic() < deadline, "the door file outlived its daemon"
+        time.sleep(0.05)
