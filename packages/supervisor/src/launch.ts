@@ -33,6 +33,14 @@ const DOOR_TIMEOUT_MS = 5_000;
 export const AGENT_LOADER =
   "import sys; sys.path.insert(0, sys.argv.pop(1)); from pi_sandbox_agent.start import entry; entry()";
 
+/**
+ * A shell test that `file` (a shell word) is the agent archive of `sha256` (a shell word that
+ * expands to the hash): the check of each script that runs or reads after the installed agent.
+ */
+function holdsArchive(file: string, sha256: string): string {
+  return `{ [ -f ${file} ] && [ "$(sha256sum < ${file})" = "${sha256}  -" ]; }`;
+}
+
 // Checks python, then (unless the expected hash is "-") that the installed agent is this host's
 // (quietly: a fresh disk has none), then replaces the shell with the bridge. $0 python, $1 agent
 // path, $2 sha256 or "-", $3 the loader. The agent needs only the standard library: -S skips the
@@ -40,7 +48,7 @@ export const AGENT_LOADER =
 // attach. -I keeps the working directory and PYTHON* variables out of the root agent's imports.
 const LAUNCH_SCRIPT = [
   'command -v "$0" >/dev/null 2>&1 || exit 127',
-  '{ [ "$2" = - ] || { [ -f "$1" ] && [ "$(sha256sum < "$1")" = "$2  -" ]; }; } || exit 97',
+  `{ [ "$2" = - ] || ${holdsArchive('"$1"', "$2")}; } || exit 97`,
   "p=$0 a=$1 l=$3",
   "shift 3",
   'exec "$p" -I -S -u -c "$l" "$a" "$@"',
@@ -94,7 +102,7 @@ export function agentSeedScript(placement: AgentPlacement & { stateDir: string }
     `command -v ${q(placement.python)} >/dev/null 2>&1 || exit 0`,
     `exec 9>>${q(`${base}.lock`)} || exit 0`,
     "flock 9 || exit 0",
-    `if ! { [ -f ${agent} ] && [ "$(sha256sum < ${agent})" = ${q(`${sha256}  -`)} ]; }; then`,
+    `if ! ${holdsArchive(agent, sha256)}; then`,
     `  mkdir -p ${q(path.posix.dirname(placement.agentPath))} && cp "\${0%/*}/${SEED_ARCHIVE}" ${next} && mv -f ${next} ${agent} || exit 0`,
     "fi",
     [
@@ -192,7 +200,7 @@ async function tryDoor(vm: GuestVm, agent: AgentLaunch, door: AgentDoor): Promis
 const DOOR_QUERY_SCRIPT = [
   'exec 9>>"$1.lock" && flock -w "$3" 9 || exit 0',
   "awk -v p=\"$1.sock\" '$8 == p { found = 1 } END { exit !found }' /proc/net/unix || exit 0",
-  '[ "$(sha256sum < "$4")" = "$5  -" ] || exit 0',
+  `${holdsArchive('"$4"', "$5")} || exit 0`,
   'read -r key port token < "$1.door" || exit 0',
   '[ "$key" = "$2" ] && echo "$port $token"',
 ].join("\n");

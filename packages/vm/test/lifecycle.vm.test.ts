@@ -92,6 +92,9 @@ test("first boot: the filesystem grows to diskGiB, and the guest interface works
     `f=$(python3 -c 'import http.server; print(http.server.__cached__)') && echo $(( $(date +%s) - $(stat -c %Y "$f") ))`,
   );
   expect(Number(cacheAge)).toBeGreaterThan(86_400);
+  // Nor did it write any other: the modules Python's own start and http.server import (re, enum,
+  // functools, encodings…) were hash-checked in the image too, so none was compiled again.
+  expect(await sh(vm, "find /usr/lib/python3* -name '*.pyc' -mtime -1")).toBe("");
 
   // connectTcp reaches a server listening on the guest's loopback.
   await sh(vm, "cd /srv && setsid nohup python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 &");
