@@ -56,7 +56,7 @@ export async function agentBootArgument(options: AgentPlacementOptions = {}): Pr
  * one seed serves every disk that wants this agent placed this way, and its files never change
  * once written). Returns that directory, for the VM to share read-only at {@link AGENT_SEED_PATH}
  * (with the kernel word). A guest whose disk holds an agent, or an image without the hook,
- * ignores it.
+ * ignores it. Seeds of other keys in `parentDir` that nobody wrote for a day are removed.
  */
 export async function writeAgentSeed(parentDir: string, options: AgentPlacementOptions = {}): Promise<string> {
   const { archive, sha256 } = await agentArchiveHash();
@@ -67,5 +67,27 @@ export async function writeAgentSeed(parentDir: string, options: AgentPlacementO
   // Each file whole or not at all: two daemons may write one seed at once.
   await writeFileAtomic(path.join(dir, SEED_ARCHIVE), archive, 0o644);
   await writeFileAtomic(path.join(dir, SEED_SCRIPT), agentSeedScript(placement, sha256, key), 0o644);
+  await pruneSeeds(parentDir, key);
   return dir;
+}
+
+/** How long a seed nobody wrote again is kept: a disk's first boot needs it for seconds. */
+const SEED_KEEP_MS = 24 * 60 * 60 * 1000;
+const SEED_NAME = /^[0-9a-f]{32}$/;
+
+/**
+ * Removes the seeds of other keys not written for {@link SEED_KEEP_MS} (an older agent, a
+ * placement no longer used), so they do not pile up with upgrades. Each write renames its files
+ * into the seed's directory, which keeps the directory's mtime that of its last write. Best effort.
+ */
+async function pruneSeeds(parentDir: string, keep: string): Promise<void> {
+  const names = await fsp.readdir(parentDir).catch(() => [] as string[]);
+  const before = Date.now() - SEED_KEEP_MS;
+  for (const name of names) {
+    if (name === keep || !SEED_NAME.test(name)) continue;
+    const dir = path.join(parentDir, name);
+    const stat = await fsp.lstat(dir).catch(() => undefined);
+    if (stat?.isDirectory() && stat.mtimeMs < before)
+      await fsp.rm(dir, { recursive: true, force: true }).catch(() => undefined);
+  }
 }

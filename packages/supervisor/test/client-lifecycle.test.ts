@@ -2,7 +2,7 @@
 // python3, no state dir, an abort), close stops what the agent ran, detach leaves it for a new client.
 import { spawn } from "node:child_process";
 import { createServer, type AddressInfo } from "node:net";
-import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, readdir, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createLocalGuestVm, type LocalGuestVm } from "@pi-sandbox/vm/testing";
@@ -210,6 +210,20 @@ test("a first boot's seed installs the agent and starts its daemon, only for the
   // The daemon left its own boot script for later boots, under the same key.
   expect(await readFile(join(dir, "state.boot"), "utf8")).toContain(`[ "$1" = ${key} ] || exit 0`);
   await client.close();
+});
+
+test("writing a seed removes the seeds of other keys that nobody wrote for a day", async () => {
+  const { vm: _vm, ...placement } = options();
+  const seeds = join(dir, "seeds");
+  const old = join(seeds, "a".repeat(32));
+  const recent = join(seeds, "b".repeat(32));
+  const other = join(seeds, "not-a-seed");
+  for (const d of [old, recent, other]) await mkdir(d, { recursive: true });
+  const twoDaysAgo = new Date(Date.now() - 2 * 24 * 60 * 60 * 1000);
+  await utimes(old, twoDaysAgo, twoDaysAgo);
+  await utimes(other, twoDaysAgo, twoDaysAgo);
+  const seed = await writeAgentSeed(seeds, placement);
+  expect((await readdir(seeds)).sort()).toEqual([seed.slice(seeds.length + 1), "b".repeat(32), "not-a-seed"].sort());
 });
 
 test("a seed holds the start lock while its daemon starts (a bridge waits for it), and runs it as a bridge would, with --boot", async () => {

@@ -183,7 +183,8 @@ export class StateLayout {
 
   /**
    * The guest agent's first-boot seeds (the supervisor's writeAgentSeed): one directory per agent
-   * and placement, shared read-only with each new disk's first boot.
+   * and placement, shared read-only with each new disk's first boot (those nobody wrote for a day
+   * are removed as another is written).
    */
   agentSeedsDir(): string {
     return join(this.root, "agent-seeds");
