@@ -14,6 +14,8 @@ function fakeInstance(suspendAfterMs = 20_000) {
     running: true,
     suspends: 0,
     starts: 0,
+    /** Lifecycle work queued or running. */
+    busy: false,
     previews: { open: 0, seen: 0 } as PreviewActivity,
     terminals: 0,
     cpuMs: 0,
@@ -25,7 +27,7 @@ function fakeInstance(suspendAfterMs = 20_000) {
   const host: IdleHost = {
     suspendAfterMs: () => suspendAfterMs,
     running: () => world.running,
-    busy: () => false,
+    busy: () => world.busy,
     enqueue: (work) => work(),
     suspend: async () => {
       world.suspends++;
@@ -124,6 +126,21 @@ describe("auto-suspend", () => {
     expect(world.suspends).toBe(0);
     expect(idle.reading()?.busy).toBeUndefined();
     await pass(21_000);
+    expect(world.suspends).toBe(1);
+  });
+
+  test("lifecycle work shows no clock and counts as use: the clock starts when it is done", async () => {
+    const { world, idle, pass } = fakeInstance();
+    world.busy = true;
+    await pass(30_000);
+    expect(world.suspends).toBe(0);
+    expect(idle.reading()).toBeUndefined();
+    world.busy = false;
+    await pass(1_000);
+    expect(idle.reading()).toEqual({ idleForMs: 0 });
+    await pass(19_000);
+    expect(world.suspends).toBe(0);
+    await pass(2_000);
     expect(world.suspends).toBe(1);
   });
 

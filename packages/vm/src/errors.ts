@@ -59,6 +59,8 @@ export type VmErrorCode =
   | "VM_FILE_FAILED"
   /** Nothing accepted the TCP connection on the guest port (refused or timed out). */
   | "VM_TCP_CONNECT_FAILED"
+  /** An open guest TCP stream was cut by Gondolin's channel while the VM kept running. */
+  | "VM_TCP_STREAM_LOST"
   /** SSH access could not be enabled. */
   | "VM_SSH_FAILED"
   /** The operation is not available on this implementation (e.g. SSH on the local fake). */

@@ -6,13 +6,16 @@ import { VmError, messageOf } from "./errors.js";
 import { failedExecution, signalName } from "./exec-util.js";
 import { GuestTcpStream } from "./guest-tcp-stream.js";
 import { GuestFault } from "./guest-fault.js";
-import { ingressQueuedBytes, ingressServerOf, onQemuExit } from "./gondolin-private.js";
+import { ingressClosedByGuest, ingressQueuedBytes, ingressServerOf, onQemuExit } from "./gondolin-private.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions, GuestVm } from "./guest-vm.js";
 import { LOOPBACK_QUICKACK_ARGV } from "./loopback-quickack.js";
 import { GuestSsh } from "./guest-ssh.js";
 
 /** Environment variable that tags every process of a cancellable exec (and its descendants). */
 export const EXEC_TOKEN_ENV = "PI_SANDBOX_EXEC_TOKEN";
+
+/** How long a stream cut by Gondolin waits to see QEMU's exit before it ends with the channel's failure. */
+const STREAM_EXIT_WAIT_MS = 2_000;
 
 // Kills every guest process whose environment carries the token: the command and whatever it
 // spawned, even children that started their own session. Gondolin's protocol has no "kill exec"
@@ -55,6 +58,9 @@ export class GondolinGuest implements GuestVm {
   private readonly pendingKills = new Set<Promise<unknown>>();
   /** Open `connectTcp` streams, ended with the VM. */
   private readonly streams = new Set<GuestTcpStream>();
+  /** Resolves when QEMU exits. */
+  private readonly exit: Promise<void>;
+  private onExit: () => void = () => undefined;
   private loopbackTuning: Promise<void> | undefined;
   private readonly ssh: GuestSsh;
 
@@ -64,8 +70,10 @@ export class GondolinGuest implements GuestVm {
     /** Raised when the guest can no longer answer (paused on a full host disk): fails operations at once. */
     readonly fault: GuestFault = new GuestFault(),
   ) {
+    this.exit = new Promise((resolve) => (this.onExit = resolve));
     onQemuExit(vm, () => {
       this.exited = true;
+      this.onExit();
       // Gondolin leaves its ingress streams open when QEMU dies: a reader would wait forever.
       for (const stream of this.streams) stream.destroy(this.closedError());
     });
@@ -233,8 +241,10 @@ export class GondolinGuest implements GuestVm {
       signal.addEventListener("abort", onAbort, { once: true });
     });
     try {
-      const stream = new GuestTcpStream(await Promise.race([attempt, aborted]), {
+      const source = await Promise.race([attempt, aborted]);
+      const stream = new GuestTcpStream(source, {
         queuedBytes: () => ingressQueuedBytes(server),
+        tornDown: () => (ingressClosedByGuest(source) ? undefined : this.streamTornDown(port, source.errored)),
       });
       if (this.exited) stream.destroy(this.closedError());
       this.streams.add(stream);
@@ -295,6 +305,25 @@ export class GondolinGuest implements GuestVm {
       })();
     }
     return this.closing;
+  }
+
+  /**
+   * The error of a stream Gondolin destroyed without the guest closing it. Its channel to the guest
+   * fails as QEMU dies, a moment before QEMU's exit is seen: VM_CLOSED once that shows (or the VM
+   * is being closed), else the channel's failure.
+   */
+  private async streamTornDown(port: number, reason: Error | null): Promise<VmError> {
+    if (!this.closed) {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, STREAM_EXIT_WAIT_MS).unref()));
+      await Promise.race([this.exit, late]);
+      clearTimeout(timer);
+    }
+    if (this.closed) return this.closedError();
+    return new VmError("VM_TCP_STREAM_LOST", `the connection to guest port ${port} was cut by the VM's channel`, {
+      hint: "connect again; if it keeps happening, see the VM's log",
+      details: { port, reason: reason?.message ?? "closed without the guest closing it" },
+    });
   }
 
   private closedError(): VmError {

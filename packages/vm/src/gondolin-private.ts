@@ -47,6 +47,14 @@ export function ingressQueuedBytes(server: IngressCapableServer): number {
   return (bridge?.pendingBytes ?? 0) + (bridge?.socket?.writableLength ?? 0);
 }
 
+/**
+ * Whether the guest closed this ingress stream (Gondolin's `closedByRemote`), as opposed to
+ * Gondolin destroying it as the VM closes; true when the stream does not say.
+ */
+export function ingressClosedByGuest(stream: Duplex): boolean {
+  return (stream as Duplex & { closedByRemote?: unknown }).closedByRemote !== false;
+}
+
 /** Calls `listener` when the VM's QEMU exits (by itself or closed); false when Gondolin offers no such event. */
 export function onQemuExit(vm: VM, listener: () => void): boolean {
   const server = serverOf(vm);

@@ -22,6 +22,13 @@ const QUEUE_POLL_MS = 10;
 export interface GuestTcpStreamOptions {
   /** Bytes queued towards the guest on Gondolin's side, for every stream together. */
   queuedBytes?: () => number;
+  /**
+   * Asked when the source closes without an error event: undefined when the guest closed the
+   * connection (a normal end), else the error to end with once it resolves (Gondolin tore the
+   * stream down: its channel failed or the VM is closing). Without it every such close is a
+   * normal end.
+   */
+  tornDown?: () => Promise<Error> | undefined;
 }
 
 /**
@@ -44,6 +51,7 @@ export interface GuestTcpStreamOptions {
 export class GuestTcpStream extends Duplex {
   readonly #source: Duplex;
   readonly #queuedBytes: () => number;
+  readonly #tornDown: () => Promise<Error> | undefined;
   #sourceError: Error | undefined;
   #remoteClosed = false;
   #destroyingSource = false;
@@ -54,6 +62,7 @@ export class GuestTcpStream extends Duplex {
     super({ allowHalfOpen: false });
     this.#source = source;
     this.#queuedBytes = options.queuedBytes ?? (() => 0);
+    this.#tornDown = options.tornDown ?? (() => undefined);
     // Flowing on purpose: Gondolin pushes regardless of backpressure, so the bytes are better kept
     // here, where a destroy of the source cannot drop them.
     source.on("data", (chunk: Buffer) => this.push(chunk));
@@ -120,6 +129,11 @@ export class GuestTcpStream extends Duplex {
     if (this.#destroyingSource) return;
     if (this.#sourceError) {
       this.destroy(this.#sourceError);
+      return;
+    }
+    const tornDown = this.#tornDown();
+    if (tornDown) {
+      void tornDown.then((error) => this.destroy(error));
       return;
     }
     // Closed right after EOF: take what the source still buffers, then end normally.

@@ -41,13 +41,17 @@ export interface QemuLauncher {
   devices?: string;
 }
 
+/** Set by the wrapper for its second run under setpriv: the pid of the process that started it. */
+const OWNER_VAR = "PI_SANDBOX_QEMU_OWNER";
+
 /**
  * Finds `qemu-system-<arch>` and generates a wrapper script in `binDir` that execs QEMU
  * - confined by QEMU's seccomp sandbox (`-sandbox on,obsolete=deny,elevateprivileges=deny,
  *   spawn=deny,resourcecontrol=deny`) when this QEMU and kernel support it (probed once per
  *   process; without it the wrapper still boots and `seccomp` is false);
  * - with `no_new_privs` and a parent-death signal where `setpriv` exists (Linux): if the owning
- *   Node process is SIGKILLed, the kernel kills QEMU too;
+ *   Node process is SIGKILLed, the kernel kills QEMU too; an owner that died before the signal
+ *   was set makes the wrapper exit instead of starting QEMU;
  * - with no core dumps (they would hold guest memory), umask 077, and the VM's run directory as
  *   its working directory (when Gondolin's socket paths are absolute);
  * - with a memory balloon that reports free guest pages ({@link BALLOON_DEVICE}) on the machine
@@ -83,9 +87,21 @@ export async function prepareQemuLauncher(binDir: string, arch: string = process
   }
   const setpriv = process.platform === "linux" ? findExecutable("setpriv") : undefined;
   const seccomp = await probeQemuSeccomp(emulatorPath);
+  // The parent-death signal comes first: the wrapper runs again under setpriv, then checks that
+  // its parent is still the process that started it. An owner killed before the signal was set
+  // (while the shell started) would otherwise leave a QEMU that nothing takes down.
+  const ownerCheck = setpriv
+    ? [
+        `if [ -z "\${${OWNER_VAR}:-}" ]; then`,
+        `  ${OWNER_VAR}=$PPID; export ${OWNER_VAR}`,
+        `  exec ${shellQuote(setpriv)} --pdeathsig KILL --no-new-privs "$0" "$@"`,
+        "fi",
+        `if [ "$PPID" != "$${OWNER_VAR}" ]; then echo "qemu wrapper: the process that started QEMU is gone" >&2; exit 1; fi`,
+        `unset ${OWNER_VAR}`,
+      ]
+    : [];
   const exec = [
     "exec",
-    ...(setpriv ? [shellQuote(setpriv), "--pdeathsig KILL --no-new-privs"] : []),
     shellQuote(emulatorPath),
     ...(seccomp.supported ? [`-sandbox ${QEMU_SANDBOX_OPTIONS}`] : []),
     '"$@"',
@@ -98,6 +114,7 @@ export async function prepareQemuLauncher(binDir: string, arch: string = process
     "# balloon with free page reporting, and",
     "# -incoming defer when the run dir holds the restore marker, the memory file it names on",
     `# fd ${INCOMING_FD} (see vm-memory.ts).`,
+    ...ownerCheck,
     "run= balloon= prev=",
     'for arg in "$@"; do',
     '  case "$arg" in',

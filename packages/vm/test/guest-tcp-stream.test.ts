@@ -3,6 +3,7 @@
 import { randomBytes } from "node:crypto";
 import { Duplex } from "node:stream";
 import { pipeline } from "node:stream/promises";
+import { ingressClosedByGuest } from "../src/gondolin-private.js";
 import { FRAME_BYTES, GuestTcpStream, QUEUE_HIGH_WATER_BYTES } from "../src/guest-tcp-stream.js";
 
 /**
@@ -13,12 +14,13 @@ import { FRAME_BYTES, GuestTcpStream, QUEUE_HIGH_WATER_BYTES } from "../src/gues
 class GondolinLikeStream extends Duplex {
   readonly frames: Buffer[] = [];
   readonly sent: string[] = [];
-  #remoteClosed = false;
+  /** Set when the guest closed the connection, as Gondolin's stream has it. */
+  closedByRemote = false;
 
   override _read(): void {}
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
-    if (this.#remoteClosed) return callback(new Error("tcp stream closed"));
+    if (this.closedByRemote) return callback(new Error("tcp stream closed"));
     this.frames.push(Buffer.from(chunk));
     callback();
   }
@@ -29,7 +31,7 @@ class GondolinLikeStream extends Duplex {
   }
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
-    if (!this.#remoteClosed) this.sent.push("tcp_close");
+    if (!this.closedByRemote) this.sent.push("tcp_close");
     callback(error);
   }
 
@@ -38,7 +40,7 @@ class GondolinLikeStream extends Duplex {
   }
 
   guestCloses(): void {
-    this.#remoteClosed = true;
+    this.closedByRemote = true;
     this.push(null);
     this.destroy();
   }
@@ -101,6 +103,22 @@ describe("GuestTcpStream", () => {
     source.fromGuest(Buffer.from("partial"));
     source.destroy(failure);
     await expect(reading).rejects.toBe(failure);
+  });
+
+  test("a stream Gondolin tears down ends with the error its owner gives, not a normal end", async () => {
+    const vmClosed = new Error("the VM test is closed");
+    let source = new GondolinLikeStream();
+    const options = { tornDown: () => (ingressClosedByGuest(source) ? undefined : Promise.resolve(vmClosed)) };
+    let reading = readAll(new GuestTcpStream(source, options));
+    source.fromGuest(Buffer.from("partial"));
+    source.destroy(); // no tcp_close from the guest: Gondolin's teardown
+    await expect(reading).rejects.toBe(vmClosed);
+
+    // The guest's own close still ends normally.
+    source = new GondolinLikeStream();
+    reading = readAll(new GuestTcpStream(source, options));
+    await guestSendsThenCloses(source, Buffer.from("bye"));
+    await expect(reading).resolves.toEqual(Buffer.from("bye"));
   });
 
   test("large writes reach the guest whole, in frames of at most 64 KiB", async () => {

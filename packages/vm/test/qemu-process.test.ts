@@ -1,6 +1,6 @@
 // QEMU process hygiene: the launcher wrapper dies with its owner and runs QEMU under seccomp,
 // no_new_privs and umask 077, QMP reports a paused or failed guest, and stray QEMUs are reaped.
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import net from "node:net";
@@ -308,6 +308,27 @@ test("SIGKILL of the owning process takes QEMU down with it", async () => {
     // Never leave the owner behind: a live child keeps jest from exiting.
     owner.kill("SIGKILL");
   }
+}, 60_000);
+
+test("an owner killed while the wrapper starts leaves no QEMU behind", async () => {
+  const launcher = await prepareQemuLauncher(path.join(dir, "bin"));
+  // The owner dies right after spawning, before the wrapper can have set the parent-death signal.
+  const script = `
+    import { spawn } from "node:child_process";
+    import { writeSync } from "node:fs";
+    const qemu = spawn(${JSON.stringify(launcher.qemuPath)}, ${JSON.stringify(idleQemuArgs(`${dir}/orphan`))}, { stdio: "ignore" });
+    qemu.on("spawn", () => { writeSync(1, qemu.pid + "\\n"); process.kill(process.pid, "SIGKILL"); });
+  `;
+  const owner = spawnSync(process.execPath, [...TS_NODE_ARGS, "--input-type=module", "-e", script], {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+    timeout: 30_000,
+  });
+  expect(owner.signal).toBe("SIGKILL");
+  const pid = Number(/^(\d+)$/m.exec(owner.stdout)?.[1]);
+  expect(pid).toBeGreaterThan(0);
+  started.push(pid);
+  expect(await eventually(() => !alive(pid), 10_000)).toBe(true);
 }, 60_000);
 
 test("reapStrayQemu kills a QEMU of a dead owner that uses the directory, and nothing else", async () => {

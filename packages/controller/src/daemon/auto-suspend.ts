@@ -139,7 +139,9 @@ export class AutoSuspend {
     if (this.#deciding || this.#asleep) return;
     const after = this.#host.suspendAfterMs();
     const now = this.#now();
-    if (after === undefined || !this.#host.running()) {
+    // Lifecycle work (a create or start still finishing) is use: the clock starts once it is done,
+    // so the view a create or start returns never shows a clock stopped by the work itself.
+    if (after === undefined || !this.#host.running() || this.#host.busy()) {
       this.#reset();
       return;
     }
@@ -179,7 +181,6 @@ export class AutoSuspend {
 
   /** What uses the instance now (cheap: counters and /proc, never the guest). */
   #look(now: number): IdleLook {
-    if (this.#host.busy()) return { busy: "lifecycle work runs" };
     if (this.#calls > 0) return { busy: "an action runs" };
     const previews = this.#signals.previews();
     const seen = this.#previewsSeen;
