@@ -41,8 +41,8 @@ export interface QemuLauncher {
   devices?: string;
 }
 
-/** Set by the wrapper for its second run under setpriv: the pid of the process that started it. */
-const OWNER_VAR = "PI_SANDBOX_QEMU_OWNER";
+/** The wrapper's first argument on its second run, under setpriv: the pid of the process that started it. */
+const OWNER_ARG = "--pi-sandbox-owner=";
 
 /**
  * Finds `qemu-system-<arch>` and generates a wrapper script in `binDir` that execs QEMU
@@ -87,17 +87,19 @@ export async function prepareQemuLauncher(binDir: string, arch: string = process
   }
   const setpriv = process.platform === "linux" ? findExecutable("setpriv") : undefined;
   const seccomp = await probeQemuSeccomp(emulatorPath);
-  // The parent-death signal comes first: the wrapper runs again under setpriv, then checks that
-  // its parent is still the process that started it. An owner killed before the signal was set
-  // (while the shell started) would otherwise leave a QEMU that nothing takes down.
+  // The parent-death signal comes first: the wrapper runs again under setpriv, told its owner's
+  // pid in a first argument of its own, and checks that its parent is still that process. An owner
+  // killed before the signal was set (while the shell started) would otherwise leave a QEMU that
+  // nothing takes down. Left open: an owner that dies before the first run's shell has read its
+  // parent (right after the spawn); the next start's reapStrayQemu takes that QEMU down.
   const ownerCheck = setpriv
     ? [
-        `if [ -z "\${${OWNER_VAR}:-}" ]; then`,
-        `  ${OWNER_VAR}=$PPID; export ${OWNER_VAR}`,
-        `  exec ${shellQuote(setpriv)} --pdeathsig KILL --no-new-privs "$0" "$@"`,
-        "fi",
-        `if [ "$PPID" != "$${OWNER_VAR}" ]; then echo "qemu wrapper: the process that started QEMU is gone" >&2; exit 1; fi`,
-        `unset ${OWNER_VAR}`,
+        'case "${1:-}" in',
+        `  ${OWNER_ARG}*)`,
+        `    if [ "$PPID" != "\${1#${OWNER_ARG}}" ]; then echo "qemu wrapper: the process that started QEMU is gone" >&2; exit 1; fi`,
+        "    shift ;;",
+        `  *) exec ${shellQuote(setpriv)} --pdeathsig KILL --no-new-privs "$0" "${OWNER_ARG}$PPID" "$@" ;;`,
+        "esac",
       ]
     : [];
   const exec = [

@@ -301,7 +301,16 @@ test("SIGKILL of the owning process takes QEMU down with it", async () => {
       });
     });
     started.push(qemuPid);
-    expect(await eventually(() => alive(qemuPid), 10_000)).toBe(true);
+    // Once the wrapper has become QEMU (its parent-death signal is set by then).
+    const emulator = fs.realpathSync(launcher.emulatorPath);
+    const isQemu = () => {
+      try {
+        return alive(qemuPid) && fs.readlinkSync(`/proc/${qemuPid}/exe`) === emulator;
+      } catch {
+        return false; // gone between the two looks
+      }
+    };
+    expect(await eventually(isQemu, 10_000)).toBe(true);
     owner.kill("SIGKILL");
     expect(await eventually(() => !alive(qemuPid), 10_000)).toBe(true);
   } finally {
@@ -310,26 +319,18 @@ test("SIGKILL of the owning process takes QEMU down with it", async () => {
   }
 }, 60_000);
 
-test("an owner killed while the wrapper starts leaves no QEMU behind", async () => {
-  const launcher = await prepareQemuLauncher(path.join(dir, "bin"));
-  // The owner dies right after spawning, before the wrapper can have set the parent-death signal.
-  const script = `
-    import { spawn } from "node:child_process";
-    import { writeSync } from "node:fs";
-    const qemu = spawn(${JSON.stringify(launcher.qemuPath)}, ${JSON.stringify(idleQemuArgs(`${dir}/orphan`))}, { stdio: "ignore" });
-    qemu.on("spawn", () => { writeSync(1, qemu.pid + "\\n"); process.kill(process.pid, "SIGKILL"); });
-  `;
-  const owner = spawnSync(process.execPath, [...TS_NODE_ARGS, "--input-type=module", "-e", script], {
+test("under setpriv, a wrapper whose owner is already gone exits instead of starting QEMU", async () => {
+  const launcher = (await prepareQemuLauncher(path.join(dir, "bin"))).qemuPath;
+  // The wrapper's second run, as setpriv starts it: its first argument names the owner it expects
+  // as its parent. Here that owner has exited (the owner died before the parent-death signal was set).
+  const gone = spawnSync("true");
+  const run = spawnSync(launcher, [`--pi-sandbox-owner=${gone.pid}`, ...idleQemuArgs(`${dir}/orphan`)], {
     encoding: "utf8",
-    stdio: ["ignore", "pipe", "inherit"],
     timeout: 30_000,
   });
-  expect(owner.signal).toBe("SIGKILL");
-  const pid = Number(/^(\d+)$/m.exec(owner.stdout)?.[1]);
-  expect(pid).toBeGreaterThan(0);
-  started.push(pid);
-  expect(await eventually(() => !alive(pid), 10_000)).toBe(true);
-}, 60_000);
+  expect(run.status).toBe(1);
+  expect(run.stderr).toContain("the process that started QEMU is gone");
+});
 
 test("reapStrayQemu kills a QEMU of a dead owner that uses the directory, and nothing else", async () => {
   const diskDir = path.join(dir, "disk");
