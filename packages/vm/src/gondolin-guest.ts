@@ -58,9 +58,8 @@ export class GondolinGuest implements GuestVm {
   private readonly pendingKills = new Set<Promise<unknown>>();
   /** Open `connectTcp` streams, ended with the VM. */
   private readonly streams = new Set<GuestTcpStream>();
-  /** Resolves when QEMU exits. */
-  private readonly exit: Promise<void>;
-  private onExit: () => void = () => undefined;
+  /** Resolved when QEMU exits. */
+  private readonly exit = Promise.withResolvers<void>();
   private loopbackTuning: Promise<void> | undefined;
   private readonly ssh: GuestSsh;
 
@@ -70,10 +69,9 @@ export class GondolinGuest implements GuestVm {
     /** Raised when the guest can no longer answer (paused on a full host disk): fails operations at once. */
     readonly fault: GuestFault = new GuestFault(),
   ) {
-    this.exit = new Promise((resolve) => (this.onExit = resolve));
     onQemuExit(vm, () => {
       this.exited = true;
-      this.onExit();
+      this.exit.resolve();
       // Gondolin leaves its ingress streams open when QEMU dies: a reader would wait forever.
       for (const stream of this.streams) stream.destroy(this.closedError());
     });
@@ -314,10 +312,10 @@ export class GondolinGuest implements GuestVm {
    */
   private async streamTornDown(port: number, reason: Error | null): Promise<VmError> {
     if (!this.closed) {
-      let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, STREAM_EXIT_WAIT_MS).unref()));
-      await Promise.race([this.exit, late]);
-      clearTimeout(timer);
+      await Promise.race([
+        this.exit.promise,
+        new Promise((resolve) => setTimeout(resolve, STREAM_EXIT_WAIT_MS).unref()),
+      ]);
     }
     if (this.closed) return this.closedError();
     return new VmError("VM_TCP_STREAM_LOST", `the connection to guest port ${port} was cut by the VM's channel`, {
