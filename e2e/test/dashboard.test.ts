@@ -1,10 +1,10 @@
 // The local dashboard and previews as a user meets them in a real browser (Debian's headless
 // Chromium through playwright-core, which downloads nothing): two real instances, one running and
 // one stopped, its preview link, a guest log line arriving live, Stop from the page, and its
-// refusals: no token, a foreign Origin, and a guest's preview page trying to act on it or open a
-// WebSocket to it. With the stopped one started, a preview page (each instance's previews have a
-// loopback address of their own) cannot read or overwrite the cookies of a host app on 127.0.0.1
-// or of the other instance.
+// refusals: no token, a link opened a second time, a foreign Origin, and a guest's preview page
+// trying to act on it or open a WebSocket to it. With the stopped one started, a preview page
+// (each instance's previews have a loopback address of their own) cannot read or overwrite the
+// cookies of a host app on 127.0.0.1 or of the other instance.
 import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import http from "node:http";
@@ -163,11 +163,14 @@ afterAll(async () => {
   expect(await teardown(sandbox)).toEqual([]);
 }, 300_000);
 
-test("without the link's token, from another Host or posted from a foreign Origin, the dashboard answers 403", async () => {
+test("without the link's token, with a link used before, from another Host or posted from a foreign Origin, the dashboard answers 403", async () => {
   expect((await fetch(`${origin}/`)).status).toBe(403);
   expect((await fetch(`${origin}/api/state`)).status).toBe(403);
-  const login = await fetch(dashboardUrl, { redirect: "manual" });
+  // A link of its own: each link opens one session, and the browser test opens dashboardUrl.
+  const link = (await cliJson("dashboard")).url as string;
+  const login = await fetch(link, { redirect: "manual" });
   expect(login.status).toBe(303);
+  expect((await fetch(link, { redirect: "manual" })).status).toBe(403);
   const cookie = login.headers.get("set-cookie")!.split(";")[0]!;
   expect(login.headers.get("set-cookie")).toMatch(/HttpOnly; SameSite=Strict/);
   expect((await fetch(`${origin}/api/state`, { headers: { cookie } })).status).toBe(200);
@@ -185,10 +188,17 @@ test("without the link's token, from another Host or posted from a foreign Origi
   expect((await sandbox.call({ action: "inspect", name: "web" })).state).toBe("running");
 });
 
-test("the page lists the running and the stopped instance, with the preview's guest-written title as text and a working link", async () => {
+test("the link opens the page once (a reload keeps it, the link again in another tab is refused); it lists the running and the stopped instance, with the preview's guest-written title as text and a working link", async () => {
   await page.goto(dashboardUrl);
   expect(new URL(page.url()).search).toBe("");
+  // A reload asks for the token-free address with the session cookie: the link is not used again.
+  expect((await page.reload())?.status()).toBe(200);
   await page.waitForSelector('#instances tr[data-name="idle"]');
+  // The same link opened again, in another tab of this browser, is refused and says what to run.
+  const again = await page.context().newPage();
+  expect((await again.goto(dashboardUrl))?.status()).toBe(403);
+  expect(await again.textContent("body")).toMatch(/this link was already used[^]*pi-sandbox dashboard/);
+  await again.close();
   expect(await shownState("web")).toBe("running");
   expect(await shownState("idle")).toBe("stopped");
   const link = page.locator('#instances tr[data-name="web"] .previews a');

@@ -1,6 +1,6 @@
 // `pi-sandbox dashboard` as a user runs it, no VM: the first call starts one detached dashboard
 // for the state root, which outlives the command; later calls find it and print a new link each
-// time; --status never starts one; --stop ends it.
+// time, each opening one browser session; --status never starts one; --stop ends it.
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { cliProcess } from "./support/cli-process.js";
@@ -36,6 +36,10 @@ test("dashboard starts one server that outlives the command, and each call print
   expect(again.url).not.toBe(first.url);
   expect(json("dashboard", "--status")).toMatchObject({ pid: first.pid });
   for (const url of [first.url!, again.url!]) expect((await fetch(url, { redirect: "manual" })).status).toBe(303);
+  // Each link opens one session: the second use of a printed link is refused.
+  const reused = await fetch(first.url!, { redirect: "manual" });
+  expect(reused.status).toBe(403);
+  expect(await reused.text()).toContain("this link was already used");
   expect((await fetch(`http://127.0.0.1:${first.port}/`)).status).toBe(403);
   const record = await readFile(join(dir(), "state", "dashboard.json"), "utf8");
   expect(JSON.parse(record)).toMatchObject({ pid: first.pid, port: first.port });

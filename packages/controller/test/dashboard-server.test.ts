@@ -1,6 +1,6 @@
 // The dashboard's server without a VM: the fake action layer behind it shows what the page can and
-// cannot make it do. Only a token link opens a session; the page's actions are the five it
-// offers; guest text leaves escaped; no WebSocket is accepted, from any origin.
+// cannot make it do. Only a token link opens a session, once and within 10 minutes; the page's
+// actions are the five it offers; guest text leaves escaped; no WebSocket is accepted, from any origin.
 import http from "node:http";
 import { startDashboardServer, type DashboardServer } from "../src/dashboard/server.js";
 import { mintToken } from "../src/dashboard/tokens.js";
@@ -45,6 +45,24 @@ beforeAll(async () => {
   cookie = login.headers.get("set-cookie")!.split(";")[0]!;
 });
 afterAll(() => server.close());
+
+/** A second server timed by a clock the test moves; closed by the caller. */
+async function timedServer(startMs: number): Promise<{ server: DashboardServer; clock: { ms: number } }> {
+  const clock = { ms: startMs };
+  const timed = await startDashboardServer({ call, key, log, pollMs: { active: 100, idle: 100 }, now: () => clock.ms });
+  return { server: timed, clock };
+}
+
+/** Opens `url` as a browser would follow a link (no redirect followed); status, page text and cookie. */
+async function open(url: string, headers: Record<string, string> = {}) {
+  const response = await fetch(url, { redirect: "manual", headers });
+  return {
+    status: response.status,
+    text: await response.text(),
+    location: response.headers.get("location"),
+    setCookie: response.headers.get("set-cookie"),
+  };
+}
 
 const post = (body: unknown, headers: Record<string, string> = { origin: `http://127.0.0.1:${server.port}` }) =>
   fetch(`${origin}/api/action`, {
@@ -132,4 +150,101 @@ test("nothing asks a suspended instance's daemon: its services and service logs 
   await new Promise((resolve) => setTimeout(resolve, 300));
   controllerLog.abort();
   expect(calls.filter((c) => c.name === "sleepy")).toContainEqual({ action: "logs", name: "sleepy", follow: true });
+});
+
+test("the session cookie has no Max-Age or Expires (it ends with the browser session), and is HttpOnly and SameSite=Strict", async () => {
+  const first = await open(`${origin}/?token=${mintToken(key)}`);
+  expect(first.status).toBe(303);
+  expect(first.setCookie).toMatch(
+    new RegExp(`^pi_sandbox_dashboard_${server.port}=[\\w-]+; Path=/; HttpOnly; SameSite=Strict$`),
+  );
+  expect(first.setCookie).not.toMatch(/max-age|expires|secure/i);
+});
+
+test("a link opens one session: opened again, in another browser or beside the first, it is refused with a page saying so and what to run", async () => {
+  const link = `${origin}/?token=${mintToken(key)}`;
+  const first = await open(link);
+  expect(first.status).toBe(303);
+  // The browser lands on the address without the token: a reload there does not use the link again.
+  expect(first.location).toBe("/");
+  const session = first.setCookie!.split(";")[0]!;
+  expect((await open(`${origin}${first.location}`, { cookie: session })).status).toBe(200);
+
+  const again = await open(link);
+  expect(again.status).toBe(403);
+  expect(again.setCookie).toBeNull();
+  expect(again.text).toMatch(/^403 forbidden: this link was already used/);
+  expect(again.text).toContain("Run pi-sandbox dashboard (or /sandbox dashboard in Pi) for a new link");
+  // Another tab of the browser that opened it (it sends its session) gets no second session either.
+  expect((await open(link, { cookie: session })).status).toBe(403);
+  expect(logged).toContainEqual(expect.stringMatching(/^refused GET \/: this link was already used/));
+});
+
+test("two requests racing with one link get one session between them", async () => {
+  const link = `${origin}/?token=${mintToken(key)}`;
+  const statuses = (await Promise.all([open(link), open(link), open(link)])).map((r) => r.status).sort();
+  expect(statuses).toEqual([303, 403, 403]);
+});
+
+test("a link unused for 10 minutes is refused with a page saying it expired and what to run", async () => {
+  const start = Date.UTC(2026, 0, 1, 12);
+  const { server: timed, clock } = await timedServer(start);
+  try {
+    const at = `http://127.0.0.1:${timed.port}`;
+    const fresh = mintToken(key, start);
+    const stale = mintToken(key, start);
+    clock.ms = start + 10 * 60_000 - 1_000;
+    expect((await open(`${at}/?token=${fresh}`)).status).toBe(303);
+    clock.ms = start + 10 * 60_000 + 1_000;
+    const expired = await open(`${at}/?token=${stale}`);
+    expect(expired.status).toBe(403);
+    expect(expired.setCookie).toBeNull();
+    expect(expired.text).toMatch(/^403 forbidden: this link expired/);
+    expect(expired.text).toContain("Run pi-sandbox dashboard (or /sandbox dashboard in Pi) for a new link");
+    // Nor does a link minted an hour ahead of the dashboard's clock open it.
+    expect((await open(`${at}/?token=${mintToken(key, clock.ms + 3_600_000)}`)).status).toBe(403);
+  } finally {
+    await timed.close();
+  }
+});
+
+test("a session unused for 8 hours ends, while one whose page stays open (its event stream) does not", async () => {
+  const start = Date.UTC(2026, 0, 1, 12);
+  const { server: timed, clock } = await timedServer(start);
+  const hours = (n: number) => n * 3_600_000;
+  try {
+    const at = `http://127.0.0.1:${timed.port}`;
+    const login = async () => (await open(`${at}/?token=${mintToken(key, clock.ms)}`)).setCookie!.split(";")[0]!;
+    const state = async (session: string) => (await open(`${at}/api/state`, { cookie: session })).status;
+
+    const used = await login();
+    clock.ms += hours(7);
+    expect(await state(used)).toBe(200);
+    clock.ms += hours(7);
+    expect(await state(used)).toBe(200);
+    clock.ms += hours(8) + 1;
+    const idle = await open(`${at}/api/state`, { cookie: used });
+    expect(idle.status).toBe(403);
+    expect(idle.text).toContain("went unused for 8 hours");
+    expect(idle.text).toContain("pi-sandbox dashboard");
+
+    const watching = await login();
+    const stream = new AbortController();
+    const events = await fetch(`${at}/api/events`, { headers: { cookie: watching }, signal: stream.signal });
+    expect(events.status).toBe(200);
+    clock.ms += hours(20);
+    expect(await state(watching)).toBe(200);
+    stream.abort();
+    // The server sees the stream close a moment later; until then each look counts as use.
+    const deadline = Date.now() + 5_000;
+    let status = 200;
+    while (status === 200 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      clock.ms += hours(8) + 1;
+      status = await state(watching);
+    }
+    expect(status).toBe(403);
+  } finally {
+    await timed.close();
+  }
 });

@@ -1,7 +1,8 @@
 // The dashboard's HTTP server on 127.0.0.1: the page and its assets, a JSON snapshot and its live
 // updates (server-sent events), log following, and the few actions the page offers. Every request
-// passes the guard (guard.ts) first; everything else goes through the action layer (`callAction`),
-// never to the state files.
+// passes the guard (guard.ts) first, against the sessions and used links this process remembers
+// (sessions.ts); everything else goes through the action layer (`callAction`), never to the state
+// files.
 import { readFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -9,10 +10,10 @@ import type { Duplex } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { ControllerError } from "../errors.js";
 import type { DaemonLogger } from "../daemon/log.js";
-import { checkRequest, sessionCookie } from "./guard.js";
+import { NEW_LINK_HINT, checkRequest, sessionCookie } from "./guard.js";
 import { followLog, type LogEvent } from "./log-stream.js";
 import { SnapshotPoller, errorJson, escapeDeep, type CallFn } from "./snapshot.js";
-import { newSessionId } from "./tokens.js";
+import { SessionTable, UsedLinks } from "./sessions.js";
 
 /** The page's files, shipped beside `dist/` (and `src/`) in the package's `assets/dashboard/`. */
 const ASSETS: Readonly<Record<string, { file: string; type: string }>> = {
@@ -46,6 +47,8 @@ export interface DashboardServerOptions {
   port?: number;
   /** Poll intervals of the snapshot, in ms (tests shorten them). */
   pollMs?: { active?: number; idle?: number };
+  /** The clock links and sessions are timed by, in ms since the epoch (tests inject one); `Date.now` by default. */
+  now?: () => number;
 }
 
 /** A running dashboard server. */
@@ -66,9 +69,10 @@ function sendJson(res: ServerResponse, status: number, body: unknown): void {
   res.end(JSON.stringify(body));
 }
 
-function refuse(res: ServerResponse, reason: string): void {
+/** The refusal page: what was refused and why, then what to do (a new link, unless `hint` says otherwise). */
+function refuse(res: ServerResponse, reason: string, hint: string = NEW_LINK_HINT): void {
   res.writeHead(403, { ...COMMON_HEADERS, "content-type": "text/plain; charset=utf-8" });
-  res.end(`403 forbidden: ${reason}.\nRun pi-sandbox dashboard for a fresh link, and open it in this browser.\n`);
+  res.end(`403 forbidden: ${reason}.\n${hint}\n`);
 }
 
 async function readBody(req: IncomingMessage): Promise<unknown> {
@@ -136,7 +140,9 @@ function eventStream(req: IncomingMessage, res: ServerResponse): (event: string,
 /** Starts the server on 127.0.0.1 and the snapshot polling. */
 export async function startDashboardServer(options: DashboardServerOptions): Promise<DashboardServer> {
   const { call, key, log } = options;
-  const sessions = new Set<string>();
+  const now = options.now ?? Date.now;
+  const sessions = new SessionTable(now);
+  const usedLinks = new UsedLinks(now);
   const poller = new SnapshotPoller(call, { activeMs: options.pollMs?.active, idleMs: options.pollMs?.idle });
   const streams = new Set<ServerResponse>();
   let port = 0;
@@ -147,22 +153,22 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const verdict = checkRequest(
       { method: req.method ?? "GET", url: req.url ?? "/", headers: req.headers },
-      {
-        port,
-        key,
-        sessions,
-      },
+      { port, key, sessions, usedLinks, nowMs: now() },
     );
     if (verdict.kind === "refuse") {
       log.warn(`refused ${req.method} ${(req.url ?? "").split("?")[0]}: ${verdict.reason}`);
-      return refuse(res, verdict.reason);
+      return refuse(res, verdict.reason, verdict.hint);
     }
     if (verdict.kind === "login") {
-      const id = newSessionId();
-      sessions.add(id);
+      // Marked used in the same turn as the guard's check (no await between): of two requests
+      // racing with one link, the second finds it used.
+      usedLinks.add(verdict.link.nonce, verdict.link.issuedAtMs);
+      const id = sessions.create();
+      log.info(`a link minted ${Math.round((now() - verdict.link.issuedAtMs) / 1000)} s ago opened a browser session`);
       res.writeHead(303, { ...COMMON_HEADERS, location: verdict.location, "set-cookie": sessionCookie(port, id) });
       return void res.end();
     }
+    sessions.touch(verdict.session);
     const url = new URL(req.url ?? "/", "http://dashboard.invalid");
     const asset = ASSETS[url.pathname];
     if (asset && req.method === "GET") {
@@ -174,10 +180,12 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     if (url.pathname === "/api/events" && req.method === "GET") {
       const send = eventStream(req, res);
       streams.add(res);
+      const release = sessions.holdStream(verdict.session);
       const unsubscribe = poller.subscribe((snapshot) => send("state", snapshot));
       send("state", poller.snapshot);
       req.on("close", () => {
         unsubscribe();
+        release();
         streams.delete(res);
       });
       return;
@@ -187,9 +195,11 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
       const service = url.searchParams.get("service") ?? undefined;
       const send = eventStream(req, res);
       streams.add(res);
+      const release = sessions.holdStream(verdict.session);
       const abort = new AbortController();
       req.on("close", () => {
         abort.abort();
+        release();
         streams.delete(res);
       });
       // The controller log is a host file; a service log is read by the daemon, only while running.
@@ -234,7 +244,7 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   server.on("upgrade", (req: IncomingMessage, socket: Duplex) => {
     const verdict = checkRequest(
       { method: req.method ?? "GET", url: req.url ?? "/", headers: req.headers, upgrade: true },
-      { port, key, sessions },
+      { port, key, sessions, usedLinks, nowMs: now() },
     );
     log.warn(`refused an upgrade: ${verdict.kind === "refuse" ? verdict.reason : "the dashboard takes no WebSocket"}`);
     socket.end("HTTP/1.1 403 Forbidden\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
