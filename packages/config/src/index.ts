@@ -65,9 +65,10 @@ export type { Limits } from "./limits.js";
 export { escapeControlChars, hasControlChars } from "./control-chars.js";
 export type { ControlCharOptions } from "./control-chars.js";
 
-// Helpers every package shares: shell quoting and crash-safe file writes
+// Helpers every package shares: shell quoting, crash-safe file writes, file hashes
 export { shellQuote } from "./shell-quote.js";
 export { writeFileAtomic, writeJsonAtomic } from "./atomic-file.js";
+export { sha256File } from "./file-hash.js";
 
 // Service references
 export { resolvePublicUrlReferences, referencedServices, findServicePlaceholders } from "./references.js";

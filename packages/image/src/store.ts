@@ -1,10 +1,9 @@
 // The image cache: finished images by id under builds/, and names pointing at them under names/.
 // `image: <name>` in sandbox.yaml resolves through here to an assets directory.
 import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
 import { cp, mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import path from "node:path";
-import { isImageName } from "@pi-sandbox/config";
+import { isImageName, sha256File } from "@pi-sandbox/config";
 import { writeJsonFile } from "./json-file.js";
 import { ASSET_FILES, buildDir, cacheRoot, isComplete, removeBuildDir } from "../builder/index.mjs";
 import { ImageError } from "./errors.js";
@@ -217,12 +216,6 @@ export async function removeImage(
   const stillNamed = (await namedIds(root)).has(id);
   if (!stillNamed) await removeBuildDir(buildDir(root, id));
   return { name, id, deleted: !stillNamed };
-}
-
-async function sha256File(file: string): Promise<string> {
-  const hash = createHash("sha256");
-  for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
-  return hash.digest("hex");
 }
 
 function invalid(dir: string, problem: string): ImageError {

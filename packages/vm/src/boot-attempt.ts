@@ -164,7 +164,9 @@ export async function bootAttempt(
     const image = run.image;
     const vmOptions: VMOptions = {
       sandbox: {
-        imagePath: image.dir ?? {
+        // The checked paths, never the directory: given one, Gondolin reads its manifest again
+        // at every boot and joins the names there to it unchecked (`../` or a symlink out).
+        imagePath: {
           kernelPath: image.kernelPath,
           initrdPath: image.initrdPath,
           rootfsPath: image.rootfsPath,

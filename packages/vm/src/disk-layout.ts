@@ -109,10 +109,6 @@ export function diskBytesOf(diskGiB: number): number {
   return Math.ceil((diskGiB * GiB) / MiB) * MiB;
 }
 
-export function rootfsFormat(file: string): "raw" | "qcow2" {
-  return /\.qcow2?$/i.test(file) ? "qcow2" : "raw";
-}
-
 export async function requireDir(dir: string): Promise<string> {
   try {
     const stat = await fsp.stat(dir);

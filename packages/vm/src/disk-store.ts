@@ -8,6 +8,7 @@ import { fsyncDir, fsyncFile } from "./fs-util.js";
 import { checkDiskSize } from "./host.js";
 import { acquireDiskLock, acquireDiskLockWaiting, type DiskLock } from "./disk-lock.js";
 import { recordImage, resolveImage, verifyRecordedImage, type GuestImage } from "./image.js";
+import { rootfsFormat } from "./image-assets.js";
 import { QemuImg } from "./qemu-img.js";
 import { reapStrayQemu } from "./qemu-process.js";
 import { linkSuspendState, removeSuspendState, suspendStateBytes } from "./vm-memory.js";
@@ -15,7 +16,6 @@ import { LOCK_FILE, POINTER_FILE, newLayerName } from "./filenames.js";
 import {
   GiB,
   diskBytesOf,
-  rootfsFormat,
   requireDir,
   readPointer,
   requirePointer,
@@ -94,9 +94,7 @@ export class DiskStore {
     checkDiskSize(options.diskGiB);
     options.signal?.throwIfAborted();
     const image =
-      typeof options.image === "object"
-        ? options.image
-        : await resolveImage(options.image, this.stateRoot ? { stateRoot: this.stateRoot } : {});
+      typeof options.image === "object" ? options.image : await resolveImage(options.image, this.imageChecks());
     const recorded = await recordImage(image);
     const sizeBytes = diskBytesOf(options.diskGiB);
     if (sizeBytes < recorded.rootfsBytes) {
@@ -184,7 +182,7 @@ export class DiskStore {
         });
       }
       await this.requireLayers(templateDir, template);
-      await verifyRecordedImage(template.image);
+      await verifyRecordedImage(template.image, this.imageChecks());
       let sizeBytes = template.sizeBytes;
       if (options.diskGiB !== undefined) {
         checkDiskSize(options.diskGiB);
@@ -282,7 +280,7 @@ export class DiskStore {
         });
       }
       await this.requireLayers(dir, pointer);
-      await verifyRecordedImage(pointer.image);
+      await verifyRecordedImage(pointer.image, this.imageChecks());
       await removeOrphans(dir, pointer.layers);
       options.signal?.throwIfAborted();
       const layer = newLayerName();
@@ -298,6 +296,11 @@ export class DiskStore {
       await lock.release();
       throw error;
     }
+  }
+
+  /** Where image checks remember the checksums they verified: this store's state root, if any. */
+  private imageChecks(): { stateRoot?: string } {
+    return this.stateRoot ? { stateRoot: this.stateRoot } : {};
   }
 
   private async requireLayers(dir: string, pointer: DiskPointer): Promise<void> {

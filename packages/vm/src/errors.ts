@@ -7,6 +7,13 @@ export type VmErrorCode =
   | "VM_IMAGE_NOT_FOUND"
   /** The image file a disk was created from changed since; the disk cannot be booted safely. */
   | "VM_IMAGE_CHANGED"
+  /**
+   * The guest image is present but refused (`details.role`, `details.path`, `details.problem`): a
+   * kernel, initramfs, rootfs or manifest that resolves (through `../` or symlinks) outside the
+   * image directory, a file that does not match the manifest's sha256, a qcow2 rootfs with a
+   * backing or external data file, a malformed manifest.
+   */
+  | "VM_IMAGE_INVALID"
   /** The guest image lacks a tool an operation needs (`details.tool`: resize2fs, sshd, sandboxssh, ...). */
   | "VM_IMAGE_MISSING_TOOL"
   /**

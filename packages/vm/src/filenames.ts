@@ -112,3 +112,12 @@ export function gondolinSessionsDir(stateRoot: string): string {
 export function kvmVerdictsDir(stateRoot: string): string {
   return path.join(stateRoot, "kvm-verdicts");
 }
+
+/**
+ * The sha256 of each guest image file already hashed, keyed by (device, inode, size, mtime): one
+ * small JSON file, replaced atomically, so a boot in any daemon process skips hashing a file that
+ * has not changed since (image-checksums.ts).
+ */
+export function imageChecksumsFile(stateRoot: string): string {
+  return path.join(stateRoot, "image-checksums.json");
+}

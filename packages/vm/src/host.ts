@@ -14,7 +14,7 @@ import {
 } from "./kvm-probe.js";
 
 // Doctor finds an image's kernel to prove KVM with; image.ts loads Gondolin only when asked to.
-export { loadImageDir, type GuestImage } from "./image.js";
+export { loadImageDir, type GuestImage, type ImageCheckOptions } from "./image.js";
 export { probeKvmKernel, type KvmVerdict } from "./kvm-probe.js";
 // The controller checks its daemon's pid with the same /proc reader (a zombie is gone).
 export { pidAlive, isAlive, selfIdentity, type ProcessIdentity } from "./process-util.js";

@@ -1,14 +1,29 @@
-// Guest images: loading an image directory, checking it is readable, recording and verifying the
-// image a disk was made from.
+// Guest images: loading an image directory (its files kept inside it, checked against its
+// manifest), checking it is readable, recording and verifying the image a disk was made from.
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { VmError, messageOf } from "./errors.js";
 import { loadGondolin } from "./gondolin-loader.js";
+import {
+  ASSET_ROLES,
+  assertStandaloneRootfs,
+  containedAsset,
+  invalidImage,
+  readImageManifest,
+  realImageDir,
+  type AssetRole,
+  type ImageManifest,
+} from "./image-assets.js";
+import { verifyAssetChecksums } from "./image-checksums.js";
 
 /** A resolved guest image: Gondolin's three asset files. */
 export interface GuestImage {
-  /** The assets directory, when all files live in one (then Gondolin also reads its manifest). */
+  /**
+   * The assets directory (its real path), when all files live in one: they are checked to lie
+   * inside it. Gondolin gets the three paths, never the directory, which it would read the
+   * manifest of again and join the names to unchecked.
+   */
   dir?: string;
   /** Kernel (`vmlinuz-virt`). */
   kernelPath: string;
@@ -26,35 +41,54 @@ export interface RecordedImage extends GuestImage {
   rootfsMtimeMs: number;
 }
 
-const DEFAULT_FILES = { kernel: "vmlinuz-virt", initramfs: "initramfs.cpio.lz4", rootfs: "rootfs.ext4" };
+/** Options of {@link loadImageDir}, {@link resolveImage} and {@link verifyRecordedImage}. */
+export interface ImageCheckOptions {
+  /**
+   * The vm layer's state root: where the checksums already verified are remembered
+   * (`imageChecksumsFile`), so only the first use of an image file hashes it. Without one,
+   * every check hashes.
+   */
+  stateRoot?: string;
+}
 
-/** Reads an assets directory (manifest names when present, else Gondolin's default names). */
-export async function loadImageDir(dir: string): Promise<GuestImage> {
+/**
+ * Reads an assets directory (manifest names when present, else Gondolin's default names). The
+ * directory and every asset are resolved through symlinks, and an asset that ends up outside the
+ * directory, a rootfs qcow2 that pulls in another file, or a file that does not match the
+ * manifest's sha256 is refused (VM_IMAGE_INVALID): the directory may come from an untrusted
+ * repository. Returns the real paths. A manifest without checksums (or no manifest) loads after
+ * the other checks: checksums written by the same hand as the files prove no origin.
+ */
+export async function loadImageDir(dir: string, options: ImageCheckOptions = {}): Promise<GuestImage> {
   if (!path.isAbsolute(dir)) {
     throw new VmError("VM_IMAGE_NOT_FOUND", `the image path ${dir} must be absolute`, { details: { path: dir } });
   }
-  let files = DEFAULT_FILES;
-  const manifestPath = path.join(dir, "manifest.json");
-  try {
-    const manifest = JSON.parse(await fsp.readFile(manifestPath, "utf8")) as { assets?: Partial<typeof DEFAULT_FILES> };
-    files = { ...DEFAULT_FILES, ...(manifest.assets ?? {}) };
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code !== "ENOENT" && code !== "ENOTDIR") {
-      throw new VmError("VM_IMAGE_NOT_FOUND", `the image manifest ${manifestPath} is unreadable: ${messageOf(error)}`, {
-        cause: error,
-        details: { path: manifestPath },
-      });
-    }
+  const realDir = await realImageDir(dir);
+  const manifest = await readImageManifest(realDir);
+  return checkAssets(realDir, manifest, manifest.files, options);
+}
+
+/**
+ * The checks every image gets, on files named relative to `realDir` (a manifest's names) or
+ * absolute (a disk's record): each inside the directory, a standalone rootfs, the checksums.
+ */
+async function checkAssets(
+  realDir: string,
+  manifest: ImageManifest,
+  files: Record<AssetRole, string>,
+  options: ImageCheckOptions,
+): Promise<GuestImage> {
+  const real = {} as Record<AssetRole, string>;
+  for (const role of ASSET_ROLES) real[role] = await containedAsset(realDir, role, files[role]);
+  await assertStandaloneRootfs(realDir, real.rootfs);
+  if (manifest.checksums && manifest.path) {
+    const sums = manifest.checksums;
+    await verifyAssetChecksums(
+      ASSET_ROLES.map((role) => ({ role, path: real[role], expected: sums[role] })),
+      { dir: realDir, manifestPath: manifest.path, ...(options.stateRoot ? { stateRoot: options.stateRoot } : {}) },
+    );
   }
-  const image: GuestImage = {
-    dir,
-    kernelPath: path.resolve(dir, files.kernel),
-    initrdPath: path.resolve(dir, files.initramfs),
-    rootfsPath: path.resolve(dir, files.rootfs),
-  };
-  await assertImageReadable(image);
-  return image;
+  return { dir: realDir, kernelPath: real.kernel, initrdPath: real.initramfs, rootfsPath: real.rootfs };
 }
 
 /** Fails with VM_IMAGE_NOT_FOUND naming the first missing or unreadable asset file. */
@@ -77,11 +111,8 @@ export async function assertImageReadable(image: GuestImage): Promise<void> {
  * (`GONDOLIN_GUEST_DIR`, a `guest/image/out` above the cwd, `GONDOLIN_DEFAULT_IMAGE` in the local
  * image store, and only then a download).
  */
-export async function resolveImage(
-  image: string | undefined,
-  options: { stateRoot?: string } = {},
-): Promise<GuestImage> {
-  if (image !== undefined) return loadImageDir(image);
+export async function resolveImage(image: string | undefined, options: ImageCheckOptions = {}): Promise<GuestImage> {
+  if (image !== undefined) return loadImageDir(image, options);
   const gondolin = await loadGondolin(options.stateRoot);
   let assets: { kernelPath: string; initrdPath: string; rootfsPath: string };
   try {
@@ -97,15 +128,31 @@ export async function resolveImage(
       },
     );
   }
-  const dirs = new Set([assets.kernelPath, assets.initrdPath, assets.rootfsPath].map((file) => path.dirname(file)));
-  const resolved: GuestImage = {
-    kernelPath: path.resolve(assets.kernelPath),
-    initrdPath: path.resolve(assets.initrdPath),
-    rootfsPath: path.resolve(assets.rootfsPath),
-  };
-  if (dirs.size === 1) resolved.dir = path.resolve([...dirs][0]!);
-  await assertImageReadable(resolved);
-  return resolved;
+  // Gondolin joins its manifest's names to the directory unchecked, and one of its places is a
+  // `guest/image/out` above the cwd (a repository's, perhaps): its answer gets our checks too, as
+  // the directory it names, and must be the files that directory's manifest names.
+  const given = [assets.kernelPath, assets.initrdPath, assets.rootfsPath].map((file) => path.resolve(file));
+  const dirs = new Set(given.map((file) => path.dirname(file)));
+  const dir = [...dirs][0]!;
+  if (dirs.size !== 1) {
+    throw invalidImage(
+      dir,
+      `Gondolin's default image names files in more than one directory (${given.join(", ")}); it is not booted`,
+      "set image: in sandbox.yaml to an assets directory that holds all three files",
+      { paths: given },
+    );
+  }
+  const loaded = await loadImageDir(dir, options);
+  const real = await Promise.all(given.map((file) => fsp.realpath(file).catch(() => file)));
+  if (real[0] !== loaded.kernelPath || real[1] !== loaded.initrdPath || real[2] !== loaded.rootfsPath) {
+    throw invalidImage(
+      dir,
+      `Gondolin's default image (${given.join(", ")}) is not what the manifest in ${dir} names; it is not booted`,
+      "set image: in sandbox.yaml to an assets directory that holds all three files",
+      { paths: given },
+    );
+  }
+  return loaded;
 }
 
 /** Records an image with the identity of its rootfs file. */
@@ -114,8 +161,15 @@ export async function recordImage(image: GuestImage): Promise<RecordedImage> {
   return { ...image, rootfsBytes: stat.size, rootfsMtimeMs: Math.trunc(stat.mtimeMs) };
 }
 
-/** Fails when a disk's image is gone (VM_IMAGE_NOT_FOUND) or its rootfs changed (VM_IMAGE_CHANGED). */
-export async function verifyRecordedImage(image: RecordedImage): Promise<void> {
+/**
+ * Fails when a disk's image is gone (VM_IMAGE_NOT_FOUND), its rootfs changed (VM_IMAGE_CHANGED),
+ * or its files no longer pass {@link loadImageDir}'s checks (VM_IMAGE_INVALID): the recorded
+ * paths must still lie inside the recorded directory after symlinks, and match the checksums of
+ * the manifest there now (cached, so only a changed file is hashed). A record without a
+ * directory (files Gondolin found in several places, before such images were refused) gets the
+ * first two checks only.
+ */
+export async function verifyRecordedImage(image: RecordedImage, options: ImageCheckOptions = {}): Promise<void> {
   await assertImageReadable(image);
   const stat = await fsp.stat(image.rootfsPath);
   if (stat.size !== image.rootfsBytes || Math.trunc(stat.mtimeMs) !== image.rootfsMtimeMs) {
@@ -132,4 +186,8 @@ export async function verifyRecordedImage(image: RecordedImage): Promise<void> {
       },
     );
   }
+  if (image.dir === undefined) return;
+  const realDir = await realImageDir(image.dir);
+  const files = { kernel: image.kernelPath, initramfs: image.initrdPath, rootfs: image.rootfsPath };
+  await checkAssets(realDir, await readImageManifest(realDir), files, options);
 }

@@ -43,7 +43,7 @@ export { POINTER_FILE, LOCK_FILE, SUSPEND_STATE_FILE, MEMORY_FILE, QEMU_PID_FILE
 export { QemuImg, mapQemuFailure, type QemuImageInfo, type QemuImgRunner } from "./qemu-img.js";
 
 // Images
-export { resolveImage, loadImageDir, type GuestImage, type RecordedImage } from "./image.js";
+export { resolveImage, loadImageDir, type GuestImage, type ImageCheckOptions, type RecordedImage } from "./image.js";
 
 // Host: accelerator and resources
 export {

@@ -247,7 +247,8 @@ export async function runDoctor(
       checks.push({ name: "config", status: "ok", detail: `${configPath} is valid` });
       const imagePath = await configImageDir(config.image, options.env, checks);
       if (imagePath !== undefined) {
-        kernelPath = (await loadImageDir(imagePath).catch(() => undefined))?.kernelPath;
+        kernelPath = (await loadImageDir(imagePath, { stateRoot: layout.runtimeDir() }).catch(() => undefined))
+          ?.kernelPath;
         const rootfs = join(imagePath, "rootfs.ext4");
         try {
           await access(rootfs, constants.R_OK);
