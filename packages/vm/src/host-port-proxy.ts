@@ -6,17 +6,31 @@
 // place of its placeholder in credential headers only (a Basic `Authorization` too, decoded and
 // encoded again), and a request with a placeholder anywhere else in its head, or of a secret this
 // port is not listed for, gets 403. It forwards to the host's `127.0.0.1:<port>` asking for an
-// uncompressed answer, streams bodies both ways, and scrubs every answer (secret-scrubber.ts): a
-// compressed one is decoded first (gzip, deflate, br; another encoding gets 502), and a scrubbed
-// body loses its `content-length`.
+// uncompressed answer, streams bodies both ways, and scrubs every answer (secret-scrubber.ts), the
+// header values it filled in included: an answer in content or transfer codings is decoded
+// first, by the same reading of the lists as the HTTPS way out (http-codings.ts: gzip, deflate,
+// br; another coding gets 502), and a scrubbed body loses its `content-length`.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { pipeline, type Transform } from "node:stream";
-import zlib from "node:zlib";
+import { pipeline } from "node:stream";
 import { secretHostPorts } from "@pi-sandbox/config";
 import { VmError, messageOf } from "./errors.js";
-import { placeSecrets, substituteHeader, type HeldSecret, type SecretStore } from "./secret-rules.js";
-import { ScrubTransform, scrubText, type ScrubPattern } from "./secret-scrubber.js";
+import { answerCodings, decoderFor, rawHeaderLines } from "./http-codings.js";
+import {
+  placeSecrets,
+  substituteHeader,
+  substitutionEchoes,
+  type HeldSecret,
+  type SecretStore,
+} from "./secret-rules.js";
+import {
+  ScrubTransform,
+  echoPatterns,
+  mergePatterns,
+  scrubText,
+  type ScrubPattern,
+  type ScrubbedSecret,
+} from "./secret-scrubber.js";
 
 /** Longest request head the proxy reads from the guest (Node's own default). */
 export const MAX_GUEST_HEADER_BYTES = 16 * 1024;
@@ -38,8 +52,15 @@ const HOP_BY_HOP = new Set([
   "upgrade",
 ]);
 
-/** Node's raw header list (`[name, value, name, value, …]`) without hop-by-hop headers, substituted. */
-export function forwardedHeaders(raw: readonly string[], secrets: readonly HeldSecret[]): string[] {
+/**
+ * Node's raw header list (`[name, value, name, value, …]`) without hop-by-hop headers, substituted;
+ * each value the host filled in is added to `echoes` (for `echoPatterns`).
+ */
+export function forwardedHeaders(
+  raw: readonly string[],
+  secrets: readonly HeldSecret[],
+  echoes: ScrubbedSecret[] = [],
+): string[] {
   const connectionTokens = new Set<string>();
   for (let i = 0; i + 1 < raw.length; i += 2) {
     if (raw[i]!.toLowerCase() === "connection") {
@@ -51,7 +72,10 @@ export function forwardedHeaders(raw: readonly string[], secrets: readonly HeldS
     const name = raw[i]!;
     const lower = name.toLowerCase();
     if (HOP_BY_HOP.has(lower) || connectionTokens.has(lower)) continue;
-    out.push(name, secrets.length > 0 ? substituteHeader(name, raw[i + 1]!, secrets) : raw[i + 1]!);
+    const value = raw[i + 1]!;
+    const sent = secrets.length > 0 ? substituteHeader(name, value, secrets) : value;
+    if (sent !== value) echoes.push(...substitutionEchoes(value, sent));
+    out.push(name, sent);
   }
   return out;
 }
@@ -194,13 +218,14 @@ export class HostPortProxies {
       return fail(403, `request refused: ${placement.reason}`);
     }
     let upstream: http.ClientRequest;
+    const echoes: ScrubbedSecret[] = [];
     try {
       upstream = http.request({
         host: "127.0.0.1",
         port,
         method: request.method,
         path: request.url,
-        headers: withoutAcceptEncoding(forwardedHeaders(request.rawHeaders, placement.carried)),
+        headers: withoutAcceptEncoding(forwardedHeaders(request.rawHeaders, placement.carried, echoes)),
         agent,
         maxHeaderSize: MAX_UPSTREAM_HEADER_BYTES,
         setHost: false,
@@ -210,7 +235,7 @@ export class HostPortProxies {
       request.resume();
       return fail(400, `the request could not be forwarded (${(error as NodeJS.ErrnoException).code ?? "invalid"})`);
     }
-    upstream.on("response", (answer) => this.answer(port, request.method ?? "GET", answer, response, fail));
+    upstream.on("response", (answer) => this.answer(port, request.method ?? "GET", echoes, answer, response, fail));
     upstream.on("error", (error) => {
       fail(502, `host port ${port} did not answer (${(error as NodeJS.ErrnoException).code ?? "error"})`);
     });
@@ -226,18 +251,25 @@ export class HostPortProxies {
   private answer(
     port: number,
     method: string,
+    echoes: readonly ScrubbedSecret[],
     answer: http.IncomingMessage,
     response: http.ServerResponse,
     fail: (status: number, why: string) => void,
   ): void {
-    const patterns = this.store.patterns();
+    const stored = this.store.patterns();
+    const patterns = echoes.length > 0 ? mergePatterns(echoPatterns(echoes), stored) : stored;
     const status = answer.statusCode ?? 502;
     const hasBody = method.toUpperCase() !== "HEAD" && status !== 204 && status !== 304;
-    const decoders = hasBody ? decodersFor(answer.headers["content-encoding"]) : [];
-    if (!decoders) {
+    const verdict = answerCodings(
+      rawHeaderLines(answer.rawHeaders, "content-encoding"),
+      rawHeaderLines(answer.rawHeaders, "transfer-encoding"),
+    );
+    if (hasBody && !verdict.ok) {
       answer.destroy();
-      return fail(502, `host port ${port} answered in a content encoding the host cannot check for secrets`);
+      const why = `host port ${port} answered in a coding the host cannot check for secrets: ${verdict.reason}`;
+      return fail(502, scrubText(why, patterns));
     }
+    const decoders = hasBody && verdict.ok ? verdict.decodings.map(decoderFor) : [];
     try {
       const headers = scrubbedRawHeaders(forwardedHeaders(answer.rawHeaders, []), patterns, hasBody);
       response.writeHead(status, scrubText(answer.statusMessage ?? "", patterns), headers);
@@ -263,28 +295,9 @@ function withoutAcceptEncoding(raw: string[]): string[] {
 }
 
 /**
- * Decoders for a `content-encoding` (applied in reverse order of the codings); none for identity,
- * undefined for a coding this proxy cannot decode.
- */
-export function decodersFor(value: string | undefined): Transform[] | undefined {
-  const codings = (value ?? "")
-    .split(",")
-    .map((coding) => coding.trim().toLowerCase())
-    .filter((coding) => coding !== "" && coding !== "identity");
-  const decoders: Transform[] = [];
-  for (const coding of codings.reverse()) {
-    if (coding === "gzip" || coding === "x-gzip") decoders.push(zlib.createGunzip());
-    else if (coding === "deflate") decoders.push(zlib.createInflate());
-    else if (coding === "br") decoders.push(zlib.createBrotliDecompress());
-    else return undefined;
-  }
-  return decoders;
-}
-
-/**
  * Response headers (raw list) scrubbed: values with every form of a value replaced, a header whose
- * name holds one dropped, and with a body, no `content-length` or `content-encoding` (the body is
- * decoded and its length may change).
+ * name holds one dropped, no `transfer-encoding` (the body is decoded; Node frames it anew), and
+ * with a body, no `content-length` or `content-encoding` (its length may change).
  */
 export function scrubbedRawHeaders(
   raw: readonly string[],
@@ -295,6 +308,7 @@ export function scrubbedRawHeaders(
   for (let i = 0; i + 1 < raw.length; i += 2) {
     const name = raw[i]!;
     const lower = name.toLowerCase();
+    if (lower === "transfer-encoding") continue;
     if (hasBody && (lower === "content-length" || lower === "content-encoding")) continue;
     if (scrubText(name, patterns) !== name) continue;
     out.push(name, scrubText(raw[i + 1]!, patterns));

@@ -9,22 +9,46 @@
 //   (a header whose name holds a value is dropped) and the body, as it streams. The length of a
 //   scrubbed body is not known in advance, so its `content-length` is dropped (Gondolin then
 //   sends it chunked);
-// - compressed bodies: the upstream is asked for gzip, deflate or br only, which undici decodes
-//   before the scan (Gondolin always gave the guest decoded bodies); a body in any other encoding
-//   cannot be scanned and is answered with 502 instead.
+// - the header values it filled in are scrubbed too, back to what the guest wrote (an echoed
+//   Basic blob is not a base64 form of the value alone);
+// - compressed bodies: the upstream is asked for gzip, deflate or br only, and never sent the
+//   guest's TE. The host decodes every content and transfer coding itself (http-codings.ts), not
+//   undici's fetch, which passes a body on still compressed when a member of the list is one it
+//   does not know (`identity, gzip`, `gzip,`) and never looks at transfer codings: a dispatcher
+//   interceptor hides `content-encoding` from fetch under CODINGS_HEADER. Gondolin always gave the
+//   guest decoded bodies; a body in a coding the host cannot decode is answered with 502 instead.
 // Gondolin connects through a dispatcher that checks each resolved address against the policy
 // (no DNS rebinding to an internal address) only with its own fetch; this one builds the same
 // guard from the policy's `isIpAllowed`.
 import dns, { type LookupAddress, type LookupAllOptions } from "node:dns";
+import { Readable, pipeline } from "node:stream";
+import type { ReadableStream as NodeReadableStream } from "node:stream/web";
 import tls from "node:tls";
 import type { HttpHooks } from "@earendil-works/gondolin";
-import { Agent, Headers, Response, fetch, type RequestInit } from "undici";
-import { httpsDestination, placeSecrets, refusalText, substituteHeader, type SecretStore } from "./secret-rules.js";
-import { scrubText, scrubWebStream, type ScrubPattern } from "./secret-scrubber.js";
+import { Agent, DecoratorHandler, Headers, Response, fetch, type Dispatcher, type RequestInit } from "undici";
+import { answerCodings, decoderFor } from "./http-codings.js";
+import {
+  httpsDestination,
+  placeSecrets,
+  refusalText,
+  substituteHeader,
+  substitutionEchoes,
+  type SecretStore,
+} from "./secret-rules.js";
+import {
+  ScrubTransform,
+  echoPatterns,
+  mergePatterns,
+  scrubText,
+  scrubWebStream,
+  type ScrubPattern,
+  type ScrubbedSecret,
+} from "./secret-scrubber.js";
 
-/** The encodings undici decodes, asked of every upstream. */
+/** The codings the host decodes, asked of every upstream. */
 const ACCEPT_ENCODING = "gzip, deflate, br";
-const DECODED = new Set(["gzip", "x-gzip", "deflate", "br"]);
+/** Where the upstream's `content-encoding` reaches this file, out of undici fetch's sight. */
+const CODINGS_HEADER = "x-pi-sandbox-content-encoding";
 /** Upstream origins with a connection pool kept at once; the oldest is closed beyond it. */
 const MAX_ORIGINS = 64;
 const NULL_BODY_STATUS = new Set([101, 204, 205, 304]);
@@ -57,15 +81,15 @@ export interface SecretFetch {
 
 /** Builds the fetch described above. */
 export function createSecretFetch(options: SecretFetchOptions): SecretFetch {
-  const dispatchers = new Map<string, Agent>();
-  const dispatcherFor = (url: URL, policyPort: number): Agent => {
+  const dispatchers = new Map<string, Dispatcher>();
+  const dispatcherFor = (url: URL, policyPort: number): Dispatcher => {
     const key = `${url.protocol}//${url.hostname}:${url.port}`;
     let agent = dispatchers.get(key);
     if (!agent) {
       const protocol = url.protocol === "https:" ? "https" : "http";
       const lookup = guardedLookup({ hostname: url.hostname, port: policyPort, protocol }, options.isIpAllowed);
       const ca = options.upstream?.ca ? { ca: [...tls.rootCertificates, options.upstream.ca] } : {};
-      agent = new Agent({ connect: { lookup, ...ca } });
+      agent = new Agent({ connect: { lookup, ...ca } }).compose(hideContentEncoding);
       dispatchers.set(key, agent);
       if (dispatchers.size > MAX_ORIGINS) {
         const [oldest, old] = dispatchers.entries().next().value!;
@@ -83,11 +107,16 @@ export function createSecretFetch(options: SecretFetchOptions): SecretFetch {
       await cancelBody(init.body);
       return textResponse(403, "Forbidden", refusalText(placement.reason));
     }
+    const echoes: ScrubbedSecret[] = [];
     for (const [name, value] of headers) {
       const replaced = substituteHeader(name, value, placement.carried);
-      if (replaced !== value) headers.set(name, replaced);
+      if (replaced === value) continue;
+      headers.set(name, replaced);
+      echoes.push(...substitutionEchoes(value, replaced));
     }
     headers.set("accept-encoding", ACCEPT_ENCODING);
+    // A transfer coding the guest asks for would be one more thing to decode (or refuse).
+    headers.delete("te");
     const url = new URL(input);
     const policyPort = Number(url.port || (url.protocol === "https:" ? 443 : 80));
     if (options.upstream?.httpsPort && url.protocol === "https:" && policyPort === 443) {
@@ -99,7 +128,9 @@ export function createSecretFetch(options: SecretFetchOptions): SecretFetch {
       redirect: "manual",
       dispatcher: dispatcherFor(url, policyPort),
     });
-    return scrubbedResponse(response, options.store.patterns(), (init.method ?? "GET").toUpperCase());
+    const stored = options.store.patterns();
+    const patterns = echoes.length > 0 ? mergePatterns(echoPatterns(echoes), stored) : stored;
+    return scrubbedResponse(response, patterns, (init.method ?? "GET").toUpperCase(), url.hostname);
   };
   return {
     fetch: secretFetch,
@@ -111,40 +142,71 @@ export function createSecretFetch(options: SecretFetchOptions): SecretFetch {
   };
 }
 
-/** `response` as the guest may see it: scrubbed, or a 502 when its body cannot be scanned. */
+/**
+ * The dispatcher interceptor that renames each response `content-encoding` to CODINGS_HEADER, so
+ * that undici's fetch leaves bodies as they came and the host decodes them (a header of that name
+ * from the upstream itself is dropped first).
+ */
+const hideContentEncoding: Dispatcher.DispatcherComposeInterceptor = (dispatch) => (options, handler) =>
+  dispatch(options, new HideContentEncoding(handler) as Dispatcher.DispatchHandlers);
+
+/** undici's DecoratorHandler as it is at runtime: it passes each call on (its types declare none). */
+const Decorator = DecoratorHandler as unknown as new (handler: Dispatcher.DispatchHandlers) => {
+  onHeaders(statusCode: number, headers: Buffer[], resume: () => void, statusText: string): boolean;
+};
+
+class HideContentEncoding extends Decorator {
+  override onHeaders(statusCode: number, raw: Buffer[], resume: () => void, statusText: string): boolean {
+    const renamed: Buffer[] = [];
+    for (let i = 0; i + 1 < raw.length; i += 2) {
+      const name = raw[i]!.toString("latin1").toLowerCase();
+      if (name === CODINGS_HEADER) continue;
+      renamed.push(name === "content-encoding" ? Buffer.from(CODINGS_HEADER) : raw[i]!, raw[i + 1]!);
+    }
+    return super.onHeaders(statusCode, renamed, resume, statusText);
+  }
+}
+
+/** `response` as the guest may see it: decoded and scrubbed, or a 502 when its body cannot be. */
 async function scrubbedResponse(
   response: Response,
   patterns: readonly ScrubPattern[],
   method: string,
+  host: string,
 ): Promise<Response> {
   const hasBody = response.body !== null && method !== "HEAD" && !NULL_BODY_STATUS.has(response.status);
-  const encoding = contentCodings(response.headers.get("content-encoding"));
-  if (hasBody && encoding.some((coding) => coding !== "identity" && !DECODED.has(coding))) {
+  const contentEncoding = response.headers.get(CODINGS_HEADER);
+  const transferEncoding = response.headers.get("transfer-encoding");
+  const verdict = answerCodings(
+    contentEncoding === null ? [] : [contentEncoding],
+    transferEncoding === null ? [] : [transferEncoding],
+  );
+  if (hasBody && !verdict.ok) {
     await response.body!.cancel().catch(() => undefined);
-    return textResponse(
-      502,
-      "Bad Gateway",
-      refusalText("the response came in a content encoding the host cannot check for secrets"),
-    );
+    const text = `pi-sandbox: ${host} answered in a coding the host cannot check for secrets: ${verdict.reason}\n`;
+    return textResponse(502, "Bad Gateway", scrubText(text, patterns));
   }
   const headers = scrubbedHeaders(response.headers, patterns);
-  if (hasBody) {
-    headers.delete("content-length");
-    headers.delete("content-encoding");
+  // The body handed on is decoded and unframed: Gondolin frames it anew.
+  headers.delete(CODINGS_HEADER);
+  headers.delete("transfer-encoding");
+  if (hasBody) headers.delete("content-length");
+  else if (contentEncoding !== null) headers.set("content-encoding", scrubText(contentEncoding, patterns));
+  const decodings = verdict.ok ? verdict.decodings : [];
+  let body: ReadableStream<Uint8Array> | null = null;
+  if (hasBody && decodings.length === 0) body = scrubWebStream(response.body!, patterns);
+  else if (hasBody) {
+    // Node's zlib streams decode; an error in them (a corrupt body) ends the guest's body too.
+    const scrubbed = new ScrubTransform(patterns);
+    const source = Readable.fromWeb(response.body! as NodeReadableStream<Uint8Array>);
+    pipeline([source, ...decodings.map(decoderFor), scrubbed], () => undefined);
+    body = Readable.toWeb(scrubbed) as ReadableStream<Uint8Array>;
   }
-  return new Response(hasBody ? scrubWebStream(response.body!, patterns) : null, {
+  return new Response(body, {
     status: response.status,
     statusText: scrubText(response.statusText, patterns),
     headers,
   });
-}
-
-/** The lowercased codings of a `content-encoding` value. */
-function contentCodings(value: string | null): string[] {
-  return (value ?? "")
-    .split(",")
-    .map((coding) => coding.trim().toLowerCase())
-    .filter(Boolean);
 }
 
 /** Response headers with every value scrubbed; a header whose name holds a value is dropped. */

@@ -10,7 +10,7 @@
 // placeholder there is just a random string that reaches the server as it is.
 import { VmError } from "./errors.js";
 import { isHostAllowed } from "./host-patterns.js";
-import { scrubPatterns, type ScrubPattern } from "./secret-scrubber.js";
+import { scrubPatterns, type ScrubPattern, type ScrubbedSecret } from "./secret-scrubber.js";
 
 /** Headers every secret may be put into. */
 export const CREDENTIAL_HEADERS: readonly string[] = Object.freeze([
@@ -44,11 +44,14 @@ export interface HeldSecret {
 /** The secrets of one VM, shared by both ways out so an update reaches both. */
 export class SecretStore {
   private readonly byName = new Map<string, HeldSecret>();
+  /** The patterns of the secrets as they are now; dropped by each change. */
+  private cached: ScrubPattern[] | undefined;
 
   /** Adds a secret (the caller checked it). */
   add(secret: Omit<HeldSecret, "previous" | "headers" | "aliases"> & { headers?: readonly string[] }): void {
     const headers = new Set([...CREDENTIAL_HEADERS, ...(secret.headers ?? []).map((name) => name.toLowerCase())]);
     this.byName.set(secret.name, { ...secret, headers, previous: [], aliases: [] });
+    this.cached = undefined;
   }
 
   /** The secret named `name`, if any. */
@@ -76,6 +79,7 @@ export class SecretStore {
       throw new VmError("VM_SECRET_INVALID", `no secret named ${name} was given to this VM`, {
         details: { secret: name },
       });
+    this.cached = undefined;
     if (secret.value !== value) secret.previous.push(secret.value);
     secret.previous = secret.previous.filter((old) => old !== value);
     secret.value = value;
@@ -85,13 +89,17 @@ export class SecretStore {
     }
   }
 
-  /** What the scrubber replaces now: every value, old ones too, in every form. */
+  /**
+   * What the scrubber replaces now: every value, old ones too, in every form. Built once per
+   * change (a few dozen patterns per value), not per request; callers must not modify it.
+   */
   patterns(): ScrubPattern[] {
-    return scrubPatterns(
+    this.cached ??= scrubPatterns(
       this.all().flatMap((secret) =>
         [secret.value, ...secret.previous].map((value) => ({ value, placeholder: secret.placeholder })),
       ),
     );
+    return this.cached;
   }
 }
 
@@ -213,6 +221,20 @@ export function substituteHeader(name: string, value: string, secrets: readonly 
     }
   }
   return out;
+}
+
+/**
+ * What a server may echo of one header value the host filled in, each with what the guest wrote
+ * there (`value`: as sent on, `placeholder`: as the guest wrote it): the whole value (`Bearer
+ * <value>`), and of Basic credentials the base64 blob, whose characters after `user:` are not a
+ * base64 form of the value alone. For `echoPatterns` of the scrubber.
+ */
+export function substitutionEchoes(guest: string, sent: string): ScrubbedSecret[] {
+  if (guest === sent) return [];
+  const echoes = [{ value: sent, placeholder: guest }];
+  const [written, filled] = [BASIC.exec(guest), BASIC.exec(sent)];
+  if (written && filled && written[3] !== filled[3]) echoes.push({ value: filled[3]!, placeholder: written[3]! });
+  return echoes;
 }
 
 /** The 403 text for a refused request: what pi-sandbox refused and why. */

@@ -46,9 +46,10 @@ async function deadPort(): Promise<number> {
 function get(
   port: number,
   headers: Record<string, string>,
+  path = "/v1/models",
 ): Promise<{ status: number; body: string; headers: http.IncomingHttpHeaders }> {
   return new Promise((resolve, reject) => {
-    const request = http.get({ host: "127.0.0.1", port, path: "/v1/models", headers, agent: false }, (response) => {
+    const request = http.get({ host: "127.0.0.1", port, path, headers, agent: false }, (response) => {
       let body = "";
       response.setEncoding("utf8");
       response.on("data", (chunk: string) => (body += chunk));
@@ -300,4 +301,89 @@ test("close stops the proxies; no routes, no proxies", async () => {
   const port = proxy.targets().get(upstream.port)!;
   await proxy.close();
   await expect(get(port, {})).rejects.toMatchObject({ code: "ECONNREFUSED" });
+});
+
+test("Basic credentials and a PHP-style JSON echo come back as the guest wrote them", async () => {
+  const upstream = await echoServer((request, response) => {
+    request.resume();
+    response.writeHead(200, { "content-type": "application/json", "x-echo": String(request.headers.authorization) });
+    response.end(JSON.stringify(request.headers).replace(/\//g, "\\/"));
+  });
+  upstreams.push(upstream);
+  const proxy = await proxyFor(new Map([[upstream.port, ["KEY"]]]));
+  // A short value: below the length at which its base64 is looked for inside a longer text.
+  store.update("KEY", "short/v");
+  // "user:" is 5 bytes: the value starts inside a base64 quad.
+  const guest = `Basic ${Buffer.from(`user:${PLACEHOLDER}`).toString("base64")}`;
+  const answer = await get(proxy.targets().get(upstream.port)!, { authorization: guest, "x-api-key": PLACEHOLDER });
+  expect(upstream.seen[0]).toMatchObject({
+    authorization: `Basic ${Buffer.from("user:short/v").toString("base64")}`,
+    "x-api-key": "short/v",
+  });
+  expect(answer.body).toContain('"x-api-key":"' + PLACEHOLDER);
+  expect(answer.headers["x-echo"]).toBe(guest);
+  expect(JSON.parse(answer.body)).toMatchObject({ authorization: guest, "x-api-key": PLACEHOLDER });
+});
+
+/** A host service that answers `coded <authorization>` in the codings named by the query. */
+async function codedServer(): Promise<Upstream> {
+  return echoServer((request, response) => {
+    request.resume();
+    const query = new URL(request.url!, "http://x").searchParams;
+    const [ce, te] = [query.get("ce"), query.get("te")];
+    const list = [ce, te]
+      .flatMap((value) => (value ?? "").split(","))
+      .map((coding) => coding.trim().toLowerCase())
+      .filter((coding) => coding !== "" && coding !== "chunked");
+    let body = Buffer.from(`coded ${request.headers.authorization}`);
+    for (const coding of list) {
+      if (coding === "gzip" || coding === "x-gzip") body = zlib.gzipSync(body);
+      else if (coding === "deflate") body = zlib.deflateSync(body);
+      else if (coding === "br") body = zlib.brotliCompressSync(body);
+    }
+    response.writeHead(200, {
+      ...(ce === null ? {} : { "content-encoding": ce }),
+      ...(te ? { "transfer-encoding": te } : {}),
+    });
+    response.end(body);
+  });
+}
+
+test.each([
+  ["identity, gzip", "ce=identity,%20gzip"],
+  ["a trailing comma (gzip,)", "ce=gzip,"],
+  ["upper case and empty members ( GZIP ,, br)", "ce=%20GZIP%20,,%20br"],
+  ["transfer coding gzip, chunked", "te=gzip,%20chunked"],
+  ["content gzip under transfer gzip, chunked", "ce=gzip&te=gzip,%20chunked"],
+])("an answer in %s is decoded by the proxy and scrubbed", async (_case, query) => {
+  const upstream = await codedServer();
+  upstreams.push(upstream);
+  const proxy = await proxyFor(new Map([[upstream.port, ["KEY"]]]));
+  const answer = await get(
+    proxy.targets().get(upstream.port)!,
+    { authorization: `Bearer ${PLACEHOLDER}` },
+    `/?${query}`,
+  );
+  expect(answer.status).toBe(200);
+  expect(answer.headers["content-encoding"]).toBeUndefined();
+  expect(answer.headers["transfer-encoding"]).not.toMatch(/gzip/);
+  expect(answer.body).toBe(`coded Bearer ${PLACEHOLDER}`);
+});
+
+test.each([
+  ["an unknown content coding (zstd)", "ce=gzip,%20zstd"],
+  ["a coding with parameters", "ce=gzip;q=1"],
+  ["transfer coding chunked that is not last", "te=chunked,%20gzip"],
+])("an answer in %s gets 502 with a body that says why", async (_case, query) => {
+  const upstream = await codedServer();
+  upstreams.push(upstream);
+  const proxy = await proxyFor(new Map([[upstream.port, ["KEY"]]]));
+  const answer = await get(
+    proxy.targets().get(upstream.port)!,
+    { authorization: `Bearer ${PLACEHOLDER}` },
+    `/?${query}`,
+  );
+  expect(answer.status).toBe(502);
+  expect(answer.body).toMatch(/^pi-sandbox: host port \d+ answered in a coding the host cannot check for secrets/);
+  expect(answer.body).not.toContain(REAL);
 });

@@ -11,6 +11,24 @@ const API = "pisb-api.test";
 const VALUE = "sk-real/value+never-in-the-guest";
 const PLACEHOLDER = "PI_SANDBOX_SECRET_feedfacecafe0001";
 const originalLookup = dns.lookup;
+
+/** The members of a coding list, as a sender applies them (chunked is framing, not body). */
+const codings = (list: string | null) =>
+  (list ?? "")
+    .split(",")
+    .map((coding) => coding.trim().toLowerCase())
+    .filter((coding) => coding !== "" && coding !== "chunked");
+
+/** `text` with each coding applied in order; one the test does not know is left out (sent raw). */
+function encodeWith(list: string[], text: string): Buffer {
+  let body = Buffer.from(text);
+  for (const coding of list) {
+    if (coding === "gzip" || coding === "x-gzip") body = zlib.gzipSync(body);
+    else if (coding === "deflate") body = zlib.deflateSync(body);
+    else if (coding === "br") body = zlib.brotliCompressSync(body);
+  }
+  return body;
+}
 let echo: HttpsEcho;
 let policy: Awaited<ReturnType<typeof makePolicy>>;
 
@@ -30,6 +48,18 @@ beforeAll(async () => {
       response.writeHead(200, { "content-encoding": "gzip" }).end(zlib.gzipSync(`gz ${request.headers.authorization}`));
     } else if (request.url === "/compress") {
       response.writeHead(200, { "content-encoding": "compress" }).end(`raw ${request.headers.authorization}`);
+    } else if (request.url === "/php") {
+      // PHP's json_encode writes a slash as \/.
+      response.writeHead(200, { "content-type": "application/json" });
+      response.end(JSON.stringify(request.headers).replace(/\//g, "\\/"));
+    } else if (request.url.startsWith("/coded?")) {
+      const query = new URL(request.url, "https://x").searchParams;
+      const [ce, te] = [query.get("ce"), query.get("te")];
+      response.writeHead(200, {
+        ...(ce === null ? {} : { "content-encoding": ce }),
+        ...(te ? { "transfer-encoding": te } : {}),
+      });
+      response.end(encodeWith([...codings(ce), ...codings(te)], `coded ${request.headers.authorization}`));
     } else if (request.url === "/split") {
       response.writeHead(200, { "content-type": "text/event-stream" });
       response.write(`data: ${VALUE.slice(0, 9)}`);
@@ -92,4 +122,58 @@ test("a gzip answer is decoded and scrubbed; an encoding the host cannot decode 
 test("a value streamed in two pieces a moment apart reaches the guest as the placeholder", async () => {
   const response = await send(`https://${API}/split`, {});
   expect(await response.text()).toBe(`data: ${PLACEHOLDER}\n\n`);
+});
+
+test("Basic credentials the API echoes come back as the guest wrote them, in the body and in headers", async () => {
+  // "user:" is 5 bytes: the value starts inside a base64 quad.
+  const guest = `Basic ${Buffer.from(`user:${PLACEHOLDER}`).toString("base64")}`;
+  const response = await send(`https://${API}/echo`, { authorization: guest });
+  expect(echo.received.at(-1)!.headers.authorization).toBe(`Basic ${Buffer.from(`user:${VALUE}`).toString("base64")}`);
+  const text = await response.text();
+  expect(JSON.parse(text).headers.authorization).toBe(guest);
+  expect(response.headers.get("x-echo-authorization")).toBe(guest);
+  // Nor any run of the value's own base64 at another alignment.
+  const real = Buffer.from(`user:${VALUE}`).toString("base64");
+  expect(text).not.toContain(real.slice(4, 40));
+});
+
+test("an API that writes a slash in JSON as \\/ gives back the placeholder, not the value", async () => {
+  const response = await send(`https://${API}/php`, { authorization: `Bearer ${PLACEHOLDER}` });
+  expect(JSON.parse(await response.text()).authorization).toBe(`Bearer ${PLACEHOLDER}`);
+});
+
+describe("answers in content and transfer codings", () => {
+  const DECODED: [string, string][] = [
+    ["identity, gzip", "ce=identity,%20gzip"],
+    ["a trailing comma (gzip,)", "ce=gzip,"],
+    ["upper case and empty members ( GZIP ,, br)", "ce=%20GZIP%20,,%20br"],
+    ["x-gzip then deflate", "ce=x-gzip,deflate"],
+    ["transfer coding gzip, chunked", "te=gzip,%20chunked"],
+    ["content gzip under transfer gzip, chunked", "ce=gzip&te=gzip,%20chunked"],
+  ];
+  test.each(DECODED)("%s is decoded by the host and scrubbed", async (_case, query) => {
+    const response = await send(`https://${API}/coded?${query}`, { authorization: `Bearer ${PLACEHOLDER}` });
+    expect(response.status).toBe(200);
+    expect(response.headers.get("content-encoding")).toBeNull();
+    expect(await response.text()).toBe(`coded Bearer ${PLACEHOLDER}`);
+  });
+
+  const REFUSED: [string, string][] = [
+    ["an unknown content coding (zstd)", "ce=gzip,%20zstd"],
+    ["a coding with parameters", "ce=gzip;q=1"],
+    ["transfer coding chunked that is not last", "te=chunked,%20gzip"],
+  ];
+  test.each(REFUSED)("%s gets 502 with a body that says why", async (_case, query) => {
+    const response = await send(`https://${API}/coded?${query}`, { authorization: `Bearer ${PLACEHOLDER}` });
+    expect(response.status).toBe(502);
+    const text = await response.text();
+    expect(text).toMatch(/^pi-sandbox: .*cannot check for secrets/);
+    expect(text).not.toContain(VALUE);
+  });
+
+  test("the guest's TE and accept-encoding never reach the API: it is asked only for codings the host decodes", async () => {
+    await send(`https://${API}/echo`, { te: "gzip", "accept-encoding": "zstd, identity" });
+    expect(echo.received.at(-1)!.headers).toMatchObject({ "accept-encoding": "gzip, deflate, br" });
+    expect(echo.received.at(-1)!.headers.te).toBeUndefined();
+  });
 });
