@@ -41,6 +41,22 @@ export {
 } from "./schema.js";
 export { hostPatternCovers } from "./rules.js";
 
+// What a config reaches on the host: marks on schema keys, walked by every check and prompt
+export { configReaches } from "./schema.js";
+export {
+  HOST_REACH_KINDS,
+  HOST_REACH_ORDER,
+  describeReaches,
+  marksOf,
+  reachMarkOf,
+  reachPath,
+  reaches,
+  reachesNothing,
+  SOUNDS_LIKE_HOST_REACH,
+  unmarkedKeys,
+} from "./host-reach.js";
+export type { ConfigReach, HostReachKind, HostReachMark, HostReachValue } from "./host-reach.js";
+
 // Profiles
 export { PROFILES, PROFILE_NAMES, DEFAULT_PROFILE } from "./profiles.js";
 export type { ProfileName, Resources } from "./profiles.js";

@@ -15,7 +15,10 @@ export const SANDBOX_SCHEMA_ID = "https://unpkg.com/@pi-sandbox/config/sandbox.s
  * text, and the cross-field rules) are left to `parseConfig`.
  */
 export function sandboxJsonSchema(): Record<string, unknown> {
-  const { $schema, ...rest } = toJsonSchema(sandboxConfigSchema, { target: "draft-07", ignoreActions: ["check"] });
+  const { $schema, ...rest } = toJsonSchema(sandboxConfigSchema, {
+    target: "draft-07",
+    ignoreActions: ["check", "metadata"],
+  });
   // Unique host ports is a cross-field rule in parseConfig (rules.ts, so the issue points at the
   // repeat); JSON Schema states it as one keyword.
   const hostPorts = (rest.properties?.network as { properties?: Record<string, Record<string, unknown>> } | undefined)

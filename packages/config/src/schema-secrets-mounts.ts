@@ -1,6 +1,7 @@
 // The `network.secrets` and `mounts` parts of the sandbox.yaml schema (see schema.ts).
 import * as v from "valibot";
 import { SECRET_HOST_PATTERN } from "./host-services.js";
+import { reaches, reachesNothing } from "./host-reach.js";
 import { ENV_NAME_PATTERN, got, noControlChars } from "./schema-checks.js";
 
 // `network.secrets`: credentials named by where the host reads them, never by value. No message
@@ -65,6 +66,7 @@ export const secretSchema = v.strictObject({
     v.description(
       "Where the host reads the value at each start: env:NAME, or file:PATH (relative to this file, ~/ for home).",
     ),
+    reaches("credential", "value from", "source"),
   ),
   hosts: v.pipe(
     v.array(
@@ -83,6 +85,7 @@ export const secretSchema = v.strictObject({
     v.description(
       "Hosts whose requests get the real value; each must be covered by network.allowedHosts, except host.sandbox.internal (every network.hostPorts port) and host.sandbox.internal:<port> (that listed port).",
     ),
+    reaches("credential", "sent to", "text"),
   ),
   headers: v.optional(
     v.pipe(
@@ -101,6 +104,7 @@ export const secretSchema = v.strictObject({
       v.description(
         "Header names the value may go into besides authorization, x-api-key and proxy-authorization (e.g. x-goog-api-key); any other header with the placeholder is refused.",
       ),
+      reaches("credential", "also in headers", "text"),
     ),
   ),
   placeholderPrefix: v.optional(
@@ -111,6 +115,7 @@ export const secretSchema = v.strictObject({
       v.description(
         "Text put before the guest's placeholder, for a client that recognises a credential by its start (e.g. sk-ant-oat01-). Not secret.",
       ),
+      reachesNothing("text written into the guest's environment"),
     ),
   ),
   placeholderFrom: v.optional(
@@ -123,6 +128,7 @@ export const secretSchema = v.strictObject({
       v.description(
         "A host file holding the placeholder the guest sees, read with the value (at each start and each `secrets`): for a client that parses its credential (a JWT), so the placeholder can carry the same shape. Not secret.",
       ),
+      reaches("host-file-read", "guest's placeholder read from", "source"),
     ),
   ),
 });
@@ -154,6 +160,7 @@ export const mountSchema = v.strictObject({
     v.regex(/\S/, "must not be empty; give a host directory (relative to this file, or ~/…)"),
     noControlChars,
     v.description("Host directory, relative to this file (or ~/…); shared read-only."),
+    reaches("mount", "shares host directory", "path"),
   ),
   guest: v.pipe(
     v.string(got("must be an absolute guest path such as /mnt/docs")),
@@ -167,6 +174,7 @@ export const mountSchema = v.strictObject({
       ),
     ),
     v.description("Absolute guest path where the directory appears, read-only."),
+    reachesNothing("a guest path"),
   ),
 });
 

@@ -15,6 +15,8 @@ import {
   noControlChars,
   noControlCharsButLines,
 } from "./schema-checks.js";
+import { marksOf, reaches, reachesNothing, type ConfigReach } from "./host-reach.js";
+import type { SandboxConfig } from "./types.js";
 import { idleSchema } from "./schema-idle.js";
 import { mountSchema, secretName, secretSchema } from "./schema-secrets-mounts.js";
 
@@ -41,6 +43,7 @@ const previewUrl = v.pipe(
   v.regex(PREVIEW_URL_PATTERN, got("must be an app path starting with / (like /docs) or an absolute http(s):// URL")),
   noAmpEmail,
   v.description("An app path such as /docs, or an absolute http:// or https:// URL."),
+  reachesNothing("a path of the guest's app, or a URL opened in the user's browser"),
 );
 
 const previewTitle = v.pipe(
@@ -129,6 +132,7 @@ const healthSchema = v.pipe(
     got('must be an HTTP path starting with / (like /health) or "process"; omit it for a TCP check'),
   ),
   v.description('Omit for a TCP check; "/path" for HTTP GET accepting 2xx/3xx; "process" for non-TCP daemons.'),
+  reachesNothing("an HTTP path of the guest's service"),
 );
 
 const cwdSchema = v.pipe(
@@ -136,6 +140,7 @@ const cwdSchema = v.pipe(
   v.regex(/^(?!\/)/, got("must be relative to the workspace (like app or services/api), not an absolute path")),
   v.check((cwd: string) => !escapesWorkspace(cwd), got("must stay inside the workspace; it may not climb out with ..")),
   v.description("Working directory relative to the workspace; default the workspace root."),
+  reachesNothing("a guest directory"),
 );
 
 /** True when a relative path climbs above its base with `..`. */
@@ -156,6 +161,7 @@ const portSchema = v.pipe(
   v.minValue(1, got(PORT_TEXT)),
   v.maxValue(65535, got(PORT_TEXT)),
   v.description("Fixed guest port; omit to get a free port that is kept across restarts."),
+  reachesNothing("a guest port (its preview's host port is chosen by pi-sandbox)"),
 );
 
 const HOST_PORT_TEXT = "must be a whole number between 1 and 65535 (a TCP port on the host's 127.0.0.1)";
@@ -253,6 +259,7 @@ export const sandboxConfigSchema = v.pipe(
         v.regex(/^\//, got("must be an absolute guest path such as /workspace")),
         v.check((path: string) => !path.split("/").includes(".."), got("must not contain ..")),
         v.description("Absolute guest path of the workspace."),
+        reachesNothing("a guest path"),
       ),
       "/workspace",
     ),
@@ -267,6 +274,7 @@ export const sandboxConfigSchema = v.pipe(
         v.description(
           "A built image's name (`pi-sandbox image build NAME`; `pi-sandbox image list`), or a Gondolin assets directory: a path containing / or starting with . or ~, relative to this file.",
         ),
+        reaches("boot-asset", "boots the image in", "path"),
       ),
     ),
     setup: v.optional(v.pipe(commandList, v.description("Run once at create/prepare."))),
@@ -287,6 +295,7 @@ export const sandboxConfigSchema = v.pipe(
                 got("must be a list of host names"),
               ),
               v.description("Outbound HTTP(S) allow-list; empty blocks all outbound traffic."),
+              reachesNothing("internet hosts, reached through the host's egress policy; never the host itself"),
             ),
           ),
           hostPorts: v.optional(
@@ -300,6 +309,7 @@ export const sandboxConfigSchema = v.pipe(
               v.description(
                 "Host loopback ports the guest may reach over TCP as host.sandbox.internal:<port> (the host's 127.0.0.1:<port>); empty reaches none.",
               ),
+              reaches("host-port", "opens to the guest the host's 127.0.0.1 ports", "port"),
             ),
           ),
           secrets: v.optional(
@@ -349,3 +359,14 @@ export const sandboxConfigSchema = v.pipe(
 
 /** The typed output of the structural schema. */
 export type SandboxConfigInput = v.InferOutput<typeof sandboxConfigSchema>;
+
+/**
+ * Every value of a parsed config that reaches the host, as marked in the schema above, in schema
+ * order. A `path` value that is a bare name (an image's) names an entry of pi-sandbox's own image
+ * store, not a host path, and is left out.
+ */
+export function configReaches(config: SandboxConfig): ConfigReach[] {
+  return marksOf(sandboxConfigSchema, config).filter(
+    (reach) => reach.value !== "path" || (typeof reach.given === "string" && /^[/~]/.test(reach.given)),
+  );
+}

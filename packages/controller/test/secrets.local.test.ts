@@ -157,7 +157,9 @@ test("a placeholderPrefix starts the placeholder, in exec and the terminal profi
   expect(env).toMatch(/^NPM=PI_SANDBOX_SECRET_[0-9a-f]{40}$/m);
   expect(liveVm().secretValue("API_TOKEN")).toBe(ENV_VALUE);
   const record = await readRecord(layout, "instances", "demo");
-  expect(await secretsProfile(record!.config, record!.secretSalt!)).toContain(`export API_TOKEN='${api}'\n`);
+  expect(await secretsProfile(record!.config, record!.secretSalt!, layout.root)).toContain(
+    `export API_TOKEN='${api}'\n`,
+  );
   await call({ action: "stop", name: "demo" });
 });
 
@@ -214,7 +216,7 @@ function linkTo(target: string): string {
 }
 
 test.each([
-  ["the root directory", () => "/", /the host's root directory may not be mounted/],
+  ["the root directory", () => "/", /is the host's root directory; it is never mounted/],
   ["the home directory", () => "~", /is or holds the home directory/],
   ["a directory holding the home directory", () => dirname(process.env.HOME!), /is or holds the home directory/],
   ["~/.ssh", () => homeDir(".ssh"), /\.ssh, where credentials and configuration live; it is never mounted/],
@@ -224,6 +226,10 @@ test.each([
   ["the state directory", () => layout.root, /is or holds the pi-sandbox state directory/],
   ["a directory holding it", () => dir, /is or holds the pi-sandbox state directory/],
   ["a directory inside it", () => join(layout.root, "instances"), /is or holds the pi-sandbox state directory/],
+  // (the test's home and state directory are in it too, which may be what the message names)
+  ["the temporary directory", () => tmpdir(), /is or holds/],
+  ["/proc", () => "/proc/self", /is in \/proc, the running system's own/],
+  ["/run", () => "/run", /is in \/run, the running system's own/],
   ["a missing directory", () => join(dir, "nope"), /does not exist/],
 ])("a mount of %s is refused before the boot", async (_what, host, message) => {
   await writeFile(join(dir, "m.yaml"), `version: 1\nmounts: [{ host: '${host()}', guest: /mnt/x }]\n`);

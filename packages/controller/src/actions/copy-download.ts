@@ -19,7 +19,10 @@ import {
   type Step,
   type Ticker,
 } from "./copy-tree.js";
+import { escapeControlChars, hasControlChars } from "@pi-sandbox/config";
+import { ControllerError } from "../errors.js";
 import { concernsDigest, confirmationRequired, writeConcern, type HostConcern, type HostGuard } from "../host-guard.js";
+import type { HostPlaces } from "../host-places.js";
 
 async function planDownload(
   files: GuestFiles,
@@ -129,10 +132,24 @@ const hostMode = (guestMode: number) => (guestMode & 0o755) | 0o600;
  * user's yes (host-guard.ts), unless the user allowed exactly these concerns. The error carries
  * them and their digest, so the client can ask the user and call again.
  */
-function checkPlan(plan: Plan, guard: HostGuard): void {
+function checkPlan(plan: Plan, guard: HostGuard, places: HostPlaces): void {
+  // A name with control characters could make the prompt show another target than the real one
+  // (a newline and ESC[8m hide the rest of a line): a model gets none of them, whatever the user says.
+  const unprintable = plan.steps.filter((step) => hasControlChars(step.to));
+  if (unprintable.length > 0) {
+    const names = unprintable.slice(0, 5).map((step) => escapeControlChars(step.from));
+    throw new ControllerError(
+      "CONTROLLER_GUEST_NAME_REFUSED",
+      `the download names ${unprintable.length} guest path(s) with control characters, which a model may not bring to the host: ${names.join(", ")}`,
+      {
+        hint: "Rename them in the guest (or pack them into an archive) and download again; the user can copy them with pi-sandbox cp.",
+        details: { count: unprintable.length },
+      },
+    );
+  }
   const concerns: HostConcern[] = [];
   for (const step of plan.steps) {
-    const concern = writeConcern(guard, step.to, step.kind === "file" ? hostMode(step.mode) : undefined);
+    const concern = writeConcern(guard, step.to, places, step.kind === "file" ? hostMode(step.mode) : undefined);
     if (concern) concerns.push(concern);
   }
   if (concerns.length === 0) return;
@@ -147,7 +164,7 @@ export async function download(
   name: string,
   sources: readonly string[],
   to: string,
-  options: CopyOptions & { guard?: HostGuard },
+  options: CopyOptions & { guard?: { limits: HostGuard; places: HostPlaces } },
 ): Promise<CopyResult> {
   const { signal } = options;
   const dest = await stat(to).catch((error: NodeJS.ErrnoException) => {
@@ -159,7 +176,7 @@ export async function download(
   for (const [i, target] of targets(sources, to, toIsDir, join).entries()) {
     plan.steps.push(...(await planDownload(files, sources[i]!, target, plan.skipped, signal)));
   }
-  if (options.guard) checkPlan(plan, options.guard);
+  if (options.guard) checkPlan(plan, options.guard.limits, options.guard.places);
   return runPlan(name, "download", to, plan, options, {
     directory: (step) => hostDirectory(step.to, step.mode),
     file: (step, tick) => downloadFile(files, step, tick, signal),

@@ -5,7 +5,8 @@ import { UsageError, defineAction, type CliInput } from "./kit/define.js";
 import { download as downloadTree } from "./copy-download.js";
 import { COPY_FILE_MAX_BYTES, COPY_MAX_ENTRIES, guestPath, type CopyResult } from "./copy-tree.js";
 import { upload as uploadTree } from "./copy-upload.js";
-import { actionSchema, arg, name, nameArg, text } from "./kit/parts.js";
+import { actionSchema, arg, GUEST_PATH, name, nameArg, text } from "./kit/parts.js";
+import { hostPlaces } from "../host-places.js";
 import { oneLine } from "./kit/text.js";
 
 const paths = v.union([text, v.pipe(v.array(text), v.minLength(1))]);
@@ -68,16 +69,18 @@ export const upload = defineAction({
   summary: `copy host files or directories into the guest (${limits}; each file sha256-verified)`,
   args: [
     nameArg,
-    arg("from", "string | string[]", true, "host paths, relative to the caller's directory"),
+    arg("from", "string | string[]", true, "host paths, relative to the caller's directory", {
+      kind: "host-file-read",
+    }),
     arg(
       "to",
       "string",
       true,
       "guest path, absolute or relative to the workspace; an existing directory receives the sources by name",
+      GUEST_PATH,
     ),
   ],
   route: "daemon",
-  hostPaths: ["from"],
   schema: actionSchema("upload", { name, from: paths, to: text }),
   cli: {
     usage: "cp <src>… <dst>   copy files and directories; one side is <name>:<guest path>",
@@ -112,16 +115,16 @@ export const download = defineAction({
   summary: `copy guest files or directories to the host (${limits}; each file sha256-verified)`,
   args: [
     nameArg,
-    arg("from", "string | string[]", true, "guest paths, absolute or relative to the workspace"),
+    arg("from", "string | string[]", true, "guest paths, absolute or relative to the workspace", GUEST_PATH),
     arg(
       "to",
       "string",
       true,
       "host path, relative to the caller's directory; an existing directory receives the sources by name",
+      { kind: "host-file-write" },
     ),
   ],
   route: "daemon",
-  hostPaths: ["to"],
   schema: actionSchema("download", { name, from: paths, to: text }),
   run: async (args, ctx) => {
     const supervisor = ctx.guest.supervisor();
@@ -130,7 +133,7 @@ export const download = defineAction({
       intoDirectory: args.to.endsWith("/"),
       progress: ctx.progress,
       signal: ctx.signal,
-      guard: ctx.guard,
+      guard: ctx.guard && { limits: ctx.guard, places: await hostPlaces(ctx.stateRoot) },
     });
   },
   formatText: formatCopy,

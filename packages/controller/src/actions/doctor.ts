@@ -9,7 +9,7 @@ import { actionSchema, arg, text } from "./kit/parts.js";
 export const doctor = defineAction({
   name: "doctor",
   summary: "check Node, QEMU, qemu-img, accelerator, state-dir permissions and (with config) the image",
-  args: [arg("config", "string", false, "sandbox.yaml whose image to check")],
+  args: [arg("config", "string", false, "sandbox.yaml whose image to check", { kind: "host-file-read" })],
   route: "local",
   schema: actionSchema("doctor", { config: v.optional(text) }),
   cli: {

@@ -5,7 +5,18 @@ import * as v from "valibot";
 import { ENV_NAME_PATTERN, LIMITS } from "@pi-sandbox/config";
 import type { ExecKillResult, ExecResult } from "@pi-sandbox/supervisor";
 import { UsageError, defineAction, type CliInput } from "./kit/define.js";
-import { actionSchema, arg, intOption, name, nameArg, positional, text, timeoutArg, waitMs } from "./kit/parts.js";
+import {
+  actionSchema,
+  arg,
+  GUEST_PATH,
+  intOption,
+  name,
+  nameArg,
+  positional,
+  text,
+  timeoutArg,
+  waitMs,
+} from "./kit/parts.js";
 import { commandLine } from "./kit/shell-words.js";
 import { oneLine } from "./kit/text.js";
 
@@ -89,7 +100,7 @@ export const exec = defineAction({
   args: [
     nameArg,
     arg("cmd", "string", true, "shell command"),
-    arg("cwd", "string", false, "workspace-relative directory, default the workspace"),
+    arg("cwd", "string", false, "workspace-relative directory, default the workspace", GUEST_PATH),
     arg("env", "object", false, "NAME -> string, added to the command's environment"),
     arg(
       "separateStderr",

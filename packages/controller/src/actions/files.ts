@@ -4,13 +4,13 @@ import * as v from "valibot";
 import { LIMITS } from "@pi-sandbox/config";
 import type { TextRead, WriteResult } from "@pi-sandbox/supervisor";
 import { defineAction } from "./kit/define.js";
-import { actionSchema, arg, name, nameArg, positional, text } from "./kit/parts.js";
+import { actionSchema, arg, GUEST_PATH, name, nameArg, positional, text } from "./kit/parts.js";
 
 /** `read`: a guest text file, capped. */
 export const read = defineAction({
   name: "read",
   summary: `read a guest text file (at most ${LIMITS.outputMaxBytes / 1024} KiB, truncation marked)`,
-  args: [nameArg, arg("path", "string", true, "absolute guest path")],
+  args: [nameArg, arg("path", "string", true, "absolute guest path", GUEST_PATH)],
   route: "daemon",
   schema: actionSchema("read", { name, path: text }),
   cli: {
@@ -33,7 +33,11 @@ export const read = defineAction({
 export const write = defineAction({
   name: "write",
   summary: `write a guest text file (at most ${LIMITS.writeMaxBytes / 1024 / 1024} MiB; the parent directory must exist)`,
-  args: [nameArg, arg("path", "string", true, "absolute guest path"), arg("content", "string", true, "file text")],
+  args: [
+    nameArg,
+    arg("path", "string", true, "absolute guest path", GUEST_PATH),
+    arg("content", "string", true, "file text", "none"),
+  ],
   route: "daemon",
   schema: actionSchema("write", { name, path: text, content: v.string() }),
   cli: {

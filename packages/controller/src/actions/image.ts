@@ -214,12 +214,13 @@ export const imageImport = defineAction({
   name: "image-import",
   summary: "check a Gondolin assets directory built elsewhere, copy it into your cache and name it",
   args: [
-    arg("dir", "string", true, "the directory `image build` printed on the machine that built it"),
+    arg("dir", "string", true, "the directory `image build` printed on the machine that built it", {
+      kind: "host-file-read",
+    }),
     arg("name", "string", false, `image name, default ${DEFAULT_IMAGE_NAME}`),
   ],
   route: "local",
   userOnly: true,
-  hostPaths: ["dir"],
   schema: actionSchema("image-import", { dir: text, name: v.optional(text) }),
   cli: {
     usage: "image import DIR [NAME]              register an image built on another machine",

@@ -83,9 +83,11 @@ export const init = defineAction({
   name: "init",
   summary: "write a commented sandbox.yaml to start from (never overwrites)",
   args: [
-    arg("config", "string", false, "where to write it, default sandbox.yaml in the current directory"),
-    arg("serviceCommand", "string", false, `the web service's command, default ${DEFAULT_SERVICE_COMMAND}`),
-    arg("port", "integer", false, "a fixed guest port for it (default: chosen for you, passed as $PORT)"),
+    arg("config", "string", false, "where to write it, default sandbox.yaml in the current directory", {
+      kind: "host-file-write",
+    }),
+    arg("serviceCommand", "string", false, `the web service's command, default ${DEFAULT_SERVICE_COMMAND}`, "none"),
+    arg("port", "integer", false, "a fixed guest port for it (default: chosen for you, passed as $PORT)", "none"),
   ],
   route: "local",
   userOnly: true,

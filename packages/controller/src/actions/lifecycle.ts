@@ -7,6 +7,7 @@ import { defineAction } from "./kit/define.js";
 import {
   actionSchema,
   arg,
+  CONFIG_FILE,
   idleSuspend,
   idleSuspendArg,
   idleSuspendMs,
@@ -28,7 +29,7 @@ export const prepare = defineAction({
     "boot a fresh disk from a sandbox.yaml, run setup, save it as a template (with suspend: its services started and its memory saved too)",
   args: [
     arg("name", "string", true, "template name"),
-    arg("config", "string", true, "path to sandbox.yaml on the host"),
+    arg("config", "string", true, "path to sandbox.yaml on the host", CONFIG_FILE),
     arg(
       "suspend",
       "boolean",
@@ -75,7 +76,7 @@ export const create = defineAction({
   summary: "create an instance from a sandbox.yaml (runs setup) or a template (does not), then start it",
   args: [
     nameArg,
-    arg("config", "string", false, "path to sandbox.yaml on the host (exactly one of config, template)"),
+    arg("config", "string", false, "path to sandbox.yaml on the host (exactly one of config, template)", CONFIG_FILE),
     arg("template", "string", false, "template name made by prepare"),
     idleSuspendArg,
   ],
@@ -175,6 +176,7 @@ export const destroy = defineAction({
   args: [nameArg, arg("confirm", "string", true, "must equal name"), kindArg],
   route: "spawn",
   long: true,
+  irreversible: true,
   schema: actionSchema("destroy", { name, confirm: v.string(), kind: v.optional(kind) }),
   cli: {
     eachName: true,

@@ -73,6 +73,7 @@ export const logs = defineAction({
       "string",
       false,
       `controller log only: its lines written at or after this ISO time (e.g. 2026-01-31T12:00:00Z), the rotated file included, at most \`lines\` (default ${LIMITS.logLinesMax}); service logs record no times`,
+      "none",
     ),
   ],
   route: "daemon",

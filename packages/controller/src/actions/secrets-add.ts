@@ -43,6 +43,7 @@ export const secretsAdd = defineAction({
       "object",
       true,
       "{NAME: {from: env:VAR | file:/abs/path, hosts: [host], headers?, placeholderPrefix?, placeholderFrom?}} as in sandbox.yaml",
+      { kind: "credential" },
     ),
   ],
   route: "local",

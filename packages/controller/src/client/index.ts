@@ -2,7 +2,7 @@
 // spawns) the per-instance daemon for the rest. No Gondolin, no QEMU: importable from Node 22.
 
 import { resolve } from "node:path";
-import type { ActionSpec } from "../actions/kit/define.js";
+import { hostPathArgs, type ActionSpec } from "../actions/kit/define.js";
 import { renderActionHelp } from "../actions/kit/help.js";
 import { ACTIONS, type ActionInput, type ActionName, type ActionResult } from "../actions/kit/registry.js";
 import { validateAction } from "../actions/kit/validate.js";
@@ -114,17 +114,17 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
       hint: `Ask the user to type /sandbox ${String(args.name ?? "<name>")} in Pi, or run pi-sandbox ssh ${String(args.name ?? "<name>")}.`,
     });
   }
-  if (typeof args.config === "string") args.config = resolve(cwd, args.config);
-  for (const key of spec.hostPaths ?? []) args[key] = resolveHostPaths(cwd, args[key]);
+  const hostPaths = hostPathArgs(spec);
+  for (const { name } of hostPaths) args[name] = resolveHostPaths(cwd, args[name]);
   const layout = StateLayout.fromEnv(env);
-  const namesHostPaths = (spec.hostPaths ?? []).length > 0 || typeof args.config === "string";
   const guarded =
-    options.caller === "model" && namesHostPaths
+    options.caller === "model" && (hostPaths.length > 0 || spec.irreversible)
       ? await guardModelCall(
-          spec.hostPaths ?? [],
+          spec,
           args,
           { cwd, strict: options.attached === true, confirm: options.confirm },
           layout,
+          env,
         )
       : undefined;
   const local = {

@@ -1,14 +1,28 @@
-// A model's call, before it reaches a daemon: its host paths resolved to real paths (symlinks
-// followed, so a link in the project cannot lead outside it), what it may not do alone found
-// (host-guard.ts), and the user asked through `confirm`, which only the user can answer. Without
-// `confirm` (Pi without a UI) such a call is refused with the CLI command the user can run instead.
-// A download's concerns are found by the daemon once it lists the guest's files; the client asks
-// then and calls again with the user's answer, once.
+// A model's call, before it reaches a daemon: its host paths (the arguments marked as such, and
+// the host paths its config's marked keys name) resolved to real paths (symlinks followed, so a
+// link in the project cannot lead outside it), what it may never do refused (host-places.ts), what
+// it may not do alone found (host-guard.ts), and the user asked through `confirm`, which only the
+// user can answer. Without `confirm` (Pi without a UI) such a call is refused with the CLI command
+// the user can run instead. A download's concerns are found by the daemon once it lists the
+// guest's files; the client asks then and calls again with the user's answer, once.
 
 import { createHash } from "node:crypto";
 import { realpath } from "node:fs/promises";
+import { homedir } from "node:os";
 import { basename, dirname, join } from "node:path";
-import { parseConfig, readConfigText, shellQuote, type SandboxConfig } from "@pi-sandbox/config";
+import {
+  HOST_REACH_KINDS,
+  describeReaches,
+  escapeControlChars,
+  isPathWithin,
+  parseConfig,
+  reachPath,
+  readConfigText,
+  shellQuote,
+  type ConfigReach,
+} from "@pi-sandbox/config";
+import { imageCacheRoot } from "@pi-sandbox/image";
+import { hostPathArgs, type ActionSpec, type ArgumentReach } from "../actions/kit/define.js";
 import { ControllerError, isControllerError } from "../errors.js";
 import {
   confirmationRequired,
@@ -17,7 +31,8 @@ import {
   type HostConcern,
   type HostGuard,
 } from "../host-guard.js";
-import { configDeclares, isConfigTrusted, trustConfig } from "../state/config-trust.js";
+import { holdsHome, hostPlaces } from "../host-places.js";
+import { configTrustKey, isConfigTrusted, resolveReaches, trustConfig } from "../state/config-trust.js";
 import type { StateLayout } from "../state/layout.js";
 
 /** What the user is asked: the exact action and every resolved path. */
@@ -85,87 +100,154 @@ export function cliEquivalent(args: Record<string, unknown>): string {
   }
 }
 
-/** A config's text, digest and declared secrets and mounts; `declares` is empty when it does not parse. */
-async function readConfigFacts(path: string): Promise<{ sha256: string; declares: string[] }> {
+/** What a model's config reaches on the host, resolved, with the key its trust is kept under. */
+interface ConfigFacts {
+  /** sha256 of the text the daemon must find unchanged. */
+  sha256: string;
+  /** The reaches with host paths resolved; empty when the config does not parse. */
+  reaches: ConfigReach[];
+  /** Their description, as the user is shown it. */
+  declares: string[];
+  /** {@link configTrustKey}. */
+  trustKey: string;
+}
+
+async function readConfigFacts(path: string, home: string): Promise<ConfigFacts> {
   const { text, sourcePath } = await readConfigText(path);
   const sha256 = createHash("sha256").update(text).digest("hex");
-  let config: SandboxConfig;
+  let reaches: ConfigReach[] = [];
   try {
-    config = parseConfig(text, { sourcePath });
+    reaches = await resolveReaches(parseConfig(text, { sourcePath }), home);
   } catch {
-    return { sha256, declares: [] }; // the daemon reports what is wrong with it
+    // The daemon reports what is wrong with it.
   }
-  return { sha256, declares: configDeclares(config) };
+  const declares = describeReaches(reaches);
+  return { sha256, reaches, declares, trustKey: configTrustKey(path, sha256, declares) };
+}
+
+/** True when `dir` (real) is in the user's image store: an image the user built or imported, as a name is. */
+async function inImageStore(dir: string, env: NodeJS.ProcessEnv): Promise<boolean> {
+  const store = imageCacheRoot(env);
+  return isPathWithin(dir, await realpath(store).catch(() => store));
+}
+
+/** Every line escaped: the command and the paths are the model's text, download paths the guest's. */
+function printable(lines: readonly string[]): string {
+  return lines.map((line) => escapeControlChars(line)).join("\n");
 }
 
 /** The user's answer, or the refusal a model gets where nobody can be asked. */
-async function ask(policy: ModelPolicy, args: Record<string, unknown>, concerns: HostConcern[]): Promise<void> {
+async function ask(
+  policy: ModelPolicy,
+  args: Record<string, unknown>,
+  target: readonly string[],
+  concerns: HostConcern[],
+): Promise<void> {
   const command = cliEquivalent(args);
   if (!policy.confirm) {
     const refused = confirmationRequired(concerns);
     throw new ControllerError(refused.code, refused.message, {
-      hint: `Pi has no UI here to ask the user. Tell the user what you need; they can run it themselves: ${command}`,
+      hint: `Pi has no UI here to ask the user. Tell the user what you need; they can run it themselves: ${escapeControlChars(command)}`,
       details: refused.details,
     });
   }
-  const message = [`The model asks to run: ${command}`, "", "It needs your yes for:", ...describeConcerns(concerns)];
-  const yes = await policy.confirm({
-    title: `Allow the model's sandbox ${String(args.action)}?`,
-    message: message.join("\n"),
-  });
+  // The resolved target first: a dialog cut short still shows where the call goes.
+  const message = printable([
+    ...target.map((t) => `Target: ${t}`),
+    "",
+    "It needs your yes for (most severe first):",
+    ...describeConcerns(concerns),
+    "",
+    `The model's call, as a command: ${command}`,
+  ]);
+  const yes = await policy.confirm({ title: `Allow the model's sandbox ${String(args.action)}?`, message });
   if (!yes) {
-    throw new ControllerError("CONTROLLER_USER_DECLINED", `the user declined ${command}; nothing was done`, {
-      hint: "Do not ask again for the same thing; ask the user how they want to proceed.",
-    });
+    throw new ControllerError(
+      "CONTROLLER_USER_DECLINED",
+      `the user declined ${escapeControlChars(command)}; nothing was done`,
+      { hint: "Do not ask again for the same thing; ask the user how they want to proceed." },
+    );
   }
 }
 
+/** A host path argument's values resolved through symlinks, written back into `args`. */
+async function resolveArg(args: Record<string, unknown>, key: string): Promise<string[]> {
+  const value = args[key];
+  if (typeof value !== "string" && !Array.isArray(value)) return [];
+  const real = await Promise.all((Array.isArray(value) ? value : [value]).map((p) => realHostPath(String(p))));
+  args[key] = Array.isArray(value) ? real : real[0];
+  return real;
+}
+
 /**
- * Resolves the host paths of a model's call in place, asks the user about what it may not do
- * alone, and returns the guard to send. Throws CONTROLLER_CONFIRMATION_REQUIRED (no UI) or
- * CONTROLLER_USER_DECLINED.
+ * Resolves the host paths of a model's call in place, refuses what a model may never read, asks
+ * the user about what it may not do alone, and returns the guard to send. What counts is derived
+ * from the marks: the action's host-path arguments, its `irreversible` flag, and a config
+ * argument's own marked keys. Throws CONTROLLER_HOST_PATH_REFUSED, CONTROLLER_CONFIRMATION_REQUIRED
+ * (no UI) or CONTROLLER_USER_DECLINED.
  */
 export async function guardModelCall(
-  hostPaths: readonly string[],
+  spec: Pick<ActionSpec, "args" | "irreversible">,
   args: Record<string, unknown>,
   policy: ModelPolicy,
   layout: StateLayout,
+  env: NodeJS.ProcessEnv,
 ): Promise<GuardedCall> {
-  const guard: HostGuard = { project: await realpath(policy.cwd), ...(policy.strict ? { strict: true } : {}) };
+  const places = await hostPlaces(layout.root, env);
+  const project = await realpath(policy.cwd);
+  const guard: HostGuard = {
+    project,
+    ...(holdsHome(project, places) ? { noProject: true } : {}),
+    ...(policy.strict ? { strict: true } : {}),
+  };
   const concerns: HostConcern[] = [];
-  // A download's target is written: the daemon judges its plan. Everything else here is read.
-  const reads = args.action === "download" ? ["config"] : [...hostPaths, "config"];
-  for (const key of [...hostPaths, "config"]) {
-    const value = args[key];
-    if (typeof value !== "string" && !Array.isArray(value)) continue;
-    const real = await Promise.all((Array.isArray(value) ? value : [value]).map((p) => realHostPath(String(p))));
-    args[key] = Array.isArray(value) ? real : real[0];
-    if (!reads.includes(key)) continue;
+  const target: string[] = [];
+  let config: string | undefined;
+  for (const doc of hostPathArgs(spec)) {
+    const real = await resolveArg(args, doc.name);
+    target.push(...real);
+    const reach = doc.reach as Exclude<ArgumentReach, "none">;
+    if (reach.config && real.length === 1) config = real[0];
+    // A download's target is written: the daemon judges its plan, once it knows the guest's files.
+    if (reach.kind === "host-file-write") continue;
     for (const path of real) {
-      const concern = readConcern(guard, path);
+      const concern = readConcern(guard, path, places);
       if (concern) concerns.push(concern);
     }
   }
+  if (spec.irreversible) {
+    const entry = `${args.kind === "templates" ? "template" : "instance"} ${String(args.name)}`;
+    target.push(entry);
+    concerns.push({ kind: "irreversible", path: entry });
+  }
   let trust: (() => Promise<void>) | undefined;
-  if (typeof args.config === "string" && args.action !== "doctor") {
-    let facts: Awaited<ReturnType<typeof readConfigFacts>>;
+  if (config !== undefined && args.action !== "doctor") {
+    let facts: ConfigFacts;
     try {
-      facts = await readConfigFacts(args.config);
+      facts = await readConfigFacts(config, env.HOME || homedir());
     } catch (error) {
       // Unreadable now is refused now: a file that appeared later would reach the daemon
       // unchecked. Outside the project, the user says yes before the model learns why.
-      if (concerns.length > 0) await ask(policy, args, concerns);
+      if (concerns.length > 0) await ask(policy, args, target, concerns);
       throw error;
     }
     guard.configSha256 = facts.sha256;
-    if (facts.declares.length > 0 && !(await isConfigTrusted(layout, facts.sha256))) {
-      concerns.push({ kind: "untrusted-config", path: args.config, declares: facts.declares });
-      const entry = { path: args.config, declares: facts.declares };
-      trust = () => trustConfig(layout, facts.sha256, entry);
+    // What the config puts in front of the guest is a host path the model reads, like an upload's.
+    for (const reach of facts.reaches) {
+      const path = reachPath(reach);
+      if (path === undefined || !HOST_REACH_KINDS[reach.kind].toGuest) continue;
+      if (reach.kind === "boot-asset" && (await inImageStore(path, env))) continue;
+      const concern = readConcern(guard, path, places);
+      if (concern) concerns.push({ ...concern, declares: [`${reach.key.join(".")} of the config`] });
+    }
+    if (facts.declares.length > 0 && !(await isConfigTrusted(layout, facts.trustKey))) {
+      concerns.push({ kind: "untrusted-config", path: config, declares: facts.declares });
+      const entry = { path: config, declares: facts.declares };
+      trust = () => trustConfig(layout, facts.trustKey, entry);
     }
   }
   if (concerns.length > 0) {
-    await ask(policy, args, concerns);
+    await ask(policy, args, target, concerns);
     await trust?.();
   }
   let asked = false;
@@ -176,7 +258,7 @@ export async function guardModelCall(
       asked = true;
       const details = error.details as { concerns?: HostConcern[]; digest?: string } | undefined;
       if (!details?.concerns || !details.digest) return false;
-      await ask(policy, args, details.concerns);
+      await ask(policy, args, target, details.concerns);
       guard.approved = details.digest;
       return true;
     },

@@ -4,12 +4,13 @@
 // log, so running the same create again works.
 
 import { copyFile, mkdir, readFile, rm } from "node:fs/promises";
+import { homedir } from "node:os";
 import { dirname } from "node:path";
-import type { SandboxConfig } from "@pi-sandbox/config";
+import { describeReaches, type SandboxConfig } from "@pi-sandbox/config";
 import type { SupervisorClient } from "@pi-sandbox/supervisor";
 import { ControllerError } from "../errors.js";
 import type { EntryView } from "../state/inspect.js";
-import { configDeclares } from "../state/config-trust.js";
+import { resolveReaches } from "../state/config-trust.js";
 import { readRecord, readStatus, writeRecord, type EntryRecord, type EntryStatus } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { ConfigSource } from "./context.js";
@@ -57,10 +58,14 @@ export interface CreateSteps {
   failStart(error: unknown): Promise<void>;
 }
 
-/** One line naming what the config reaches beyond its VM (secret sources and their hosts, mounts). */
-function noticeDeclares(config: SandboxConfig, progress: (event: ProgressEvent) => void): void {
-  const declares = configDeclares(config);
-  if (declares.length > 0) progress({ stage: "config", message: `this config uses ${declares.join("; ")}` });
+/**
+ * One line naming what the config reaches on the host (its marked keys, host paths resolved), before
+ * anything is done with it. A named image is in the user's own image store and is not named.
+ */
+async function noticeReaches(config: SandboxConfig, progress: (event: ProgressEvent) => void): Promise<void> {
+  const declares = describeReaches(await resolveReaches(config, process.env.HOME || homedir()));
+  if (declares.length > 0)
+    progress({ stage: "config", message: `this config reaches the host: ${declares.join("; ")}` });
 }
 
 /** The config with `idle.suspendAfter` replaced by `idleSuspendMs` (`--idle-suspend`); 0 turns it off. */
@@ -110,8 +115,8 @@ export async function createInstance(
   };
   if (source.config !== undefined) {
     ({ config, text: configText } = await readConfigFile(source.config, source.configSha256));
+    await noticeReaches(config, progress);
     config = await withImageDir(config);
-    noticeDeclares(config, progress);
     record.configPath = source.config;
     progress({ stage: "disk", message: `creating a ${config.diskGiB} GiB disk` });
     await runtime.disks.createDisk(diskDir, {
@@ -211,9 +216,9 @@ export async function prepareTemplate(
     });
   }
   const read = await readConfigFile(source.config, source.configSha256);
+  await noticeReaches(read.config, progress);
   const config = await withImageDir(read.config);
   const configText = read.text;
-  noticeDeclares(config, progress);
   const secretSalt = newSecretSalt();
   const templateDir = layout.diskDir("templates", name);
   const workDir = templateDir + ".work";

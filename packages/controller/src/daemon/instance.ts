@@ -144,6 +144,7 @@ export class InstanceController {
       progress: ctx.progress,
       signal: ctx.signal,
       guard: ctx.guard,
+      stateRoot: this.#state.layout.root,
       lifecycle: this.#lifecycle.actions(ctx.progress, (work) => this.#enqueue(work)),
       guest: this.#guest,
     };

@@ -225,7 +225,7 @@ export class Lifecycle {
     }
     // Read at every start, before anything boots: a missing source or a refused mount fails here.
     const mounts = await resolveMounts(config, { stateRoot: state.layout.root });
-    const secrets = await resolveSecrets(config, { salt: secretSalt });
+    const secrets = await resolveSecrets(config, { salt: secretSalt, stateRoot: state.layout.root });
     const names = Object.keys(secrets);
     if (names.length > 0) progress({ stage: "boot", message: `secrets kept on the host: ${names.join(", ")}` });
     progress({ stage: "boot", message: `booting (${config.resources.cpus} cpu, ${config.resources.memoryGiB} GiB)` });

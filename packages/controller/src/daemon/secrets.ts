@@ -7,11 +7,10 @@
 import { createHash, randomBytes } from "node:crypto";
 import { open, realpath, stat } from "node:fs/promises";
 import { homedir } from "node:os";
-import { join } from "node:path";
 import {
   LIMITS,
+  escapeControlChars,
   expandHome,
-  isPathWithin,
   parseSecretSource,
   SHAPED_PLACEHOLDER_PATTERN,
   type SandboxConfig,
@@ -19,6 +18,7 @@ import {
 } from "@pi-sandbox/config";
 import type { VmMount, VmSecret } from "@pi-sandbox/vm";
 import { ControllerError } from "../errors.js";
+import { hostPlaces, protectedPlace } from "../host-places.js";
 
 /** A new random salt for an entry's placeholders (kept in its record). */
 export function newSecretSalt(): string {
@@ -44,6 +44,8 @@ export interface SecretResolution {
   env?: NodeJS.ProcessEnv;
   /** Home directory for `~/` (default: the OS's). */
   home?: string;
+  /** The state root: a `placeholderFrom` file in or around it, or in any protected place, is refused. */
+  stateRoot: string;
 }
 
 /** Reads every secret of the config; CONTROLLER_SECRET_UNAVAILABLE names the first that fails. */
@@ -77,7 +79,21 @@ export async function secretPlaceholder(
 ): Promise<string> {
   if (secret.placeholderFrom === undefined) return placeholderFor(options.salt, name, secret.placeholderPrefix);
   const source = parseSecretSource(secret.placeholderFrom);
-  const file = source.kind === "file" ? expandHome(source.path, options.home ?? hostHome()) : "";
+  const home = options.home ?? hostHome();
+  const file = source.kind === "file" ? expandHome(source.path, home) : "";
+  // The file's text goes into the guest: a repository's config must not name the user's keys.
+  const real = await realpath(file).catch(() => file);
+  const place = protectedPlace(real, await hostPlaces(options.stateRoot, { HOME: home }));
+  if (place) {
+    throw new ControllerError(
+      "CONTROLLER_HOST_PATH_REFUSED",
+      `the placeholder of secret ${name} (from ${escapeControlChars(secret.placeholderFrom)}) would put ${escapeControlChars(real)} into the guest, which ${escapeControlChars(place.why)}`,
+      {
+        hint: "A placeholder file holds a made-up value shaped like the credential; keep it in the project (e.g. ./placeholders/token), never in a place that holds real credentials.",
+        details: { secret: name, path: real, place: place.place },
+      },
+    );
+  }
   const fail = (what: string): never => {
     throw new ControllerError(
       "CONTROLLER_SECRET_UNAVAILABLE",
@@ -159,20 +175,17 @@ async function readSecretFile(file: string, fail: (what: string) => never): Prom
 
 /**
  * The config's mounts with host paths resolved (`~/`, symlinks). Refuses, with
- * CONTROLLER_MOUNT_REFUSED, a host directory that is missing or not a directory; `/`, the home
- * directory and every directory holding it; the home's dot-directories (`~/.ssh`, `~/.aws`,
- * `~/.config`, `~/.pi`, `~/.local`…, where credentials and configuration live) and everything in
- * them; and the state directory, anything inside it and anything containing it (the guest would
- * see the other instances' disks, sockets and logs). For every caller: a repository's sandbox.yaml
- * may ask for any of these.
+ * CONTROLLER_MOUNT_REFUSED, a host directory that is missing or not a directory, and one that is,
+ * is in or holds a protected place (host-places.ts: `/`, the home directory, its dot-files and
+ * dot-directories, the system's live directories, the temporary directory, the state directory).
+ * For every caller: a repository's sandbox.yaml may ask for any of these.
  */
 export async function resolveMounts(
   config: SandboxConfig,
   options: { stateRoot: string; home?: string },
 ): Promise<VmMount[]> {
   const home = options.home ?? hostHome();
-  const homeReal = await realpath(home).catch(() => home);
-  const stateReal = await realpath(options.stateRoot).catch(() => options.stateRoot);
+  const places = await hostPlaces(options.stateRoot, { HOME: home });
   const mounts: VmMount[] = [];
   // A record written before mounts existed has none.
   for (const mount of config.mounts ?? []) {
@@ -195,20 +208,11 @@ export async function resolveMounts(
         "Create the directory, or fix mounts in the sandbox.yaml and create the instance again.",
       );
     }
-    const narrower = "Mount a narrower directory (a project's docs, not the whole home).";
-    if (real === "/") refuse("the host's root directory may not be mounted", narrower);
-    if (isPathWithin(homeReal, real)) refuse(`${real} is or holds the home directory ${home}`, narrower);
-    const dotDir = homeDotDir(real, homeReal);
-    if (dotDir) {
+    const place = protectedPlace(real, places);
+    if (place) {
       refuse(
-        `${real} is in ${dotDir}, where credentials and configuration live; it is never mounted`,
-        "Copy what the guest needs into a project directory and mount that, or use network.secrets for credentials.",
-      );
-    }
-    if (isPathWithin(real, stateReal) || isPathWithin(stateReal, real)) {
-      refuse(
-        `${real} is or holds the pi-sandbox state directory ${stateReal}, which holds every instance's disks and sockets`,
-        "Mount a directory outside the state directory.",
+        `${real} ${place.why}; it is never mounted`,
+        "Mount a narrower directory (a project's docs, not the whole home); for credentials use network.secrets.",
       );
     }
     mounts.push({ hostPath: real, guestPath: mount.guest });
@@ -221,13 +225,6 @@ function hostHome(): string {
   return process.env.HOME || homedir();
 }
 
-/** The home's dot-directory (`~/.ssh`) that `real` is or is inside, if any. */
-function homeDotDir(real: string, homeReal: string): string | undefined {
-  if (!isPathWithin(real, homeReal) || real === homeReal) return undefined;
-  const first = real.slice(homeReal.length + 1).split("/")[0]!;
-  return first.startsWith(".") ? join(homeReal, first) : undefined;
-}
-
 /** The guest file that gives terminal (ssh) sessions the placeholders: ssh resets the environment. */
 export const GUEST_SECRETS_PROFILE = "/etc/profile.d/pi-sandbox-secrets.sh";
 
@@ -235,10 +232,10 @@ export const GUEST_SECRETS_PROFILE = "/etc/profile.d/pi-sandbox-secrets.sh";
  * The text of {@link GUEST_SECRETS_PROFILE}: one `export NAME='placeholder'` per secret (a
  * `placeholderFrom` file read now; one that cannot be read, or holds a quote, is left out).
  */
-export async function secretsProfile(config: SandboxConfig, salt: string): Promise<string> {
+export async function secretsProfile(config: SandboxConfig, salt: string, stateRoot: string): Promise<string> {
   const lines = ["# Written by pi-sandbox: placeholders of network.secrets (the values stay on the host)."];
   for (const [name, secret] of Object.entries(config.network.secrets ?? {})) {
-    const placeholder = await secretPlaceholder(name, secret, { salt }).catch(() => undefined);
+    const placeholder = await secretPlaceholder(name, secret, { salt, stateRoot }).catch(() => undefined);
     if (placeholder !== undefined && !placeholder.includes("'")) lines.push(`export ${name}='${placeholder}'`);
   }
   return lines.join("\n") + "\n";

@@ -280,7 +280,7 @@ export class GuestOperations implements GuestActions {
     const record = await readRecord(this.state.layout, this.state.kind, this.state.name);
     const secrets =
       record?.secretSalt && Object.keys(record.config.network.secrets ?? {}).length > 0
-        ? await secretsProfile(record.config, record.secretSalt)
+        ? await secretsProfile(record.config, record.secretSalt, this.state.layout.root)
         : undefined;
     const script = secrets ? `${tlsProfileScript()}\ncat > ${GUEST_SECRETS_PROFILE}` : tlsProfileScript();
     const written = await runInGuest(vm, ["/bin/sh", "-c", script], secrets ? { stdin: secrets } : {});
@@ -305,7 +305,9 @@ export class GuestOperations implements GuestActions {
     const { vm } = this.state.running();
     const record = await readRecord(this.state.layout, this.state.kind, this.state.name);
     const secrets =
-      record?.secretSalt !== undefined ? await resolveSecrets(record.config, { salt: record.secretSalt }) : {};
+      record?.secretSalt !== undefined
+        ? await resolveSecrets(record.config, { salt: record.secretSalt, stateRoot: this.state.layout.root })
+        : {};
     for (const [name, secret] of Object.entries(secrets)) vm.updateSecret(name, secret.value, secret.placeholder);
     this.state.log.info(`secrets read again: ${Object.keys(secrets).join(", ") || "none"}`);
     return { secrets: Object.entries(secrets).map(([name, secret]) => ({ name, hosts: [...secret.hosts] })) };

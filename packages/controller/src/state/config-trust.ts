@@ -1,10 +1,19 @@
-// The user's trust of sandbox.yaml texts that declare secrets or mounts: a model may create from
-// such a config only once the user said yes to that exact content. One file per trusted text,
-// named by its sha256, so an edited config is a new text and is asked about again.
+// The user's trust of sandbox.yaml files that reach the host (secrets, mounts, host ports, host
+// files, boot images): a model may create from such a config only once the user said yes to that
+// exact file. One file per yes, named by its key (the config's path, text and resolved reaches), so
+// an edited config, the same text elsewhere, or a link that now leads elsewhere is asked again.
 
-import { mkdir } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { mkdir, realpath } from "node:fs/promises";
 import { dirname } from "node:path";
-import { writeJsonAtomic, type SandboxConfig } from "@pi-sandbox/config";
+import {
+  configReaches,
+  expandHome,
+  reachPath,
+  writeJsonAtomic,
+  type ConfigReach,
+  type SandboxConfig,
+} from "@pi-sandbox/config";
 import { readJson } from "./read-json.js";
 import type { StateLayout } from "./layout.js";
 
@@ -12,33 +21,45 @@ import type { StateLayout } from "./layout.js";
 export interface TrustedConfig {
   /** When the user said yes. */
   trustedAt: string;
-  /** The path it was read from then (information only: the digest is what counts). */
+  /** The path it was read from (real). */
   path: string;
-  /** What it declares, as the user was shown it. */
+  /** What it reaches on the host, resolved, as the user was shown it. */
   declares: string[];
 }
 
-/** True when the user trusted the config text with this sha256. */
-export async function isConfigTrusted(layout: StateLayout, sha256: string): Promise<boolean> {
-  return (await readJson<TrustedConfig>(layout.trustFile(sha256))) !== undefined;
+/** True when the user trusted the config with this {@link configTrustKey}. */
+export async function isConfigTrusted(layout: StateLayout, key: string): Promise<boolean> {
+  return (await readJson<TrustedConfig>(layout.trustFile(key))) !== undefined;
 }
 
-/** Records the user's trust of the config text with this sha256. */
+/** Records the user's trust of the config with this {@link configTrustKey}. */
 export async function trustConfig(
   layout: StateLayout,
-  sha256: string,
+  key: string,
   entry: Omit<TrustedConfig, "trustedAt">,
 ): Promise<void> {
-  const file = layout.trustFile(sha256);
+  const file = layout.trustFile(key);
   await mkdir(dirname(file), { recursive: true, mode: 0o700 });
   await writeJsonAtomic(file, { trustedAt: new Date().toISOString(), ...entry });
 }
 
-/** What a config declares that reaches beyond its VM: each secret's source and hosts, each mount. */
-export function configDeclares(config: SandboxConfig): string[] {
-  const secrets = Object.entries(config.network.secrets ?? {}).map(
-    ([name, secret]) => `secret ${name} from ${secret.from} sent to ${secret.hosts.join(", ")}`,
+/** A config's reaches with every host path made absolute (`~/`) and real (symlinks followed). */
+export async function resolveReaches(config: SandboxConfig, home: string): Promise<ConfigReach[]> {
+  return Promise.all(
+    configReaches(config).map(async (reach) => {
+      const path = reachPath(reach);
+      if (path === undefined) return reach;
+      const absolute = expandHome(path, home);
+      const real = await realpath(absolute).catch(() => absolute);
+      return { ...reach, given: reach.value === "source" ? `file:${real}` : real };
+    }),
   );
-  const mounts = (config.mounts ?? []).map((mount) => `mount ${mount.host} at ${mount.guest} (read-only)`);
-  return [...secrets, ...mounts];
+}
+
+/**
+ * What a yes to a config is a yes to: its path, its text and what it reaches once resolved, so the
+ * same text in another directory, or a link that now leads elsewhere, is asked about again.
+ */
+export function configTrustKey(configPath: string, textSha256: string, declares: readonly string[]): string {
+  return createHash("sha256").update(JSON.stringify({ configPath, textSha256, declares })).digest("hex");
 }

@@ -165,10 +165,10 @@ export class StateLayout {
     return join(this.root, "logs", "dashboard.log");
   }
 
-  /** The user's trust of one sandbox.yaml text that declares secrets or mounts, by its sha256. */
-  trustFile(sha256: string): string {
-    if (!/^[0-9a-f]{64}$/.test(sha256)) throw new ControllerError("CONTROLLER_BAD_INPUT", "not a sha256 digest");
-    return join(this.root, "trust", `${sha256}.json`);
+  /** The user's trust of one sandbox.yaml that reaches the host, by its trust key (a sha256). */
+  trustFile(key: string): string {
+    if (!/^[0-9a-f]{64}$/.test(key)) throw new ControllerError("CONTROLLER_BAD_INPUT", "not a sha256 digest");
+    return join(this.root, "trust", `${key}.json`);
   }
 
   /** Directory owned by the vm package's disk store. */

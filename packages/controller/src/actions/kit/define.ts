@@ -4,6 +4,7 @@
 // through the context interfaces below, so the client can import every module without loading
 // the VM machinery.
 
+import type { HostReachKind } from "@pi-sandbox/config";
 import type * as v from "valibot";
 import { ControllerError, type ControllerErrorOptions } from "../../errors.js";
 import type { EntryView } from "../../state/inspect.js";
@@ -22,6 +23,27 @@ export interface ArgumentDoc {
   required: boolean;
   /** What it means, with defaults and limits. */
   text: string;
+  /**
+   * How it reaches the host, marked here so every check and prompt follows it (the model guard
+   * resolves and confines host paths, the help says so); "none" for an argument that only sounds
+   * like it does (a guest path). A test fails for an argument that names a host path, port or
+   * credential and has no mark.
+   */
+  reach?: ArgumentReach;
+}
+
+/**
+ * An argument's reach: a kind of host reach, `config` for a sandbox.yaml whose own marked keys
+ * reach the host too (its trust is asked about), or "none".
+ */
+export type ArgumentReach = { kind: HostReachKind; config?: true } | "none";
+
+/** The kinds of reach whose argument is a host path (resolved, confined to the project for a model). */
+const PATH_REACH: ReadonlySet<HostReachKind> = new Set(["host-file-read", "host-file-write", "mount", "boot-asset"]);
+
+/** The arguments of `spec` that hold host paths (a string or a list), from their marks. */
+export function hostPathArgs(spec: Pick<ActionSpec, "args">): ArgumentDoc[] {
+  return spec.args.filter((a) => a.reach !== undefined && a.reach !== "none" && PATH_REACH.has(a.reach.kind));
 }
 
 /** How an action is executed. */
@@ -59,6 +81,8 @@ export interface DaemonContext {
   signal?: AbortSignal;
   /** The host-path limits of a model's call (host-guard.ts); absent for the user's own calls. */
   guard?: HostGuard;
+  /** The daemon's state root (its protected places are found from it, host-places.ts). */
+  stateRoot: string;
   /** Create, prepare, start, stop, destroy: queued, one at a time. */
   lifecycle: LifecycleActions;
   /** Guest actions; each throws CONTROLLER_NOT_RUNNING when no VM runs. */
@@ -153,8 +177,8 @@ interface ActionBase<Name extends string, Schema extends v.GenericSchema, Result
   long?: boolean;
   /** Refused to models; reachable from the CLI and `/sandbox` only. */
   userOnly?: boolean;
-  /** Arguments holding host paths (a string or a list): resolved against the caller's directory. */
-  hostPaths?: readonly string[];
+  /** A model's call needs the user's yes: it cannot be undone (destroy). */
+  irreversible?: boolean;
   /** Valibot schema of the whole action object. */
   schema: Schema;
   /** Checks across arguments the schema cannot express; throws CONTROLLER_BAD_INPUT. */

@@ -2,7 +2,7 @@
 
 import * as v from "valibot";
 import { LIMITS, formatDuration, hasControlChars, parseDuration } from "@pi-sandbox/config";
-import { UsageError, type ArgumentDoc, type CliInput } from "./define.js";
+import { UsageError, type ArgumentDoc, type ArgumentReach, type CliInput } from "./define.js";
 
 /** Instance/template names are checked after the schema, so a bad one gets CONTROLLER_INVALID_NAME. */
 export const name = v.string();
@@ -43,13 +43,19 @@ export function actionSchema<const A extends string, E extends v.ObjectEntries>(
   return v.strictObject({ action: v.literal(actionName), ...entries });
 }
 
-/** One documented argument. */
-export const arg = (argName: string, type: string, required: boolean, doc: string): ArgumentDoc => ({
-  name: argName,
-  type,
-  required,
-  text: doc,
-});
+/** One documented argument; `reach` marks how it reaches the host (see ArgumentDoc). */
+export const arg = (
+  argName: string,
+  type: string,
+  required: boolean,
+  doc: string,
+  reach?: ArgumentReach,
+): ArgumentDoc => ({ name: argName, type, required, text: doc, ...(reach ? { reach } : {}) });
+
+/** The mark of an argument that is a guest path (it only sounds like a host path). */
+export const GUEST_PATH: ArgumentReach = "none";
+/** The mark of a `config` argument: a host sandbox.yaml, read, whose own marked keys reach the host. */
+export const CONFIG_FILE: ArgumentReach = { kind: "host-file-read", config: true };
 
 /** The `name` argument of instance actions. */
 export const nameArg = arg("name", "string", true, "instance name: a lowercase letter, then up to 39 of a-z, 0-9, '-'");
