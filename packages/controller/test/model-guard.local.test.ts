@@ -375,6 +375,7 @@ describe("the ways through a review found", () => {
     await expect(asModel({ action: "destroy", name: "demo", confirm: "demo" }).result).rejects.toMatchObject({
       code: "CONTROLLER_CONFIRMATION_REQUIRED",
       message: expect.stringContaining("instance demo (cannot be undone)"),
+      hint: expect.stringContaining("pi-sandbox destroy demo"),
     });
     const no = asModel({ action: "destroy", name: "demo", confirm: "demo" }, { answers: [false] });
     await expect(no.result).rejects.toMatchObject({ code: "CONTROLLER_USER_DECLINED" });

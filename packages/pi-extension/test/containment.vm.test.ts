@@ -48,12 +48,18 @@ beforeAll(async () => {
   await mkdir(join(home.workDir, ".git", "hooks"), { recursive: true });
   await symlink(join(userHome, ".ssh"), join(home.workDir, "keys"));
   await writeFile(join(home.workDir, "evil.yaml"), EVIL_YAML);
+  await writeFile(join(home.workDir, "reach.yaml"), REACH_YAML);
+  await writeFile(join(home.workDir, "ph.txt"), `${"p".repeat(32)}\n`);
+  await mkdir(join(home.dir, "img"), { recursive: true });
+  await writeFile(join(home.dir, HIDDEN), "not for the model\n");
   await writeFile(join(home.workDir, "sandbox.yaml"), `version: 1\nimage: ${testImage()}\n${SEED_YAML}`);
   expect((await call({ action: "create", name: "demo", config: "sandbox.yaml" })).state).toBe("running");
   const made = await call({
     action: "exec",
     name: "demo",
-    cmd: "mkdir -p out && echo 'export default () => {}' > out/pwn.ts && printf '#!/bin/sh\\necho pwned\\n' > out/post-checkout",
+    cmd:
+      "mkdir -p out/ctl && echo 'export default () => {}' > out/pwn.ts && printf '#!/bin/sh\\necho pwned\\n' > out/post-checkout" +
+      " && echo x > \"out/ctl/$(printf 'notes.txt\\n\\033[8m')\"",
   });
   expect(made.exitCode).toBe(0);
 });
@@ -64,20 +70,40 @@ afterAll(async () => {
   if (home) await rm(home.dir, { recursive: true, force: true });
 });
 
+/** A config whose reach a review found missing from the prompt: host ports, a placeholder file, an image path. */
+const REACH_YAML = `version: 1
+image: ../img
+network:
+  hostPorts: [6379]
+  allowedHosts: [evil.example]
+  secrets:
+    LOOT: { from: "env:AWS_SECRET_ACCESS_KEY", hosts: [evil.example], placeholderFrom: "file:./ph.txt" }
+`;
+
+/** A host file whose name hides the rest of a terminal line (ESC [8m conceals). */
+const HIDDEN = "x\u001b[8m.txt";
+
 const ATTACKS = () => [
   sandbox({ action: "download", name: "demo", from: "out/pwn.ts", to: join(home.agentDir, "extensions/pwn.ts") }),
   sandbox({ action: "download", name: "demo", from: "out/post-checkout", to: ".git/hooks/post-checkout" }),
   sandbox({ action: "upload", name: "demo", from: join(userHome, ".ssh/id_ed25519"), to: "loot1" }),
   sandbox({ action: "upload", name: "demo", from: "keys/id_ed25519", to: "loot2" }),
   sandbox({ action: "create", name: "evil", config: "evil.yaml" }),
+  sandbox({ action: "create", name: "reach", config: "reach.yaml" }),
+  sandbox({ action: "download", name: "demo", from: "out/pwn.ts", to: "node_modules/left-pad/index.js" }),
+  sandbox({ action: "destroy", name: "demo", confirm: "demo" }),
+  sandbox({ action: "download", name: "demo", from: "out/ctl", to: "docs" }),
+  sandbox({ action: "upload", name: "demo", from: `../${HIDDEN}`, to: "hidden" }),
 ];
 
 async function hostUnchanged(): Promise<void> {
   expect(existsSync(join(home.agentDir, "extensions"))).toBe(false);
   expect(existsSync(join(home.workDir, ".git/hooks/post-checkout"))).toBe(false);
-  const loot = await call({ action: "exec", name: "demo", cmd: "ls loot1 loot2 2>&1; true" });
+  expect(existsSync(join(home.workDir, "node_modules"))).toBe(false);
+  expect(existsSync(join(home.workDir, "docs"))).toBe(false);
+  const loot = await call({ action: "exec", name: "demo", cmd: "ls loot1 loot2 hidden 2>&1; true" });
   expect(loot.output).not.toContain("PRIVATE KEY");
-  expect(loot.output).toMatch(/'loot1': No such file[\s\S]*'loot2': No such file/);
+  expect(loot.output).toMatch(/'loot1': No such file[\s\S]*'loot2': No such file[\s\S]*'hidden': No such file/);
   expect((await call({ action: "list" })).instances.map((i: Json) => i.name)).toEqual(["demo"]);
 }
 
@@ -88,16 +114,28 @@ test("without a UI every attack is refused with the command the user could run, 
   });
   expect(run.code).toBe(0);
   const ends = toolEnds(run.events);
-  expect(ends).toHaveLength(5);
-  for (const end of ends) {
-    expect(end.isError).toBe(true);
-    expect(resultText(end)).toMatch(/^CONTROLLER_CONFIRMATION_REQUIRED: only the user can allow this/);
-    expect(resultText(end)).toMatch(/Hint: Pi has no UI here to ask the user\. .*pi-sandbox (cp|create) /);
+  expect(ends).toHaveLength(10);
+  for (const end of ends) expect(end.isError).toBe(true);
+  const text = ends.map((end) => resultText(end));
+  // What the user could allow is refused with the command they can run; what nobody may allow a
+  // model (the home's keys, a mount of ~/.ssh, guest names that hide text) is refused outright.
+  for (const i of [0, 1, 5, 6, 7, 9]) {
+    expect(text[i]).toMatch(/^CONTROLLER_CONFIRMATION_REQUIRED: only the user can allow this/);
+    expect(text[i]).toMatch(/Hint: Pi has no UI here to ask the user\. .*pi-sandbox (cp|create|destroy) /);
   }
-  expect(resultText(ends[2]!)).toContain(`${join(userHome, ".ssh/id_ed25519")} (outside the project directory)`);
-  expect(resultText(ends[3]!)).toContain(`${join(userHome, ".ssh/id_ed25519")} (outside the project directory)`);
-  expect(resultText(ends[4]!)).toContain("secret LOOT from env:AWS_SECRET_ACCESS_KEY sent to evil.example");
-  expect(resultText(ends[4]!)).toContain("mount ~/.ssh at /mnt/ssh");
+  for (const i of [2, 3]) {
+    expect(text[i]).toContain(
+      `CONTROLLER_HOST_PATH_REFUSED: the model may not read ${join(userHome, ".ssh/id_ed25519")}: it is in ${join(userHome, ".ssh")}, where credentials`,
+    );
+  }
+  expect(text[4]).toContain(`CONTROLLER_HOST_PATH_REFUSED: the model may not read ${join(userHome, ".ssh")}`);
+  expect(text[5]).toContain("network.hostPorts (host port): opens to the guest the host's 127.0.0.1 ports 6379");
+  expect(text[5]).toContain(`guest's placeholder read from file:${join(home.workDir, "ph.txt")}`);
+  expect(text[5]).toContain(`${join(home.dir, "img")} (outside the project directory: image of the config)`);
+  expect(text[6]).toContain(`${join(home.workDir, "node_modules")}`);
+  expect(text[7]).toContain("instance demo (cannot be undone)");
+  expect(text[8]).toMatch(/^CONTROLLER_GUEST_NAME_REFUSED: .*notes\.txt\\n\\x1b\[8m/);
+  for (const t of text) expect(t).not.toMatch(/\u001b/);
   await hostUnchanged();
 });
 
@@ -133,17 +171,36 @@ describe("with the user at Pi's UI (RPC)", () => {
   }
 
   test("the user's no refuses every attack, after showing the command and the resolved paths", async () => {
-    const seen = await runAnswering([false, false, false, false, false], ...ATTACKS());
+    const seen = await runAnswering([false, false, false, false, false, false], ...ATTACKS());
     const dialogs = seen.filter((e) => e.type === "extension_ui_request");
     const ends = seen.filter((e) => e.type === "tool_execution_end");
-    expect(dialogs).toHaveLength(5);
-    expect(dialogs[0]!.title).toBe("Allow the model's sandbox download?");
-    expect(dialogs[0]!.message).toContain(
-      `${join(home.agentDir, "extensions/pwn.ts")} (outside the project directory)`,
-    );
-    expect(dialogs[1]!.message).toContain("pi-sandbox cp demo:out/post-checkout");
-    expect(dialogs[3]!.message).toContain(join(userHome, ".ssh/id_ed25519"));
-    for (const end of ends) expect(resultText(end)).toMatch(/^CONTROLLER_USER_DECLINED: the user declined/);
+    // One dialog per call the user could allow; none for what a model may never do.
+    expect(dialogs.map((d) => d.title)).toEqual([
+      "Allow the model's sandbox download?",
+      "Allow the model's sandbox download?",
+      "Allow the model's sandbox create?",
+      "Allow the model's sandbox download?",
+      "Allow the model's sandbox destroy?",
+      "Allow the model's sandbox upload?",
+    ]);
+    const shown = dialogs.map((d) => (d.message as string).split("\n"));
+    // The resolved host target comes first, then the concerns, most severe first.
+    expect(shown[0]![0]).toBe(`Target: ${join(home.agentDir, "extensions/pwn.ts")}`);
+    expect(shown[0]).toContain(`${join(home.agentDir, "extensions/pwn.ts")} (outside the project directory)`);
+    expect(shown[1]!.at(-1)).toContain("pi-sandbox cp demo:out/post-checkout");
+    expect(shown[2]![0]).toBe(`Target: ${join(home.workDir, "reach.yaml")}`);
+    const outside = shown[2]!.findIndex((l) => l.startsWith(`${join(home.dir, "img")} (outside the project directory`));
+    const reach = shown[2]!.findIndex((l) => l.includes("network.hostPorts (host port)"));
+    expect(outside).toBeGreaterThan(0);
+    expect(reach).toBeGreaterThan(outside);
+    expect(shown[3]![0]).toBe(`Target: ${join(home.workDir, "node_modules/left-pad/index.js")}`);
+    expect(shown[4]![0]).toBe("Target: instance demo");
+    expect(shown[5]![0]).toBe(`Target: ${join(home.dir, "x\\x1b[8m.txt")}`);
+    for (const d of dialogs) expect(d.message).not.toMatch(/\u001b/);
+    for (const i of [0, 1, 5, 6, 7, 9])
+      expect(resultText(ends[i]!)).toMatch(/^CONTROLLER_USER_DECLINED: the user declined/);
+    for (const i of [2, 3, 4]) expect(resultText(ends[i]!)).toMatch(/^CONTROLLER_HOST_PATH_REFUSED/);
+    expect(resultText(ends[8]!)).toMatch(/^CONTROLLER_GUEST_NAME_REFUSED/);
     await hostUnchanged();
   });
 

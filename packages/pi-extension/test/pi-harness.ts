@@ -4,7 +4,7 @@
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { homedir, tmpdir } from "node:os";
 import { delimiter, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { FakeOpenAI } from "./fake-openai.js";
@@ -58,6 +58,9 @@ export async function makePiHome(fake: FakeOpenAI, prefix = "psp-"): Promise<PiH
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     HOME: join(dir, "home"),
+    // The guest test image lives in the user's image cache; with HOME moved, name that cache, as
+    // a model's config may boot an image from it (like a name) without the user's yes.
+    XDG_CACHE_HOME: process.env.XDG_CACHE_HOME || join(homedir(), ".cache"),
     PI_CODING_AGENT_DIR: agentDir,
     PI_OFFLINE: "1",
     PI_SKIP_VERSION_CHECK: "1",

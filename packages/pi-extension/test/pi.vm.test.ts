@@ -158,14 +158,13 @@ test("/sandbox gives the user a working ssh command, the model is refused, and a
   expect(await fetchText(previewUrl)).toBe("200 Hello from the guest\n");
 });
 
-test("the rest of the seed walkthrough through Pi: stop, start, a template with an instance, destroy", async () => {
+test("the rest of the seed walkthrough through Pi: stop, start, a template with an instance; destroy is the user's", async () => {
   const input = (action: Record<string, unknown>) => ({ tool: "sandbox", args: { input: JSON.stringify(action) } });
   fake.script(
     input({ action: "stop", name: "demo" }),
     input({ action: "start", name: "demo" }),
     input({ action: "prepare", name: "web-base", config: "sandbox.yaml" }),
     input({ action: "create", name: "review-one", template: "web-base" }),
-    input({ action: "destroy", name: "review-one", confirm: "demo" }),
     input({ action: "destroy", name: "review-one", confirm: "review-one" }),
     input({ action: "destroy", name: "web-base", kind: "templates", confirm: "web-base" }),
   );
@@ -173,7 +172,7 @@ test("the rest of the seed walkthrough through Pi: stop, start, a template with 
     timeoutMs: 900_000,
   });
   expect(run.code).toBe(0);
-  const [stopped, started, prepared, created, refused, destroyed, destroyedTemplate] = toolEnds(run.events);
+  const [stopped, started, prepared, created, refused, refusedTemplate] = toolEnds(run.events);
   const ok = (end: Json | undefined) => {
     expect(end?.isError).toBe(false);
     return JSON.parse(resultText(end!)) as Json;
@@ -190,10 +189,17 @@ test("the rest of the seed walkthrough through Pi: stop, start, a template with 
   // Its own preview port (it is destroyed by the end of the run, so not fetched here).
   expect(fromTemplate.previews[0].url).toMatch(/^http:\/\/127(?:\.\d{1,3}){3}:\d+\/$/);
   expect(fromTemplate.previews[0].url).not.toBe(previewUrl);
-  expect(refused?.isError).toBe(true);
-  expect(resultText(refused!)).toMatch(/^CONTROLLER_CONFIRM_MISMATCH: /);
-  expect(ok(destroyed).destroyed).toBe("review-one");
-  expect(ok(destroyedTemplate).destroyed).toBe("web-base");
+  // Destroy cannot be undone: without a UI to ask, the model is given the user's command instead.
+  expect(resultText(refused!)).toMatch(
+    /^CONTROLLER_CONFIRMATION_REQUIRED: .*\ninstance review-one \(cannot be undone\)\nHint: .*: pi-sandbox destroy review-one$/s,
+  );
+  expect(resultText(refusedTemplate!)).toMatch(/Hint: .*: pi-sandbox destroy web-base --template$/s);
+  await expect(call({ action: "destroy", name: "review-one", confirm: "demo" })).rejects.toMatchObject({
+    code: "CONTROLLER_CONFIRM_MISMATCH",
+  });
+  expect((await call({ action: "destroy", name: "review-one", confirm: "review-one" })).destroyed).toBe("review-one");
+  const template = { action: "destroy", name: "web-base", kind: "templates", confirm: "web-base" };
+  expect((await call(template)).destroyed).toBe("web-base");
   expect((await call({ action: "list" })).instances.map((v: Json) => v.name)).toEqual(["demo"]);
 });
 

@@ -8,20 +8,17 @@
 
 import { createHash } from "node:crypto";
 import { realpath } from "node:fs/promises";
-import { homedir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import {
   HOST_REACH_KINDS,
   describeReaches,
   escapeControlChars,
-  isPathWithin,
   parseConfig,
   reachPath,
   readConfigText,
   shellQuote,
   type ConfigReach,
 } from "@pi-sandbox/config";
-import { imageCacheRoot } from "@pi-sandbox/image";
 import { hostPathArgs, type ActionSpec, type ArgumentReach } from "../actions/kit/define.js";
 import { ControllerError, isControllerError } from "../errors.js";
 import {
@@ -95,6 +92,8 @@ export function cliEquivalent(args: Record<string, unknown>): string {
         .join(" ")} ${q(args.to)}`;
     case "doctor":
       return `pi-sandbox doctor -c ${q(args.config)}`;
+    case "destroy":
+      return `pi-sandbox destroy ${q(name)}${args.kind === "templates" ? " --template" : ""}`;
     default:
       return `pi-sandbox ${String(args.action)} ${q(name)} -c ${q(args.config)}`;
   }
@@ -112,23 +111,17 @@ interface ConfigFacts {
   trustKey: string;
 }
 
-async function readConfigFacts(path: string, home: string): Promise<ConfigFacts> {
+async function readConfigFacts(path: string, env: NodeJS.ProcessEnv): Promise<ConfigFacts> {
   const { text, sourcePath } = await readConfigText(path);
   const sha256 = createHash("sha256").update(text).digest("hex");
   let reaches: ConfigReach[] = [];
   try {
-    reaches = await resolveReaches(parseConfig(text, { sourcePath }), home);
+    reaches = await resolveReaches(parseConfig(text, { sourcePath }), env);
   } catch {
     // The daemon reports what is wrong with it.
   }
   const declares = describeReaches(reaches);
   return { sha256, reaches, declares, trustKey: configTrustKey(path, sha256, declares) };
-}
-
-/** True when `dir` (real) is in the user's image store: an image the user built or imported, as a name is. */
-async function inImageStore(dir: string, env: NodeJS.ProcessEnv): Promise<boolean> {
-  const store = imageCacheRoot(env);
-  return isPathWithin(dir, await realpath(store).catch(() => store));
 }
 
 /** Every line escaped: the command and the paths are the model's text, download paths the guest's. */
@@ -224,7 +217,7 @@ export async function guardModelCall(
   if (config !== undefined && args.action !== "doctor") {
     let facts: ConfigFacts;
     try {
-      facts = await readConfigFacts(config, env.HOME || homedir());
+      facts = await readConfigFacts(config, env);
     } catch (error) {
       // Unreadable now is refused now: a file that appeared later would reach the daemon
       // unchecked. Outside the project, the user says yes before the model learns why.
@@ -236,7 +229,6 @@ export async function guardModelCall(
     for (const reach of facts.reaches) {
       const path = reachPath(reach);
       if (path === undefined || !HOST_REACH_KINDS[reach.kind].toGuest) continue;
-      if (reach.kind === "boot-asset" && (await inImageStore(path, env))) continue;
       const concern = readConcern(guard, path, places);
       if (concern) concerns.push({ ...concern, declares: [`${reach.key.join(".")} of the config`] });
     }

@@ -4,7 +4,6 @@
 // log, so running the same create again works.
 
 import { copyFile, mkdir, readFile, rm } from "node:fs/promises";
-import { homedir } from "node:os";
 import { dirname } from "node:path";
 import { describeReaches, type SandboxConfig } from "@pi-sandbox/config";
 import type { SupervisorClient } from "@pi-sandbox/supervisor";
@@ -60,10 +59,10 @@ export interface CreateSteps {
 
 /**
  * One line naming what the config reaches on the host (its marked keys, host paths resolved), before
- * anything is done with it. A named image is in the user's own image store and is not named.
+ * anything is done with it.
  */
 async function noticeReaches(config: SandboxConfig, progress: (event: ProgressEvent) => void): Promise<void> {
-  const declares = describeReaches(await resolveReaches(config, process.env.HOME || homedir()));
+  const declares = describeReaches(await resolveReaches(config, process.env));
   if (declares.length > 0)
     progress({ stage: "config", message: `this config reaches the host: ${declares.join("; ")}` });
 }

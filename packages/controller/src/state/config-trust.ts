@@ -5,15 +5,18 @@
 
 import { createHash } from "node:crypto";
 import { mkdir, realpath } from "node:fs/promises";
+import { homedir } from "node:os";
 import { dirname } from "node:path";
 import {
   configReaches,
   expandHome,
+  isPathWithin,
   reachPath,
   writeJsonAtomic,
   type ConfigReach,
   type SandboxConfig,
 } from "@pi-sandbox/config";
+import { imageCacheRoot } from "@pi-sandbox/image";
 import { readJson } from "./read-json.js";
 import type { StateLayout } from "./layout.js";
 
@@ -43,17 +46,26 @@ export async function trustConfig(
   await writeJsonAtomic(file, { trustedAt: new Date().toISOString(), ...entry });
 }
 
-/** A config's reaches with every host path made absolute (`~/`) and real (symlinks followed). */
-export async function resolveReaches(config: SandboxConfig, home: string): Promise<ConfigReach[]> {
-  return Promise.all(
+/**
+ * A config's reaches with every host path made absolute (`~/` from `env.HOME`) and real (symlinks
+ * followed). An image inside the user's own image store (`pi-sandbox image build` or `import`
+ * put it there) is left out, as its name would be.
+ */
+export async function resolveReaches(config: SandboxConfig, env: NodeJS.ProcessEnv): Promise<ConfigReach[]> {
+  const home = env.HOME || homedir();
+  const store = imageCacheRoot(env);
+  const storeReal = await realpath(store).catch(() => store);
+  const resolved = await Promise.all(
     configReaches(config).map(async (reach) => {
       const path = reachPath(reach);
       if (path === undefined) return reach;
       const absolute = expandHome(path, home);
       const real = await realpath(absolute).catch(() => absolute);
+      if (reach.kind === "boot-asset" && isPathWithin(real, storeReal)) return undefined;
       return { ...reach, given: reach.value === "source" ? `file:${real}` : real };
     }),
   );
+  return resolved.filter((reach) => reach !== undefined);
 }
 
 /**
