@@ -177,16 +177,25 @@ export function describeReaches(reaches: readonly ConfigReach[]): string[] {
  */
 export const SOUNDS_LIKE_HOST_REACH = /host|\bfiles?\b|credential|secret|\bports?\b|\bpath|director/i;
 
+/** One key of a schema as {@link walkKeys} visits it. */
+interface VisitedKey {
+  /** Dotted, with `<name>` for a record's keys and `<n>` for list items. */
+  key: string;
+  /** Its mark, if it has one. */
+  mark: HostReachMark | "none" | undefined;
+  /** Its name and the descriptions on the way to it. */
+  text: string;
+}
+
 /**
- * The dotted keys of `schema` whose name or description sounds like a host reach
- * ({@link SOUNDS_LIKE_HOST_REACH}) and that carry no mark, neither on themselves nor on a key
- * above them. Empty for a schema whose every such key was considered.
+ * Visits every marked key of `schema` (without descending below it) and every unmarked leaf (a
+ * value that is neither an object, a record, a list nor a union).
  */
-export function unmarkedKeys(schema: v.GenericSchema): string[] {
-  const unmarked: string[] = [];
+function walkKeys(schema: v.GenericSchema, visit: (key: VisitedKey) => void): void {
   const walk = (node: WalkedSchema, key: (string | number)[], said: string) => {
-    if (reachMarkOf(node as unknown as v.GenericSchema) !== undefined) return;
+    const mark = reachMarkOf(node as unknown as v.GenericSchema);
     const text = `${said} ${v.getDescription(node as never) ?? ""}`;
+    if (mark !== undefined) return visit({ key: dottedPath(key), mark, text });
     switch (node.type) {
       case "optional":
       case "nullable":
@@ -207,9 +216,30 @@ export function unmarkedKeys(schema: v.GenericSchema): string[] {
         for (const option of node.options!) walk(option, key, text);
         return;
       default:
-        if (SOUNDS_LIKE_HOST_REACH.test(text)) unmarked.push(dottedPath(key));
+        visit({ key: dottedPath(key), mark: undefined, text });
     }
   };
   walk(schema as unknown as WalkedSchema, [], "");
-  return [...new Set(unmarked)];
+}
+
+/**
+ * The dotted keys of `schema` whose name or description sounds like a host reach
+ * ({@link SOUNDS_LIKE_HOST_REACH}) and that carry no mark, neither on themselves nor on a key
+ * above them. Empty for a schema whose every such key was considered.
+ */
+export function unmarkedKeys(schema: v.GenericSchema): string[] {
+  const unmarked = new Set<string>();
+  walkKeys(schema, ({ key, mark, text }) => {
+    if (mark === undefined && SOUNDS_LIKE_HOST_REACH.test(text)) unmarked.add(key);
+  });
+  return [...unmarked];
+}
+
+/** Every marked key of `schema` with its kind of reach, in schema order (`network.secrets.<name>.from`). */
+export function markedKeys(schema: v.GenericSchema): { key: string; kind: HostReachKind }[] {
+  const marked: { key: string; kind: HostReachKind }[] = [];
+  walkKeys(schema, ({ key, mark }) => {
+    if (mark !== undefined && mark !== "none") marked.push({ key, kind: mark.kind });
+  });
+  return marked;
 }

@@ -42,11 +42,12 @@ export {
 export { hostPatternCovers } from "./rules.js";
 
 // What a config reaches on the host: marks on schema keys, walked by every check and prompt
-export { configReaches } from "./schema.js";
+export { configReaches, configReachKeys } from "./schema.js";
 export {
   HOST_REACH_KINDS,
   HOST_REACH_ORDER,
   describeReaches,
+  markedKeys,
   marksOf,
   reachMarkOf,
   reachPath,

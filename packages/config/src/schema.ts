@@ -15,7 +15,7 @@ import {
   noControlChars,
   noControlCharsButLines,
 } from "./schema-checks.js";
-import { marksOf, reaches, reachesNothing, type ConfigReach } from "./host-reach.js";
+import { markedKeys, marksOf, reaches, reachesNothing, type ConfigReach, type HostReachKind } from "./host-reach.js";
 import type { SandboxConfig } from "./types.js";
 import { idleSchema } from "./schema-idle.js";
 import { mountSchema, secretName, secretSchema } from "./schema-secrets-mounts.js";
@@ -369,4 +369,9 @@ export function configReaches(config: SandboxConfig): ConfigReach[] {
   return marksOf(sandboxConfigSchema, config).filter(
     (reach) => reach.value !== "path" || (typeof reach.given === "string" && /^[/~]/.test(reach.given)),
   );
+}
+
+/** The keys of sandbox.yaml that reach the host, with their kinds, as marked in the schema above. */
+export function configReachKeys(): { key: string; kind: HostReachKind }[] {
+  return markedKeys(sandboxConfigSchema);
 }
