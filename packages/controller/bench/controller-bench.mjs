@@ -1,5 +1,6 @@
 // Controller benchmark (run on demand: npm run bench). Measures, side by side in one run:
-// inspect and `exec true` through the CLI and through ./client vs the in-process library call,
+// inspect and `exec true` through the CLI and through ./client vs the in-process library call, an
+// upload as the model (through the model guard) vs as the user,
 // `list` over 50 stopped instance records, the daemon's and the dashboard's RSS (QEMU excluded), an
 // idle instance's QEMU CPU share and RSS, and a warm start:
 // start to the first preview byte after `suspend` vs after `stop`, same instance; and the first byte
@@ -57,6 +58,15 @@ try {
   const execClient = await time(15, () => callAction({ action: "exec", name: "bench", cmd: "true" }, { env }));
   const execCli = await time(8, () => cli("exec", "bench", "--", "true"));
   row("exec true: CLI vs ./client", execCli, execClient, "ms", undefined, "daemon + agent round trip in both");
+  // The model guard (marks, symlinks resolved, protected places, concerns) on a call it allows.
+  const upload = (caller) => () =>
+    callAction(
+      { action: "upload", name: "bench", from: "sandbox.yaml", to: "/tmp/up.yaml" },
+      { env, cwd: dir, caller },
+    );
+  const uploadUser = await time(15, upload("user"));
+  const uploadModel = await time(15, upload("model"));
+  row("upload of a project file: as the model (guarded) vs as the user", uploadModel, uploadUser, "ms", "~1");
 
   row("daemon RSS (QEMU excluded)", rssOf(created.daemonPid), undefined, "MiB", "<= 100");
   row("dashboard RSS: 51 instances (1 running), a page open 20 s", await dashboardRss(env), undefined, "MiB", "<= 80");
