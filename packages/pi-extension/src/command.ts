@@ -29,8 +29,6 @@ export interface SandboxCommandOptions {
   attachments?: Attachments;
   /** Called after the command changed something the footer shows. */
   onChange?: (ctx: ExtensionCommandContext) => void;
-  /** Called with the link `/sandbox dashboard` printed, so the footer shows the same one. */
-  onDashboard?: (info: DashboardInfo) => void;
 }
 
 async function listInstances(deps: SandboxDependencies): Promise<EntryView[]> {
@@ -75,7 +73,7 @@ async function dashboard(
     { action: "dashboard" },
     { cwd: ctx.cwd, env: deps.env, signal: ctx.signal, caller: "user" },
   )) as DashboardInfo;
-  options.onDashboard?.(info);
+  options.onChange?.(ctx);
   tellUser(
     ctx,
     `${info.started ? "Dashboard started" : "Dashboard running"} on 127.0.0.1 (it keeps running after Pi exits; pi-sandbox dashboard --stop ends it). Open:\n${info.url}`,

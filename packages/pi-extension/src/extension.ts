@@ -28,7 +28,6 @@ export function createSandboxExtension(deps: SandboxDependencies): ExtensionFact
       "sandbox",
       createSandboxCommand(deps, {
         attachments,
-        onDashboard: (info) => status.rememberDashboard(info),
         onChange: (ctx) => void status.refresh(ctx),
       }),
     );

@@ -55,8 +55,6 @@ export class SandboxStatus {
   #timer: NodeJS.Timeout | undefined;
   #ctx: ExtensionContext | undefined;
   #busy: Promise<void> | undefined;
-  /** The dashboard link shown, kept while the same dashboard process runs (each look mints a new token). */
-  #dashboard: { pid: number; url: string } | undefined;
 
   constructor(
     private readonly deps: SandboxDependencies,
@@ -122,21 +120,15 @@ export class SandboxStatus {
     }
   }
 
-  /** Remembers the link `/sandbox dashboard` printed, so the footer shows that one. */
-  rememberDashboard(info: DashboardInfo): void {
-    this.#dashboard = { pid: info.pid, url: info.url };
-  }
-
-  /** The running dashboard's link, or undefined; never starts one. */
+  /**
+   * The running dashboard's address without a token, or undefined; never starts one. A link opens
+   * one browser session within 10 minutes, so the footer shows none: the address works in the
+   * browser that already has a session, and elsewhere its page says to run `/sandbox dashboard`.
+   */
   async #dashboardUrl(): Promise<string | undefined> {
     const found = (await this.deps.callAction({ action: "dashboard", status: true }, { env: this.deps.env })) as
       DashboardInfo | DashboardAbsent;
-    if (!("url" in found)) {
-      this.#dashboard = undefined;
-      return undefined;
-    }
-    if (this.#dashboard?.pid !== found.pid) this.#dashboard = { pid: found.pid, url: found.url };
-    return this.#dashboard.url;
+    return "url" in found ? `${new URL(found.url).origin}/ (a new link: /sandbox dashboard)` : undefined;
   }
 
   /** Shows or clears `attached: <name>`. */

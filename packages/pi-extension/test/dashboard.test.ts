@@ -1,5 +1,5 @@
 // The dashboard from Pi: `/sandbox dashboard` prints the link the controller returns, and the
-// footer shows "dashboard: <link>" once a dashboard runs (the same link while the same one runs).
+// footer shows the dashboard's address once one runs, never a link (a link opens one session).
 // No VM and no dashboard process: the controller client is a fake.
 import { mkdtemp, mkdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -47,7 +47,7 @@ function fakeContext(statuses: Map<string, string | undefined>, told: string[]) 
   };
 }
 
-test("/sandbox dashboard prints the link, and the footer shows that link from then on", async () => {
+test("/sandbox dashboard prints the link, and the footer shows the address without its token", async () => {
   const state = { running: false, calls: [] as Record<string, unknown>[] };
   const deps = fakeDeps(state);
   const statuses = new Map<string, string | undefined>();
@@ -58,7 +58,6 @@ test("/sandbox dashboard prints the link, and the footer shows that link from th
   expect(statuses.get(DASHBOARD_STATUS)).toBeUndefined();
 
   const command = createSandboxCommand(deps, {
-    onDashboard: (info) => status.rememberDashboard(info),
     onChange: (c) => void status.refresh(c),
   });
   await command.handler("dashboard", ctx as never);
@@ -68,9 +67,7 @@ test("/sandbox dashboard prints the link, and the footer shows that link from th
   expect(state.calls).toContainEqual({ action: "dashboard" });
 
   await status.refresh(ctx as never);
-  expect(statuses.get(DASHBOARD_STATUS)).toBe("dashboard: http://127.0.0.1:4000/?token=t1");
-  await status.refresh(ctx as never);
-  expect(statuses.get(DASHBOARD_STATUS)).toBe("dashboard: http://127.0.0.1:4000/?token=t1");
+  expect(statuses.get(DASHBOARD_STATUS)).toBe("dashboard: http://127.0.0.1:4000/ (a new link: /sandbox dashboard)");
 });
 
 test("a dashboard started elsewhere shows in the footer; none running shows nothing and starts nothing", async () => {
@@ -78,7 +75,7 @@ test("a dashboard started elsewhere shows in the footer; none running shows noth
   const statuses = new Map<string, string | undefined>();
   const status = new SandboxStatus(fakeDeps(state), new Attachments({} as never, fakeDeps(state)));
   await status.refresh(fakeContext(statuses, []) as never);
-  expect(statuses.get(DASHBOARD_STATUS)).toBe("dashboard: http://127.0.0.1:4000/?token=t1");
+  expect(statuses.get(DASHBOARD_STATUS)).toBe("dashboard: http://127.0.0.1:4000/ (a new link: /sandbox dashboard)");
   state.running = false;
   await status.refresh(fakeContext(statuses, []) as never);
   expect(statuses.get(DASHBOARD_STATUS)).toBeUndefined();
