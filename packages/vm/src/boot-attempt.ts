@@ -20,7 +20,7 @@ import {
   TMP_SOCKET_DIR_PREFIX,
   socketDirsRoot,
 } from "./filenames.js";
-import type { DiskRun } from "./disk-store.js";
+import type { DiskRun, RunRecovery } from "./disk-store.js";
 import { egressPolicy, secretStore } from "./egress-policy.js";
 import { VmError, isVmError, messageOf } from "./errors.js";
 import { runInGuest } from "./exec-util.js";
@@ -89,6 +89,8 @@ export interface BootAttempt {
   memory?: { state: SuspendState; file: string };
   /** What became of a saved memory state, for `RunningVm.restore`. */
   restore?: RestoreOutcome;
+  /** What the start's first disk open did with an interrupted run, for `RunningVm.recovery`. */
+  recovery?: RunRecovery;
 }
 
 /**
@@ -256,10 +258,20 @@ export async function bootAttempt(
       `[vm ${options.name}] ${attempt.memory ? "resumed from saved memory" : "ready"} in ${Math.round(bootMs)} ms (${accelerator.accel})`,
     );
     const machine = await savedMachineOf(launcher, accelerator, options.spec.resources, run.image);
-    return new BootedVm(options.name, guest, monitor, run, runtimeDir, accelerator, warnings, bootMs, grown, policy, {
-      machine,
-      restore,
-    });
+    return new BootedVm(
+      options.name,
+      guest,
+      monitor,
+      run,
+      runtimeDir,
+      accelerator,
+      warnings,
+      bootMs,
+      grown,
+      policy,
+      { machine, restore },
+      attempt.recovery,
+    );
   } catch (error) {
     await cleanup();
     if (signal?.aborted) throw signal.reason;

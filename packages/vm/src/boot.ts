@@ -3,7 +3,7 @@
 // `bootAttempt` (boot-attempt.ts) for the boot itself.
 import path from "node:path";
 import { bootAttempt, checkKernelArgs, startTimeoutOf, type BootAttempt } from "./boot-attempt.js";
-import { DiskStore, type DiskRun } from "./disk-store.js";
+import { DiskStore, recoveryNotice, type DiskRun } from "./disk-store.js";
 import { hostPortsTcp } from "./egress-policy.js";
 import { isVmError, messageOf } from "./errors.js";
 import { launcherDir } from "./filenames.js";
@@ -75,6 +75,16 @@ export async function startVm(input: StartVmOptions): Promise<RunningVm> {
     }
   };
   let run = await openRun();
+  // Only the first open can find an interrupted run: it recovers or sets it aside and drops its
+  // record, and a later open (after a refused resume, on the TCG fallback) finds only this start's
+  // own discarded runs. So this recovery is the start's, whichever open boots.
+  const recovery = run.recovery;
+  const recoveryWarnings = recovery ? [recoveryNotice(recovery)] : [];
+  for (const notice of recoveryWarnings) {
+    // Said now: the recovery is done even if the boot fails below.
+    logger?.warn(`[vm ${options.name}] ${notice}`);
+    options.onProgress?.(notice);
+  }
   let resolved: ResolvedAccelerator;
   try {
     if (host.kvmAccessible && !forcedAccel?.trim()) options.onProgress?.("checking that KVM can run the guest kernel");
@@ -90,8 +100,16 @@ export async function startVm(input: StartVmOptions): Promise<RunningVm> {
     await run.discard().catch(() => undefined);
     throw error;
   }
-  let attempt: BootAttempt = { options, gondolin, launcher, started, warnings: launcherWarnings(launcher) };
-  for (const warning of attempt.warnings) logger?.warn(`[vm ${options.name}] ${warning}`);
+  const hostWarnings = launcherWarnings(launcher);
+  for (const warning of hostWarnings) logger?.warn(`[vm ${options.name}] ${warning}`);
+  let attempt: BootAttempt = {
+    options,
+    gondolin,
+    launcher,
+    started,
+    warnings: [...recoveryWarnings, ...hostWarnings],
+    ...(recovery ? { recovery } : {}),
+  };
   const accelerator = resolved.choice;
   const resumed = await resumeSaved(attempt, run, accelerator, openRun);
   if (resumed.vm) return resumed.vm;

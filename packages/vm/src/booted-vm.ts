@@ -4,7 +4,7 @@ import fsp from "node:fs/promises";
 import path from "node:path";
 import type { Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
-import type { CheckpointResult, DiskRun } from "./disk-store.js";
+import type { CheckpointResult, DiskRun, RunRecovery } from "./disk-store.js";
 import { VmError, isVmError, messageOf } from "./errors.js";
 import { runInGuest } from "./exec-util.js";
 import type { GondolinGuest } from "./gondolin-guest.js";
@@ -73,10 +73,15 @@ export class BootedVm implements RunningVm {
       close?(): Promise<void>;
     },
     private readonly memory?: { machine: SavedMachine; restore: RestoreOutcome | undefined },
+    private readonly recovered?: RunRecovery,
   ) {}
 
   get restore(): RestoreOutcome | undefined {
     return this.memory?.restore;
+  }
+
+  get recovery(): RunRecovery | undefined {
+    return this.recovered;
   }
 
   updateSecret(name: string, value: string, placeholder?: string): void {

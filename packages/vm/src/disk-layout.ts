@@ -3,7 +3,7 @@
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
-import { writeFileAtomic } from "@pi-sandbox/config";
+import { writeFileAtomic, writeJsonAtomic } from "@pi-sandbox/config";
 import { VmError } from "./errors.js";
 import { allocatedBytes, fsyncDir, fsyncFile, readJsonIfExists } from "./fs-util.js";
 import { type RecordedImage } from "./image.js";
@@ -12,6 +12,7 @@ import {
   LOCK_TEMP_PREFIX,
   POINTER_FILE,
   QEMU_PID_FILE,
+  RUN_RECORD_FILE,
   STALE_LOCK_PREFIX,
   TEMP_PREFIX,
 } from "./filenames.js";
@@ -68,6 +69,36 @@ export interface DiskInfo {
   generation: number;
   /** ISO time of the last change. */
   updatedAt: string;
+  /** Layers of interrupted runs that could not be used, moved aside (oldest first; empty when none). */
+  setAside: SetAsideLayer[];
+}
+
+/** A layer of an interrupted run that {@link DiskStore.openRun} could not use and moved aside. */
+export interface SetAsideLayer {
+  /** Its file name in the set-aside directory: what {@link DiskStore.removeSetAside} takes. */
+  name: string;
+  /** Absolute path of the layer file. */
+  path: string;
+  /** Host bytes it occupies. */
+  bytes: number;
+  /** ISO time it was set aside. */
+  at: string;
+  /** ISO time of the interrupted run's last write (the layer's mtime then). */
+  lastWriteAt: string;
+  /** Why it was not used. */
+  reason: string;
+}
+
+/** What openRun did with a run its owner never finished (the controller died, the host lost power). */
+export interface RunRecovery {
+  /** "recovered": the interrupted run's layer is now the current checkpoint; "set-aside": it could not be used and was moved aside, the previous checkpoint is current. */
+  outcome: "recovered" | "set-aside";
+  /** ISO time of the interrupted run's last write (its layer's mtime). */
+  lastWriteAt: string;
+  /** The checkpoint this run opens on: its generation and ISO time (the pointer's updatedAt). */
+  reopened: { generation: number; at: string };
+  /** For "set-aside": where the layer is now, its host bytes and why it was not used. */
+  setAside?: { path: string; bytes: number; reason: string };
 }
 
 /** How a stop's checkpoint went. */
@@ -96,6 +127,8 @@ export interface DiskRun {
   readonly image: RecordedImage;
   /** Whether a stale owner's QEMU was killed while opening. */
   readonly reapedPid: number | undefined;
+  /** Set when the open found a run whose owner died before its checkpoint or discard: what became of it. */
+  readonly recovery?: RunRecovery;
   /**
    * Makes the run's layer the current checkpoint (after QEMU has exited and the guest synced),
    * then merges layers to keep the chain short, and releases the disk.
@@ -157,7 +190,55 @@ export async function writePointer(dir: string, pointer: DiskPointer): Promise<v
   await writeFileAtomic(path.join(dir, POINTER_FILE), JSON.stringify(pointer, null, 2) + "\n");
 }
 
-/** Deletes layer files not in `keep` and temp files of interrupted writes. Caller holds the lock. */
+/** Contents of {@link RUN_RECORD_FILE}: the run in progress. */
+export interface RunRecord {
+  /** Format version. */
+  version: 1;
+  /** The run's layer file name (in the disk directory). */
+  layer: string;
+  /** The pointer's generation the run was opened on (its layer's backing is that pointer's top). */
+  generation: number;
+  /** ISO time the run was opened. */
+  openedAt: string;
+}
+
+/**
+ * Records the run about to start, durably (atomic write, directory fsynced): from then on a dead
+ * owner's run is found and recovered instead of being taken for an orphan.
+ */
+export async function writeRunRecord(dir: string, record: RunRecord): Promise<void> {
+  await writeJsonAtomic(path.join(dir, RUN_RECORD_FILE), record);
+}
+
+/**
+ * The run record of `dir`, if any. A torn or foreign record reads as `null`: a record is written
+ * atomically, so an unreadable one was never a run's and names nothing to recover.
+ */
+export async function readRunRecord(dir: string): Promise<RunRecord | null | undefined> {
+  const raw = await readJsonIfExists(path.join(dir, RUN_RECORD_FILE)).catch(() => null);
+  if (raw === undefined) return undefined;
+  const record = raw as Partial<RunRecord> | null;
+  const valid =
+    record?.version === 1 &&
+    typeof record.layer === "string" &&
+    LAYER_PATTERN.test(record.layer) &&
+    Number.isSafeInteger(record.generation) &&
+    typeof record.openedAt === "string";
+  return valid ? (record as RunRecord) : null;
+}
+
+/** Removes the run record; `durable` also fsyncs the directory. */
+export async function removeRunRecord(dir: string, options: { durable?: boolean } = {}): Promise<void> {
+  await fsp.rm(path.join(dir, RUN_RECORD_FILE), { force: true });
+  if (options.durable) await fsyncDir(dir);
+}
+
+/**
+ * Deletes layer files not in `keep` and temp files of interrupted writes. Caller holds the lock,
+ * and has already dealt with an interrupted run's layer (disk-recovery.ts): that layer is not in
+ * the pointer either, and deleting it here was how a crash lost a whole run. Only top-level files
+ * are considered: the set-aside directory is never touched.
+ */
 export async function removeOrphans(dir: string, keep: readonly string[]): Promise<string[]> {
   const removed: string[] = [];
   for (const entry of await fsp.readdir(dir)) {

@@ -12,10 +12,12 @@ import {
   MiB,
   MERGE_HEADROOM_BYTES,
   readPointer,
+  removeRunRecord,
   writePointer,
   type DiskPointer,
   type CheckpointResult,
   type DiskRun,
+  type RunRecovery,
 } from "./disk-layout.js";
 
 /** One run of a disk: the layer QEMU writes, published by checkpoint() or dropped by discard(). */
@@ -31,6 +33,7 @@ export class OpenRun implements DiskRun {
     private readonly layer: string,
     private readonly lock: DiskLock,
     readonly reapedPid: number | undefined,
+    readonly recovery?: RunRecovery,
   ) {
     this.layerPath = path.join(dir, layer);
     this.image = pointer.image;
@@ -54,6 +57,11 @@ export class OpenRun implements DiskRun {
       // The commit point: before this rename the old checkpoint is current, after it the new one.
       await writePointer(this.dir, current);
       const commitMs = performance.now() - started;
+      // After the flip, never before: a record left by a crash here names a layer the pointer
+      // already holds, which the next open simply removes. Removed before the flip, a crash
+      // in between would leave the run's layer unrecorded, and the next open would delete it.
+      // Not fsynced and not fatal for the same reason: a stale record costs nothing.
+      await removeRunRecord(this.dir).catch(() => undefined);
       const compactStarted = performance.now();
       let compactError: string | undefined;
       try {
@@ -72,12 +80,16 @@ export class OpenRun implements DiskRun {
       if (isNoSpaceError(error)) {
         // The pointer was not replaced: the run's layer is an orphan; give its space back now.
         const current = await readPointer(this.dir).catch(() => undefined);
-        if (current && !current.layers.includes(this.layer)) await fsp.rm(this.layerPath, { force: true });
+        if (current && !current.layers.includes(this.layer)) {
+          await removeRunRecord(this.dir).catch(() => undefined);
+          await fsp.rm(this.layerPath, { force: true });
+        }
         throw hostDiskFullError({ dir: this.dir, situation: "stop", cause: error });
       }
+      // The run record stays: the next open of the disk checks the run's layer and recovers it.
       throw new VmError(
         "VM_CHECKPOINT_FAILED",
-        `saving the disk of ${this.dir} failed; the previous checkpoint is still current: ${messageOf(error)}`,
+        `saving the disk of ${this.dir} failed; the previous checkpoint is still current, and the next start tries to recover this run: ${messageOf(error)}`,
         { cause: error, details: { dir: this.dir } },
       );
     } finally {
@@ -90,6 +102,11 @@ export class OpenRun implements DiskRun {
     if (this.finished) return;
     this.finished = true;
     try {
+      // The record goes first, durably: a crash (even a power cut) after it leaves an unrecorded
+      // layer, which the next open deletes as an orphan. The other order could leave both on
+      // disk after a power cut (unlinks not yet durable), and the next open would recover a run
+      // its owner chose to drop.
+      await removeRunRecord(this.dir, { durable: true });
       await fsp.rm(this.layerPath, { force: true });
       await removeQemuPidRecord(this.dir).catch(() => undefined);
     } finally {

@@ -20,12 +20,16 @@ import {
   readPointer,
   requirePointer,
   writePointer,
+  writeRunRecord,
+  removeRunRecord,
   removeOrphans,
   linkLayers,
   type DiskPointer,
   type DiskInfo,
   type DiskRun,
+  type SetAsideLayer,
 } from "./disk-layout.js";
+import { listSetAside, recoverInterruptedRun, removeSetAside } from "./disk-recovery.js";
 import { OpenRun } from "./disk-run.js";
 
 export {
@@ -35,7 +39,10 @@ export {
   type DiskKind,
   type DiskPointer,
   type DiskRun,
+  type RunRecovery,
+  type SetAsideLayer,
 } from "./disk-layout.js";
+export { recoveryNotice } from "./disk-recovery.js";
 
 /**
  * Owns the disk files inside instance and template directories (the caller owns where those
@@ -56,7 +63,7 @@ export class DiskStore {
     return (await readPointer(dir).catch(() => undefined)) !== undefined;
   }
 
-  /** Reads a disk's pointer and sizes. */
+  /** Reads a disk's pointer and sizes, and lists the layers of interrupted runs set aside. */
   async inspect(dir: string): Promise<DiskInfo> {
     const pointer = await requirePointer(dir);
     let total = 0;
@@ -80,7 +87,19 @@ export class DiskStore {
       grown: pointer.grown,
       generation: pointer.generation,
       updatedAt: pointer.updatedAt,
+      setAside: await listSetAside(dir),
     };
+  }
+
+  /**
+   * Deletes the set-aside layer `name` (`DiskInfo.setAside[].name`) and its note, or every one
+   * without a name: the user's decision that an interrupted run which could not be recovered is
+   * not worth keeping. Returns what was removed; an unknown name is VM_DISK_NOT_FOUND. Works while
+   * the disk runs (a run never reads these files).
+   */
+  async removeSetAside(dir: string, name?: string): Promise<SetAsideLayer[]> {
+    await requireDir(dir);
+    return removeSetAside(dir, name);
   }
 
   /**
@@ -264,8 +283,10 @@ export class DiskStore {
 
   /**
    * Opens an instance disk for one boot: takes the lock (VM_DISK_BUSY if a live process holds it),
-   * kills a QEMU left by a dead owner, checks the chain and the image, removes orphan files of an
-   * interrupted run, and creates the run's new top layer over the current one.
+   * kills a QEMU left by a dead owner, checks the chain and the image, recovers a run whose owner
+   * died (its layer becomes the current checkpoint, or is set aside when unusable: see
+   * `DiskRun.recovery`), removes orphan files, creates the run's new top layer over the current
+   * one and records the run.
    */
   async openRun(dir: string, options: { signal?: AbortSignal } = {}): Promise<DiskRun> {
     await requireDir(dir);
@@ -281,17 +302,31 @@ export class DiskStore {
       }
       await this.requireLayers(dir, pointer);
       await verifyRecordedImage(pointer.image, this.imageChecks());
-      await removeOrphans(dir, pointer.layers);
+      // After the reap (a layer is never judged while a QEMU may still write it) and before the
+      // orphan sweep, which would otherwise delete the interrupted run's layer and its work.
+      const interrupted = await recoverInterruptedRun(this.qemuImg, dir, pointer, options.signal);
+      const current = interrupted.pointer;
+      await removeOrphans(dir, current.layers);
       options.signal?.throwIfAborted();
       const layer = newLayerName();
       await this.qemuImg.createOverlay(
         path.join(dir, layer),
-        pointer.layers.at(-1)!,
+        current.layers.at(-1)!,
         "qcow2",
         undefined,
         options.signal,
       );
-      return new OpenRun(this.qemuImg, dir, pointer, layer, lock, reaped.killedPid);
+      // Recorded durably before QEMU can write into the layer, with its header durable too: a
+      // record never names a layer a power cut could have left empty. Without the record, this
+      // run's layer would be an orphan to the next open, and a crash would lose the whole run.
+      await fsyncFile(path.join(dir, layer));
+      await writeRunRecord(dir, {
+        version: 1,
+        layer,
+        generation: current.generation,
+        openedAt: new Date().toISOString(),
+      });
+      return new OpenRun(this.qemuImg, dir, current, layer, lock, reaped.killedPid, interrupted.recovery);
     } catch (error) {
       await lock.release();
       throw error;
@@ -331,6 +366,7 @@ export class DiskStore {
       // Leftovers of a creation that crashed before its pointer was written.
       await removeOrphans(dir, []);
       await removeSuspendState(dir);
+      await removeRunRecord(dir);
       return lock;
     } catch (error) {
       await lock.release();

@@ -23,7 +23,7 @@ export type VmErrorCode =
   | "VM_RESOURCES_UNSUPPORTED"
   /** Another process (or VM) holds the disk. */
   | "VM_DISK_BUSY"
-  /** No disk exists in the given directory. */
+  /** No disk exists in the given directory (or, for `removeSetAside`, no set-aside layer of that name). */
   | "VM_DISK_NOT_FOUND"
   /** A disk already exists where a new one was to be created. */
   | "VM_DISK_EXISTS"

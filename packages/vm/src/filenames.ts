@@ -15,6 +15,17 @@ export const QEMU_PID_FILE = "qemu.pid.json";
 export const SUSPEND_STATE_FILE = "suspend.json";
 /** QEMU's migration stream of the guest, next to {@link SUSPEND_STATE_FILE}. */
 export const MEMORY_FILE = "memory.bin";
+/**
+ * The record of the run in progress: the layer QEMU writes and the checkpoint it was opened on.
+ * Present from before QEMU starts until the run is checkpointed or discarded; found by a later
+ * open, it names a run whose owner died, which that open recovers (disk-recovery.ts).
+ */
+export const RUN_RECORD_FILE = "run.json";
+/**
+ * Where an interrupted run's layer goes when it cannot be used (it is moved, never deleted), with
+ * a note beside it ({@link setAsideNoteName}). Orphan cleanup never looks inside; destroy removes it.
+ */
+export const SET_ASIDE_DIR = "set-aside";
 /** A qcow2 layer's name. */
 export const LAYER_PATTERN = /^layer-[0-9a-f]{16}\.qcow2$/;
 /** Prefix of temp files; a leftover one is debris, except a lock attempt's (see {@link LOCK_TEMP_PREFIX}). */
@@ -37,6 +48,11 @@ export function gondolinCertDir(diskDir: string): string {
 /** A new layer's file name, matching {@link LAYER_PATTERN}. */
 export function newLayerName(): string {
   return `layer-${randomBytes(8).toString("hex")}.qcow2`;
+}
+
+/** The note beside a set-aside layer in {@link SET_ASIDE_DIR}: why, when, and its last write. */
+export function setAsideNoteName(layer: string): string {
+  return `${layer}.json`;
 }
 
 /** The temp file a lock attempt writes before linking it into place as {@link LOCK_FILE}. */

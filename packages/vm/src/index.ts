@@ -38,9 +38,20 @@ export {
   type DiskPointer,
   type DiskRun,
   type CheckpointResult,
+  type RunRecovery,
+  type SetAsideLayer,
+  recoveryNotice,
 } from "./disk-store.js";
-export { POINTER_FILE, LOCK_FILE, SUSPEND_STATE_FILE, MEMORY_FILE, QEMU_PID_FILE } from "./filenames.js";
-export { QemuImg, mapQemuFailure, type QemuImageInfo, type QemuImgRunner } from "./qemu-img.js";
+export {
+  POINTER_FILE,
+  LOCK_FILE,
+  SUSPEND_STATE_FILE,
+  MEMORY_FILE,
+  QEMU_PID_FILE,
+  RUN_RECORD_FILE,
+  SET_ASIDE_DIR,
+} from "./filenames.js";
+export { QemuImg, mapQemuFailure, type QemuCheckResult, type QemuImageInfo, type QemuImgRunner } from "./qemu-img.js";
 
 // Images
 export { resolveImage, loadImageDir, type GuestImage, type ImageCheckOptions, type RecordedImage } from "./image.js";

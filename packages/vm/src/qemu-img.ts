@@ -101,7 +101,7 @@ export function defaultQemuImgRunner(): QemuImgRunner {
               reject(options.signal.reason);
               return;
             }
-            Object.assign(error, { stderr });
+            Object.assign(error, { stderr, stdout });
             reject(error);
             return;
           }
@@ -163,8 +163,49 @@ export class QemuImg {
     await this.call(["commit", "-q", "-d", "-f", "qcow2", top], { action: "merging a disk layer", path: top }, signal);
   }
 
-  /** Checks an image's metadata; resolves to the tool's report, rejects when it finds corruption. */
-  async check(file: string, signal?: AbortSignal): Promise<string> {
-    return this.call(["check", "-q", "-f", "qcow2", file], { action: "checking a disk layer", path: file }, signal);
+  /**
+   * Checks a qcow2 image's metadata (`qemu-img check`). Leaked clusters (space allocated but
+   * unused, what a QEMU killed mid-write leaves) are harmless: they resolve, with `leaksRemain`,
+   * and `repairLeaks` frees them (`-r leaks`, which writes into the image). Corruption rejects
+   * with VM_DISK_CORRUPT, its first error line in the message and the report in `details`.
+   */
+  async check(file: string, options: { repairLeaks?: boolean; signal?: AbortSignal } = {}): Promise<QemuCheckResult> {
+    const args = ["check", ...(options.repairLeaks ? ["-r", "leaks"] : []), "-f", "qcow2", file];
+    const context = { action: "checking a disk layer", path: file };
+    try {
+      const report = await this.run(args, { ...(options.signal ? { signal: options.signal } : {}) });
+      return { leaksRemain: false, report: report.trim() };
+    } catch (error) {
+      if (options.signal?.aborted && error === options.signal.reason) throw error;
+      if (error instanceof VmError) throw error;
+      const { code, stdout, stderr } = error as { code?: unknown; stdout?: unknown; stderr?: unknown };
+      const report = `${String(stdout ?? "")}\n${String(stderr ?? messageOf(error))}`.trim();
+      // qemu-img check's exit codes: 3 = leaked clusters remain (no corruption), 2 = corrupt.
+      if (code === CHECK_LEAKS_REMAIN) return { leaksRemain: true, report };
+      if (code === CHECK_CORRUPT) {
+        const first = (report.split("\n").find((line) => /^ERROR/.test(line.trim())) ?? firstLine(report))
+          .trim()
+          .slice(0, 300);
+        throw new VmError("VM_DISK_CORRUPT", `${context.action}: the disk file ${file} is damaged (${first})`, {
+          hint: "restore it from a template or destroy and recreate the instance",
+          cause: error,
+          details: { path: file, firstError: first, qemuOutput: report },
+        });
+      }
+      throw mapQemuFailure(String(stderr ?? messageOf(error)), context, error);
+    }
   }
 }
+
+/** What {@link QemuImg.check} found in an image without corruption. */
+export interface QemuCheckResult {
+  /** Leaked clusters remain (harmless: allocated host space no guest data uses). */
+  leaksRemain: boolean;
+  /** qemu-img's report, for details. */
+  report: string;
+}
+
+/** `qemu-img check` exit code: the check found corruption. */
+const CHECK_CORRUPT = 2;
+/** `qemu-img check` exit code: leaked clusters remain, nothing corrupt. */
+const CHECK_LEAKS_REMAIN = 3;

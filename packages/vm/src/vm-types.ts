@@ -1,5 +1,5 @@
 // The public shapes of a VM boot: what it needs (spec, options) and what it gives (RunningVm).
-import type { CheckpointResult, DiskStore } from "./disk-store.js";
+import type { CheckpointResult, DiskStore, RunRecovery } from "./disk-store.js";
 import type { VmError } from "./errors.js";
 import type { GuestVm } from "./guest-vm.js";
 import type { AcceleratorChoice, HostFacts, VmResources } from "./host.js";
@@ -113,7 +113,7 @@ export interface StartVmOptions {
   debug?: boolean;
   /** The disk store to open the disk with (default: a new one). */
   diskStore?: DiskStore;
-  /** Live progress for the user (the KVM check, a fall-back to TCG). */
+  /** Live progress for the user (a recovered disk, the KVM check, a fall-back to TCG). */
   onProgress?: (message: string) => void;
   /** How long a KVM boot may take before it is retried on TCG, in ms (default 45000). */
   kvmReadyTimeoutMs?: number;
@@ -165,6 +165,13 @@ export interface RunningVm extends GuestVm {
    * booted cold, and why. Undefined for a plain boot.
    */
   readonly restore: RestoreOutcome | undefined;
+  /**
+   * Set when the disk's previous run never reached its checkpoint or discard (its controller
+   * died, the host lost power): whether that run's writes became the checkpoint this boot
+   * started from, or could not be used and were set aside. Also a line in `warnings`. Undefined
+   * otherwise.
+   */
+  readonly recovery: RunRecovery | undefined;
   /**
    * Why the guest cannot answer any more while QEMU still runs, else undefined: `VM_HOST_DISK_FULL`
    * when QEMU paused the guest on a write the full host file system refused. Every guest operation

@@ -148,7 +148,7 @@ describe("runs and checkpoints", () => {
     await store.dropSavedMemory(dir); // nothing saved: nothing to do
   });
 
-  test("a lock left by a dead process is taken over, and the dead run's layer is removed", async () => {
+  test("a lock left by a dead process is taken over, and the dead run's writes are the new checkpoint", async () => {
     const dir = path.join(root, "inst");
     await store.createDisk(dir, { image, diskGiB: 1 });
     // A process that takes the disk, writes into its run layer and is SIGKILLed before its stop.
@@ -166,10 +166,15 @@ describe("runs and checkpoints", () => {
       child.once("exit", (code) => reject(new Error(`helper exited early (${code})`)));
     });
     await expect(store.openRun(dir)).rejects.toMatchObject({ code: "VM_DISK_BUSY" });
+    qemuIo(layerPath, `write -P 0xab 0 ${MiB}`); // what its QEMU wrote
     child.kill("SIGKILL");
     await new Promise((resolve) => child.once("exit", resolve));
     expect(fs.existsSync(layerPath)).toBe(true);
     const run = await store.openRun(dir);
+    expect(run.recovery?.outcome).toBe("recovered");
+    expect(pointerOf(dir).generation).toBe(1);
+    expect(hasPattern(run.layerPath, 0, MiB, 0xab)).toBe(true);
+    // Merged into the disk's own layer, as a stop's run layer is.
     expect(fs.existsSync(layerPath)).toBe(false);
     await run.discard();
   }, 30_000);
@@ -337,7 +342,7 @@ describe("templates", () => {
 });
 
 describe("crash states of a stop", () => {
-  test("a pointer flip that never happened leaves the old checkpoint and cleans the new layer", async () => {
+  test("a stop that died before its pointer flip is finished by the next open, and torn temp files go", async () => {
     const dir = path.join(root, "inst");
     await store.createDisk(dir, { image, diskGiB: 1 });
     await runAndWrite(dir, 0, 0x55);
@@ -349,10 +354,11 @@ describe("crash states of a stop", () => {
     // A torn temp pointer from the interrupted rename.
     await fsp.writeFile(path.join(dir, `.tmp-${POINTER_FILE}-deadbeef`), "{");
     const reopened = await store.openRun(dir);
-    expect(pointerOf(dir)).toEqual(before);
+    expect(reopened.recovery?.outcome).toBe("recovered");
+    expect(pointerOf(dir).generation).toBe(before.generation + 1);
     expect(fs.existsSync(run.layerPath)).toBe(false);
     expect(fs.readdirSync(dir).some((f) => f.startsWith(".tmp-"))).toBe(false);
-    expect(hasPattern(topLayer(dir), 0, MiB, 0x55)).toBe(true);
+    expect(hasPattern(topLayer(dir), 0, MiB, 0x66)).toBe(true);
     await reopened.discard();
   });
 

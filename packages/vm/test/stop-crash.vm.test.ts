@@ -1,6 +1,7 @@
 // Fault injection: SIGKILL the process that owns a VM at random moments of its stop. After every
 // kill, no QEMU may survive, every layer must pass `qemu-img check`, and the next boot must find
-// exactly the pre-stop or the post-stop generation — never a mix, never an unbootable disk.
+// exactly the pre-stop or the post-stop state — never a mix, never an unbootable disk; a kill
+// before the pointer flip is recovered from the run's layer by the next boot, never set aside.
 // Each trial costs one boot (~10-30 s under TCG): PI_SANDBOX_FAULT_TRIALS sets how many (default
 // 20, the acceptance number; about 3.5 min on an idle 2-core TCG host). The same for a suspend,
 // PI_SANDBOX_SUSPEND_FAULT_TRIALS times (default 3): a boot that resumes saved memory must find
@@ -9,7 +10,7 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { createInterface } from "node:readline";
-import { DiskStore } from "../src/index.js";
+import { DiskStore, SET_ASIDE_DIR } from "../src/index.js";
 import { TS_NODE_ARGS, tempDir } from "./helpers.js";
 import { qemuProcessesUsing, testImage } from "./vm-support.js";
 
@@ -24,6 +25,8 @@ interface ChildEvent {
   qemuPid?: number;
   totalMs?: number;
   warm?: boolean;
+  /** `RunningVm.recovery.outcome` of the boot, null without one. */
+  recovery?: string | null;
 }
 
 /** Runs the helper; `onEvent` sees each JSON line; resolves when it exits. */
@@ -95,6 +98,7 @@ async function faultTrials(how: "stop" | "suspend", trials: number): Promise<voi
     const windowMs = Math.max(600, stopMs * 1.2);
 
     let expected = new Set(["0"]);
+    let lastStopped = true;
     const outcomes: string[] = [];
     for (let trial = 1; trial <= trials; trial += 1) {
       const delayMs = Math.round(Math.random() * windowMs);
@@ -121,7 +125,15 @@ async function faultTrials(how: "stop" | "suspend", trials: number): Promise<voi
       expect(booted!.blob).toBe(booted!.marker === "none" ? "blob-none" : "blob-ok");
       // Saved memory is resumed only with the checkpoint taken with it: the newest one.
       if (booted!.warm) expect(booted!.marker).toBe(String(trial - 1));
-      outcomes.push(`${delayMs}ms:${stopped ? "after" : "during"}:${booted!.marker}${booted!.warm ? ":warm" : ""}`);
+      // Only a killed stop leaves a run to recover, and a SIGKILL never makes its layer unusable.
+      if (booted!.recovery !== null) {
+        expect(booted!.recovery).toBe("recovered");
+        expect(lastStopped).toBe(false);
+        expect(booted!.warm).toBe(false);
+      }
+      outcomes.push(
+        `${delayMs}ms:${stopped ? "after" : "during"}:${booted!.marker}${booted!.warm ? ":warm" : ""}${booted!.recovery ? ":recovered" : ""}`,
+      );
       if (!stopped) expect(exit.signal).toBe("SIGKILL");
 
       // QEMU died with its owner (parent-death signal), and every layer is sound.
@@ -133,6 +145,7 @@ async function faultTrials(how: "stop" | "suspend", trials: number): Promise<voi
       expect(isQemu(qemuPid)).toBe(false);
       checkLayers(diskDir);
       expected = stopped ? new Set([String(trial)]) : new Set([booted!.marker!, String(trial)]);
+      lastStopped = stopped;
     }
 
     // The last kill must also leave a bootable disk with one of its two generations.
@@ -143,6 +156,8 @@ async function faultTrials(how: "stop" | "suspend", trials: number): Promise<voi
     expect(check).toMatchObject({ code: 0 });
     expect(expected.has(final!.marker!)).toBe(true);
     expect(final!.blob).toBe("blob-ok");
+    if (final!.recovery !== null) expect([final!.recovery, lastStopped]).toEqual(["recovered", false]);
+    expect(fs.existsSync(path.join(diskDir, SET_ASIDE_DIR))).toBe(false);
     console.log(`${how} fault trials (window ${Math.round(windowMs)} ms): ${outcomes.join(" ")}`);
   } finally {
     await cleanup();

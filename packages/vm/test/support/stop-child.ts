@@ -20,7 +20,14 @@ const seen = await runInGuest(
   "cat /srv/marker 2>/dev/null || echo none; if [ -f /srv/blob.sha ]; then cd /srv && sha256sum -c --quiet blob.sha && echo blob-ok || echo blob-bad; else echo blob-none; fi",
 );
 const [marker, blob] = seen.stdout.trim().split("\n");
-say({ event: "booted", marker, blob, qemuPid: vm.hostPid, warm: vm.restore?.warm ?? false });
+say({
+  event: "booted",
+  marker,
+  blob,
+  qemuPid: vm.hostPid,
+  warm: vm.restore?.warm ?? false,
+  recovery: vm.recovery?.outcome ?? null,
+});
 if (mode === "check") {
   await vm.close();
   process.exit(0);
