@@ -97,6 +97,17 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
       for (const [key, secret] of Object.entries(secrets)) env[key] = secret.placeholder;
       const local = await createLocalGuestVm({ root: join(diskDir, "root"), name, env });
       const marker = join(diskDir, LOCAL_SUSPEND_MARKER);
+      // A run that never stopped, suspended or closed: its owner died. The files are all there
+      // (nothing is lost on the host), so it is "recovered", as a real disk's run layer would be.
+      const runMarker = join(diskDir, LOCAL_RUN_MARKER);
+      const interruptedAt = await stat(runMarker).then(
+        (info) => info.mtime.toISOString(),
+        () => undefined,
+      );
+      await writeFile(runMarker, "");
+      const recovery: LocalRuntimeVm["recovery"] = interruptedAt
+        ? { outcome: "recovered", lastWriteAt: interruptedAt, reopened: { generation: 0, at: interruptedAt } }
+        : undefined;
       const frozen = suspended.get(diskDir);
       suspended.delete(diskDir);
       let restore: LocalRuntimeVm["restore"];
@@ -115,6 +126,7 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         bootMs,
         fault: undefined,
         restore,
+        recovery,
         get hostPid() {
           return local.hostPid;
         },
@@ -139,6 +151,7 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
           const t = performance.now();
           live.delete(vm);
           await powerOff(local);
+          await rm(runMarker, { force: true });
           return { totalMs: performance.now() - t };
         },
         async suspend() {
@@ -147,12 +160,14 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
           await local.close();
           suspended.set(diskDir, vm);
           await writeFile(marker, "");
+          await rm(runMarker, { force: true });
           return { totalMs: performance.now() - t, memoryBytes: 0 };
         },
         async close() {
           live.delete(vm);
           if (suspended.get(diskDir) === vm) suspended.delete(diskDir);
           await powerOff(local);
+          await rm(runMarker, { force: true });
         },
       };
       live.add(vm);
@@ -212,6 +227,8 @@ async function powerOff(local: LocalGuestVm): Promise<void> {
 
 /** The file a local "suspend" leaves in the disk directory. */
 export const LOCAL_SUSPEND_MARKER = "suspended.local";
+/** The file a local "VM" keeps in its disk directory while it runs: one left over means its owner died. */
+export const LOCAL_RUN_MARKER = "running.local";
 
 async function exists(path: string): Promise<boolean> {
   return stat(path).then(

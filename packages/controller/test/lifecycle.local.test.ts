@@ -8,9 +8,10 @@ import { ControllerError, StateLayout } from "../src/client/index.js";
 import { parseConfig } from "@pi-sandbox/config";
 import { formatView } from "../src/actions/kit/text.js";
 import { inspectEntry, type EntryView } from "../src/state/inspect.js";
-import { readRecord, writeRecord } from "../src/state/records.js";
+import { readRecord, writeRecord, writeStatus } from "../src/state/records.js";
 import type { EntryKind } from "../src/state/layout.js";
 import { fetchText, sleep, type LocalRuntime } from "../src/testing.js";
+import { LOCAL_RUN_MARKER } from "../src/testing-runtime.js";
 import { localSandbox, type LocalDaemons, type LocalSandbox, type Loose } from "./support/local-daemon.js";
 
 const YAML = (extra = "") => `version: 1
@@ -140,6 +141,39 @@ test("a create whose daemon died before setup is finished by start; create again
   expect(await fetchText(started.previews[0].url)).toBe("200 Hello from setup\n");
   await call({ action: "stop", name: "half" });
   expect((await readRecord(layout, "instances", "half"))?.pendingCreate).toBeUndefined();
+});
+
+test("a create whose daemon died after setup keeps setup's work: start recovers the disk and runs no setup again", async () => {
+  // What a create SIGKILLed after its setup leaves: the run still open on its disk (its writes
+  // there), the record with its pending part, and the status naming setup done.
+  await mkdir(layout.entryDir("instances", "late"), { recursive: true });
+  const disk = layout.diskDir("instances", "late");
+  await runtime.disks.createDisk(disk, { diskGiB: 4 });
+  await mkdir(join(disk, "root/workspace"), { recursive: true });
+  await writeFile(join(disk, "root/workspace/index.html"), "Hello from before the crash\n");
+  await writeFile(join(disk, "root/workspace/.sandbox.yaml"), YAML());
+  await writeFile(join(disk, LOCAL_RUN_MARKER), "");
+  await writeRecord(layout, {
+    kind: "instances",
+    name: "late",
+    createdAt: new Date().toISOString(),
+    config: parseConfig(YAML(), { sourcePath: join(dir, "sandbox.yaml") }),
+    pendingCreate: { configText: YAML() },
+  });
+  const setup = { exitCode: 0, at: new Date().toISOString() };
+  await writeStatus(layout, "instances", "late", { state: "starting", updatedAt: setup.at, setup });
+  const progress: string[] = [];
+  const started = await call({ action: "start", name: "late" }, progress);
+  expect(progress).toContain("[boot] the interrupted create had finished setup: its work is kept");
+  expect(progress).not.toContain("[boot] finishing the interrupted create of late");
+  expect(progress.some((line) => line.startsWith("[setup]"))).toBe(false);
+  expect(started).toMatchObject({ state: "running", recovery: { outcome: "recovered" } });
+  expect(formatView(started as EntryView)).toMatch(
+    /^recovered: {3}the disk as of .*, when its controller stopped without a checkpoint$/m,
+  );
+  expect(await fetchText(started.previews[0].url)).toBe("200 Hello from before the crash\n");
+  expect((await readRecord(layout, "instances", "late"))?.pendingCreate).toBeUndefined();
+  await call({ action: "stop", name: "late" });
 });
 
 test("a failing setup is reported and the instance starts anyway; prepare with it publishes no template", async () => {

@@ -87,7 +87,9 @@ test("create → preview → exec → files → stop → start keeps the URL and
   });
 });
 
-test("a SIGKILLed daemon reads interrupted at once, leaves no QEMU, and start reopens the checkpoint", async () => {
+test("a SIGKILLed daemon reads interrupted at once, leaves no QEMU, and start recovers what the guest synced", async () => {
+  const synced = await call({ action: "exec", name: "demo", cmd: "echo work > /workspace/w.txt && sync" });
+  expect(synced.exitCode).toBe(0);
   const before = await call({ action: "inspect", name: "demo" });
   expect(before.state).toBe("running");
   // What the QEMU holds, and where: the guest's RAM, TCG's translation cache (none under KVM), QEMU.
@@ -104,11 +106,19 @@ test("a SIGKILLed daemon reads interrupted at once, leaves no QEMU, and start re
   expect(view.state).toBe("interrupted");
   expect(view.hint).toMatch(/start/);
   expect(await qemuGone(sandbox.dir, 5000)).toEqual([]);
-  const started = await call({ action: "start", name: "demo" });
+  const progress: string[] = [];
+  const started = await call(
+    { action: "start", name: "demo" },
+    { onProgress: (e) => progress.push(`[${e.stage}] ${e.message}`) },
+  );
   expect(started.state).toBe("running");
+  expect(started.recovery).toMatchObject({ outcome: "recovered" });
+  expect(progress.join("\n")).toMatch(/\[boot\] recovered the disk as of /);
   expect((await call({ action: "read", name: "demo", path: "/workspace/note.txt" })).content).toBe(
     "kept across stop\n",
   );
+  // Written and synced after the last stop, before the kill: kept.
+  expect((await call({ action: "read", name: "demo", path: "/workspace/w.txt" })).content).toBe("work\n");
   await call({ action: "stop", name: "demo" });
 });
 

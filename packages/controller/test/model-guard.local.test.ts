@@ -298,6 +298,20 @@ describe("the ways through a review found", () => {
     expect(lines[reaches]).toContain(`image (boot asset): boots the image in ${join(dir, "images/dev")}`);
   });
 
+  test("the user's own create names the same reach in its notice line", async () => {
+    await localDaemon("reach-user");
+    const events: string[] = [];
+    await callAction(
+      { action: "create", name: "reach-user", config: "reach.yaml" },
+      { env, cwd: project, onProgress: (e) => events.push(`[${e.stage}] ${e.message}`) },
+    ).catch(() => undefined);
+    const notice = events.find((e) => e.startsWith("[config] this config reaches the host: "));
+    expect(notice).toContain("network.hostPorts (host port): opens to the guest the host's 127.0.0.1 ports 6379");
+    expect(notice).toContain(`guest's placeholder read from file:${join(project, "ph.txt")}`);
+    expect(notice).toContain(`image (boot asset): boots the image in ${join(dir, "images/dev")}`);
+    await asUser({ action: "destroy", name: "reach-user", confirm: "reach-user" }).catch(() => undefined);
+  });
+
   test("a config that only opens a host port is asked about too", async () => {
     await writeFile(join(project, "port.yaml"), "version: 1\nnetwork: { hostPorts: [2375] }\n");
     const { result } = asModel({ action: "create", name: "port", config: "port.yaml" });

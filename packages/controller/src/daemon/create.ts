@@ -27,6 +27,8 @@ type Progress = (event: ProgressEvent) => void;
 /** How the lifecycle boots an instance disk (see `Lifecycle.boot`). */
 export interface BootOptions {
   pendingCreate?: NonNullable<EntryRecord["pendingCreate"]>;
+  /** The pending create is one whose daemon died (a start finishes it), not a create's own first boot. */
+  interrupted?: boolean;
   /** Set once setup ran (or was not due): a failure after it keeps the instance. */
   setupDone?: boolean;
   secretSalt: string;

@@ -43,6 +43,9 @@ export async function runSetup(
 ): Promise<SetupResult> {
   progress({ stage: "setup", message: `running setup (${config.setup.length} command(s), 20 min deadline)` });
   const setup = await withSetupProgress(supervisor, progress, supervisor.runSetup({ commands: config.setup }));
+  // On the disk before it is recorded as done: a controller that dies later leaves a run whose
+  // disk a start recovers, and it then trusts that setup's work is there and does not run it again.
+  await supervisor.exec("sync", { cwd: "/", timeoutMs: 60_000 }).catch(() => undefined);
   progress({
     stage: "setup",
     message: setup.ok

@@ -116,9 +116,7 @@ export class Lifecycle {
     // Each daemon starts with a fresh status; the last setup's outcome stays until the next setup.
     const previous = await readStatus(this.state.layout, "instances", this.name);
     if (previous?.setup) this.state.status.setup = previous.setup;
-    if (record.pendingCreate) {
-      progress({ stage: "boot", message: `finishing the interrupted create of ${this.name}` });
-    }
+    if (previous?.setAside) this.state.status.setAside = previous.setAside;
     try {
       let secretSalt = record.secretSalt;
       if (!secretSalt) {
@@ -126,7 +124,7 @@ export class Lifecycle {
         await writeRecord(this.state.layout, { ...record, secretSalt });
       }
       await this.boot(record.config, progress, {
-        ...(record.pendingCreate ? { pendingCreate: record.pendingCreate } : {}),
+        ...(record.pendingCreate ? { pendingCreate: record.pendingCreate, interrupted: true } : {}),
         secretSalt,
         ...(previous?.state === "suspended" ? { suspended: previous } : {}),
       });
@@ -158,11 +156,12 @@ export class Lifecycle {
       options.secretSalt,
       options.pendingCreate?.freshDisk === true,
     );
+    const pendingCreate = await this.noteRecovery(vm, options, progress);
     const warm = await noteRestore(state, vm, progress);
     // Its services run on in the resumed memory: previews waiting for this wake may go on now.
     if (warm) state.guestResumed();
     const supervisor = await this.startAgent(vm, config, progress, warm);
-    if (options.pendingCreate?.newIdentity) {
+    if (pendingCreate?.newIdentity) {
       progress({ stage: "boot", message: IDENTITY_PROGRESS });
       await this.runtime.giveOwnIdentity(supervisor, this.name);
     }
@@ -170,7 +169,7 @@ export class Lifecycle {
       options.setupDone = true;
       return finishWarmStart(state, this.guest, options.suspended, progress, started);
     }
-    const configText = options.pendingCreate?.configText;
+    const configText = pendingCreate?.configText;
     if (configText !== undefined) {
       await installGuestConfig(supervisor, configText);
       const setup = await runSetup(supervisor, config, progress);
@@ -209,6 +208,63 @@ export class Lifecycle {
     progress({ stage: "done", message: `${this.name} is running` });
   }
 
+  /**
+   * Records what the boot found of a run whose controller died (its layer is now the checkpoint,
+   * or it was set aside), and returns what remains of a pending create: nothing when the run that
+   * died had finished setup (its work is on the recovered disk, and setup must not run again).
+   */
+  private async noteRecovery(
+    vm: RuntimeVm,
+    options: BootOptions,
+    progress: Progress,
+  ): Promise<BootOptions["pendingCreate"]> {
+    const { state } = this;
+    const found = vm.recovery;
+    let pending = options.pendingCreate;
+    if (found) {
+      const setAside = found.setAside
+        ? [
+            ...(state.status.setAside ?? []),
+            {
+              path: found.setAside.path,
+              bytes: found.setAside.bytes,
+              at: new Date().toISOString(),
+              lastWriteAt: found.lastWriteAt,
+              reason: found.setAside.reason,
+            },
+          ]
+        : state.status.setAside;
+      const recovery = {
+        outcome: found.outcome,
+        lastWriteAt: found.lastWriteAt,
+        reopened: found.reopened,
+        at: new Date().toISOString(),
+      };
+      await state.setState("starting", { recovery, ...(setAside ? { setAside } : {}) });
+      if (found.outcome === "set-aside") {
+        state.recordError(
+          "CONTROLLER_RUN_SET_ASIDE",
+          `the disk of the run that ended without a checkpoint could not be used (${found.setAside?.reason ?? "unusable"}); reopened the checkpoint of ${found.reopened.at}`,
+          `It is kept at ${found.setAside?.path ?? "the disk's set-aside directory"} until you remove it.`,
+        );
+      }
+      // The create's first boot got as far as finishing setup: its work is on this disk.
+      if (pending && options.interrupted && found.outcome === "recovered" && state.status.setup) {
+        const record = await readRecord(state.layout, "instances", this.name);
+        if (record?.pendingCreate) {
+          const { pendingCreate: _kept, ...created } = record;
+          await writeRecord(state.layout, created);
+        }
+        progress({ stage: "boot", message: "the interrupted create had finished setup: its work is kept" });
+        pending = undefined;
+      }
+    }
+    if (pending && options.interrupted) {
+      progress({ stage: "boot", message: `finishing the interrupted create of ${this.name}` });
+    }
+    return pending;
+  }
+
   private async bootVm(
     diskDir: string,
     config: SandboxConfig,
@@ -229,6 +285,7 @@ export class Lifecycle {
     const names = Object.keys(secrets);
     if (names.length > 0) progress({ stage: "boot", message: `secrets kept on the host: ${names.join(", ")}` });
     progress({ stage: "boot", message: `booting (${config.resources.cpus} cpu, ${config.resources.memoryGiB} GiB)` });
+    const said = new Set<string>();
     const vm = await this.runtime.bootVm({
       name: this.name,
       diskDir,
@@ -237,7 +294,10 @@ export class Lifecycle {
       mounts,
       seedAgent: freshDisk,
       logger: state.log.child("[vm]"),
-      onProgress: (message) => progress({ stage: "boot", message }),
+      onProgress: (message) => {
+        said.add(message);
+        progress({ stage: "boot", message });
+      },
     });
     state.vm = vm;
     // After an auto-suspend the previews are still bound (their requests woke this boot): kept.
@@ -250,7 +310,8 @@ export class Lifecycle {
           wake: () => state.wake(),
         })
       : undefined;
-    for (const warning of vm.warnings) progress({ stage: "boot", message: warning });
+    // A warning the boot already said as progress (a fall-back to TCG, a recovered run) is not repeated.
+    for (const warning of vm.warnings) if (!said.has(warning)) progress({ stage: "boot", message: warning });
     progress({ stage: "boot", message: `guest ready in ${(vm.bootMs / 1000).toFixed(1)} s (${vm.accelerator.accel})` });
     await state.setState("starting", {
       accelerator: vm.accelerator.accel,

@@ -16,6 +16,7 @@ import {
   DiskStore,
   startVm,
   type GuestVm,
+  type RunRecovery,
   type UpstreamOverrides,
   type VmError,
   type VmMount,
@@ -51,6 +52,8 @@ export interface RuntimeVm extends GuestVm {
    * checkpoint only (`memoryBytes` 0), and its next boot is cold.
    */
   suspend(): Promise<{ totalMs: number; memoryBytes: number }>;
+  /** Set when the disk held a run its controller never finished: recovered, or set aside. */
+  readonly recovery: RunRecovery | undefined;
   /** Set when the boot found saved memory: resumed (`warm`), or booted cold and why. */
   readonly restore: { warm: true; restoreMs: number } | { warm: false; reason: string } | undefined;
   /** Ends the VM without saving anything since the boot. */

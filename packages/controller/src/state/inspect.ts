@@ -14,7 +14,9 @@ import {
   type PreviewLinkInfo,
   type RecordedError,
   type LastStart,
+  type RecoveryInfo,
   type RestoreInfo,
+  type SetAsideLayer,
 } from "./records.js";
 
 /** What `inspect` returns (and `list` returns one of per entry). */
@@ -56,6 +58,10 @@ export interface EntryView {
   setup?: EntryStatus["setup"];
   /** Whether the last start resumed the memory a suspend saved, or booted cold and why. */
   restore?: RestoreInfo;
+  /** What the last start found of a run whose controller died: recovered, or set aside. */
+  recovery?: RecoveryInfo;
+  /** Disk layers set aside by such starts that are still on the host, until the user removes them. */
+  setAside?: SetAsideLayer[];
   /** The last start (or create): when it reached running, how long it took, warm or cold. */
   lastStart?: LastStart;
   /** Background resume handle for exec-status. */
@@ -170,11 +176,28 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
   // Of the last start; a suspend since then makes it moot.
   if (status?.restore && state !== "suspended" && state !== "suspending") view.restore = status.restore;
   if (status?.lastStart) view.lastStart = status.lastStart;
+  if (status?.recovery) view.recovery = status.recovery;
+  // Removed by the user meanwhile: no longer listed.
+  const kept = await keptLayers(status?.setAside ?? []);
+  if (kept.length > 0) view.setAside = kept;
   if (status?.resumePid && state === "running") view.resumePid = status.resumePid;
   if (status?.savedMemory && kind === "templates") view.savedMemory = status.savedMemory;
   if (liveness.live && liveness.pid) view.daemonPid = liveness.pid;
   if (hint) view.hint = hint;
   return view;
+}
+
+/** The set-aside layers still on the host. */
+async function keptLayers(layers: readonly SetAsideLayer[]): Promise<SetAsideLayer[]> {
+  const present = await Promise.all(
+    layers.map((layer) =>
+      access(layer.path).then(
+        () => true,
+        () => false,
+      ),
+    ),
+  );
+  return layers.filter((_, i) => present[i]);
 }
 
 /** Views of every entry of a kind; entries without a readable record are skipped. */

@@ -33,6 +33,35 @@ export interface LastStart {
 
 export type RestoreInfo = { warm: true; restoreMs: number } | { warm: false; reason: string };
 
+/**
+ * What a start found of a run whose controller died (SIGKILL, OOM, a host reboot): its disk layer
+ * became the checkpoint it reopened (`recovered`, crash-consistent like a power cut), or it could
+ * not be used and was moved aside (`set-aside`), the last checkpoint reopened instead.
+ */
+export interface RecoveryInfo {
+  outcome: "recovered" | "set-aside";
+  /** ISO time of the interrupted run's last disk write. */
+  lastWriteAt: string;
+  /** The checkpoint reopened: its generation and ISO time. */
+  reopened: { generation: number; at: string };
+  /** When this start found it. */
+  at: string;
+}
+
+/** A disk layer moved aside because it could not be used: kept until the user removes it. */
+export interface SetAsideLayer {
+  /** Where it is on the host. */
+  path: string;
+  /** Host bytes. */
+  bytes: number;
+  /** ISO time it was set aside. */
+  at: string;
+  /** ISO time of its last write. */
+  lastWriteAt: string;
+  /** Why it was not used. */
+  reason: string;
+}
+
 /** What an instance or template is: written once at creation. */
 export interface EntryRecord {
   /** Namespace. */
@@ -114,6 +143,10 @@ export interface EntryStatus {
   previewAddress?: { address: string; shared?: string };
   /** Set by a start that found saved memory (after a suspend): whether it resumed, else why not. */
   restore?: RestoreInfo;
+  /** Set by a start that found a run its controller never finished: what it reopened. */
+  recovery?: RecoveryInfo;
+  /** Disk layers set aside by such starts, kept until the user removes them. */
+  setAside?: SetAsideLayer[];
   /** The last start (or create): when it reached running, how long it took, and whether it resumed saved memory. */
   lastStart?: LastStart;
   /** Startup, setup, resume or readiness problems. */

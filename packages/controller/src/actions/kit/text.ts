@@ -69,6 +69,16 @@ export function formatView(view: EntryView): string {
         ? `restore:     resumed from saved memory in ${(view.restore.restoreMs / 1000).toFixed(1)} s`
         : `restore:     booted cold: ${indented(view.restore.reason, INDENT)}`,
     );
+  if (view.recovery)
+    lines.push(
+      view.recovery.outcome === "recovered"
+        ? `recovered:   the disk as of ${view.recovery.lastWriteAt}, when its controller stopped without a checkpoint`
+        : `recovered:   no; the run that ended without a checkpoint was set aside, and the checkpoint of ${view.recovery.reopened.at} reopened`,
+    );
+  for (const layer of view.setAside ?? [])
+    lines.push(
+      `set aside:   ${oneLine(layer.path)} (${formatMiB(layer.bytes)}, last written ${layer.lastWriteAt}): ${indented(layer.reason, INDENT)}`,
+    );
   if (view.lastStart)
     lines.push(
       `last start:  ${(view.lastStart.ms / 1000).toFixed(1)} s (${view.lastStart.warm ? "resumed" : "booted"}) at ${view.lastStart.at}`,
