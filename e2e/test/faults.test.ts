@@ -1,8 +1,8 @@
 // Faults a user meets on real VMs, driven through the controller client: a crash-looping service,
 // a readiness failure, the network allow-list, the terminal across stop, and a guest that never
 // boots. One instance is shared by the first four; the bad image boots in parallel with it.
-import { randomBytes } from "node:crypto";
-import { readdir, symlink, writeFile, mkdir } from "node:fs/promises";
+import { createHash, randomBytes } from "node:crypto";
+import { copyFile, link, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { isControllerError } from "@pi-sandbox/controller/client";
 import { execFileAsync, testImage } from "./support.js";
@@ -41,13 +41,26 @@ let created: Record<string, any>; // eslint-disable-line @typescript-eslint/no-e
 let createdAt = 0;
 let badImage: Promise<{ error: unknown; ms: number }>;
 
+/**
+ * The test image with a kernel of random bytes: its other files hard-linked (an image's files must
+ * lie inside its directory, so no symlinks), its manifest naming the random kernel's checksum.
+ */
 async function makeBrokenImage(dir: string): Promise<string> {
   const image = join(dir, "broken-image");
   await mkdir(image);
   for (const file of await readdir(testImage())) {
-    if (file !== "vmlinuz-virt") await symlink(join(testImage(), file), join(image, file));
+    if (file === "vmlinuz-virt" || file === "manifest.json") continue;
+    await link(join(testImage(), file), join(image, file)).catch(() =>
+      copyFile(join(testImage(), file), join(image, file)),
+    );
   }
-  await writeFile(join(image, "vmlinuz-virt"), randomBytes(4 * 1024 * 1024));
+  const kernel = randomBytes(4 * 1024 * 1024);
+  await writeFile(join(image, "vmlinuz-virt"), kernel);
+  const manifest = JSON.parse(await readFile(join(testImage(), "manifest.json"), "utf8")) as {
+    checksums?: Record<string, string>;
+  };
+  if (manifest.checksums) manifest.checksums.kernel = createHash("sha256").update(kernel).digest("hex");
+  await writeFile(join(image, "manifest.json"), JSON.stringify(manifest));
   return image;
 }
 

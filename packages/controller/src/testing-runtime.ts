@@ -163,11 +163,11 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
           await rm(runMarker, { force: true });
           return { totalMs: performance.now() - t, memoryBytes: 0 };
         },
-        async close() {
+        async close(options) {
           live.delete(vm);
           if (suspended.get(diskDir) === vm) suspended.delete(diskDir);
           await powerOff(local);
-          await rm(runMarker, { force: true });
+          if (!options?.keepRun) await rm(runMarker, { force: true });
         },
       };
       live.add(vm);

@@ -281,7 +281,7 @@ test("concurrent callers: two starts boot once; guest actions before the boot an
   await expect(late).rejects.toMatchObject({ code: "CONTROLLER_DAEMON_EXITING" });
 });
 
-test("a VM that exits by itself reads failed with the reason, and start reopens it", async () => {
+test("a VM that exits by itself reads failed with the reason, and start recovers its run", async () => {
   await create("crashy");
   const controller = await daemon("crashy");
   const [vm] = [...runtime.live];
@@ -291,7 +291,11 @@ test("a VM that exits by itself reads failed with the reason, and start reopens 
   const view = await inspectEntry(layout, "instances", "crashy");
   expect(view.state).toBe("failed");
   expect(view.errors).toEqual([expect.objectContaining({ code: "CONTROLLER_VM_EXITED" })]);
-  expect((await call({ action: "start", name: "crashy" })).state).toBe("running");
+  // The run was kept, not discarded: the start recovers it.
+  expect(await call({ action: "start", name: "crashy" })).toMatchObject({
+    state: "running",
+    recovery: { outcome: "recovered" },
+  });
   await call({ action: "stop", name: "crashy" });
 });
 

@@ -2,7 +2,8 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ControllerError, StateLayout } from "../src/client/index.js";
-import { fetchText, makeSandbox, SEED_YAML, qemuFor, qemuGone, teardown, type Sandbox } from "../src/testing.js";
+import { readStatus } from "../src/state/records.js";
+import { fetchText, makeSandbox, SEED_YAML, qemuFor, qemuGone, teardown, until, type Sandbox } from "../src/testing.js";
 
 let sandbox: Sandbox;
 let call: Sandbox["call"];
@@ -119,6 +120,43 @@ test("a SIGKILLed daemon reads interrupted at once, leaves no QEMU, and start re
   );
   // Written and synced after the last stop, before the kill: kept.
   expect((await call({ action: "read", name: "demo", path: "/workspace/w.txt" })).content).toBe("work\n");
+});
+
+test("QEMU killed alone: the instance reads failed, and start recovers what the guest synced", async () => {
+  await call({ action: "exec", name: "demo", cmd: "echo qemu > /workspace/q.txt && sync" });
+  const [qemu] = qemuFor(sandbox.dir);
+  expect(qemu).toBeDefined();
+  process.kill(qemu!, "SIGKILL");
+  await until(
+    "the instance to read failed",
+    async () => (await call({ action: "inspect", name: "demo" })).state === "failed",
+    30_000,
+  );
+  const view = await call({ action: "inspect", name: "demo" });
+  expect(view.errors).toEqual(expect.arrayContaining([expect.objectContaining({ code: "CONTROLLER_VM_EXITED" })]));
+  const started = await call({ action: "start", name: "demo" });
+  expect(started.recovery).toMatchObject({ outcome: "recovered" });
+  expect((await call({ action: "read", name: "demo", path: "/workspace/q.txt" })).content).toBe("qemu\n");
+});
+
+test("a daemon SIGKILLed during suspend: start recovers what the guest synced before it", async () => {
+  await call({ action: "exec", name: "demo", cmd: "echo suspend > /workspace/s.txt && sync" });
+  const { daemonPid } = await call({ action: "inspect", name: "demo" });
+  const suspending = call({ action: "suspend", name: "demo" }).catch((e: unknown) => e);
+  const layout = new StateLayout(sandbox.home);
+  // Read from the status file (inspect samples QEMU's CPU for 200 ms): the suspend is under way.
+  await until(
+    "the suspend to begin",
+    async () => (await readStatus(layout, "instances", "demo"))?.state === "suspending",
+    30_000,
+    20,
+  );
+  process.kill(daemonPid, "SIGKILL");
+  await suspending;
+  expect(await qemuGone(sandbox.dir, 15_000)).toEqual([]);
+  const started = await call({ action: "start", name: "demo" });
+  expect(started.state).toBe("running");
+  expect((await call({ action: "read", name: "demo", path: "/workspace/s.txt" })).content).toBe("suspend\n");
   await call({ action: "stop", name: "demo" });
 });
 

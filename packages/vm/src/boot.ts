@@ -26,6 +26,7 @@ import type { RestoreOutcome, RunningVm, StartVmOptions } from "./vm-types.js";
 export { mapStartError } from "./boot-attempt.js";
 export { gondolinVmOf } from "./booted-vm.js";
 export type {
+  CloseOptions,
   RestoreOutcome,
   RunningVm,
   StartVmOptions,

@@ -22,7 +22,7 @@ import {
   type SavedMachine,
   type SuspendState,
 } from "./vm-memory.js";
-import type { RestoreOutcome, RunningVm, StopResult, SuspendResult } from "./vm-types.js";
+import type { CloseOptions, RestoreOutcome, RunningVm, StopResult, SuspendResult } from "./vm-types.js";
 
 const DEFAULT_SYNC_TIMEOUT_MS = 120_000;
 /** Bound of QEMU writing the guest's memory (a few GiB at disk speed). */
@@ -277,7 +277,7 @@ export class BootedVm implements RunningVm {
     }
   }
 
-  close(): Promise<void> {
+  close(options: CloseOptions = {}): Promise<void> {
     if (this.stopping)
       return this.stopping.then(
         () => undefined,
@@ -290,7 +290,7 @@ export class BootedVm implements RunningVm {
       await this.secrets?.close?.().catch(() => undefined);
       await ensureQemuGone(pid);
       await fsp.rm(this.runtimeDir, { recursive: true, force: true }).catch(() => undefined);
-      await this.run.discard();
+      await (options.keepRun ? this.run.release() : this.run.discard());
     })();
     return this.closing;
   }

@@ -136,6 +136,11 @@ export interface DiskRun {
   checkpoint(options: { grown: boolean; signal?: AbortSignal }): Promise<CheckpointResult>;
   /** Drops everything the run wrote, keeps the previous checkpoint, and releases the disk. */
   discard(): Promise<void>;
+  /**
+   * Releases the disk without deciding about the run: its layer and run record stay, so the next
+   * openRun recovers it. For a run whose QEMU died on its own: what it wrote is the newest state.
+   */
+  release(): Promise<void>;
 }
 
 export function diskBytesOf(diskGiB: number): number {

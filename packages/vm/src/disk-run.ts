@@ -98,6 +98,16 @@ export class OpenRun implements DiskRun {
     }
   }
 
+  async release(): Promise<void> {
+    if (this.finished) return;
+    this.finished = true;
+    try {
+      await removeQemuPidRecord(this.dir).catch(() => undefined);
+    } finally {
+      await this.lock.release();
+    }
+  }
+
   async discard(): Promise<void> {
     if (this.finished) return;
     this.finished = true;

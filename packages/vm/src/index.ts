@@ -10,6 +10,7 @@ export {
   type StopResult,
   type SuspendResult,
   type RestoreOutcome,
+  type CloseOptions,
   type VmSpec,
   type VmSecret,
   type VmMount,

@@ -150,6 +150,16 @@ export type RestoreOutcome =
   /** The saved memory could not be used; the guest booted cold from the same disk checkpoint. */
   | { warm: false; reason: string };
 
+/** How `RunningVm.close()` leaves the run. */
+export interface CloseOptions {
+  /**
+   * Keep the run's layer (and its record) for the next start, which recovers it as the newest
+   * state, crash-consistent like a power cut. For a VM whose QEMU died on its own: closing it
+   * otherwise would throw away everything since the last checkpoint.
+   */
+  keepRun?: boolean;
+}
+
 /** A booted VM on an instance disk. `stop()` checkpoints; `close()` discards the run. */
 export interface RunningVm extends GuestVm {
   /** The disk directory. */
@@ -206,8 +216,11 @@ export interface RunningVm extends GuestVm {
    * still checkpointed if the guest synced: `details.diskSaved`); otherwise as `stop()`.
    */
   suspend(options?: { syncTimeoutMs?: number }): Promise<SuspendResult>;
-  /** Closes the VM WITHOUT a checkpoint: everything written since start is dropped. Idempotent. */
-  close(): Promise<void>;
+  /**
+   * Closes the VM WITHOUT a checkpoint: everything written since start is dropped, unless
+   * `keepRun` leaves it for the next start to recover (see {@link CloseOptions}). Idempotent.
+   */
+  close(options?: CloseOptions): Promise<void>;
   /** Same as `close()`. */
   [Symbol.asyncDispose](): Promise<void>;
 }

@@ -216,8 +216,9 @@ export class InstanceController {
 
   /**
    * Called every second by the daemon: a VM whose QEMU exited by itself (crash, OOM kill, someone
-   * killed it) must not keep reading "running". The run is discarded (the last checkpoint stays
-   * current), the status says failed with the reason, and the daemon exits.
+   * killed it) must not keep reading "running". The run is kept for the next start, which recovers
+   * what the disk held (crash-consistent, like a power cut); the status says failed with the
+   * reason, and the daemon exits.
    */
   checkVm(): void {
     const state = this.#state;
@@ -241,10 +242,10 @@ export class InstanceController {
       if (state.vm !== vm) return;
       state.recordError(
         "CONTROLLER_VM_EXITED",
-        `the VM of ${state.name} exited unexpectedly; work since the last stop is lost`,
-        `Start it again with {"action":"start","name":"${state.name}"}; the last checkpoint is intact.`,
+        `the VM of ${state.name} exited unexpectedly; what the guest had not synced to its disk is lost`,
+        `Start it again with {"action":"start","name":"${state.name}"}; it reopens the disk as the VM left it.`,
       );
-      await this.#lifecycle.teardown({ checkpoint: false }).catch(() => undefined);
+      await this.#lifecycle.teardown({ checkpoint: false, keepRun: true }).catch(() => undefined);
       await state.setState("failed", { previews: [] }).catch(() => undefined);
       state.finish();
     }).catch(() => undefined);

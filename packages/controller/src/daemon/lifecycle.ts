@@ -35,8 +35,10 @@ type Progress = (event: ProgressEvent) => void;
 
 /** What a teardown keeps. */
 export interface TeardownOptions {
-  /** Checkpoint the disk (else the run is discarded). */
+  /** Checkpoint the disk (else the run is discarded, or kept with `keepRun`). */
   checkpoint: boolean;
+  /** Without a checkpoint, keep the run for the next start to recover (its QEMU died on its own). */
+  keepRun?: boolean;
   /** Save the memory too (a suspend). */
   keepMemory?: boolean;
   /** Leave the previews bound (an auto-suspend). */
@@ -407,7 +409,7 @@ export class Lifecycle {
     }
     if (!vm) return undefined;
     if (!options.checkpoint) {
-      await vm.close();
+      await vm.close(options.keepRun ? { keepRun: true } : {});
       return undefined;
     }
     const result = options.keepMemory ? await vm.suspend() : await vm.stop();

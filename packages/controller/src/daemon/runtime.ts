@@ -56,8 +56,11 @@ export interface RuntimeVm extends GuestVm {
   readonly recovery: RunRecovery | undefined;
   /** Set when the boot found saved memory: resumed (`warm`), or booted cold and why. */
   readonly restore: { warm: true; restoreMs: number } | { warm: false; reason: string } | undefined;
-  /** Ends the VM without saving anything since the boot. */
-  close(): Promise<void>;
+  /**
+   * Ends the VM without a checkpoint: everything since the boot is dropped, or with `keepRun`
+   * left for the next boot to recover (a VM whose QEMU died on its own).
+   */
+  close(options?: { keepRun?: boolean }): Promise<void>;
   /**
    * Replaces a secret's value from the next request on; with `placeholder`, also what the guest
    * sends for it (earlier placeholders keep working until the VM stops).
