@@ -67,6 +67,19 @@ test("an image without python3 is named as missing it, with what needs it", asyn
   expect(result.ok).toBe(false);
 });
 
+test("an image whose manifest leads outside its directory fails the image check, as a boot would refuse it", async () => {
+  const image = join(dir, "escaping");
+  await mkdir(image);
+  await writeFile(join(dir, "secret"), "not an image\n");
+  for (const file of ["vmlinuz-virt", "initramfs.cpio.lz4"]) await writeFile(join(image, file), "x");
+  await writeFile(join(image, "manifest.json"), JSON.stringify({ assets: { rootfs: "../secret" } }));
+  await writeFile(join(dir, "escaping.yaml"), "version: 1\nimage: ./escaping\n");
+  const result = await doctor({ ...process.env, PI_SANDBOX_HOME: join(dir, "state") }, "escaping.yaml");
+  expect(check(result, "image")).toMatchObject({ status: "fail", detail: expect.stringContaining("outside") });
+  expect(check(result, "config")?.status).toBe("ok");
+  expect(result.ok).toBe(false);
+});
+
 test("the accelerator check reports what a boot would really get", async () => {
   // A QEMU that answers --version but aborts on KVM, as on hosts whose /dev/kvm cannot run guests.
   const bin = join(dir, "bin");

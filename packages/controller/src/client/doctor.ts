@@ -5,7 +5,7 @@ import { access } from "node:fs/promises";
 import { arch, platform } from "node:os";
 import { delimiter, join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { isImageName, loadConfig } from "@pi-sandbox/config";
+import { isCodedError, isImageName, loadConfig } from "@pi-sandbox/config";
 import { DEFAULT_IMAGE_NAME, imageCacheRoot, isImageError, listImages, resolveImageRef } from "@pi-sandbox/image";
 import { chooseAccelerator, loadImageDir, probeHost, resolveAccelerator } from "@pi-sandbox/vm/host";
 import { isControllerError } from "../errors.js";
@@ -247,9 +247,13 @@ export async function runDoctor(
       checks.push({ name: "config", status: "ok", detail: `${configPath} is valid` });
       const imagePath = await configImageDir(config.image, options.env, checks);
       if (imagePath !== undefined) {
-        kernelPath = (await loadImageDir(imagePath, { stateRoot: layout.runtimeDir() }).catch(() => undefined))
-          ?.kernelPath;
-        const rootfs = join(imagePath, "rootfs.ext4");
+        // The same checks a boot makes (files inside the directory, checksums): a refusal is the answer.
+        const loaded = await loadImageDir(imagePath, { stateRoot: layout.runtimeDir() }).catch((error: unknown) =>
+          isCodedError(error) && error.code === "VM_IMAGE_INVALID" ? error : undefined,
+        );
+        if (loaded instanceof Error) throw loaded;
+        kernelPath = loaded?.kernelPath;
+        const rootfs = loaded?.rootfsPath ?? join(imagePath, "rootfs.ext4");
         try {
           await access(rootfs, constants.R_OK);
           checks.push({
@@ -281,15 +285,23 @@ export async function runDoctor(
         }
       }
     } catch (error) {
-      checks.push({
-        name: "config",
-        status: "fail",
-        detail: (error as Error).message,
-        fix:
-          (error as { code?: string }).code === "CONFIG_NOT_FOUND"
-            ? "Pass the path of an existing sandbox.yaml with -c (or config), or create one (the README has an example)."
-            : "Fix the sandbox.yaml errors listed.",
-      });
+      if (isCodedError(error) && error.code === "VM_IMAGE_INVALID") {
+        checks.push({
+          name: "image",
+          status: "fail",
+          detail: error.message,
+          ...(error.hint ? { fix: error.hint } : {}),
+        });
+      } else
+        checks.push({
+          name: "config",
+          status: "fail",
+          detail: (error as Error).message,
+          fix:
+            (error as { code?: string }).code === "CONFIG_NOT_FOUND"
+              ? "Pass the path of an existing sandbox.yaml with -c (or config), or create one (the README has an example)."
+              : "Fix the sandbox.yaml errors listed.",
+        });
     }
   }
   if (!options.config) checks.push(await imagesCheck(options.env));
