@@ -124,6 +124,9 @@ async function readConfigFacts(path: string, env: NodeJS.ProcessEnv): Promise<Co
   return { sha256, reaches, declares, trustKey: configTrustKey(path, sha256, declares) };
 }
 
+/** How many targets a prompt names one by one (every concern about the others is still listed). */
+const TARGETS_SHOWN = 10;
+
 /** Every line escaped: the command and the paths are the model's text, download paths the guest's. */
 function printable(lines: readonly string[]): string {
   return lines.map((line) => escapeControlChars(line)).join("\n");
@@ -146,7 +149,8 @@ async function ask(
   }
   // The resolved target first: a dialog cut short still shows where the call goes.
   const message = printable([
-    ...target.map((t) => `Target: ${t}`),
+    ...target.slice(0, TARGETS_SHOWN).map((t) => `Target: ${t}`),
+    ...(target.length > TARGETS_SHOWN ? [`Target: … and ${target.length - TARGETS_SHOWN} more host paths`] : []),
     "",
     "It needs your yes for (most severe first):",
     ...describeConcerns(concerns),
