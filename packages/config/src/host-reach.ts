@@ -9,24 +9,43 @@ import { dottedPath } from "./describe.js";
 
 /**
  * The kinds of host reach, most severe first. `toGuest`: the host's content ends up inside the
- * guest, where a hostile guest reads it, so the places that hold credentials and configuration are
- * refused to every caller.
+ * guest, where a hostile guest reads it (a model's config may name such a path only inside its
+ * project). `neverProtected`: its path is refused in the places that hold credentials and
+ * configuration for every caller, the user's own CLI included (a boot asset is not: an image's
+ * files are confined to its own directory instead).
  */
 export const HOST_REACH_KINDS = Object.freeze({
   credential: {
     title: "credential",
     what: "a host credential (an environment variable or a file) put into requests to the listed hosts",
     toGuest: false,
+    neverProtected: false,
   },
-  mount: { title: "mount", what: "a host directory the guest reads", toGuest: true },
-  "host-file-read": { title: "host file read", what: "a host file read by the host", toGuest: true },
-  "host-file-write": { title: "host file write", what: "a host file written by the host", toGuest: false },
+  mount: { title: "mount", what: "a host directory the guest reads", toGuest: true, neverProtected: true },
+  "host-file-read": {
+    title: "host file read",
+    what: "a host file read by the host",
+    toGuest: true,
+    neverProtected: true,
+  },
+  "host-file-write": {
+    title: "host file write",
+    what: "a host file written by the host",
+    toGuest: false,
+    neverProtected: false,
+  },
   "host-port": {
     title: "host port",
     what: "a TCP service on the host's loopback the guest may connect to",
     toGuest: false,
+    neverProtected: false,
   },
-  "boot-asset": { title: "boot asset", what: "host files QEMU boots (kernel, initramfs, root disk)", toGuest: true },
+  "boot-asset": {
+    title: "boot asset",
+    what: "host files QEMU boots (kernel, initramfs, root disk)",
+    toGuest: true,
+    neverProtected: false,
+  },
 } as const);
 
 /** One kind of host reach. */

@@ -1,5 +1,10 @@
 // The one list of host places no guest and no model may have without the user: what a path is,
 // is in or holds decides it, after symlinks are resolved by the caller.
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseConfig } from "@pi-sandbox/config";
+import { refuseProtectedReaches } from "../src/daemon/secrets.js";
 import { holdsHome, protectedPlace, type HostPlaces } from "../src/host-places.js";
 import { runsCode } from "../src/host-guard.js";
 
@@ -54,4 +59,24 @@ test("names where code runs are compared case-folded and NFC-normalised", () => 
   expect(runsCode("/p", "/p/crates/a/CARGO.toml")).toBe(true);
   expect(runsCode("/p", "/p/sub/.gitignore")).toBe(false);
   expect(runsCode("/p", "/p/docs/package.json.md")).toBe(false);
+});
+
+test("every key whose kind puts host content into the guest is refused in a protected place, for every caller", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "pisb-places-"));
+  try {
+    const home = join(dir, "home");
+    await mkdir(join(home, ".ssh"), { recursive: true });
+    await mkdir(join(home, ".cache/images/dev"), { recursive: true });
+    const env = { HOME: home };
+    const refused = parseConfig("version: 1\nmounts: [{ host: ~/.ssh, guest: /mnt/ssh }]\n");
+    await expect(refuseProtectedReaches(refused, join(dir, "state"), env)).rejects.toMatchObject({
+      code: "CONTROLLER_HOST_PATH_REFUSED",
+      message: expect.stringContaining(`mounts.0.host names ${join(home, ".ssh")}`),
+    });
+    // A boot asset is confined to its image's own directory instead: an image under ~/.cache boots.
+    const image = parseConfig(`version: 1\nimage: ${join(home, ".cache/images/dev")}\n`);
+    await expect(refuseProtectedReaches(image, join(dir, "state"), env)).resolves.toBeUndefined();
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 });

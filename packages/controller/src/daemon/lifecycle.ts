@@ -18,7 +18,7 @@ import { IDENTITY_PROGRESS } from "./guest-identity.js";
 import { installGuestConfig, runSetup } from "./guest-setup.js";
 import { assertHostPortsFree, hostPortsOf, portsTakenByInstances } from "./host-ports.js";
 import { previewAddressFor, recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
-import { newSecretSalt, resolveMounts, resolveSecrets } from "./secrets.js";
+import { newSecretSalt, refuseProtectedReaches, resolveMounts, resolveSecrets } from "./secrets.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import type { GuestOperations } from "./services.js";
 import {
@@ -284,6 +284,7 @@ export class Lifecycle {
     // Read at every start, before anything boots: a missing source or a refused mount fails here.
     const mounts = await resolveMounts(config, { stateRoot: state.layout.root });
     const secrets = await resolveSecrets(config, { salt: secretSalt, stateRoot: state.layout.root });
+    await refuseProtectedReaches(config, state.layout.root);
     const names = Object.keys(secrets);
     if (names.length > 0) progress({ stage: "boot", message: `secrets kept on the host: ${names.join(", ")}` });
     progress({ stage: "boot", message: `booting (${config.resources.cpus} cpu, ${config.resources.memoryGiB} GiB)` });

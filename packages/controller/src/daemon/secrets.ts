@@ -8,9 +8,11 @@ import { createHash, randomBytes } from "node:crypto";
 import { open, realpath, stat } from "node:fs/promises";
 import { homedir } from "node:os";
 import {
+  HOST_REACH_KINDS,
   LIMITS,
   escapeControlChars,
   expandHome,
+  reachPath,
   parseSecretSource,
   SHAPED_PLACEHOLDER_PATTERN,
   type SandboxConfig,
@@ -19,6 +21,7 @@ import {
 import type { VmMount, VmSecret } from "@pi-sandbox/vm";
 import { ControllerError } from "../errors.js";
 import { hostPlaces, protectedPlace } from "../host-places.js";
+import { resolveReaches } from "../state/config-trust.js";
 
 /** A new random salt for an entry's placeholders (kept in its record). */
 export function newSecretSalt(): string {
@@ -218,6 +221,35 @@ export async function resolveMounts(
     mounts.push({ hostPath: real, guestPath: mount.guest });
   }
   return mounts;
+}
+
+/**
+ * Refuses, for every caller, a config whose marked keys of a `neverProtected` kind (a mount, a host
+ * file read into the guest) name a protected place. Derived from the marks, so a new key of such a
+ * kind is covered without a line here; mounts and placeholder files get their own, more specific
+ * refusals first (resolveMounts, secretPlaceholder).
+ */
+export async function refuseProtectedReaches(
+  config: SandboxConfig,
+  stateRoot: string,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<void> {
+  const places = await hostPlaces(stateRoot, env);
+  for (const reach of await resolveReaches(config, env)) {
+    const path = reachPath(reach);
+    if (path === undefined || !HOST_REACH_KINDS[reach.kind].neverProtected) continue;
+    const place = protectedPlace(path, places);
+    if (!place) continue;
+    const key = reach.key.join(".");
+    throw new ControllerError(
+      "CONTROLLER_HOST_PATH_REFUSED",
+      `${key} names ${escapeControlChars(path)}, which ${escapeControlChars(place.why)}; its content would reach the guest`,
+      {
+        hint: `Name a file or directory of the project in ${key}; credentials go in network.secrets.`,
+        details: { key, path, place: place.place },
+      },
+    );
+  }
 }
 
 /** What `~/` means: `$HOME` as a shell reads it, else the account's home directory. */
