@@ -27,6 +27,7 @@ export { mapStartError } from "./boot-attempt.js";
 export { gondolinVmOf } from "./booted-vm.js";
 export type {
   CloseOptions,
+  LiveCheckpointResult,
   RestoreOutcome,
   RunningVm,
   StartVmOptions,

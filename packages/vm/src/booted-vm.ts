@@ -1,19 +1,21 @@
-// A booted VM: guest operations go to its GondolinGuest; `stop()` quiesces the guest and
-// checkpoints the disk run, `suspend()` also saves its memory first, `close()` discards it.
+// A booted VM: guest operations go to its GondolinGuest; `checkpoint()` publishes the disk while
+// the guest runs, `stop()` quiesces the guest and checkpoints the disk run, `suspend()` also
+// saves its memory first, `close()` discards it.
 import fsp from "node:fs/promises";
 import path from "node:path";
 import type { Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
+import { LayerSwitchRefused } from "./disk-layout.js";
 import type { CheckpointResult, DiskRun, RunRecovery } from "./disk-store.js";
 import { VmError, isVmError, messageOf } from "./errors.js";
 import { runInGuest } from "./exec-util.js";
 import type { GondolinGuest } from "./gondolin-guest.js";
-import { vfsInodesOf } from "./gondolin-private.js";
+import { GONDOLIN_ROOT_DRIVE, vfsInodesOf } from "./gondolin-private.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions } from "./guest-vm.js";
 import { hostDiskFullError, hostSpaceOf } from "./host-disk.js";
 import type { AcceleratorChoice } from "./host.js";
 import { isAlive, waitFor } from "./process-util.js";
-import type { QmpMonitor } from "./qmp.js";
+import { QmpCommandError, type QmpMonitor } from "./qmp.js";
 import { memoryTempName } from "./filenames.js";
 import {
   removeSuspendState,
@@ -22,7 +24,14 @@ import {
   type SavedMachine,
   type SuspendState,
 } from "./vm-memory.js";
-import type { CloseOptions, RestoreOutcome, RunningVm, StopResult, SuspendResult } from "./vm-types.js";
+import type {
+  CloseOptions,
+  LiveCheckpointResult,
+  RestoreOutcome,
+  RunningVm,
+  StopResult,
+  SuspendResult,
+} from "./vm-types.js";
 
 const DEFAULT_SYNC_TIMEOUT_MS = 120_000;
 /** Bound of QEMU writing the guest's memory (a few GiB at disk speed). */
@@ -33,6 +42,13 @@ const QUIESCE_SCRIPT =
   "sync; if command -v fsfreeze >/dev/null 2>&1; then fsfreeze -f / 2>/dev/null || sync; fi; echo quiesced";
 /** A stop resumes a guest paused on a full host disk only with at least this much free again. */
 const RESUME_MIN_FREE_BYTES = 16 * 1024 * 1024;
+/** Bound of a live checkpoint's guest `sync`. */
+const LIVE_SYNC_TIMEOUT_MS = 60_000;
+/**
+ * Bound of QEMU's layer switch: it drains the guest's disk requests in flight and flushes the
+ * layer first, which a busy guest on a slow host disk can stretch far past QMP's usual 5 s.
+ */
+const SWITCH_TIMEOUT_MS = 60_000;
 
 /**
  * Waits for QEMU to be gone, SIGKILLing it if Gondolin's close gave up (it stops waiting after
@@ -57,6 +73,8 @@ export function gondolinVmOf(vm: RunningVm): VM | undefined {
 export class BootedVm implements RunningVm {
   private stopping: Promise<StopResult> | undefined;
   private closing: Promise<void> | undefined;
+  /** The live checkpoint under way, if any: a stop, suspend or close waits for it. */
+  private live: Promise<LiveCheckpointResult> | undefined;
 
   constructor(
     readonly name: string,
@@ -134,6 +152,70 @@ export class BootedVm implements RunningVm {
     return this.guest.enableSsh(options);
   }
 
+  get diskWrittenAtMs(): number | undefined {
+    return this.run.activeWrittenAtMs();
+  }
+
+  checkpoint(options: { syncTimeoutMs?: number } = {}): Promise<LiveCheckpointResult> {
+    if (this.closing || this.stopping || this.guest.closed) {
+      return Promise.reject(
+        new VmError("VM_CLOSED", `the VM ${this.name} is stopping or closed`, { details: { name: this.name } }),
+      );
+    }
+    this.live ??= this.checkpointOnce(options.syncTimeoutMs ?? LIVE_SYNC_TIMEOUT_MS).finally(() => {
+      this.live = undefined;
+    });
+    return this.live;
+  }
+
+  private async checkpointOnce(syncTimeoutMs: number): Promise<LiveCheckpointResult> {
+    const started = performance.now();
+    // Paused on a full host disk: nothing can be flushed; the fault says what to do.
+    const fault = this.guest.fault.current;
+    if (fault) throw fault;
+    // Outside the stall: the guest runs on while its page cache goes to the disk, so the layer
+    // QEMU is about to leave holds everything written until now, not just what ext4 had committed.
+    try {
+      const result = await runInGuest(this.guest, ["/bin/sh", "-c", "sync && echo synced"], {
+        signal: AbortSignal.timeout(syncTimeoutMs),
+      });
+      if (result.exitCode !== 0 || !result.stdout.includes("synced")) {
+        throw new Error(`guest sync exited with ${result.exitCode}: ${result.stderr.trim()}`);
+      }
+    } catch (error) {
+      if (isVmError(error, "VM_HOST_DISK_FULL")) throw error;
+      throw new VmError(
+        "VM_CHECKPOINT_FAILED",
+        `the guest of ${this.name} did not confirm that its disk was synced, so no checkpoint was taken; the previous one is still current`,
+        { cause: error, details: { name: this.name, reason: messageOf(error) } },
+      );
+    }
+    const syncMs = performance.now() - started;
+    const disk = await this.run.liveCheckpoint({ grown: this.grown, switchLayer: (file) => this.switchLayer(file) });
+    return { ...disk, syncMs, totalMs: performance.now() - started };
+  }
+
+  /**
+   * Moves QEMU's writes to `file` (`mode: existing`: the layer exists, its backing the one QEMU
+   * writes now). QEMU drains the guest's requests in flight, flushes the old layer, reopens it
+   * read-only and attaches the new one on top; the guest's disk I/O waits meanwhile.
+   */
+  private async switchLayer(file: string): Promise<void> {
+    try {
+      await this.monitor.command(
+        "blockdev-snapshot-sync",
+        { device: GONDOLIN_ROOT_DRIVE, "snapshot-file": file, format: "qcow2", mode: "existing" },
+        { timeoutMs: SWITCH_TIMEOUT_MS },
+      );
+    } catch (error) {
+      // QEMU answered with an error, or was never asked: it still writes the old layer.
+      if (error instanceof QmpCommandError && error.outcome !== "no-answer") {
+        throw new LayerSwitchRefused(error.message, { cause: error });
+      }
+      throw error;
+    }
+  }
+
   stop(options: { syncTimeoutMs?: number } = {}): Promise<StopResult> {
     if (this.closing) {
       return Promise.reject(
@@ -142,8 +224,17 @@ export class BootedVm implements RunningVm {
         }),
       );
     }
-    this.stopping ??= this.stopOnce(options.syncTimeoutMs ?? DEFAULT_SYNC_TIMEOUT_MS, false);
+    this.stopping ??= this.afterLive(() => this.stopOnce(options.syncTimeoutMs ?? DEFAULT_SYNC_TIMEOUT_MS, false));
     return this.stopping;
+  }
+
+  /**
+   * Runs `work` once a live checkpoint under way has ended: it changes the run's layers and
+   * pointer, which a stop, suspend or close must not do at the same time.
+   */
+  private async afterLive<T>(work: () => Promise<T>): Promise<T> {
+    await this.live?.catch(() => undefined);
+    return work();
   }
 
   suspend(options: { syncTimeoutMs?: number } = {}): Promise<SuspendResult> {
@@ -159,7 +250,7 @@ export class BootedVm implements RunningVm {
         }),
       );
     }
-    const suspending = this.stopOnce(options.syncTimeoutMs ?? DEFAULT_SYNC_TIMEOUT_MS, true);
+    const suspending = this.afterLive(() => this.stopOnce(options.syncTimeoutMs ?? DEFAULT_SYNC_TIMEOUT_MS, true));
     this.stopping = suspending;
     return suspending as Promise<SuspendResult>;
   }
@@ -283,7 +374,7 @@ export class BootedVm implements RunningVm {
         () => undefined,
         () => undefined,
       );
-    this.closing ??= (async () => {
+    this.closing ??= this.afterLive(async () => {
       this.monitor.close();
       const pid = this.guest.hostPid;
       await this.guest.close().catch(() => undefined);
@@ -291,7 +382,7 @@ export class BootedVm implements RunningVm {
       await ensureQemuGone(pid);
       await fsp.rm(this.runtimeDir, { recursive: true, force: true }).catch(() => undefined);
       await (options.keepRun ? this.run.release() : this.run.discard());
-    })();
+    });
     return this.closing;
   }
 

@@ -115,14 +115,45 @@ export interface CheckpointResult {
   compactError?: string;
 }
 
+/** How a live checkpoint went on the disk's side (see {@link DiskRun.liveCheckpoint}). */
+export interface LiveDiskCheckpoint {
+  /** The current generation afterwards (unchanged when nothing was written since the last one). */
+  generation: number;
+  /** False when QEMU wrote nothing since the last checkpoint: nothing new was published. */
+  changed: boolean;
+  /** Milliseconds QEMU took to switch to the new layer (it drains and flushes the guest's disk I/O meanwhile); 0 when unchanged. */
+  stallMs: number;
+  /** Milliseconds to make the published layers durable and flip the pointer. */
+  commitMs: number;
+  /** Host bytes of the layers that became part of the checkpoint. */
+  bytes: number;
+}
+
+/**
+ * Switches the running QEMU's writes to the new layer `file` (whose backing is the layer QEMU
+ * writes now). Throws {@link LayerSwitchRefused} when QEMU certainly did not switch; any other
+ * failure leaves it unknown, and the new layer is then treated as written (safe either way).
+ */
+export type LayerSwitch = (file: string) => Promise<void>;
+
+/** QEMU refused to switch layers (or was never asked): it still writes the previous layer. */
+export class LayerSwitchRefused extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "LayerSwitchRefused";
+  }
+}
+
 /** A disk opened for one boot: an exclusive lock plus a fresh top layer the VM writes into. */
 export interface DiskRun {
   /** The disk directory. */
   readonly dir: string;
-  /** The pointer that was current when the run began. */
+  /** The current pointer: the one the run began on, then each live checkpoint's. */
   readonly pointer: DiskPointer;
-  /** Absolute path of the run's writable qcow2 layer (give it to QEMU). */
+  /** Absolute path of the run's first writable qcow2 layer (give it to QEMU at boot). */
   readonly layerPath: string;
+  /** Absolute path of the layer QEMU writes now (the boot layer until a live checkpoint switches). */
+  readonly activeLayerPath: string;
   /** The image to boot (kernel/initramfs must match the disk's rootfs). */
   readonly image: RecordedImage;
   /** Whether a stale owner's QEMU was killed while opening. */
@@ -134,7 +165,20 @@ export interface DiskRun {
    * then merges layers to keep the chain short, and releases the disk.
    */
   checkpoint(options: { grown: boolean; signal?: AbortSignal }): Promise<CheckpointResult>;
-  /** Drops everything the run wrote, keeps the previous checkpoint, and releases the disk. */
+  /**
+   * While QEMU runs: makes everything written so far a completed checkpoint. Creates the next
+   * layer over the active one, has `switchLayer` move QEMU's writes to it, then publishes the
+   * layers QEMU no longer writes (fsync, pointer flip). Nothing to publish (QEMU wrote nothing
+   * since the last one): `changed` false, no new layer. The run stays open.
+   */
+  liveCheckpoint(options: {
+    grown: boolean;
+    switchLayer: LayerSwitch;
+    signal?: AbortSignal;
+  }): Promise<LiveDiskCheckpoint>;
+  /** Milliseconds since the epoch of QEMU's last write to the active layer (its mtime); undefined when unreadable. */
+  activeWrittenAtMs(): number | undefined;
+  /** Drops everything the run wrote since its last checkpoint, keeps that checkpoint, and releases the disk. */
   discard(): Promise<void>;
   /**
    * Releases the disk without deciding about the run: its layer and run record stay, so the next
@@ -201,10 +245,18 @@ export interface RunRecord {
   version: 1;
   /** The run's layer file name (in the disk directory). */
   layer: string;
-  /** The pointer's generation the run was opened on (its layer's backing is that pointer's top). */
+  /** The pointer's generation when the record was written (its layer's backing is that pointer's top). */
   generation: number;
   /** ISO time the run was opened. */
   openedAt: string;
+  /**
+   * Layers over `layer`, bottom to top, each backed by the one before: the layers a live
+   * checkpoint created and switched QEMU to (the last may never have been switched to, if the
+   * owner died during the switch). Absent: the run has one layer.
+   */
+  next?: string[];
+  /** The pointer's layer count when the run was opened: compaction merges the run's layers down to it. */
+  baseLength?: number;
 }
 
 /**
@@ -228,7 +280,10 @@ export async function readRunRecord(dir: string): Promise<RunRecord | null | und
     typeof record.layer === "string" &&
     LAYER_PATTERN.test(record.layer) &&
     Number.isSafeInteger(record.generation) &&
-    typeof record.openedAt === "string";
+    typeof record.openedAt === "string" &&
+    (record.next === undefined ||
+      (Array.isArray(record.next) && record.next.every((l) => typeof l === "string" && LAYER_PATTERN.test(l)))) &&
+    (record.baseLength === undefined || (Number.isSafeInteger(record.baseLength) && record.baseLength > 0));
   return valid ? (record as RunRecord) : null;
 }
 

@@ -10,11 +10,10 @@ import {
   writePointer,
   MiB,
   type DiskPointer,
-  type RunRecord,
   type RunRecovery,
   type SetAsideLayer,
 } from "./disk-layout.js";
-import { compact } from "./disk-run.js";
+import { compact } from "./disk-compact.js";
 import { VmError, isVmError, messageOf } from "./errors.js";
 import { LAYER_PATTERN, SET_ASIDE_DIR, TEMP_PREFIX, setAsideNoteName } from "./filenames.js";
 import { fsyncDir, fsyncFile, readJsonIfExists } from "./fs-util.js";
@@ -40,12 +39,14 @@ interface SetAsideNote {
 
 /**
  * Deals with the run record an open finds (the caller holds the lock, has reaped a stray QEMU,
- * and has not yet removed orphans). No record: nothing to do. A stale record (its layer is in the
- * pointer already: a crash after a checkpoint's flip; or gone: a crash during a discard) is
- * removed. Otherwise the run's owner died mid-run: its layer is checked and, when sound, published
- * as the next checkpoint, exactly as its stop would have (crash-consistent, like a power cut: the
- * guest's journal replays it at boot); when not, it is moved aside and the last checkpoint stays.
- * Returns the pointer to open the new run on, and what happened.
+ * and has not yet removed orphans). No record: nothing to do. A stale record (its layers are in
+ * the pointer already: a crash after a checkpoint's flip; or gone: a crash during a discard) is
+ * removed. Otherwise the run's owner died mid-run: its layers (the one it opened with and those
+ * its live checkpoints switched to since their last flip, `RunRecord.next`) are checked and,
+ * when sound, published as the next checkpoint, exactly as its stop would have (crash-consistent,
+ * like a power cut: the guest's journal replays it at boot); an unusable one is moved aside with
+ * the layers over it, and the sound ones under it stay published. Returns the pointer to open
+ * the new run on, and what happened.
  */
 export async function recoverInterruptedRun(
   qemuImg: QemuImg,
@@ -55,44 +56,103 @@ export async function recoverInterruptedRun(
 ): Promise<{ pointer: DiskPointer; recovery?: RunRecovery }> {
   const record = await readRunRecord(dir);
   if (record === undefined) return { pointer };
-  const layerPath = record ? path.join(dir, record.layer) : undefined;
-  const stat = layerPath ? await fsp.stat(layerPath).catch(() => undefined) : undefined;
-  if (!record || !layerPath || !stat?.isFile() || pointer.layers.includes(record.layer)) {
+  const chain = record ? [record.layer, ...(record.next ?? [])] : [];
+  // Layers a live checkpoint published before its owner died between its pointer flip and the
+  // record naming only its new layer: behind us, and their flip counted one generation.
+  let published = 0;
+  while (published < chain.length && pointer.layers.includes(chain[published]!)) published++;
+  const rest = chain.slice(published);
+  const stats = await Promise.all(rest.map((layer) => fsp.stat(path.join(dir, layer)).catch(() => undefined)));
+  if (!record || rest.length === 0 || !stats[0]?.isFile() || rest.some((layer) => pointer.layers.includes(layer))) {
     // Nothing of the run is left to lose. Kept, the record would be judged again at every open.
     await removeRunRecord(dir, { durable: true });
     return { pointer };
   }
-  // Taken before the check: repairing leaks writes into the layer and would move its mtime.
-  const lastWriteAt = stat.mtime.toISOString();
-  const reason =
-    record.generation !== pointer.generation
-      ? `it was opened on checkpoint ${record.generation}, but the disk is at checkpoint ${pointer.generation}`
-      : await unusableReason(qemuImg, layerPath, pointer, signal);
-  if (reason === undefined) return publish(qemuImg, dir, pointer, record, lastWriteAt, signal);
-  const setAside = await moveAside(dir, record, reason, lastWriteAt, stat.blocks * 512);
+  const openedOn = record.generation + (published > 0 ? 1 : 0);
+  // Taken before the check: repairing leaks writes into a layer and would move its mtime.
+  const lastWriteAt = new Date(Math.max(...stats.map((stat) => stat?.mtimeMs ?? 0))).toISOString();
+  const usable: string[] = [];
+  let unusable: { at: number; reason: string } | undefined;
+  if (openedOn !== pointer.generation) {
+    unusable = {
+      at: 0,
+      reason: `it was opened on checkpoint ${openedOn}, but the disk is at checkpoint ${pointer.generation}`,
+    };
+  }
+  for (let i = 0; unusable === undefined && i < rest.length; i++) {
+    // A layer a live checkpoint named but never made: the run ends below it.
+    if (!stats[i]?.isFile()) break;
+    const backing =
+      i === 0
+        ? { layer: pointer.layers.at(-1)!, label: "the checkpoint's top layer" }
+        : { layer: rest[i - 1]!, label: "the run's layer under it," };
+    const judged = await unusableReason(qemuImg, path.join(dir, rest[i]!), backing, pointer.sizeBytes, signal);
+    if (judged === undefined) {
+      usable.push(rest[i]!);
+      continue;
+    }
+    // A later layer is fsynced before QEMU is switched to it, so one without a sound header over
+    // the layer below was never written: an empty leftover, removed as an orphan.
+    if (i > 0 && judged.header) break;
+    unusable = { at: i, reason: judged.reason };
+  }
+  let current = pointer;
+  if (usable.length > 0) current = await publish(qemuImg, dir, pointer, usable, record.baseLength, signal);
+  if (unusable === undefined) {
+    await removeRunRecord(dir).catch(() => undefined);
+    return {
+      pointer: current,
+      recovery: {
+        outcome: "recovered",
+        lastWriteAt,
+        reopened: { generation: current.generation, at: current.updatedAt },
+      },
+    };
+  }
+  // Layers over an unusable one only make sense with it: they go aside too, as evidence.
+  const aside = rest.slice(unusable.at).filter((_, i) => stats[unusable.at + i]?.isFile());
+  let setAside: { path: string; bytes: number; reason: string } | undefined;
+  for (const [i, layer] of aside.entries()) {
+    const stat = stats[unusable.at + i]!;
+    const reason = i === 0 ? unusable.reason : `the layer under it, ${aside[0]}, could not be used`;
+    const moved = await moveAside(
+      dir,
+      { layer, generation: current.generation, openedAt: record.openedAt },
+      {
+        reason,
+        lastWriteAt: stat.mtime.toISOString(),
+        bytes: stat.blocks * 512,
+      },
+    );
+    setAside ??= moved;
+  }
+  await removeRunRecord(dir, { durable: true });
   return {
-    pointer,
+    pointer: current,
     recovery: {
       outcome: "set-aside",
       lastWriteAt,
-      reopened: { generation: pointer.generation, at: pointer.updatedAt },
-      setAside,
+      reopened: { generation: current.generation, at: current.updatedAt },
+      ...(setAside ? { setAside } : {}),
     },
   };
 }
 
-/** Makes the interrupted run's (checked) layer the current checkpoint, then compacts as a stop does. */
+/**
+ * Makes the interrupted run's (checked) layers the current checkpoint, then compacts as a stop
+ * does (down to the chain's length when the run opened, or one step for a record without it).
+ */
 async function publish(
   qemuImg: QemuImg,
   dir: string,
   pointer: DiskPointer,
-  record: RunRecord,
-  lastWriteAt: string,
+  layers: readonly string[],
+  baseLength: number | undefined,
   signal: AbortSignal | undefined,
-): Promise<{ pointer: DiskPointer; recovery: RunRecovery }> {
+): Promise<DiskPointer> {
   // QEMU died, the host may not have: its writes can still sit in the page cache. Durable before
-  // the pointer names the layer, as at a stop.
-  await fsyncFile(path.join(dir, record.layer));
+  // the pointer names the layers, as at a stop.
+  for (const layer of layers) await fsyncFile(path.join(dir, layer));
   // A suspend that died after saving the memory but before its flip left memory naming the
   // generation this flip creates, from a guest whose disk is not this one (or, after a crashed
   // warm resume, memory of the previous generation, dead weight from now on). Removed durably
@@ -102,7 +162,7 @@ async function publish(
   await fsyncDir(dir);
   const recovered: DiskPointer = {
     ...pointer,
-    layers: [...pointer.layers, record.layer],
+    layers: [...pointer.layers, ...layers],
     // As the pointer had it: a first boot that died mid-resize2fs runs it again, which is harmless.
     grown: pointer.grown,
     generation: pointer.generation + 1,
@@ -110,49 +170,48 @@ async function publish(
   };
   // The commit point, as at a stop: before this rename the old checkpoint is current, after it
   // the recovered one. A crash before it recovers again at the next open (the record is still
-  // there); after it, the record names a layer in the pointer and is just removed.
+  // there); after it, the record names layers in the pointer and is just removed.
   await writePointer(dir, recovered);
-  await removeRunRecord(dir).catch(() => undefined);
-  let current = recovered;
   try {
-    current = await compact(qemuImg, dir, recovered, signal);
+    return await compact(qemuImg, dir, recovered, { ...(baseLength ? { downTo: baseLength } : {}), signal });
   } catch {
     // Not fatal, as at a stop: the chain is valid unmerged, and a later stop merges it.
+    return recovered;
   }
-  return {
-    pointer: current,
-    recovery: {
-      outcome: "recovered",
-      lastWriteAt,
-      reopened: { generation: current.generation, at: current.updatedAt },
-    },
-  };
 }
 
 /**
- * Why the interrupted run's layer cannot become the next checkpoint, or undefined when it can: it
- * must be a qcow2 over the pointer's top layer with the disk's size and no corrupt metadata.
- * Leaked clusters (allocated, never linked: what a QEMU killed mid-write leaves) are harmless and
- * repaired. Failures that say nothing about the layer (a busy disk, a full host disk, no qemu-img,
+ * Why an interrupted run's layer cannot join the checkpoint, or undefined when it can: it must be
+ * a qcow2 over `backing.layer` (the pointer's top, or the run's layer under it) with the disk's size and
+ * no corrupt metadata (`header`: the header itself is wrong or unreadable). Leaked clusters
+ * (allocated, never linked: what a QEMU killed mid-write leaves) are harmless and repaired.
+ * Failures that say nothing about the layer (a busy disk, a full host disk, no qemu-img,
  * cancellation) are thrown: the layer is left as it is, recorded, for a later open to judge.
  */
 async function unusableReason(
   qemuImg: QemuImg,
   file: string,
-  pointer: DiskPointer,
+  backing: { layer: string; label: string },
+  sizeBytes: number,
   signal: AbortSignal | undefined,
-): Promise<string | undefined> {
-  const top = pointer.layers.at(-1)!;
+): Promise<{ reason: string; header: boolean } | undefined> {
   const options = signal ? { signal } : {};
+  let checking = false;
   try {
     const info = await qemuImg.info(file, options);
-    if (info.format !== "qcow2") return `it is not a qcow2 image (qemu-img reads it as ${info.format})`;
-    if (info.backingFilename !== top) {
-      return `its backing file is ${info.backingFilename ?? "missing"}, not the checkpoint's top layer ${top}`;
+    if (info.format !== "qcow2") {
+      return { reason: `it is not a qcow2 image (qemu-img reads it as ${info.format})`, header: true };
     }
-    if (info.virtualSize !== pointer.sizeBytes) {
-      return `its size is ${info.virtualSize} bytes, not the disk's ${pointer.sizeBytes}`;
+    if (info.backingFilename !== backing.layer) {
+      return {
+        reason: `its backing file is ${info.backingFilename ?? "missing"}, not ${backing.label} ${backing.layer}`,
+        header: true,
+      };
     }
+    if (info.virtualSize !== sizeBytes) {
+      return { reason: `its size is ${info.virtualSize} bytes, not the disk's ${sizeBytes}`, header: true };
+    }
+    checking = true;
     // Read-only first, so a corrupt layer is set aside as QEMU left it, not half repaired.
     const checked = await qemuImg.check(file, options);
     if (checked.leaksRemain) await qemuImg.check(file, { ...options, repairLeaks: true });
@@ -161,9 +220,10 @@ async function unusableReason(
     if (signal?.aborted) throw error;
     if (isVmError(error, "VM_DISK_CORRUPT") || isVmError(error, "VM_DISK_FAILED")) {
       const said = typeof error.details.firstError === "string" ? error.details.firstError : qemuSaid(error);
-      return isVmError(error, "VM_DISK_CORRUPT")
+      const reason = isVmError(error, "VM_DISK_CORRUPT")
         ? `qemu-img found it damaged: ${said}`
         : `qemu-img could not read it: ${said}`;
+      return { reason, header: !checking };
     }
     throw error;
   }
@@ -179,36 +239,33 @@ function qemuSaid(error: VmError): string {
 }
 
 /**
- * Moves the layer into the set-aside directory (rename, never delete: it holds the user's last
- * work), with a note beside it, then drops the run record. Each crash ordering is safe: before the
- * rename the record still names the layer and the next open judges it again (the note is simply
- * rewritten); after it, the record names a missing layer and is removed.
+ * Moves a layer into the set-aside directory (rename, never delete: it holds the user's last
+ * work), with a note beside it. Each crash ordering is safe: before the rename the record still
+ * names the layer and the next open judges it again (the note is simply rewritten); after it,
+ * the record names a missing layer, which ends what the next open recovers.
  */
 async function moveAside(
   dir: string,
-  record: RunRecord,
-  reason: string,
-  lastWriteAt: string,
-  bytes: number,
+  run: { layer: string; generation: number; openedAt: string },
+  found: { reason: string; lastWriteAt: string; bytes: number },
 ): Promise<{ path: string; bytes: number; reason: string }> {
   const aside = path.join(dir, SET_ASIDE_DIR);
   await fsp.mkdir(aside, { recursive: true, mode: 0o700 });
   const note: SetAsideNote = {
     version: 1,
-    layer: record.layer,
-    reason,
-    lastWriteAt,
+    layer: run.layer,
+    reason: found.reason,
+    lastWriteAt: found.lastWriteAt,
     at: new Date().toISOString(),
-    generation: record.generation,
-    openedAt: record.openedAt,
+    generation: run.generation,
+    openedAt: run.openedAt,
   };
-  await writeJsonAtomic(path.join(aside, setAsideNoteName(record.layer)), note);
-  const target = path.join(aside, record.layer);
-  await fsp.rename(path.join(dir, record.layer), target);
+  await writeJsonAtomic(path.join(aside, setAsideNoteName(run.layer)), note);
+  const target = path.join(aside, run.layer);
+  await fsp.rename(path.join(dir, run.layer), target);
   await fsyncDir(aside);
   await fsyncDir(dir);
-  await removeRunRecord(dir, { durable: true });
-  return { path: target, bytes, reason };
+  return { path: target, bytes: found.bytes, reason: found.reason };
 }
 
 /** The set-aside layers of a disk directory, oldest first (a layer without a readable note is listed too). */

@@ -39,9 +39,11 @@ export {
   type DiskKind,
   type DiskPointer,
   type DiskRun,
+  type LiveDiskCheckpoint,
   type RunRecovery,
   type SetAsideLayer,
 } from "./disk-layout.js";
+export { LIVE_CHECKPOINT_LAYERS_MAX } from "./disk-run.js";
 export { recoveryNotice } from "./disk-recovery.js";
 
 /**
@@ -320,13 +322,15 @@ export class DiskStore {
       // record never names a layer a power cut could have left empty. Without the record, this
       // run's layer would be an orphan to the next open, and a crash would lose the whole run.
       await fsyncFile(path.join(dir, layer));
+      const openedAt = new Date().toISOString();
       await writeRunRecord(dir, {
         version: 1,
         layer,
         generation: current.generation,
-        openedAt: new Date().toISOString(),
+        openedAt,
+        baseLength: current.layers.length,
       });
-      return new OpenRun(this.qemuImg, dir, current, layer, lock, reaped.killedPid, interrupted.recovery);
+      return new OpenRun(this.qemuImg, dir, current, layer, lock, reaped.killedPid, openedAt, interrupted.recovery);
     } catch (error) {
       await lock.release();
       throw error;

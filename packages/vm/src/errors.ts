@@ -44,8 +44,13 @@ export type VmErrorCode =
    * paused the guest on a write, or a stop/start/disk operation ran out of space. Free space there.
    */
   | "VM_HOST_DISK_FULL"
-  /** The stop could not write a new checkpoint; the previous one is still current. */
+  /** The stop (or a live checkpoint) could not write a new checkpoint; the previous one is still current. */
   | "VM_CHECKPOINT_FAILED"
+  /**
+   * A live checkpoint was refused: the run already added the most layers one run keeps
+   * (`details.live`); its writes stay in the run, and the stop merges the layers.
+   */
+  | "VM_CHECKPOINT_LIMIT"
   /**
    * A suspend could not save the guest's memory (`details.reason`); `details.diskSaved` says
    * whether the disk checkpoint was still taken (the VM is closed either way).

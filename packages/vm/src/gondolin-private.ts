@@ -10,6 +10,12 @@ import type { Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
 import { VmError } from "./errors.js";
 
+/**
+ * The QEMU drive id Gondolin gives the root disk (`-drive file=…,if=none,id=drive0`, in its
+ * `buildQemuArgs`): what QMP's `blockdev-snapshot-sync` names to switch the disk's layer.
+ */
+export const GONDOLIN_ROOT_DRIVE = "drive0";
+
 /** The private SandboxServer methods and fields used here. */
 export interface IngressCapableServer {
   /** Opens a stream to `host:port` inside the guest over the ingress virtio channel. */

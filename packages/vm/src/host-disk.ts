@@ -77,6 +77,8 @@ export type HostDiskFullSituation =
   | "running"
   /** A stop could not flush or publish the run; it was discarded. */
   | "stop"
+  /** A live checkpoint of the running VM could not create or publish its layers. */
+  | "checkpoint"
   /** Opening or booting the disk needed space. */
   | "start"
   /** A disk operation (`action` names it), e.g. creating a layer. */
@@ -109,8 +111,12 @@ export function hostDiskFullError(options: {
       hint = `free space on ${mount}, then stop it (it resumes and saves its work if there is room again) and start it again`;
       break;
     case "stop":
-      message = `the host file system ${mount} ran out of space${space ? ` (${formatBytes(space.freeBytes)} free now)` : ""}, so stopping ${vm} could not save its disk: work since the last start was dropped and the previous checkpoint is still current`;
+      message = `the host file system ${mount} ran out of space${space ? ` (${formatBytes(space.freeBytes)} free now)` : ""}, so stopping ${vm} could not save its disk: work since the last checkpoint was dropped, and the previous checkpoint is still current`;
       hint = `free space on ${mount}, then start it again`;
+      break;
+    case "checkpoint":
+      message = `${where}, so a live checkpoint of ${vm} could not be taken: the previous checkpoint is still current, and the guest's writes since then stay in its run`;
+      hint = `free space on ${mount}; the next checkpoint or the stop saves them`;
       break;
     case "start":
       message = `${where}, and starting ${vm} needs some space for its disk in ${dir}`;

@@ -9,6 +9,7 @@ export {
   type RunningVm,
   type StopResult,
   type SuspendResult,
+  type LiveCheckpointResult,
   type RestoreOutcome,
   type CloseOptions,
   type VmSpec,
@@ -39,10 +40,13 @@ export {
   type DiskPointer,
   type DiskRun,
   type CheckpointResult,
+  type LiveDiskCheckpoint,
   type RunRecovery,
   type SetAsideLayer,
   recoveryNotice,
+  LIVE_CHECKPOINT_LAYERS_MAX,
 } from "./disk-store.js";
+export { LayerSwitchRefused, type LayerSwitch } from "./disk-layout.js";
 export {
   POINTER_FILE,
   LOCK_FILE,

@@ -129,6 +129,8 @@ export class QemuImg {
   /**
    * Creates a qcow2 overlay `file` over `backing` (stored as given: pass a bare file name for a
    * backing file in the same directory). `sizeBytes` sets the virtual size; default: the backing's.
+   * `unsafe` does not open the backing (`-u`): for one a running QEMU holds; `sizeBytes` is then
+   * required.
    */
   async createOverlay(
     file: string,
@@ -136,8 +138,10 @@ export class QemuImg {
     backingFormat: "qcow2" | "raw",
     sizeBytes?: number,
     signal?: AbortSignal,
+    options: { unsafe?: boolean } = {},
   ): Promise<void> {
-    const args = ["create", "-q", "-f", "qcow2", "-b", backing, "-F", backingFormat, file];
+    const args = ["create", "-q", "-f", "qcow2", ...(options.unsafe ? ["-u"] : []), "-b", backing];
+    args.push("-F", backingFormat, file);
     if (sizeBytes !== undefined) args.push(String(sizeBytes));
     await this.call(args, { action: "creating a disk layer", path: file }, signal);
   }
@@ -161,6 +165,18 @@ export class QemuImg {
   /** Writes the clusters of `top` into its backing file, leaving `top` untouched (`-d`). */
   async commitIntoBacking(top: string, signal?: AbortSignal): Promise<void> {
     await this.call(["commit", "-q", "-d", "-f", "qcow2", top], { action: "merging a disk layer", path: top }, signal);
+  }
+
+  /**
+   * Writes what the chain from `top` down to (not including) `base` holds into `base`, a layer
+   * further down `top`'s chain (an absolute path), leaving every layer above it untouched.
+   */
+  async commitInto(top: string, base: string, signal?: AbortSignal): Promise<void> {
+    await this.call(
+      ["commit", "-q", "-d", "-f", "qcow2", "-b", base, top],
+      { action: "merging disk layers", path: top },
+      signal,
+    );
   }
 
   /**

@@ -32,6 +32,25 @@ interface PendingCommand {
 }
 
 /**
+ * A QMP command that did not succeed, and whether QEMU may still have carried it out: `refused`
+ * (QEMU answered with an error: it did nothing) and `not-sent` (no connection) are certain;
+ * `no-answer` (the deadline passed or the connection closed first) is not, so a caller that must
+ * know what QEMU did asks again or assumes the command took effect.
+ */
+export class QmpCommandError extends Error {
+  constructor(
+    message: string,
+    /** `refused`, `not-sent` or `no-answer`; see the class. */
+    readonly outcome: "refused" | "not-sent" | "no-answer",
+    /** QEMU's error class for `refused` (e.g. `GenericError`). */
+    readonly qmpClass?: string,
+  ) {
+    super(message);
+    this.name = "QmpCommandError";
+  }
+}
+
+/**
  * A long-lived connection to QEMU's QMP socket that watches for the guest being paused on a disk
  * error (`BLOCK_IO_ERROR` with action `stop`, or `query-status` reporting `io-error`), and sends
  * the odd command (`cont`). QEMU's default drive policy (`werror=enospc`) pauses the guest when
@@ -56,18 +75,25 @@ export class QmpMonitor {
     this.connected = this.connectLoop();
   }
 
-  /** Runs a QMP command and resolves with its `return`. */
-  command(execute: string, args?: Record<string, unknown>): Promise<unknown> {
+  /**
+   * Runs a QMP command and resolves with its `return`; rejects with a {@link QmpCommandError}.
+   * `timeoutMs` overrides the monitor's deadline for this command (one that drains the guest's
+   * disk I/O can take longer than the usual 5 s).
+   */
+  command(execute: string, args?: Record<string, unknown>, options: { timeoutMs?: number } = {}): Promise<unknown> {
     const socket = this.socket;
     if (!socket || this.closed || socket.destroyed) {
-      return Promise.reject(new Error(`QMP is not connected (${execute})`));
+      return Promise.reject(new QmpCommandError(`QMP is not connected (${execute})`, "not-sent"));
     }
     const id = `pisb-${this.nextId++}`;
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.pending.delete(id);
-        reject(new Error(`QMP ${execute} got no answer`));
-      }, this.options.commandTimeoutMs ?? 5000);
+      const timer = setTimeout(
+        () => {
+          this.pending.delete(id);
+          reject(new QmpCommandError(`QMP ${execute} got no answer`, "no-answer"));
+        },
+        options.timeoutMs ?? this.options.commandTimeoutMs ?? 5000,
+      );
       timer.unref?.();
       this.pending.set(id, { resolve, reject, timer });
       socket.write(JSON.stringify({ execute, id, ...(args ? { arguments: args } : {}) }) + "\r\n");
@@ -84,7 +110,7 @@ export class QmpMonitor {
   close(): void {
     this.closed = true;
     this.socket?.destroy();
-    this.failPending(new Error("QMP monitor closed"));
+    this.failPending(new QmpCommandError("QMP monitor closed", "no-answer"));
   }
 
   private async connectLoop(): Promise<boolean> {
@@ -123,7 +149,7 @@ export class QmpMonitor {
     socket.unref();
     socket.on("data", (chunk: string) => this.onData(chunk));
     socket.on("error", () => undefined);
-    socket.on("close", () => this.failPending(new Error("QMP connection closed")));
+    socket.on("close", () => this.failPending(new QmpCommandError("QMP connection closed", "no-answer")));
     try {
       // The greeting arrives first; capabilities must be accepted before any other command.
       await this.command("qmp_capabilities");
@@ -183,7 +209,9 @@ export class QmpMonitor {
     clearTimeout(entry.timer);
     if (message.error !== undefined) {
       const error = message.error as { class?: unknown; desc?: unknown };
-      entry.reject(new Error(`QMP error ${String(error.class)}: ${String(error.desc)}`));
+      entry.reject(
+        new QmpCommandError(`QMP error ${String(error.class)}: ${String(error.desc)}`, "refused", String(error.class)),
+      );
     } else entry.resolve(message.return);
   }
 

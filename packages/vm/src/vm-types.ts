@@ -135,6 +135,24 @@ export interface StopResult extends CheckpointResult {
   totalMs: number;
 }
 
+/** How a live checkpoint went ({@link RunningVm.checkpoint}). */
+export interface LiveCheckpointResult {
+  /** The current checkpoint generation afterwards (unchanged when `changed` is false). */
+  generation: number;
+  /** False when the guest wrote nothing to its disk since the last checkpoint: nothing new was published. */
+  changed: boolean;
+  /** Milliseconds the guest's disk I/O was held while QEMU switched layers (0 when unchanged). */
+  stallMs: number;
+  /** Milliseconds the guest took to `sync` (the guest runs on meanwhile). */
+  syncMs: number;
+  /** Milliseconds to make the published layers durable and flip the pointer. */
+  commitMs: number;
+  /** Total milliseconds. */
+  totalMs: number;
+  /** Host bytes that became part of the checkpoint (the guest's writes since the last one). */
+  bytes: number;
+}
+
 /** How a suspend went: the disk checkpoint and the saved memory. */
 export interface SuspendResult extends StopResult {
   /** Bytes of the memory file (only touched guest pages are written). */
@@ -198,6 +216,25 @@ export interface RunningVm extends GuestVm {
    */
   stop(options?: { syncTimeoutMs?: number }): Promise<StopResult>;
   /**
+   * While the guest runs: makes everything it wrote so far a completed checkpoint, so that a
+   * crash (even one that leaves the run unusable) loses at most what came after. The guest syncs
+   * first (it runs on meanwhile); then QEMU switches its writes to a new layer (`stallMs`: the
+   * guest's disk I/O waits for that, tens of ms), and the layer it wrote is published like a
+   * stop's (fsync, pointer flip). Nothing written since the last checkpoint: `changed` false,
+   * nothing done. The previous checkpoint stays current on any failure, and the VM runs on:
+   * `VM_HOST_DISK_FULL` (no room for the new layer or the pointer; also while the guest is
+   * paused on a full disk), `VM_CHECKPOINT_LIMIT` (the run already added
+   * `LIVE_CHECKPOINT_LAYERS_MAX` layers; the stop merges them), `VM_CHECKPOINT_FAILED` (the
+   * guest did not confirm its sync, or QEMU refused). `VM_CLOSED` once stopping or closed.
+   * Single-flight; a `stop()`, `suspend()` or `close()` waits for one under way.
+   */
+  checkpoint(options?: { syncTimeoutMs?: number }): Promise<LiveCheckpointResult>;
+  /**
+   * Milliseconds since the epoch of QEMU's last write to the disk (the active layer's mtime, a
+   * `stat`: cheap enough to ask every second); undefined when it cannot be read.
+   */
+  readonly diskWrittenAtMs: number | undefined;
+  /**
    * Replaces a secret's value from now on: for a token refreshed on the host. With `placeholder`
    * (a placeholder shaped like the credential, whose claims changed with it) the guest may send
    * that one too; the earlier placeholders keep working until the VM stops, so a process that read
@@ -217,7 +254,8 @@ export interface RunningVm extends GuestVm {
    */
   suspend(options?: { syncTimeoutMs?: number }): Promise<SuspendResult>;
   /**
-   * Closes the VM WITHOUT a checkpoint: everything written since start is dropped, unless
+   * Closes the VM WITHOUT a checkpoint: everything written since start (or since the last live
+   * checkpoint) is dropped, unless
    * `keepRun` leaves it for the next start to recover (see {@link CloseOptions}). Idempotent.
    */
   close(options?: CloseOptions): Promise<void>;

@@ -17,7 +17,7 @@ import {
   type DiskRun,
 } from "../src/index.js";
 import { defaultQemuImgRunner } from "../src/qemu-img.js";
-import { fakeImage, hasPattern, qemuIo, tempDir, topLayer } from "./helpers.js";
+import { corruptL1, fakeImage, hasPattern, qemuIo, tempDir, topLayer } from "./helpers.js";
 
 const MiB = 1024 ** 2;
 
@@ -66,19 +66,6 @@ async function interruptedRun(pattern = 0xab): Promise<DiskRun> {
   qemuIo(run.layerPath, `write -P ${pattern} 0 ${MiB}`);
   await ownerDies();
   return run;
-}
-
-/** Scribbles over the layer's first L1 entry: qemu-img check then finds it corrupt. */
-function corruptL1(file: string): void {
-  const handle = fs.openSync(file, "r+");
-  try {
-    const header = Buffer.alloc(48);
-    fs.readSync(handle, header, 0, 48, 0);
-    const l1Offset = Number(header.readBigUInt64BE(40));
-    fs.writeSync(handle, Buffer.alloc(8, 0xff), 0, 8, l1Offset);
-  } finally {
-    fs.closeSync(handle);
-  }
 }
 
 /** Unlinks the cluster holding guest offset `offset` from the layer's L2 table: a leaked cluster. */
@@ -288,6 +275,7 @@ describe("run records", () => {
       layer: path.basename(run.layerPath),
       generation: before.generation,
       openedAt: expect.any(String),
+      baseLength: before.layers.length,
     });
     await run.checkpoint({ grown: true });
     expect(runRecord()).toBeUndefined();

@@ -9,6 +9,7 @@ import * as gondolin from "@earendil-works/gondolin";
 import { VM } from "@earendil-works/gondolin";
 import { egressPolicy } from "../src/egress-policy.js";
 import {
+  GONDOLIN_ROOT_DRIVE,
   dialMappedTcpOnConnect,
   ingressQueuedBytes,
   ingressServerOf,
@@ -27,6 +28,15 @@ test("the installed Gondolin is the 0.12 line this package was written against",
   const require = createRequire(import.meta.url);
   const pkg = require("@earendil-works/gondolin/package.json") as { version: string };
   expect(pkg.version).toMatch(/^0\.12\./);
+});
+
+test("Gondolin names the root disk's QEMU drive as live checkpoints address it", async () => {
+  const require = createRequire(import.meta.url);
+  const controller = path.join(
+    path.dirname(require.resolve("@earendil-works/gondolin/package.json")),
+    "dist/src/sandbox/controller.js",
+  );
+  expect(await fsp.readFile(controller, "utf8")).toContain(`if=none,id=${GONDOLIN_ROOT_DRIVE}`);
 });
 
 test("a created (not started) VM exposes the ingress connector, its queue and QEMU's exit event", async () => {

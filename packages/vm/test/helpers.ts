@@ -32,8 +32,28 @@ export function qemuIo(file: string, command: string, options: { readOnly?: bool
 
 /** Whether `length` bytes at `offset` of the chain topped by `file` all equal `pattern`. */
 export function hasPattern(file: string, offset: number, length: number, pattern: number): boolean {
-  const out = qemuIo(file, `read -P ${pattern} ${offset} ${length}`, { readOnly: true });
+  let out: string;
+  try {
+    out = qemuIo(file, `read -P ${pattern} ${offset} ${length}`, { readOnly: true });
+  } catch (error) {
+    // qemu-io exits non-zero on a mismatch; anything else is a real failure.
+    out = String((error as { stdout?: unknown }).stdout ?? "");
+    if (!out.includes("Pattern verification failed")) throw error;
+  }
   return !out.includes("Pattern verification failed");
+}
+
+/** Scribbles over the layer's first L1 entry: qemu-img check then finds it corrupt. */
+export function corruptL1(file: string): void {
+  const handle = fs.openSync(file, "r+");
+  try {
+    const header = Buffer.alloc(48);
+    fs.readSync(handle, header, 0, 48, 0);
+    const l1Offset = Number(header.readBigUInt64BE(40));
+    fs.writeSync(handle, Buffer.alloc(8, 0xff), 0, 8, l1Offset);
+  } finally {
+    fs.closeSync(handle);
+  }
 }
 
 /** The top layer file of a disk directory, from its pointer. */

@@ -141,12 +141,24 @@ test("first boot: the filesystem grows to diskGiB, and the guest interface works
   // The disk is taken while the VM runs.
   await expect(startVm(vmOptions("again", source(), stateRoot))).rejects.toMatchObject({ code: "VM_DISK_BUSY" });
 
+  // A live checkpoint while the guest runs: QEMU writes a new layer over the one published, and
+  // the guest waits for the switch only (the test's bound; the bench's target is 300 ms).
+  await sh(vm, "echo live > /srv/live.txt");
+  const written = vm.diskWrittenAtMs!;
+  expect(written).toBeGreaterThan(Date.now() - 3_600_000);
+  const live = await vm.checkpoint();
+  expect(live).toMatchObject({ generation: 1, changed: true });
+  expect(live.stallMs).toBeLessThan(1000);
+  expect((await store.inspect(source())).layers).toHaveLength(2);
+  expect(await sh(vm, "cat /srv/live.txt")).toBe("live\n");
+
   // One marker synced by the guest, one left in the page cache: stop must keep both.
   await sh(vm, "echo synced > /srv/synced.txt && sync");
   await sh(vm, "echo unsynced > /srv/unsynced.txt");
   const pid = vm.hostPid!;
   const result = await stop(vm);
-  expect(result.generation).toBe(1);
+  // The stop published the rest and merged the run's layers back into the disk's one.
+  expect(result).toMatchObject({ generation: 2, layers: [expect.any(String)] });
   expect(vm.closed).toBe(true);
   expect(qemuProcessesUsing(source())).toEqual([]);
   expect(() => process.kill(pid, 0)).toThrow();
@@ -178,7 +190,7 @@ test("reopen: both markers survived the stop, and the allow-list is enforced", a
     // 127.0.0.1 is allowed (and, being internal, explicitly allowed to resolve internally);
     // "localhost" resolves to the same server but is not on the list.
     const vm = await boot("source", source(), { allowedHosts: ["127.0.0.1"], allowedInternalHosts: ["127.0.0.1"] });
-    expect(await sh(vm, "cat /srv/synced.txt /srv/unsynced.txt")).toBe("synced\nunsynced\n");
+    expect(await sh(vm, "cat /srv/live.txt /srv/synced.txt /srv/unsynced.txt")).toBe("live\nsynced\nunsynced\n");
 
     const curl = (host: string, urlPath: string) =>
       runInGuest(vm, `curl -sS -m 30 -H 'Host: ${host}:${port}' http://192.0.2.1:${port}${urlPath}`);

@@ -5,13 +5,15 @@
 // Each trial costs one boot (~10-30 s under TCG): PI_SANDBOX_FAULT_TRIALS sets how many (default
 // 20, the acceptance number; about 3.5 min on an idle 2-core TCG host). The same for a suspend,
 // PI_SANDBOX_SUSPEND_FAULT_TRIALS times (default 3): a boot that resumes saved memory must find
-// the post-suspend generation (the memory belongs to the checkpoint taken with it).
+// the post-suspend generation (the memory belongs to the checkpoint taken with it). And a live
+// checkpoint: a SIGKILL after it keeps everything (the run is recovered over the checkpoint), and
+// with the run's layer then made unusable, still what the checkpoint held.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { createInterface } from "node:readline";
-import { DiskStore, SET_ASIDE_DIR } from "../src/index.js";
-import { TS_NODE_ARGS, tempDir } from "./helpers.js";
+import { DiskStore, RUN_RECORD_FILE, SET_ASIDE_DIR } from "../src/index.js";
+import { TS_NODE_ARGS, corruptL1, tempDir } from "./helpers.js";
 import { qemuProcessesUsing, testImage } from "./vm-support.js";
 
 const TRIALS = Number(process.env.PI_SANDBOX_FAULT_TRIALS ?? 20);
@@ -19,8 +21,14 @@ const SUSPEND_TRIALS = Number(process.env.PI_SANDBOX_SUSPEND_FAULT_TRIALS ?? 3);
 const CHILD = path.resolve("test/support/stop-child.ts");
 
 interface ChildEvent {
-  event: "booted" | "stopping" | "stopped";
+  event: "booted" | "stopping" | "stopped" | "checkpointed" | "written";
   marker?: string;
+  /** What /srv/live-1 and /srv/live-2 hold, space-separated (`live:` mode). */
+  live?: string;
+  /** A live checkpoint's result fields. */
+  changed?: boolean;
+  stallMs?: number;
+  generation?: number;
   blob?: string;
   qemuPid?: number;
   totalMs?: number;
@@ -75,6 +83,59 @@ test(`SIGKILL at ${TRIALS} random moments of a stop leaves one complete checkpoi
 
 test(`SIGKILL at ${SUSPEND_TRIALS} random moments of a suspend leaves one complete checkpoint, resumed only with its own memory`, () =>
   faultTrials("suspend", SUSPEND_TRIALS));
+
+test("a live checkpoint outlives its owner's SIGKILL, and bounds the loss when the run's layer is unusable", async () => {
+  const { dir, cleanup } = await tempDir("pisb-vmlive-");
+  try {
+    const diskDir = path.join(dir, "disk");
+    const stateRoot = path.join(dir, "state");
+    await new DiskStore({ stateRoot }).createDisk(diskDir, { image: testImage(), diskGiB: 2 });
+    /** Boots `live:<tag>`, SIGKILLs it once its second file is synced; returns its checkpoint. */
+    const killedAfterCheckpoint = async (tag: string) => {
+      let checkpoint: ChildEvent | undefined;
+      let written = false;
+      const exit = await runChild(diskDir, stateRoot, `live:${tag}`, (e, child) => {
+        if (e.event === "checkpointed") checkpoint = e;
+        if (e.event === "written") {
+          written = true;
+          child.kill("SIGKILL");
+        }
+      });
+      if (!written) throw new Error(`live:${tag} never wrote its second file:\n${exit.stderr.slice(-3000)}`);
+      for (let i = 0; i < 50 && qemuProcessesUsing(diskDir).length > 0; i += 1) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(qemuProcessesUsing(diskDir)).toEqual([]);
+      return checkpoint!;
+    };
+    const reopen = async () => {
+      let booted: ChildEvent | undefined;
+      const exit = await runChild(diskDir, stateRoot, "check", (e) => {
+        if (e.event === "booted") booted = e;
+      });
+      expect(exit).toMatchObject({ code: 0 });
+      return booted!;
+    };
+
+    // The checkpoint published the first file; the run on top of it, recovered, has the second.
+    const first = await killedAfterCheckpoint("a");
+    expect(first).toMatchObject({ changed: true, generation: 1 });
+    expect(first.stallMs).toBeLessThan(1000);
+    checkLayers(diskDir);
+    expect(await reopen()).toMatchObject({ live: "a1 a2", recovery: "recovered" });
+
+    // The same, but the layer QEMU wrote after the checkpoint is unusable: only the second file goes.
+    const second = await killedAfterCheckpoint("b");
+    expect(second.changed).toBe(true);
+    const record = JSON.parse(fs.readFileSync(path.join(diskDir, RUN_RECORD_FILE), "utf8")) as { layer: string };
+    corruptL1(path.join(diskDir, record.layer));
+    expect(await reopen()).toMatchObject({ live: "b1", recovery: "set-aside" });
+    checkLayers(diskDir);
+    console.log(`live checkpoint stalls: ${Math.round(first.stallMs!)} ms, ${Math.round(second.stallMs!)} ms`);
+  } finally {
+    await cleanup();
+  }
+});
 
 async function faultTrials(how: "stop" | "suspend", trials: number): Promise<void> {
   const { dir, cleanup } = await tempDir("pisb-vmfault-");
