@@ -22,10 +22,11 @@ export type {
   SecretConfig,
   MountConfig,
   IdleConfig,
+  CheckpointConfig,
   Platform,
 } from "./types.js";
 
-// Durations (`idle.suspendAfter`, `--idle-suspend`)
+// Durations (`idle.suspendAfter`, `checkpoint.every`, `--idle-suspend`)
 export { DURATION_PATTERN, parseDuration, formatDuration } from "./duration.js";
 
 // Secrets and mounts

@@ -55,6 +55,13 @@ export const LIMITS = Object.freeze({
   idleCpuPercent: 25,
   /** The window the guest's CPU use is averaged over for idleness, in ms. */
   idleCpuWindowMs: 5_000,
+  /**
+   * Shortest `checkpoint.every`, in ms (30 s): each checkpoint adds a disk layer until the stop
+   * merges them, and a run keeps at most 64.
+   */
+  checkpointEveryMinMs: 30_000,
+  /** Longest `checkpoint.every`, in ms (24 h). */
+  checkpointEveryMaxMs: 24 * 60 * 60 * 1000,
 } as const);
 
 /** The shape of {@link LIMITS}. */

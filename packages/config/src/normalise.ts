@@ -116,10 +116,17 @@ export function normaliseConfig(input: SandboxConfigInput, sourcePath: string | 
     })),
     services,
     serviceOrder: startOrder(dependencies),
+    checkpoint: { everyMs: checkpointEveryMs(input.checkpoint?.every) },
   };
   if (input.image !== undefined) config.image = imageRef(input.image, sourcePath);
   if (input.idle !== undefined) config.idle = { suspendAfterMs: parseDuration(input.idle.suspendAfter) ?? 0 };
   return config;
+}
+
+/** `checkpoint.every` in ms: the default when absent, null for `off`. */
+function checkpointEveryMs(every: string | undefined): number | null {
+  if (every === undefined) return CONFIG_DEFAULTS.checkpointEveryMs;
+  return every === "off" ? null : (parseDuration(every) ?? CONFIG_DEFAULTS.checkpointEveryMs);
 }
 
 /**

@@ -70,6 +70,11 @@ export function renderConfig(config: SandboxConfig): string {
   if (Object.keys(network).length > 0) out.network = network;
   if (config.mounts.length > 0) out.mounts = config.mounts.map((mount) => ({ host: mount.host, guest: mount.guest }));
   if (config.idle) out.idle = { suspendAfter: formatDuration(config.idle.suspendAfterMs) };
+  // Absent in a record older than the key: the default, left out like every default.
+  const every = (config.checkpoint as SandboxConfig["checkpoint"] | undefined)?.everyMs;
+  if (every !== undefined && every !== CONFIG_DEFAULTS.checkpointEveryMs) {
+    out.checkpoint = { every: every === null ? "off" : formatDuration(every) };
+  }
   const services = Object.values(config.services);
   if (services.length > 0)
     out.services = Object.fromEntries(services.map((service) => [service.name, renderService(service)]));

@@ -17,6 +17,7 @@ import {
 } from "./schema-checks.js";
 import { markedKeys, marksOf, reaches, reachesNothing, type ConfigReach, type HostReachKind } from "./host-reach.js";
 import type { SandboxConfig } from "./types.js";
+import { checkpointSchema } from "./schema-checkpoint.js";
 import { idleSchema } from "./schema-idle.js";
 import { mountSchema, secretName, secretSchema } from "./schema-secrets-mounts.js";
 
@@ -336,6 +337,7 @@ export const sandboxConfigSchema = v.pipe(
       ),
     ),
     idle: v.optional(idleSchema),
+    checkpoint: v.optional(checkpointSchema),
     services: v.optional(
       v.pipe(
         v.record(

@@ -131,6 +131,15 @@ export interface IdleConfig {
   suspendAfterMs: number;
 }
 
+/** `checkpoint`: automatic disk checkpoints while the instance runs. */
+export interface CheckpointConfig {
+  /**
+   * Guest activity between two checkpoints, in ms; null when `off` (checkpoints only at stop and
+   * suspend). A record written before this key existed has no `checkpoint`: read it as the default.
+   */
+  everyMs: number | null;
+}
+
 /** A validated sandbox.yaml with every default applied. Plain data: safe to serialise. */
 export interface SandboxConfig {
   /** Schema version; always 1. */
@@ -158,6 +167,8 @@ export interface SandboxConfig {
   mounts: MountConfig[];
   /** Auto-suspend while unused; absent (the default) keeps the instance running. */
   idle?: IdleConfig;
+  /** Automatic disk checkpoints while it runs (default every 5 min of activity). */
+  checkpoint: CheckpointConfig;
   /** Declared services by name, in declaration order. */
   services: Record<string, ServiceConfig>;
   /** Names of the services that run on the guest, in the order to start them. */
@@ -180,6 +191,8 @@ export const CONFIG_DEFAULTS = Object.freeze({
   platforms: Object.freeze(["linux", "darwin"] as Platform[]),
   /** Default `network.hostPorts`: no host service is reachable. */
   hostPorts: Object.freeze([] as number[]),
+  /** Default `checkpoint.every`, in ms (5 min of guest activity). */
+  checkpointEveryMs: 5 * 60 * 1000,
 });
 
 /** True when the service gets a preview origin (and so `PUBLIC_URL`). */

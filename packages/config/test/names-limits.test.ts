@@ -76,6 +76,8 @@ describe("LIMITS", () => {
       idleSuspendMaxMs: 604800000,
       idleCpuPercent: 25,
       idleCpuWindowMs: 5000,
+      checkpointEveryMinMs: 30000,
+      checkpointEveryMaxMs: 86400000,
     });
   });
 

@@ -1,0 +1,39 @@
+// The `checkpoint` block of sandbox.yaml: how much guest activity may pass between automatic
+// checkpoints of a running instance's disk (what a crash can take at most), or `off`.
+import * as v from "valibot";
+import { DURATION_PATTERN, formatDuration, parseDuration } from "./duration.js";
+import { LIMITS } from "./limits.js";
+import { got } from "./schema-checks.js";
+
+const RANGE = `between ${formatDuration(LIMITS.checkpointEveryMinMs)} and ${formatDuration(LIMITS.checkpointEveryMaxMs)}`;
+const SHAPE = `must be a duration such as 5m, 90s or 1h30m, ${RANGE}, or off`;
+
+/** A `checkpoint.every` value: `off`, or a duration within the limits. */
+export const checkpointEverySchema = v.pipe(
+  v.union(
+    [
+      v.literal("off"),
+      v.pipe(
+        v.string(got(SHAPE)),
+        v.regex(DURATION_PATTERN, got(SHAPE)),
+        v.check(
+          (text: string) => {
+            const ms = parseDuration(text) ?? 0;
+            return ms >= LIMITS.checkpointEveryMinMs && ms <= LIMITS.checkpointEveryMaxMs;
+          },
+          got(`must be ${RANGE}, or off`),
+        ),
+      ),
+    ],
+    got(SHAPE),
+  ),
+  v.description(
+    "How much guest activity (actions, previews, terminals, guest CPU use, disk writes) may pass between automatic checkpoints of the disk while the instance runs, e.g. 5m (the default): a crash or power cut then loses at most that much of the guest's writes, even when the run's own data cannot be recovered. off: checkpoints only at stop and suspend.",
+  ),
+);
+
+/** `checkpoint: {every}`. */
+export const checkpointSchema = v.pipe(
+  v.strictObject({ every: checkpointEverySchema }),
+  v.description("Automatic disk checkpoints while the instance runs; omit for every 5m of activity."),
+);
