@@ -18,7 +18,7 @@ export { createVmRuntime } from "./daemon/runtime.js";
 /** For a host-side fake HTTPS API behind `createVmRuntime`'s `upstream` seam (review-setup may not import vm). */
 export { selfSignedCert } from "@pi-sandbox/vm/testing";
 export { runDaemon } from "./daemon/server.js";
-export { createFileLogger } from "./daemon/log.js";
+export { createFileLogger } from "./log.js";
 
 /** Loose JSON result of an action, as tests read it. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests

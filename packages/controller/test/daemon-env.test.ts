@@ -2,7 +2,7 @@
 // keeps a daemon's resident memory from growing after it streamed a guest's memory, which the
 // daemon then keeps from its own children (QEMU).
 import { daemonEnv } from "../src/client/spawn.js";
-import { forgetDaemonMalloc } from "../src/daemon/malloc.js";
+import { forgetDaemonMalloc } from "../src/daemon-malloc.js";
 
 test("a daemon gets the state root and a fixed 64 KiB mmap threshold, and its children do not", () => {
   const env = daemonEnv({ PATH: "/usr/bin", PI_SANDBOX_HOME: "/elsewhere" }, "/state");

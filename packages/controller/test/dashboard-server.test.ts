@@ -4,7 +4,7 @@
 import http from "node:http";
 import { startDashboardServer, type DashboardServer } from "../src/dashboard/server.js";
 import { mintToken } from "../src/dashboard/tokens.js";
-import type { DaemonLogger } from "../src/daemon/log.js";
+import type { DaemonLogger } from "../src/log.js";
 import { runningView } from "./support/views.js";
 
 const key = "ef".repeat(32);

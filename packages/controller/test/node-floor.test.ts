@@ -5,7 +5,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
-import { NODE_FLOORS, isOlderNode } from "../src/client/node.js";
+import { NODE_FLOORS, isOlderNode } from "../src/node-floor.js";
 
 const OLD_NODE = "/usr/bin/node";
 const bin = fileURLToPath(new URL("../bin/pi-sandbox.js", import.meta.url));

@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { parseConfig } from "@pi-sandbox/config";
 import { ControllerError, StateLayout, validateAction } from "../src/client/index.js";
 import { formatView } from "../src/actions/kit/text.js";
-import { createFileLogger } from "../src/daemon/log.js";
+import { createFileLogger } from "../src/log.js";
 import { writeRecord, writeStatus } from "../src/state/records.js";
 import { runningView } from "./support/views.js";
 

@@ -2,7 +2,7 @@
 // fresh link to it, or ends it. For the user only: the link's token opens a browser session that
 // can stop and destroy instances, which a model has no business holding.
 import * as v from "valibot";
-import { ensureDashboard, findDashboard, stopDashboard, type DashboardInfo } from "../client/dashboard.js";
+import { ensureDashboard, findDashboard, stopDashboard, type DashboardInfo } from "../dashboard/launch.js";
 import { ControllerError } from "../errors.js";
 import { defineAction } from "./kit/define.js";
 import { actionSchema, arg } from "./kit/parts.js";

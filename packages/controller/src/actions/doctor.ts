@@ -1,7 +1,7 @@
 // The doctor action: checks of the host (Node, QEMU, qemu-img, the accelerator, the state
 // directory's permissions) and of a sandbox.yaml's image, run locally; each failed check says its fix.
 import * as v from "valibot";
-import { runDoctor } from "../client/doctor.js";
+import { runDoctor } from "./doctor-checks.js";
 import { defineAction } from "./kit/define.js";
 import { actionSchema, arg, text } from "./kit/parts.js";
 

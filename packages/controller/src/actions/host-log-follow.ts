@@ -120,7 +120,7 @@ export async function hostLogSince(file: string, cursor: string): Promise<HostLo
   return { lines: read.lines, cursor: `${ino}:${read.next}`, more: read.more };
 }
 
-/** A controller log line's time: the ISO timestamp it starts with (daemon/log.ts writes one). */
+/** A controller log line's time: the ISO timestamp it starts with (log.ts writes one). */
 const LINE_TIME = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) /;
 
 /**

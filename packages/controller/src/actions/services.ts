@@ -3,7 +3,7 @@
 import * as v from "valibot";
 import { LIMITS } from "@pi-sandbox/config";
 import { isSupervisorError, type ServicesResult } from "@pi-sandbox/supervisor";
-import type { ServicesView } from "../daemon/context.js";
+import type { ServicesView } from "./kit/context.js";
 import { ControllerError } from "../errors.js";
 import { defineAction } from "./kit/define.js";
 import {

@@ -37,8 +37,8 @@ export type { ValidatedAction } from "../actions/kit/validate.js";
 export type { ExecView } from "../actions/exec.js";
 export type { ControllerLogTail, ServiceLogRead } from "../actions/logs.js";
 export type { CopyResult } from "../actions/copy-tree.js";
-export type { ServicesView } from "../daemon/context.js";
-export type { DashboardInfo } from "./dashboard.js";
+export type { ServicesView } from "../actions/kit/context.js";
+export type { DashboardInfo } from "../dashboard/launch.js";
 export type { DashboardAbsent, DashboardStopped } from "../actions/dashboard.js";
 // State views
 export { StateLayout, resolveStateRoot } from "../state/layout.js";
@@ -46,7 +46,7 @@ export type { EntryKind } from "../state/layout.js";
 export type { EntryView } from "../state/inspect.js";
 export type { EntryState, PreviewLinkInfo, RecordedError } from "../state/records.js";
 export type { ProgressEvent } from "../wire.js";
-export type { DoctorCheck } from "./doctor.js";
+export type { DoctorCheck } from "../actions/doctor-checks.js";
 export type { ConfirmFn, ConfirmRequest } from "./model-guard.js";
 export type { ConcernKind, HostConcern } from "../host-guard.js";
 // Printing guest text: results carry it as the guest wrote it; escape before a terminal sees it

@@ -7,13 +7,13 @@ import { fileURLToPath } from "node:url";
 import { ControllerError } from "../errors.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
 import { daemonLive, pidAlive } from "../state/liveness.js";
-import { daemonMallocEnv } from "../daemon/malloc.js";
-import { findDaemonNode } from "./node.js";
+import { daemonMallocEnv } from "../daemon-malloc.js";
+import { findDaemonNode } from "../node-floor.js";
 
 /** V8 flags of daemon processes. */
 const DAEMON_NODE_FLAGS = ["--max-semi-space-size=1"];
 
-/** The environment of a daemon process: the caller's, its state root, and malloc's setting (daemon/malloc.ts). */
+/** The environment of a daemon process: the caller's, its state root, and malloc's setting (daemon-malloc.ts). */
 export function daemonEnv(env: NodeJS.ProcessEnv, root: string): NodeJS.ProcessEnv {
   return { ...env, ...daemonMallocEnv(env), PI_SANDBOX_HOME: root };
 }

@@ -8,7 +8,7 @@ import type { PreviewActivity } from "@pi-sandbox/ingress";
 import type { AgentActivity } from "@pi-sandbox/supervisor";
 import type { IdleReading } from "../wire.js";
 import { IdleClock, type IdleLook } from "./idle-clock.js";
-import type { DaemonLogger } from "./log.js";
+import type { DaemonLogger } from "../log.js";
 
 /** How often the guest is asked again about a command it reported running, in ms. */
 const JOBS_RECHECK_MS = 10_000;

@@ -12,7 +12,7 @@ import type { EntryView } from "../state/inspect.js";
 import { resolveReaches } from "../state/config-trust.js";
 import { readRecord, readStatus, writeRecord, type EntryRecord, type EntryStatus } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
-import type { ConfigSource } from "./context.js";
+import type { ConfigSource } from "../actions/kit/context.js";
 import { IDENTITY_PROGRESS } from "./guest-identity.js";
 import { installGuestConfig, readConfigFile, runSetup } from "./guest-setup.js";
 import { withImageDir } from "../image-ref.js";

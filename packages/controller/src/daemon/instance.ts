@@ -11,7 +11,7 @@ import type { EntryState } from "../state/records.js";
 import type { IdleReading, ProgressEvent } from "../wire.js";
 import { AutoSuspend } from "./auto-suspend.js";
 import { Lifecycle } from "./lifecycle.js";
-import type { DaemonLogger } from "./log.js";
+import type { DaemonLogger } from "../log.js";
 import { createVmRuntime, type InstanceRuntime } from "./runtime.js";
 import { GuestOperations } from "./services.js";
 import { InstanceState, toControllerError } from "./state.js";

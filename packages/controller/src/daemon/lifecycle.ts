@@ -11,7 +11,7 @@ import type { EntryView } from "../state/inspect.js";
 import type { EntryKind } from "../state/layout.js";
 import { readRecord, readStatus, writeRecord } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
-import type { ConfigSource, LifecycleActions, StartOptions } from "./context.js";
+import type { ConfigSource, LifecycleActions, StartOptions } from "../actions/kit/context.js";
 import { createInstance, prepareTemplate, withIdleSuspend, type BootOptions, type CreateSteps } from "./create.js";
 import { readAgentDoor, writeAgentDoor } from "./agent-door.js";
 import { IDENTITY_PROGRESS } from "./guest-identity.js";

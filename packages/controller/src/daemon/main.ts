@@ -4,7 +4,7 @@
 import { parseArgs } from "node:util";
 import type { EntryKind } from "../state/layout.js";
 import { StateLayout } from "../state/layout.js";
-import { forgetDaemonMalloc } from "./malloc.js";
+import { forgetDaemonMalloc } from "../daemon-malloc.js";
 import { runDaemon } from "./server.js";
 
 forgetDaemonMalloc();

@@ -23,7 +23,7 @@ import {
   type VmSecret,
 } from "@pi-sandbox/vm";
 import { giveOwnIdentity } from "./guest-identity.js";
-import type { DaemonLogger } from "./log.js";
+import type { DaemonLogger } from "../log.js";
 
 /**
  * How long a booted guest's agent may take to say hello. Python's start-up is CPU-bound; under

@@ -12,7 +12,7 @@ import { ensurePrivateDir, type EntryKind, type StateLayout } from "../state/lay
 import { daemonLive, pidAlive } from "../state/liveness.js";
 import { readJsonLines, writeJsonLine, type ClientMessage } from "../wire.js";
 import { InstanceController, toControllerError } from "./instance.js";
-import { createFileLogger, type DaemonLogger } from "./log.js";
+import { createFileLogger, type DaemonLogger } from "../log.js";
 import type { InstanceRuntime } from "./runtime.js";
 
 /** A daemon with no VM and no request for this long exits (e.g. after a failed create). */

@@ -14,7 +14,7 @@ import { isSupervisorError, type ServicesResult } from "@pi-sandbox/supervisor";
 import { runInGuest, type GuestSshAccess } from "@pi-sandbox/vm";
 import { readRecord, type PreviewLinkInfo } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
-import type { GuestActions, ServicesView } from "./context.js";
+import type { GuestActions, ServicesView } from "../actions/kit/context.js";
 import { GUEST_SECRETS_PROFILE, resolveSecrets, secretsProfile } from "./secrets.js";
 import { toControllerError, type InstanceState } from "./state.js";
 import { previewsToReopen } from "./suspend.js";

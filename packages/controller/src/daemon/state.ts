@@ -10,7 +10,7 @@ import { ControllerError, isControllerError } from "../errors.js";
 import { inspectEntry, type EntryView } from "../state/inspect.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
 import { writeStatus, type EntryState, type EntryStatus, type RecordedError } from "../state/records.js";
-import type { DaemonLogger } from "./log.js";
+import type { DaemonLogger } from "../log.js";
 import type { RuntimeVm } from "./runtime.js";
 
 /** The parts of a running instance. */

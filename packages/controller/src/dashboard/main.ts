@@ -5,7 +5,7 @@ import { mkdir } from "node:fs/promises";
 import { dirname } from "node:path";
 import { parseArgs } from "node:util";
 import { callAction } from "../client/index.js";
-import { createFileLogger } from "../daemon/log.js";
+import { createFileLogger } from "../log.js";
 import { StateLayout } from "../state/layout.js";
 import { claimDashboard, publishPort, releaseDashboard } from "./record.js";
 import { startDashboardServer } from "./server.js";

@@ -9,7 +9,7 @@ import type { AddressInfo } from "node:net";
 import type { Duplex } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { ControllerError } from "../errors.js";
-import type { DaemonLogger } from "../daemon/log.js";
+import type { DaemonLogger } from "../log.js";
 import { NEW_LINK_HINT, checkRequest, sessionCookie } from "./guard.js";
 import { followLog, type LogEvent } from "./log-stream.js";
 import { SnapshotPoller, errorJson, escapeDeep, type CallFn } from "./snapshot.js";

@@ -11,7 +11,7 @@ import type { EntryView } from "../../state/inspect.js";
 import type { EntryKind, StateLayout } from "../../state/layout.js";
 import type { HostGuard } from "../../host-guard.js";
 import type { ProgressEvent } from "../../wire.js";
-import type { GuestActions, LifecycleActions } from "../../daemon/context.js";
+import type { GuestActions, LifecycleActions } from "./context.js";
 
 /** One argument of an action, as documented in help. */
 export interface ArgumentDoc {

@@ -2,7 +2,7 @@
 import { execFileSync } from "node:child_process";
 import { accessSync, constants, readFileSync } from "node:fs";
 import { delimiter, join } from "node:path";
-import { ControllerError } from "../errors.js";
+import { ControllerError } from "./errors.js";
 
 /** The Node floors of package.json's `piSandbox.nodeFloor`, the one place they are stated. */
 interface NodeFloors {
@@ -12,9 +12,9 @@ interface NodeFloors {
   pi: string;
 }
 
-/** The Node floors, read from this package's package.json (src/client and dist/client alike). */
+/** The Node floors, read from this package's package.json (src and dist alike). */
 export const NODE_FLOORS: NodeFloors = (
-  JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+  JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
     piSandbox: { nodeFloor: NodeFloors };
   }
 ).piSandbox.nodeFloor;

@@ -10,7 +10,7 @@ import { DEFAULT_IMAGE_NAME, imageCacheRoot, isImageError, listImages, resolveIm
 import { chooseAccelerator, loadImageDir, probeHost, resolveAccelerator } from "@pi-sandbox/vm/host";
 import { isControllerError } from "../errors.js";
 import type { StateLayout } from "../state/layout.js";
-import { findDaemonNode } from "./node.js";
+import { findDaemonNode } from "../node-floor.js";
 
 const run = promisify(execFile);
 

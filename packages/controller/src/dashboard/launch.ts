@@ -6,11 +6,11 @@ import { existsSync } from "node:fs";
 import { mkdir, open, readFile, unlink } from "node:fs/promises";
 import { dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { mintToken } from "../dashboard/tokens.js";
-import { portAnswers, readDashboardRecord, recordAlive, type DashboardRecord } from "../dashboard/record.js";
+import { mintToken } from "./tokens.js";
+import { portAnswers, readDashboardRecord, recordAlive, type DashboardRecord } from "./record.js";
 import { ControllerError } from "../errors.js";
 import type { StateLayout } from "../state/layout.js";
-import { findDaemonNode } from "./node.js";
+import { findDaemonNode } from "../node-floor.js";
 
 /** Where the dashboard runs, and a fresh link to it. */
 export interface DashboardInfo {
@@ -38,7 +38,7 @@ const STOP_GRACE_MS = 5_000;
 /** The compiled dashboard entry, `dist/dashboard/main.js` (the client may run from sources in tests). */
 export function dashboardEntry(): string {
   const fromSources = import.meta.url.endsWith(".ts");
-  return fileURLToPath(new URL(fromSources ? "../../dist/dashboard/main.js" : "../dashboard/main.js", import.meta.url));
+  return fileURLToPath(new URL(fromSources ? "../../dist/dashboard/main.js" : "./main.js", import.meta.url));
 }
 
 async function running(layout: StateLayout): Promise<(DashboardRecord & { port: number }) | undefined> {

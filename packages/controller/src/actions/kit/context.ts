@@ -2,9 +2,9 @@
 // these as types, so the client loads no VM machinery.
 
 import type { AdHocServiceSpec, ServiceStatus, ServicesResult, SupervisorClient } from "@pi-sandbox/supervisor";
-import type { EntryView } from "../state/inspect.js";
-import type { EntryKind } from "../state/layout.js";
-import type { PreviewLinkInfo } from "../state/records.js";
+import type { EntryView } from "../../state/inspect.js";
+import type { EntryKind } from "../../state/layout.js";
+import type { PreviewLinkInfo } from "../../state/records.js";
 
 /** A host sandbox.yaml to build from. */
 export interface ConfigSource {
