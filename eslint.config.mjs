@@ -27,6 +27,28 @@ const bannedImports = (allowGondolin, allowPi) => {
   return ["error", { paths: paths.map((name) => ({ name, message: "Only packages/vm imports Gondolin." })), patterns }];
 };
 
+// The controller's folders stand in a stack (CONTRIBUTING.md "Structure"): program entries on top
+// (`index.ts`, `testing*.ts`, each folder's `main.ts`); `cli` over `client`; `client` and `daemon`
+// side by side on the action contract (`actions`, with `actions/kit`), neither importing the
+// other; under it `dashboard`, then `state`; the shared leaves (`src/*.ts`) at the bottom.
+const controller = (path) => `packages/controller/src/${path}`;
+const controllerFloors = [
+  { target: controller("cli"), from: ["daemon"] },
+  { target: controller("client"), from: ["cli", "daemon"] },
+  { target: controller("daemon"), from: ["cli", "client", "dashboard"] },
+  { target: controller("actions"), from: ["cli", "client", "daemon"] },
+  { target: controller("dashboard/!(main).ts"), from: ["cli", "client", "daemon", "actions"] },
+  { target: controller("state"), from: ["cli", "client", "daemon", "actions", "dashboard"] },
+  {
+    target: controller("!(index|testing|testing-runtime).ts"),
+    from: ["cli", "client", "daemon", "actions", "dashboard", "state"],
+  },
+].map(({ target, from }) => ({
+  target,
+  from: from.map(controller),
+  message: 'The controller\'s folders import only the floors below them (CONTRIBUTING.md "Structure").',
+}));
+
 export default tseslint.config(
   { ignores: ["**/dist/**", "**/node_modules/**", "**/coverage/**", "**/.nx/**", "**/.work/**"] },
   ...tseslint.configs.recommended,
@@ -50,6 +72,10 @@ export default tseslint.config(
       "import-x/resolver-next": [createNodeResolver({ extensionAlias: { ".js": [".ts", ".js"] } })],
     },
     rules: { "import-x/no-cycle": ["error", { ignoreExternal: true }] },
+  },
+  {
+    files: ["packages/controller/src/**/*.ts"],
+    rules: { "import-x/no-restricted-paths": ["error", { basePath: import.meta.dirname, zones: controllerFloors }] },
   },
   { files: ["packages/vm/**", "e2e/**"], rules: { "no-restricted-imports": bannedImports(true, false) } },
   { files: ["packages/pi-extension/**"], rules: { "no-restricted-imports": bannedImports(false, true) } },
