@@ -1,16 +1,21 @@
-// The package's root export is the client: the action API, its types and help. The daemon and the
-// CLI are programs (`pi-sandbox`, `dist/daemon/main.js`), not library surface.
+// The package's root export is the client, name for name (`./client` is the same API; the apps
+// import that). The daemon and the CLI are programs (`pi-sandbox`, `dist/daemon/main.js`), not
+// library surface.
 
 // Calling actions
-export { callAction } from "./client/index.js";
+export { callAction, renderHelp } from "./client/index.js";
 export type { CallActionOptions } from "./client/index.js";
 // Errors
-export { ControllerError, isControllerError } from "./client/index.js";
-export type { ControllerErrorCode, ControllerErrorJson, ControllerErrorOptions } from "./client/index.js";
-export { CodedError, isCodedError } from "./client/index.js";
-export type { CodedErrorJson, CodedErrorOptions } from "./client/index.js";
+export { ControllerError, isControllerError, CodedError, isCodedError, brandError, hasBrand } from "./client/index.js";
+export type {
+  ControllerErrorCode,
+  ControllerErrorJson,
+  ControllerErrorOptions,
+  CodedErrorJson,
+  CodedErrorOptions,
+} from "./client/index.js";
 // Actions and help
-export { ACTIONS, findAction, findCliAction, validateAction, renderHelp } from "./client/index.js";
+export { ACTIONS, findAction, findCliAction, validateAction } from "./client/index.js";
 export type {
   ActionName,
   ActionInput,
@@ -24,7 +29,12 @@ export type {
   ValidatedAction,
   ExecView,
   ControllerLogTail,
+  ServiceLogRead,
+  CopyResult,
   ServicesView,
+  DashboardInfo,
+  DashboardAbsent,
+  DashboardStopped,
 } from "./client/index.js";
 // State views
 export { StateLayout, resolveStateRoot } from "./client/index.js";
@@ -36,6 +46,10 @@ export type {
   RecordedError,
   ProgressEvent,
   DoctorCheck,
+  ConfirmFn,
+  ConfirmRequest,
+  ConcernKind,
+  HostConcern,
 } from "./client/index.js";
 // Printing guest text
 export { escapeControlChars, hasControlChars } from "./client/index.js";

@@ -1,8 +1,8 @@
 // services, service-start and preview: supervised services and localhost previews.
 
 import * as v from "valibot";
-import { LIMITS } from "@pi-sandbox/config";
-import { isSupervisorError, type ServicesResult } from "@pi-sandbox/supervisor";
+import { LIMITS, isCodedError } from "@pi-sandbox/config";
+import type { ServicesResult, SupervisorErrorCode } from "@pi-sandbox/supervisor";
 import type { ServicesView } from "./kit/context.js";
 import { ControllerError } from "../errors.js";
 import { defineAction } from "./kit/define.js";
@@ -63,8 +63,10 @@ export const services = defineAction({
           return await ctx.guest.ensureServices(names);
       }
     } catch (error) {
-      if (!isSupervisorError(error, "SERVICE_NOT_FOUND")) throw error;
-      throw new ControllerError(error.code, error.message, {
+      // By code, not isSupervisorError: the client loads this module, and importing the supervisor
+      // would load its whole agent client there. Only the supervisor raises this code.
+      if (!isCodedError(error) || error.code !== ("SERVICE_NOT_FOUND" satisfies SupervisorErrorCode)) throw error;
+      throw new ControllerError("SERVICE_NOT_FOUND", error.message, {
         hint: `List the services with {"action":"services","name":"${args.name}","op":"status"}; declare new ones in the guest .sandbox.yaml, or start one with service-start.`,
         details: error.details,
         cause: error,
