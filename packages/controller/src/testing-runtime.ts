@@ -28,6 +28,12 @@ export interface LocalRuntimeHooks {
   beforeBoot?: (name: string, diskDir: string) => void | Promise<void>;
   /** Called before each agent start; a thrown error fails it. */
   beforeAgent?: (name: string) => void | Promise<void>;
+  /** Called at the start of each stop of a VM (awaited: a test can hold the stop there). */
+  beforeStop?: (name: string) => void | Promise<void>;
+  /** Called by each checkpoint of a running VM; a thrown error fails it (the VM runs on). */
+  onCheckpoint?: (name: string) => void | Promise<void>;
+  /** What a VM's `diskWrittenAtMs` reads (default: undefined, unknown). */
+  diskWrittenAtMs?: (name: string) => number | undefined;
 }
 
 /** The local runtime with its counters. */
@@ -42,6 +48,8 @@ export interface LocalRuntime extends InstanceRuntime {
   hooks: LocalRuntimeHooks;
   /** Names given to copies of templates, in order (these "guests" are host processes: nothing else changes). */
   readonly identities: string[];
+  /** The checkpoints taken of running VMs, in order: whose, and when (ms since the epoch). */
+  readonly checkpoints: { name: string; at: number }[];
 }
 
 /** The local runtime. `hooks` may be changed later through the returned object. */
@@ -51,6 +59,7 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
   const runtime: LocalRuntime = {
     boots: 0,
     identities: [],
+    checkpoints: [],
     live,
     suspended,
     hooks,
@@ -118,6 +127,8 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         onProgress(`the saved memory was not used (${restore.reason}); booting the same disk checkpoint cold`);
       const values = new Map(Object.entries(secrets).map(([key, secret]) => [key, secret.value]));
       const bootMs = performance.now() - started;
+      let stopping = false;
+      let generation = 0;
       const vm: LocalRuntimeVm = {
         name,
         local,
@@ -147,8 +158,22 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
           }
           values.set(key, value);
         },
+        // A "checkpoint" of host files changes nothing: it only counts, as a real one would publish.
+        async checkpoint() {
+          if (stopping || local.closed) {
+            throw new VmError("VM_CLOSED", `the VM ${name} is stopping or closed`, { details: { name } });
+          }
+          await runtime.hooks.onCheckpoint?.(name);
+          runtime.checkpoints.push({ name, at: Date.now() });
+          return { generation: ++generation, changed: true, stallMs: 0, totalMs: 0, bytes: 0 };
+        },
+        get diskWrittenAtMs() {
+          return runtime.hooks.diskWrittenAtMs?.(name);
+        },
         async stop() {
           const t = performance.now();
+          stopping = true;
+          await runtime.hooks.beforeStop?.(name);
           live.delete(vm);
           await powerOff(local);
           await rm(runMarker, { force: true });

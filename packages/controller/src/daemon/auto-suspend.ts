@@ -3,24 +3,18 @@
 // suspends it once nothing has for the whole period, and wakes it for the next preview request or
 // action. The previews stay bound meanwhile; the clock itself is idle-clock.ts.
 
-import { LIMITS, formatDuration } from "@pi-sandbox/config";
-import type { PreviewActivity } from "@pi-sandbox/ingress";
+import { formatDuration } from "@pi-sandbox/config";
 import type { AgentActivity } from "@pi-sandbox/supervisor";
 import type { IdleReading } from "../wire.js";
-import { IdleClock, type IdleLook } from "./idle-clock.js";
+import { IdleClock } from "./idle-clock.js";
+import { UseLook, type UseSignals } from "./use-look.js";
 import type { DaemonLogger } from "../log.js";
 
 /** How often the guest is asked again about a command it reported running, in ms. */
 const JOBS_RECHECK_MS = 10_000;
 
 /** What the daemon can see of an instance's use. Each is cheap except `jobs`, asked only before deciding. */
-export interface IdleSignals {
-  /** The previews' traffic; undefined without previews. */
-  previews(): PreviewActivity | undefined;
-  /** Terminal sessions open now. */
-  terminals(): number;
-  /** CPU time the VM (its QEMU) has used so far, in ms; undefined when it cannot be read. */
-  cpuMs(): number | undefined;
+export interface IdleSignals extends UseSignals {
   /** The guest's exec handles and setup/resume runs (one round trip to the agent). */
   jobs(): Promise<AgentActivity | undefined>;
 }
@@ -48,10 +42,8 @@ export class AutoSuspend {
   readonly #host: IdleHost;
   readonly #signals: IdleSignals;
   readonly #now: () => number;
+  readonly #use: UseLook;
   #clock: IdleClock | undefined;
-  /** CPU readings of the last window: [time, cpuMs]. */
-  #cpu: [number, number][] = [];
-  #previewsSeen: number | undefined;
   /** Actions in flight. */
   #calls = 0;
   /** True while deciding (the agent is being asked): the next tick waits. */
@@ -73,6 +65,7 @@ export class AutoSuspend {
     this.#host = host;
     this.#signals = signals;
     this.#now = now;
+    this.#use = new UseLook(signals);
   }
 
   /** True from the decision to suspend until the next start completes. */
@@ -147,7 +140,7 @@ export class AutoSuspend {
     }
     if (this.#clock?.suspendAfterMs !== after) this.#clock = new IdleClock(after, now);
     const clock = this.#clock;
-    const look = this.#look(now);
+    const look = this.#use.look(now, this.#calls);
     // A command the guest reported running keeps the instance busy until the guest says otherwise,
     // asked again every JOBS_RECHECK_MS rather than every second.
     const recheck = look.busy === undefined && this.#jobsBusy !== undefined;
@@ -179,31 +172,6 @@ export class AutoSuspend {
     else if (jobs?.jobsIdleMs !== undefined) clock.observe(then, { busy: undefined, usedAt: then - jobs.jobsIdleMs });
   }
 
-  /** What uses the instance now (cheap: counters and /proc, never the guest). */
-  #look(now: number): IdleLook {
-    if (this.#calls > 0) return { busy: "an action runs" };
-    const previews = this.#signals.previews();
-    const seen = this.#previewsSeen;
-    this.#previewsSeen = previews?.seen;
-    if (previews && previews.open > 0) return { busy: "a preview request or WebSocket is open" };
-    const terminals = this.#signals.terminals();
-    if (terminals > 0) return { busy: `${terminals} terminal session${terminals === 1 ? " is" : "s are"} open` };
-    const cpu = this.#cpuPercent(now);
-    if (cpu !== undefined && cpu >= LIMITS.idleCpuPercent) return { busy: `the guest uses ${cpu.toFixed(0)} % CPU` };
-    return { busy: undefined, ...(previews && seen !== undefined && previews.seen !== seen ? { usedAt: now } : {}) };
-  }
-
-  /** The VM's CPU use over the last window, in percent of one core; undefined until a second has passed. */
-  #cpuPercent(now: number): number | undefined {
-    const cpuMs = this.#signals.cpuMs();
-    if (cpuMs === undefined) return undefined;
-    this.#cpu.push([now, cpuMs]);
-    while (this.#cpu.length > 2 && this.#cpu[1]![0] <= now - LIMITS.idleCpuWindowMs) this.#cpu.shift();
-    const [start, startCpu] = this.#cpu[0]!;
-    const span = now - start;
-    return span >= 1000 ? ((cpuMs - startCpu) / span) * 100 : undefined;
-  }
-
   async #suspend(idleForMs: number): Promise<void> {
     this.#asleep = true;
     // A request or action that began before the flag was set is still in flight: it wins.
@@ -226,7 +194,6 @@ export class AutoSuspend {
   #reset(): void {
     this.#clock = undefined;
     this.#jobsBusy = undefined;
-    this.#cpu = [];
-    this.#previewsSeen = undefined;
+    this.#use.reset();
   }
 }

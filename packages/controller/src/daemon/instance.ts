@@ -9,6 +9,7 @@ import { ControllerError, isControllerError } from "../errors.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
 import type { EntryState } from "../state/records.js";
 import type { IdleReading, ProgressEvent } from "../wire.js";
+import { AutoCheckpoint } from "./auto-checkpoint.js";
 import { AutoSuspend } from "./auto-suspend.js";
 import { Lifecycle } from "./lifecycle.js";
 import type { DaemonLogger } from "../log.js";
@@ -52,11 +53,20 @@ export class InstanceController {
   readonly #guest: GuestOperations;
   readonly #queue = new PQueue({ concurrency: 1 });
   readonly #idle: AutoSuspend;
+  readonly #checkpoints: AutoCheckpoint;
   #recordedFault: unknown;
   /** When the agent's channel was last reattached (see {@link #reattach}). */
   #reattaches: number[] = [];
 
-  constructor(layout: StateLayout, kind: EntryKind, name: string, log: DaemonLogger, runtime?: InstanceRuntime) {
+  /** `now` (ms) drives the idle and checkpoint clocks (a test seam; default `Date.now`). */
+  constructor(
+    layout: StateLayout,
+    kind: EntryKind,
+    name: string,
+    log: DaemonLogger,
+    runtime?: InstanceRuntime,
+    options: { now?: () => number } = {},
+  ) {
     this.#state = new InstanceState(layout, kind, name, log);
     this.#guest = new GuestOperations(this.#state);
     this.#lifecycle = new Lifecycle(
@@ -65,11 +75,17 @@ export class InstanceController {
       this.#guest,
     );
     const state = this.#state;
+    const cpuMs = () => {
+      const pid = state.vm?.hostPid;
+      return pid === undefined ? undefined : processUsage(pid)?.cpuMs;
+    };
     this.#idle = new AutoSuspend(
       {
         suspendAfterMs: () => (state.kind === "instances" ? state.suspendAfterMs : undefined),
         running: () => state.vm !== undefined && state.status.state === "running" && !state.exiting,
-        busy: () => this.busy,
+        // An automatic checkpoint in the queue is not lifecycle work: counted as use, the checkpoints
+        // of a guest that only writes its disk would keep it from ever suspending.
+        busy: () => this.#queue.size + this.#queue.pending - (this.#checkpoints.pending ? 1 : 0) > 0,
         enqueue: (work) => this.#enqueue(work),
         suspend: () => this.#lifecycle.autoSuspend(),
         start: async () => {
@@ -80,12 +96,41 @@ export class InstanceController {
       {
         previews: () => state.gateway?.activity(),
         terminals: () => this.#guest.terminalSessions(),
-        cpuMs: () => {
-          const pid = state.vm?.hostPid;
-          return pid === undefined ? undefined : processUsage(pid)?.cpuMs;
-        },
+        cpuMs,
         jobs: () => state.supervisor?.activity() ?? Promise.resolve(undefined),
       },
+      options.now,
+    );
+    this.#checkpoints = new AutoCheckpoint(
+      {
+        everyMs: () => (state.kind === "instances" ? state.checkpointEveryMs : undefined),
+        running: () =>
+          state.vm !== undefined && state.status.state === "running" && !state.exiting && !this.#idle.asleep,
+        busy: () => this.busy,
+        enqueue: (work) => this.#enqueue(work),
+        checkpoint: () => state.running().vm.checkpoint(),
+        checkpointed: (outcome, at) =>
+          state.setState(state.status.state, {
+            lastCheckpoint: { at, generation: outcome.generation, stallMs: outcome.stallMs },
+          }),
+        failed: async (error) => {
+          const e = toControllerError(error);
+          state.recordError(
+            e.code,
+            `an automatic checkpoint failed: ${e.message}`,
+            e.hint ?? "The previous checkpoint is kept; the next one is tried after more use.",
+          );
+          await state.setState(state.status.state);
+        },
+        log: state.log,
+      },
+      {
+        previews: () => state.gateway?.activity(),
+        terminals: () => this.#guest.terminalSessions(),
+        cpuMs,
+        diskWrittenAtMs: () => state.vm?.diskWrittenAtMs,
+      },
+      options.now,
     );
     state.wake = () => this.#idle.wake({ early: true });
     state.guestResumed = () => this.#idle.guestResumed();
@@ -126,9 +171,13 @@ export class InstanceController {
     return this.#idle.reading();
   }
 
-  /** Called every second by the daemon: one look at what uses the instance; suspends it when unused long enough. */
+  /**
+   * Called every second by the daemon: one look at what uses the instance; suspends it when unused
+   * long enough (`idle.suspendAfter`), checkpoints its disk after enough use (`checkpoint.every`).
+   */
   checkIdle(): void {
     void this.#idle.tick().catch((error: unknown) => this.#state.log.warn(`idle check: ${String(error)}`));
+    void this.#checkpoints.tick().catch((error: unknown) => this.#state.log.warn(`checkpoint check: ${String(error)}`));
   }
 
   /** Runs one validated action through its module's handler. */
@@ -150,6 +199,7 @@ export class InstanceController {
     };
     // Counted before any wake it asks for: an auto-suspend deciding now sees it and stands down.
     const ended = this.#idle.callStarted();
+    const endedForCheckpoints = this.#checkpoints.callStarted();
     try {
       if (LIFECYCLE.has(spec.name)) {
         const result = await spec.run(args, context);
@@ -160,6 +210,7 @@ export class InstanceController {
       return await this.#duringLife(args.action, () => spec.run(args, context));
     } finally {
       ended();
+      endedForCheckpoints();
     }
   }
 

@@ -9,7 +9,7 @@ import { isVmError } from "@pi-sandbox/vm";
 import { ControllerError } from "../errors.js";
 import type { EntryView } from "../state/inspect.js";
 import type { EntryKind } from "../state/layout.js";
-import { readRecord, readStatus, writeRecord } from "../state/records.js";
+import { checkpointEveryOf, readRecord, readStatus, writeRecord } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { ConfigSource, LifecycleActions, StartOptions } from "../actions/kit/context.js";
 import { createInstance, prepareTemplate, withIdleSuspend, type BootOptions, type CreateSteps } from "./create.js";
@@ -150,6 +150,7 @@ export class Lifecycle {
     const { state } = this;
     const started = Date.now();
     state.suspendAfterMs = config.idle?.suspendAfterMs;
+    state.checkpointEveryMs = checkpointEveryOf(config);
     await state.setState("starting");
     const vm = await this.bootVm(
       state.layout.diskDir("instances", this.name),

@@ -22,6 +22,7 @@ import {
   type VmMount,
   type VmSecret,
 } from "@pi-sandbox/vm";
+import type { CheckpointOutcome } from "./auto-checkpoint.js";
 import { giveOwnIdentity } from "./guest-identity.js";
 import type { DaemonLogger } from "../log.js";
 
@@ -46,6 +47,14 @@ export interface RuntimeVm extends GuestVm {
   readonly fault: VmError | undefined;
   /** Saves the disk (a checkpoint) and ends the VM. */
   stop(): Promise<{ totalMs: number }>;
+  /**
+   * Checkpoints the disk while the guest runs (see `RunningVm.checkpoint`): what it wrote so far
+   * becomes the current checkpoint, after a short stall of its disk I/O; `changed` false when
+   * nothing was written since the last one. The VM runs on, also when it fails.
+   */
+  checkpoint(): Promise<CheckpointOutcome>;
+  /** When QEMU last wrote the disk, in ms since the epoch (a `stat`: cheap); undefined when unknown. */
+  readonly diskWrittenAtMs: number | undefined;
   /**
    * Saves the guest's memory next to a checkpoint of the same instant and ends the VM: the next
    * boot of the disk resumes it (see {@link restore}). A runtime that cannot keep memory may

@@ -60,6 +60,8 @@ export class InstanceState {
   exiting = false;
   /** `idle.suspendAfter` of the running instance, in ms (from its record at each start); undefined when off. */
   suspendAfterMs: number | undefined;
+  /** `checkpoint.every` of the running instance, in ms (from its record at each start); null when off. */
+  checkpointEveryMs: number | null | undefined;
   /** Asked before each preview request is forwarded: resumes an instance that suspended itself. */
   wake: () => Promise<void> | undefined = () => undefined;
   /** Told when a boot resumed the guest from saved memory, before its agent is back. */

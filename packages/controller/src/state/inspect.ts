@@ -6,6 +6,7 @@ import { ControllerError } from "../errors.js";
 import { daemonLive, daemonPing, type Pong } from "./liveness.js";
 import type { EntryKind, StateLayout } from "./layout.js";
 import {
+  checkpointEveryOf,
   listEntryNames,
   readRecord,
   readStatus,
@@ -13,6 +14,7 @@ import {
   type EntryStatus,
   type PreviewLinkInfo,
   type RecordedError,
+  type LastCheckpoint,
   type LastStart,
   type RecoveryInfo,
   type RestoreInfo,
@@ -64,6 +66,11 @@ export interface EntryView {
   setAside?: SetAsideLayer[];
   /** The last start (or create): when it reached running, how long it took, warm or cold. */
   lastStart?: LastStart;
+  /**
+   * Automatic checkpoints of an instance (`checkpoint.every`): the setting in ms (null: off), and
+   * the last one its current (or last) run took, which is what a crash would fall back to at worst.
+   */
+  checkpoint?: { everyMs: number | null; last?: LastCheckpoint };
   /** Background resume handle for exec-status. */
   resumePid?: string;
   /** A template prepared with `suspend`: the memory it saved, which instances made from it resume. */
@@ -176,6 +183,15 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
   // Of the last start; a suspend since then makes it moot.
   if (status?.restore && state !== "suspended" && state !== "suspending") view.restore = status.restore;
   if (status?.lastStart) view.lastStart = status.lastStart;
+  if (kind === "instances") {
+    view.checkpoint = {
+      everyMs: checkpointEveryOf(record.config),
+      // A stop or suspend since then took a checkpoint of its own: the automatic one is moot.
+      ...(status?.lastCheckpoint && state !== "stopped" && state !== "suspended"
+        ? { last: status.lastCheckpoint }
+        : {}),
+    };
+  }
   if (status?.recovery) view.recovery = status.recovery;
   // Removed by the user meanwhile: no longer listed.
   const kept = await keptLayers(status?.setAside ?? []);

@@ -1,6 +1,12 @@
 // An entry's record.json and status.json: their types, atomic writes and reads.
 import { readdir } from "node:fs/promises";
-import { isValidInstanceName, writeJsonAtomic, type SandboxConfig } from "@pi-sandbox/config";
+import {
+  CONFIG_DEFAULTS,
+  isValidInstanceName,
+  writeJsonAtomic,
+  type CheckpointConfig,
+  type SandboxConfig,
+} from "@pi-sandbox/config";
 import { readJson } from "./read-json.js";
 import type { EntryKind, StateLayout } from "./layout.js";
 
@@ -32,6 +38,25 @@ export interface LastStart {
 }
 
 export type RestoreInfo = { warm: true; restoreMs: number } | { warm: false; reason: string };
+
+/** The last automatic checkpoint of a running instance (`checkpoint.every`). */
+export interface LastCheckpoint {
+  /** When it was taken, ISO time: the disk as of then is the current checkpoint. */
+  at: string;
+  /** The checkpoint generation it made current (or found current, when nothing was written since). */
+  generation: number;
+  /** Milliseconds the guest's disk I/O waited for it. */
+  stallMs: number;
+}
+
+/**
+ * `checkpoint.every` of a config in ms, null when off. A record written before the key existed has
+ * none: it gets the default, as a new config would.
+ */
+export function checkpointEveryOf(config: SandboxConfig): number | null {
+  const checkpoint = config.checkpoint as CheckpointConfig | undefined;
+  return checkpoint === undefined ? CONFIG_DEFAULTS.checkpointEveryMs : checkpoint.everyMs;
+}
 
 /**
  * What a start found of a run whose controller died (SIGKILL, OOM, a host reboot): its disk layer
@@ -149,6 +174,8 @@ export interface EntryStatus {
   setAside?: SetAsideLayer[];
   /** The last start (or create): when it reached running, how long it took, and whether it resumed saved memory. */
   lastStart?: LastStart;
+  /** The last automatic checkpoint of this run (`checkpoint.every`); kept after a crash, dropped by the next start. */
+  lastCheckpoint?: LastCheckpoint;
   /** Startup, setup, resume or readiness problems. */
   errors?: RecordedError[];
   /** Setup result at creation; `logPath` is its full output in the guest (the newest 3 setup logs are kept). */

@@ -22,7 +22,12 @@ export interface LocalDaemons {
   close(): Promise<void>;
 }
 
-export function localDaemons(layout: StateLayout, runtime: LocalRuntime): LocalDaemons {
+/** `now` drives the controllers' idle and checkpoint clocks (default `Date.now`). */
+export function localDaemons(
+  layout: StateLayout,
+  runtime: LocalRuntime,
+  options: { now?: () => number } = {},
+): LocalDaemons {
   const daemons = new Map<string, { name: string; controller: InstanceController }>();
   const servers = new Map<string, Server>();
   const silent = new Set<string>();
@@ -71,7 +76,7 @@ export function localDaemons(layout: StateLayout, runtime: LocalRuntime): LocalD
     });
     servers.set(key, server);
     const log = createFileLogger(layout.logFile(kind, name), `[${name}]`);
-    const controller = new InstanceController(layout, kind, name, log, runtime);
+    const controller = new InstanceController(layout, kind, name, log, runtime, options);
     daemons.set(key, { name, controller });
     return controller;
   }
@@ -111,13 +116,17 @@ export interface LocalSandbox {
   close(): Promise<void>;
 }
 
-/** Makes a {@link LocalSandbox} whose `sandbox.yaml` holds `yaml`. */
-export async function localSandbox(prefix: string, yaml: string): Promise<LocalSandbox> {
+/** Makes a {@link LocalSandbox} whose `sandbox.yaml` holds `yaml`; `now` as for {@link localDaemons}. */
+export async function localSandbox(
+  prefix: string,
+  yaml: string,
+  options: { now?: () => number } = {},
+): Promise<LocalSandbox> {
   const dir = await mkdtemp(join(tmpdir(), prefix));
   const layout = new StateLayout(join(dir, "state"));
   await layout.ensurePrivate();
   const runtime = createLocalRuntime();
-  const daemons = localDaemons(layout, runtime);
+  const daemons = localDaemons(layout, runtime, options);
   await writeFile(join(dir, "sandbox.yaml"), yaml);
   return {
     dir,

@@ -55,6 +55,9 @@ export function renderActionHelp(actions: readonly ActionSpec[], options: { incl
   lines.push(
     "  idle: {suspendAfter: 15m} (10s-168h; default off): suspend by itself after that long unused (no preview request or WebSocket, action, terminal, running command, guest CPU); the next preview request or action resumes it",
   );
+  lines.push(
+    "  checkpoint: {every: 5m} (30s-24h or off; default 5m): while it runs, checkpoint the disk after that much guest activity (actions, previews, terminals, guest CPU, disk writes); a crash then loses at most that much",
+  );
   lines.push('  services.<name>: command (required), cwd, port, env, health ("/path" | "process"; default TCP),');
   lines.push(
     `    timeoutMs (default ${CONFIG_DEFAULTS.timeoutMs}), preview (true | {url,title,description}), previews, platforms`,

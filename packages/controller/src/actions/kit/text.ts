@@ -83,6 +83,7 @@ export function formatView(view: EntryView): string {
     lines.push(
       `last start:  ${(view.lastStart.ms / 1000).toFixed(1)} s (${view.lastStart.warm ? "resumed" : "booted"}) at ${view.lastStart.at}`,
     );
+  if (view.checkpoint) lines.push(`checkpoint:  ${oneLine(checkpointText(view.checkpoint))}`);
   if (view.savedMemory)
     lines.push(
       `memory:      ${formatMiB(view.savedMemory.bytes)} saved running; create -t resumes it instead of booting`,
@@ -114,6 +115,15 @@ function idleText(idle: NonNullable<EntryView["idle"]>): string {
   if (idle.busy) return `${setting}; in use: ${idle.busy}`;
   if (idle.idleForMs !== undefined) return `${setting}; unused for ${formatDuration(idle.idleForMs)}`;
   return setting;
+}
+
+/** Automatic checkpoints in words: the setting, and the last one. */
+function checkpointText(checkpoint: NonNullable<EntryView["checkpoint"]>): string {
+  if (checkpoint.everyMs === null) return "off (the disk is checkpointed at stop and suspend only)";
+  const setting = `every ${formatDuration(checkpoint.everyMs)} of use`;
+  const last = checkpoint.last;
+  if (!last) return setting;
+  return `${setting}; last at ${last.at} (checkpoint ${last.generation}, guest stalled ${Math.round(last.stallMs)} ms)`;
 }
 
 /**
