@@ -79,9 +79,9 @@ test("a suspended instance resumes with its processes and previews; without its 
   expect(lastAgentLine()).toMatch(/agent \S+ up \(started at boot, /);
 
   // SIGKILL of the daemon during a suspend: the instance reads interrupted, and start reopens the
-  // last complete checkpoint (the one taken with the memory deleted above), cold.
+  // newest state, cold: the run's disk as the kill left it, with what the guest synced before.
   expect(await exec("cat kept.txt")).toBe("kept\n");
-  await exec("echo lost > kept.txt && sync");
+  await exec("echo synced > kept.txt && sync");
   const daemonPid = (await call({ action: "inspect", name: "warm" })).daemonPid as number;
   const layout = new StateLayout(sandbox.home);
   const suspending = call({ action: "suspend", name: "warm" }).catch((e: unknown) => e);
@@ -95,7 +95,8 @@ test("a suspended instance resumes with its processes and previews; without its 
   const reopened = await call({ action: "start", name: "warm" });
   expect(reopened.state).toBe("running");
   expect(reopened.restore?.warm).not.toBe(true);
-  expect(await exec("cat kept.txt")).toBe("kept\n");
+  expect(reopened.recovery).toMatchObject({ outcome: "recovered" });
+  expect(await exec("cat kept.txt")).toBe("synced\n");
 
   await call({ action: "suspend", name: "warm" });
   await stat(join(diskDir, "memory.bin"));
