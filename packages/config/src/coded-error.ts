@@ -77,3 +77,41 @@ export function isCodedError(value: unknown): value is CodedError {
 export function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
+
+/** A package's error class and its guard, as {@link defineCodedError} makes them. */
+export interface CodedErrorKind<Code extends string, Name extends string> {
+  /**
+   * The class the package declares its own on (`export class XError extends Base {}`): its
+   * instances carry `name` and the package's brand.
+   */
+  Base: new (code: Code, message: string, options?: CodedErrorOptions) => CodedError<Code> & { readonly name: Name };
+  /**
+   * True for an instance, also one from another installed copy of the package; with `code`, only
+   * for that code.
+   */
+  is(value: unknown, code?: Code): value is CodedError<Code> & { readonly name: Name };
+  /** What the package's own codes start with (`CONFIG_`, `VM_`, ...). */
+  prefix: string;
+}
+
+/**
+ * Declares a package's error class once (CONTRIBUTING.md "Errors"): `name` (`ConfigError`, ...)
+ * is the class's `name` and its `Symbol.for("pi-sandbox.<name>")` brand, so the guard also knows
+ * an error of another installed copy of the package; `prefix` is what its own codes start with.
+ */
+export function defineCodedError<Code extends string, Name extends string>(
+  name: Name,
+  prefix: string,
+): CodedErrorKind<Code, Name> {
+  const brand = Symbol.for(`pi-sandbox.${name}`);
+  class Base extends CodedError<Code> {
+    override readonly name: Name = name;
+    constructor(code: Code, message: string, options: CodedErrorOptions = {}) {
+      super(code, message, options);
+      brandError(this, brand);
+    }
+  }
+  const is = (value: unknown, code?: Code): value is Base =>
+    hasBrand(value, brand) && (code === undefined || (value as Base).code === code);
+  return { Base, is, prefix };
+}

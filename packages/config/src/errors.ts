@@ -1,6 +1,6 @@
 // The config package's coded error: its codes, the issues found in a file (path, line, column),
 // and the one-line form of an issue.
-import { CodedError, brandError, hasBrand, type CodedErrorOptions } from "./coded-error.js";
+import { defineCodedError, type CodedErrorOptions } from "./coded-error.js";
 
 /** Stable codes of every error this package throws; callers switch on these. */
 export type ConfigErrorCode =
@@ -30,24 +30,22 @@ export interface ConfigErrorOptions extends CodedErrorOptions {
   issues?: ConfigIssue[];
 }
 
-const brand = Symbol.for("pi-sandbox.ConfigError");
+const kind = defineCodedError<ConfigErrorCode, "ConfigError">("ConfigError", "CONFIG_");
 
 /** Every failure of reading, parsing or validating a config; switch on `code`. */
-export class ConfigError extends CodedError<ConfigErrorCode> {
-  override readonly name = "ConfigError";
+export class ConfigError extends kind.Base {
   /** Every problem found; empty when the failure is not about the file's content. */
   readonly issues: ConfigIssue[];
 
   constructor(code: ConfigErrorCode, message: string, options: ConfigErrorOptions = {}) {
     super(code, message, options);
     this.issues = options.issues ?? [];
-    brandError(this, brand);
   }
 }
 
-/** True for a ConfigError from any installed copy of this package. */
-export function isConfigError(value: unknown): value is ConfigError {
-  return hasBrand(value, brand);
+/** True for a ConfigError (with `code`, of that code), also one from another installed copy of this package. */
+export function isConfigError(value: unknown, code?: ConfigErrorCode): value is ConfigError {
+  return kind.is(value, code);
 }
 
 /** One issue as a line of text: its message followed by `(line L, column C)` when known. */

@@ -1,8 +1,8 @@
 // Public API of @pi-sandbox/config: everything not listed here is private.
 
 // Errors: the base every package's error class extends, and this package's own
-export { CodedError, isCodedError, brandError, hasBrand, messageOf } from "./coded-error.js";
-export type { CodedErrorOptions, CodedErrorJson } from "./coded-error.js";
+export { CodedError, isCodedError, brandError, hasBrand, messageOf, defineCodedError } from "./coded-error.js";
+export type { CodedErrorOptions, CodedErrorJson, CodedErrorKind } from "./coded-error.js";
 export { ConfigError, isConfigError, formatConfigIssue } from "./errors.js";
 export type { ConfigErrorCode, ConfigErrorOptions, ConfigIssue } from "./errors.js";
 

@@ -1,6 +1,14 @@
 // CodedError, the base of every package's error: what it carries and serialises, and the brand
 // that lets another copy of a package recognise its errors.
-import { CodedError, ConfigError, brandError, hasBrand, isCodedError, isConfigError } from "../src/index.js";
+import {
+  CodedError,
+  ConfigError,
+  brandError,
+  defineCodedError,
+  hasBrand,
+  isCodedError,
+  isConfigError,
+} from "../src/index.js";
 
 describe("CodedError", () => {
   test("carries code, message, hint, details and cause; toJSON leaves out what is empty", () => {
@@ -50,5 +58,21 @@ describe("CodedError", () => {
     expect(hasBrand(foreign, Symbol.for("pi-sandbox.VmError"))).toBe(false);
     expect(isCodedError({ code: "CONFIG_INVALID", message: "duck" })).toBe(false);
     expect(isCodedError(null)).toBe(false);
+  });
+
+  test("defineCodedError gives a package its class and a guard that knows its brand and, when asked, its code", () => {
+    const kind = defineCodedError<"DEMO_A" | "DEMO_B", "DemoError">("DemoError", "DEMO_");
+    class DemoError extends kind.Base {}
+    const error = new DemoError("DEMO_A", "a failed", { hint: "retry" });
+    expect(error.name).toBe("DemoError");
+    expect(kind.prefix).toBe("DEMO_");
+    expect(isCodedError(error)).toBe(true);
+    expect(hasBrand(error, Symbol.for("pi-sandbox.DemoError"))).toBe(true);
+    expect(kind.is(error)).toBe(true);
+    expect(kind.is(error, "DEMO_A")).toBe(true);
+    expect(kind.is(error, "DEMO_B")).toBe(false);
+    expect(kind.is(new ConfigError("CONFIG_INVALID", "x"))).toBe(false);
+    expect(error.toJSON()).toEqual({ name: "DemoError", code: "DEMO_A", message: "a failed", hint: "retry" });
+    expect(isConfigError(new ConfigError("CONFIG_INVALID", "x"), "CONFIG_NOT_FOUND")).toBe(false);
   });
 });

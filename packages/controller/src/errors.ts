@@ -1,9 +1,7 @@
 // The controller's coded error: its closed code union (its own codes and those of the packages
 // under it, kept as they come), the wire form, and the cross-copy guard.
 import {
-  CodedError,
-  brandError,
-  hasBrand,
+  defineCodedError,
   type CodedErrorJson,
   type CodedErrorOptions,
   type ConfigErrorCode,
@@ -59,8 +57,6 @@ export type ControllerOwnErrorCode =
 export type ControllerErrorCode =
   ControllerOwnErrorCode | ConfigErrorCode | ImageErrorCode | VmErrorCode | SupervisorErrorCode | IngressErrorCode;
 
-const brand = Symbol.for("pi-sandbox.ControllerError");
-
 /** Options of a ControllerError: `hint`, `details` and `cause`. */
 export type ControllerErrorOptions = CodedErrorOptions;
 
@@ -75,15 +71,10 @@ export type ControllerErrorJson = Omit<CodedErrorJson, "name" | "code"> & {
   code: ControllerErrorCode;
 };
 
+const kind = defineCodedError<ControllerErrorCode, "ControllerError">("ControllerError", "CONTROLLER_");
+
 /** Every failure of the controller and its client; switch on `code`. */
-export class ControllerError extends CodedError<ControllerErrorCode> {
-  override readonly name = "ControllerError";
-
-  constructor(code: ControllerErrorCode, message: string, options: ControllerErrorOptions = {}) {
-    super(code, message, options);
-    brandError(this, brand);
-  }
-
+export class ControllerError extends kind.Base {
   /** The wire form, its code typed as one of the union. */
   override toJSON(): ControllerErrorJson & { name: string } {
     return { ...super.toJSON(), code: this.code };
@@ -95,7 +86,7 @@ export class ControllerError extends CodedError<ControllerErrorCode> {
   }
 }
 
-/** True for a ControllerError from any installed copy of this package. */
-export function isControllerError(value: unknown): value is ControllerError {
-  return hasBrand(value, brand);
+/** True for a ControllerError (with `code`, of that code), also one from another installed copy of this package. */
+export function isControllerError(value: unknown, code?: ControllerErrorCode): value is ControllerError {
+  return kind.is(value, code);
 }

@@ -1,5 +1,5 @@
 // The image package's coded errors: every failure names what went wrong and what to run instead.
-import { CodedError, brandError, hasBrand, type CodedErrorOptions } from "@pi-sandbox/config";
+import { defineCodedError } from "@pi-sandbox/config";
 
 /** Stable codes of every error this package throws. */
 export type ImageErrorCode =
@@ -18,19 +18,10 @@ export type ImageErrorCode =
   /** The build itself failed (a command, the network); details.logs names the log directory. */
   | "IMAGE_BUILD_FAILED";
 
-const brand = Symbol.for("pi-sandbox.ImageError");
+const kind = defineCodedError<ImageErrorCode, "ImageError">("ImageError", "IMAGE_");
 
 /** A failure of @pi-sandbox/image, with a code, a message and a hint. */
-export class ImageError extends CodedError<ImageErrorCode> {
-  override readonly name = "ImageError";
+export class ImageError extends kind.Base {}
 
-  constructor(code: ImageErrorCode, message: string, options: CodedErrorOptions = {}) {
-    super(code, message, options);
-    brandError(this, brand);
-  }
-}
-
-/** True for an ImageError, also one from another installed copy of the package. */
-export function isImageError(value: unknown): value is ImageError {
-  return hasBrand(value, brand);
-}
+/** True for an ImageError, also one from another installed copy of the package; with `code`, only for that code. */
+export const isImageError: (value: unknown, code?: ImageErrorCode) => value is ImageError = kind.is;

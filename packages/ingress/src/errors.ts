@@ -1,5 +1,5 @@
 // The ingress package's coded error and its codes.
-import { CodedError, brandError, hasBrand, type CodedErrorOptions } from "@pi-sandbox/config";
+import { defineCodedError, type CodedErrorOptions } from "@pi-sandbox/config";
 
 /** Stable codes of every error this package raises. Callers switch on these. */
 export type IngressErrorCode =
@@ -23,19 +23,10 @@ export type IngressErrorCode =
 /** Options of a {@link IngressError}: `hint`, `details` and `cause`. */
 export type IngressErrorOptions = CodedErrorOptions;
 
-const brand = Symbol.for("pi-sandbox.IngressError");
+const kind = defineCodedError<IngressErrorCode, "IngressError">("IngressError", "INGRESS_");
 
 /** The one error class of `@pi-sandbox/ingress`; switch on `code`, show `hint` to the user. */
-export class IngressError extends CodedError<IngressErrorCode> {
-  override readonly name = "IngressError";
+export class IngressError extends kind.Base {}
 
-  constructor(code: IngressErrorCode, message: string, options: IngressErrorOptions = {}) {
-    super(code, message, options);
-    brandError(this, brand);
-  }
-}
-
-/** True for an {@link IngressError}, also one from another installed copy of this package. */
-export function isIngressError(value: unknown): value is IngressError {
-  return hasBrand(value, brand);
-}
+/** True for an {@link IngressError}, also one from another installed copy of this package; with `code`, only for that code. */
+export const isIngressError: (value: unknown, code?: IngressErrorCode) => value is IngressError = kind.is;

@@ -1,5 +1,5 @@
 // The Pi extension's own coded error and its codes; controller errors keep their own.
-import { CodedError, brandError, hasBrand, type CodedErrorOptions } from "@pi-sandbox/controller/client";
+import { defineCodedError, type CodedErrorOptions } from "@pi-sandbox/config";
 
 /** Stable codes of the errors this package reports itself; controller errors keep their own codes. */
 export type SandboxExtensionErrorCode =
@@ -15,19 +15,16 @@ export type SandboxExtensionErrorCode =
 /** Options of a SandboxExtensionError: `hint`, `details` and `cause`. */
 export type SandboxExtensionErrorOptions = CodedErrorOptions;
 
-const brand = Symbol.for("pi-sandbox.SandboxExtensionError");
+const kind = defineCodedError<SandboxExtensionErrorCode, "SandboxExtensionError">(
+  "SandboxExtensionError",
+  "PI_SANDBOX_",
+);
 
 /** Failures that start in the Pi package rather than in the controller; switch on `code`. */
-export class SandboxExtensionError extends CodedError<SandboxExtensionErrorCode> {
-  override readonly name = "SandboxExtensionError";
+export class SandboxExtensionError extends kind.Base {}
 
-  constructor(code: SandboxExtensionErrorCode, message: string, options: SandboxExtensionErrorOptions = {}) {
-    super(code, message, options);
-    brandError(this, brand);
-  }
-}
-
-/** True for a SandboxExtensionError from any installed copy of this package. */
-export function isSandboxExtensionError(value: unknown): value is SandboxExtensionError {
-  return hasBrand(value, brand);
-}
+/** True for a SandboxExtensionError from any installed copy of this package; with `code`, only for that code. */
+export const isSandboxExtensionError: (
+  value: unknown,
+  code?: SandboxExtensionErrorCode,
+) => value is SandboxExtensionError = kind.is;

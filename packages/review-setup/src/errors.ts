@@ -1,5 +1,5 @@
 // review-setup's coded error and its codes; controller errors pass through with their own.
-import { CodedError, brandError, hasBrand, type CodedErrorOptions } from "@pi-sandbox/config";
+import { defineCodedError, type CodedErrorOptions } from "@pi-sandbox/config";
 
 /** Stable codes of review-setup failures; controller errors pass through with their own codes. */
 export type ReviewSetupErrorCode =
@@ -52,19 +52,10 @@ export type ReviewSetupErrorCode =
 /** Options of a ReviewSetupError: `hint`, `details` and `cause`. */
 export type ReviewSetupErrorOptions = CodedErrorOptions;
 
-const brand = Symbol.for("pi-sandbox.ReviewSetupError");
+const kind = defineCodedError<ReviewSetupErrorCode, "ReviewSetupError">("ReviewSetupError", "REVIEW_SETUP_");
 
 /** Failures of `sandbox:setup`; switch on `code`. */
-export class ReviewSetupError extends CodedError<ReviewSetupErrorCode> {
-  override readonly name = "ReviewSetupError";
+export class ReviewSetupError extends kind.Base {}
 
-  constructor(code: ReviewSetupErrorCode, message: string, options: ReviewSetupErrorOptions = {}) {
-    super(code, message, options);
-    brandError(this, brand);
-  }
-}
-
-/** True for a ReviewSetupError from any installed copy of this package. */
-export function isReviewSetupError(value: unknown): value is ReviewSetupError {
-  return hasBrand(value, brand);
-}
+/** True for a ReviewSetupError from any installed copy of this package; with `code`, only for that code. */
+export const isReviewSetupError: (value: unknown, code?: ReviewSetupErrorCode) => value is ReviewSetupError = kind.is;

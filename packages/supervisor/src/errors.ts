@@ -1,6 +1,6 @@
 // The supervisor's coded error: its codes (the agent's wire codes among them) and the mapping of
 // an agent's code to ours.
-import { CodedError, brandError, hasBrand, messageOf, type CodedErrorOptions } from "@pi-sandbox/config";
+import { defineCodedError, messageOf, type CodedErrorOptions } from "@pi-sandbox/config";
 import { AGENT_PROTOCOL_CODES } from "./protocol.js";
 
 /** Stable codes of every error this package raises. Callers switch on these. */
@@ -70,23 +70,13 @@ export type SupervisorErrorCode =
 /** Options of a {@link SupervisorError}: `hint`, `details` and `cause`. */
 export type SupervisorErrorOptions = CodedErrorOptions;
 
-const brand = Symbol.for("pi-sandbox.SupervisorError");
+const kind = defineCodedError<SupervisorErrorCode, "SupervisorError">("SupervisorError", "SUPERVISOR_");
 
 /** The one error class of `@pi-sandbox/supervisor`; switch on `code`, show `hint` to the user. */
-export class SupervisorError extends CodedError<SupervisorErrorCode> {
-  override readonly name = "SupervisorError";
+export class SupervisorError extends kind.Base {}
 
-  constructor(code: SupervisorErrorCode, message: string, options: SupervisorErrorOptions = {}) {
-    super(code, message, options);
-    brandError(this, brand);
-  }
-}
-
-/** True for a {@link SupervisorError}, also one from another installed copy of this package. */
-export function isSupervisorError(value: unknown, code?: SupervisorErrorCode): value is SupervisorError {
-  if (!hasBrand(value, brand)) return false;
-  return code === undefined || (value as SupervisorError).code === code;
-}
+/** True for a {@link SupervisorError}, also one from another installed copy of this package; with `code`, only for that code. */
+export const isSupervisorError: (value: unknown, code?: SupervisorErrorCode) => value is SupervisorError = kind.is;
 
 /**
  * Codes the host keeps as they come from the agent (plus the host's own); the agent's wire codes
