@@ -1,4 +1,6 @@
-// The only door into the instance: actions of @pi-sandbox/controller/client.
+// The only door into the guest: commands and files through the exec, exec-status, exec-kill,
+// write, upload and read actions of @pi-sandbox/controller/client (the instance's own actions are
+// called from instance.ts, add-secrets.ts and host-secrets.ts).
 import { callAction, type CallActionOptions } from "@pi-sandbox/controller/client";
 
 /** A finished guest command. */

@@ -3,7 +3,13 @@
 import { defineCodedError, messageOf, type CodedErrorOptions } from "@pi-sandbox/config";
 import { AGENT_PROTOCOL_CODES } from "./protocol.js";
 
-/** Stable codes of every error this package raises. Callers switch on these. */
+/**
+ * Stable codes of every error this package raises. Callers switch on these. The unprefixed ones
+ * are older than the prefix rule: most are the guest agent's wire names (`KNOWN_CODES`), and six
+ * are the host's own (`GUEST_PYTHON_MISSING`, `AGENT_START_FAILED`, `AGENT_CLOSED`,
+ * `AGENT_PROTOCOL`, `AGENT_UNRESPONSIVE`, `SERVICE_REFERENCE_UNRESOLVED`), kept as users and
+ * callers know them. A new code, host-only or not, takes the `SUPERVISOR_` prefix.
+ */
 export type SupervisorErrorCode =
   /** The guest has no `python3`; commands and services need it (`details.tool`). */
   | "GUEST_PYTHON_MISSING"
