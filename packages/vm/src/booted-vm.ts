@@ -65,6 +65,20 @@ export async function ensureQemuGone(pid: number | undefined): Promise<void> {
   await waitFor(() => !isAlive({ pid }), 5_000);
 }
 
+/**
+ * The top file of a drive as `query-block` names it: a plain path, or, once a layer was attached
+ * over another (`blockdev-snapshot-sync`), a `json:{…}` description whose `file.filename` is it.
+ */
+export function topFileOf(name: string | undefined): string | undefined {
+  if (!name?.startsWith("json:")) return name;
+  try {
+    const described = JSON.parse(name.slice("json:".length)) as { file?: { filename?: unknown } };
+    return typeof described.file?.filename === "string" ? described.file.filename : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** The Gondolin VM under a `RunningVm` from `startVm`; undefined for any other GuestVm. */
 export function gondolinVmOf(vm: RunningVm): VM | undefined {
   return vm instanceof BootedVm ? vm.gondolinVm() : undefined;
@@ -212,8 +226,22 @@ export class BootedVm implements RunningVm {
       if (error instanceof QmpCommandError && error.outcome !== "no-answer") {
         throw new LayerSwitchRefused(error.message, { cause: error });
       }
+      // No answer in time. QMP answers one command after the other, so the file QEMU writes now
+      // tells how the switch ended; without that answer the outcome stays unknown.
+      const writing = await this.activeFile().catch(() => undefined);
+      if (writing === file) return;
+      if (writing !== undefined) throw new LayerSwitchRefused(`QEMU still writes ${writing}`, { cause: error });
       throw error;
     }
+  }
+
+  /** The file QEMU writes the root disk to now (QMP `query-block`). */
+  private async activeFile(): Promise<string | undefined> {
+    const devices = (await this.monitor.command("query-block", undefined, { timeoutMs: 10_000 })) as {
+      device?: string;
+      inserted?: { file?: string };
+    }[];
+    return topFileOf(devices.find((device) => device.device === GONDOLIN_ROOT_DRIVE)?.inserted?.file);
   }
 
   stop(options: { syncTimeoutMs?: number } = {}): Promise<StopResult> {

@@ -182,9 +182,10 @@ export class OpenRun implements DiskRun {
       // QEMU may have switched (no answer in time): the new layer is taken as written. Either way
       // that is sound: if QEMU never switched, it is an empty layer over the one QEMU still
       // writes, and publishing both later reads exactly what QEMU wrote. Deleting it instead
-      // could delete the layer QEMU writes now.
+      // could delete the layer QEMU writes now. No mark: the next checkpoint switches again
+      // before it publishes anything, so a layer QEMU might still write is never published.
       this.unpublished.push(next);
-      this.activeMark = mark;
+      this.activeMark = undefined;
       throw this.failure(error, "switching QEMU to the next layer");
     }
     const stallMs = performance.now() - started;

@@ -6,6 +6,7 @@ import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { DiskStore, POINTER_FILE, QemuImg, RUN_RECORD_FILE, SET_ASIDE_DIR, type DiskRun } from "../src/index.js";
+import { topFileOf } from "../src/booted-vm.js";
 import { LayerSwitchRefused, writePointer, writeRunRecord, type DiskPointer } from "../src/disk-layout.js";
 import { LIVE_CHECKPOINT_LAYERS_MAX } from "../src/disk-run.js";
 import { newLayerName } from "../src/filenames.js";
@@ -167,10 +168,13 @@ describe("a live checkpoint", () => {
     const lost = run.liveCheckpoint({ grown: true, switchLayer: () => Promise.reject(new Error("no answer")) });
     await expect(lost).rejects.toMatchObject({ code: "VM_CHECKPOINT_FAILED" });
     expect(pointerOf()).toEqual(before);
-    expect(runRecord()?.next).toEqual([path.basename(run.activeLayerPath)]);
-    // Whether QEMU switched or not, writes land in the chain the run will publish.
+    const unsure = run.activeLayerPath;
+    expect(runRecord()?.next).toEqual([path.basename(unsure)]);
+    // Whether QEMU switched or not, writes land in the chain the run will publish. The next
+    // checkpoint switches again first, so nothing QEMU might still write is published.
     guestWrites(run, 2, 0xe3);
     const next = await run.liveCheckpoint({ grown: true, switchLayer: switched });
+    expect(run.activeLayerPath).not.toBe(unsure);
     expect(next.generation).toBe(before.generation + 1);
     expect(pointerOf().layers).toHaveLength(3);
     expect([checkpointHas(1, 0xe2), checkpointHas(2, 0xe3)]).toEqual([true, true]);
@@ -218,6 +222,18 @@ describe("a live checkpoint", () => {
     expect(hasPattern(topLayer(dir), 0, 65536, 0xee)).toBe(true);
     expect(hasPattern(topLayer(dir), 62 * 65536, 65536, 63)).toBe(true);
   }, 60_000);
+});
+
+test("the file QEMU writes is read from query-block, plain or as QEMU describes a layer attached over another", () => {
+  expect(topFileOf("/d/layer-a.qcow2")).toBe("/d/layer-a.qcow2");
+  const attached = {
+    backing: { driver: "qcow2", file: { driver: "file", filename: "/d/layer-a.qcow2" } },
+    driver: "qcow2",
+    file: { driver: "file", filename: "/d/layer-b.qcow2" },
+  };
+  expect(topFileOf(`json:${JSON.stringify(attached)}`)).toBe("/d/layer-b.qcow2");
+  expect(topFileOf("json:{")).toBeUndefined();
+  expect(topFileOf(undefined)).toBeUndefined();
 });
 
 describe("an owner that died during a live checkpoint", () => {
