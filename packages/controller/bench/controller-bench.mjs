@@ -7,7 +7,8 @@
 // of a preview request that wakes the instance after it suspended itself (`idle`), against that;
 // and `create -t` to the first preview byte from a template prepared with suspend vs without; and,
 // from the instances' logs, how long their guest agent took to come up after the guest was ready,
-// on a create and on a start after stop.
+// on a create and on a start after stop; and what automatic checkpoints cost a guest that writes
+// steadily (checkpoint-part.mjs). PI_SANDBOX_BENCH_ONLY=checkpoint runs only that part (~10 min).
 // Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows for the summary.
 import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -19,6 +20,7 @@ import { inspectEntry, listEntries } from "../dist/state/inspect.js";
 import { writeRecord, writeStatus } from "../dist/state/records.js";
 import { parseConfig } from "@pi-sandbox/config";
 import { cpuPercent, qemuResidentMemory, qemuUsage } from "@pi-sandbox/vm/host";
+import { checkpointRows } from "./checkpoint-part.mjs";
 import { agentUpDelays, benchImage, dashboardRss, median, printRows, row, rssOf, sleep, time } from "./kit.mjs";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
@@ -30,6 +32,17 @@ const cli = (...args) => {
   const r = spawnSync(process.execPath, [CLI, ...args], { env, encoding: "utf8" });
   if (r.status !== 0) throw new Error(r.stderr);
 };
+
+if (process.env.PI_SANDBOX_BENCH_ONLY === "checkpoint") {
+  try {
+    await checkpointRows({ env, dir, image });
+  } finally {
+    for (const name of ["ckoff", "ck30"]) await callAction({ action: "stop", name }, { env }).catch(() => undefined);
+    rmSync(dir, { recursive: true, force: true });
+  }
+  printRows();
+  process.exit(0);
+}
 
 try {
   writeFileSync(join(dir, "sandbox.yaml"), `version: 1\nprofile: tiny\ndiskGiB: 4\nimage: ${image}\n`);
@@ -227,10 +240,13 @@ try {
     "ms",
     "<= 0.25",
   );
+
+  await checkpointRows({ env, dir, image });
 } finally {
   await callAction({ action: "dashboard", stop: true }, { env }).catch(() => undefined);
   await callAction({ action: "stop", name: "bench" }, { env }).catch(() => undefined);
   await callAction({ action: "stop", name: "warm" }, { env }).catch(() => undefined);
+  for (const name of ["ckoff", "ck30"]) await callAction({ action: "stop", name }, { env }).catch(() => undefined);
   rmSync(dir, { recursive: true, force: true });
 }
 
