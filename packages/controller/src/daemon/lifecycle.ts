@@ -151,6 +151,8 @@ export class Lifecycle {
     const started = Date.now();
     state.suspendAfterMs = config.idle?.suspendAfterMs;
     state.checkpointEveryMs = checkpointEveryOf(config);
+    // Of the last run (an auto-suspend keeps this daemon): the suspend that ended it took a newer one.
+    delete state.status.lastCheckpoint;
     await state.setState("starting");
     const vm = await this.bootVm(
       state.layout.diskDir("instances", this.name),
