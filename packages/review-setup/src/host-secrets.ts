@@ -1,10 +1,9 @@
 // The host side of live credentials: one file per `network.secrets` entry under review-setup's
 // state directory (`<dir>/secrets/<instance>/<NAME>`, directory 0700, file 0600), which the
 // controller reads at each start and at each `secrets` action. Nothing here goes to the guest.
-import { randomBytes } from "node:crypto";
-import { chmod, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { SecretConfig } from "@pi-sandbox/config";
+import { writeFileAtomic, type SecretConfig } from "@pi-sandbox/config";
 import { callAction, type CallActionOptions } from "@pi-sandbox/controller/client";
 import { hostAgentDir } from "./credentials.js";
 import { ReviewSetupError } from "./errors.js";
@@ -31,13 +30,7 @@ export function unsetValue(name: string): string {
 export async function writeSecretFile(dir: string, name: string, value: string): Promise<void> {
   await mkdir(dir, { recursive: true, mode: 0o700 });
   await chmod(dir, 0o700);
-  const temp = join(dir, `.${name}.${randomBytes(6).toString("hex")}`);
-  try {
-    await writeFile(temp, `${value}\n`, { mode: 0o600, flag: "wx" });
-    await rename(temp, join(dir, name));
-  } finally {
-    await rm(temp, { force: true });
-  }
+  await writeFileAtomic(join(dir, name), `${value}\n`, 0o600);
 }
 
 /** Providers in the host's Pi auth.json (none if it is missing or unreadable). */
