@@ -9,7 +9,7 @@ import { isVmError } from "@pi-sandbox/vm";
 import { ControllerError } from "../errors.js";
 import type { EntryView } from "../state/inspect.js";
 import type { EntryKind } from "../state/layout.js";
-import { checkpointEveryOf, readRecord, readStatus, writeRecord } from "../state/records.js";
+import { checkpointEveryOf, completePendingCreate, readRecord, readStatus, writeRecord } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { ConfigSource, LifecycleActions, StartOptions } from "../actions/kit/context.js";
 import { createInstance, prepareTemplate, withIdleSuspend, type BootOptions, type CreateSteps } from "./create.js";
@@ -18,6 +18,7 @@ import { IDENTITY_PROGRESS } from "./guest-identity.js";
 import { installGuestConfig, runSetup } from "./guest-setup.js";
 import { assertHostPortsFree, hostPortsOf, portsTakenByInstances } from "./host-ports.js";
 import { previewAddressFor, recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
+import { noteRecovery } from "./recovery.js";
 import { newSecretSalt, refuseProtectedReaches, resolveMounts, resolveSecrets } from "./secrets.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import type { GuestOperations } from "./services.js";
@@ -161,7 +162,7 @@ export class Lifecycle {
       options.secretSalt,
       options.pendingCreate?.freshDisk === true,
     );
-    const pendingCreate = await this.noteRecovery(vm, options, progress);
+    const pendingCreate = await noteRecovery(state, vm, options, progress);
     const warm = await noteRestore(state, vm, progress);
     // Its services run on in the resumed memory: previews waiting for this wake may go on now.
     if (warm) state.guestResumed();
@@ -211,63 +212,6 @@ export class Lifecycle {
     await this.guest.ensureWithProgress(progress, configText !== undefined ? config : undefined);
     await state.setState("running", { ...(resumePid ? { resumePid } : {}), lastStart: lastStart(started, false) });
     progress({ stage: "done", message: `${this.name} is running` });
-  }
-
-  /**
-   * Records what the boot found of a run whose controller died (its layer is now the checkpoint,
-   * or it was set aside), and returns what remains of a pending create: nothing when the run that
-   * died had finished setup (its work is on the recovered disk, and setup must not run again).
-   */
-  private async noteRecovery(
-    vm: RuntimeVm,
-    options: BootOptions,
-    progress: Progress,
-  ): Promise<BootOptions["pendingCreate"]> {
-    const { state } = this;
-    const found = vm.recovery;
-    let pending = options.pendingCreate;
-    if (found) {
-      const setAside = found.setAside
-        ? [
-            ...(state.status.setAside ?? []),
-            {
-              path: found.setAside.path,
-              bytes: found.setAside.bytes,
-              at: new Date().toISOString(),
-              lastWriteAt: found.lastWriteAt,
-              reason: found.setAside.reason,
-            },
-          ]
-        : state.status.setAside;
-      const recovery = {
-        outcome: found.outcome,
-        lastWriteAt: found.lastWriteAt,
-        reopened: found.reopened,
-        at: new Date().toISOString(),
-      };
-      await state.setState("starting", { recovery, ...(setAside ? { setAside } : {}) });
-      if (found.outcome === "set-aside") {
-        state.recordError(
-          "CONTROLLER_RUN_SET_ASIDE",
-          `the disk of the run that ended without a checkpoint could not be used (${found.setAside?.reason ?? "unusable"}); reopened the checkpoint of ${found.reopened.at}`,
-          `It is kept at ${found.setAside?.path ?? "the disk's set-aside directory"} until you remove it.`,
-        );
-      }
-      // The create's first boot got as far as finishing setup: its work is on this disk.
-      if (pending && options.interrupted && found.outcome === "recovered" && state.status.setup) {
-        const record = await readRecord(state.layout, "instances", this.name);
-        if (record?.pendingCreate) {
-          const { pendingCreate: _kept, ...created } = record;
-          await writeRecord(state.layout, created);
-        }
-        progress({ stage: "boot", message: "the interrupted create had finished setup: its work is kept" });
-        pending = undefined;
-      }
-    }
-    if (pending && options.interrupted) {
-      progress({ stage: "boot", message: `finishing the interrupted create of ${this.name}` });
-    }
-    return pending;
   }
 
   private async bootVm(
@@ -418,11 +362,7 @@ export class Lifecycle {
     }
     const result = options.keepMemory ? await vm.suspend() : await vm.stop();
     // The checkpoint holds the first boot's work now: a later start need not redo the create.
-    const record = state.kind === "instances" ? await readRecord(state.layout, "instances", this.name) : undefined;
-    if (record?.pendingCreate) {
-      const { pendingCreate: _done, ...created } = record;
-      await writeRecord(state.layout, created);
-    }
+    if (state.kind === "instances") await completePendingCreate(state.layout, this.name);
     return result;
   }
 

@@ -204,6 +204,14 @@ export function writeRecord(layout: StateLayout, record: EntryRecord): Promise<v
   return writeJsonAtomic(layout.recordFile(record.kind, record.name), record);
 }
 
+/** Drops an instance's `pendingCreate`: its disk holds the first boot's work now (a no-op without one). */
+export async function completePendingCreate(layout: StateLayout, name: string): Promise<void> {
+  const record = await readRecord(layout, "instances", name);
+  if (!record?.pendingCreate) return;
+  const { pendingCreate: _done, ...created } = record;
+  await writeRecord(layout, created);
+}
+
 /** Reads the status file, or undefined. */
 export function readStatus(layout: StateLayout, kind: EntryKind, name: string): Promise<EntryStatus | undefined> {
   return readJson<EntryStatus>(layout.statusFile(kind, name));
