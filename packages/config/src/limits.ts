@@ -62,6 +62,10 @@ export const LIMITS = Object.freeze({
   checkpointEveryMinMs: 30_000,
   /** Longest `checkpoint.every`, in ms (24 h). */
   checkpointEveryMaxMs: 24 * 60 * 60 * 1000,
+  /** Most kept checkpoints `checkpoint.keep` may allow (each pins a few disk layers). */
+  checkpointKeepMax: 500,
+  /** Largest `checkpoint.keepGiB`. */
+  checkpointKeepGiBMax: 4096,
 } as const);
 
 /** The shape of {@link LIMITS}. */

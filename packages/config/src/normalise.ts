@@ -116,7 +116,11 @@ export function normaliseConfig(input: SandboxConfigInput, sourcePath: string | 
     })),
     services,
     serviceOrder: startOrder(dependencies),
-    checkpoint: { everyMs: checkpointEveryMs(input.checkpoint?.every) },
+    checkpoint: {
+      everyMs: checkpointEveryMs(input.checkpoint?.every),
+      ...(input.checkpoint?.keep === undefined ? {} : { keep: input.checkpoint.keep }),
+      ...(input.checkpoint?.keepGiB === undefined ? {} : { keepGiB: input.checkpoint.keepGiB }),
+    },
   };
   if (input.image !== undefined) config.image = imageRef(input.image, sourcePath);
   if (input.idle !== undefined) config.idle = { suspendAfterMs: parseDuration(input.idle.suspendAfter) ?? 0 };

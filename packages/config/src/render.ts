@@ -71,10 +71,15 @@ export function renderConfig(config: SandboxConfig): string {
   if (config.mounts.length > 0) out.mounts = config.mounts.map((mount) => ({ host: mount.host, guest: mount.guest }));
   if (config.idle) out.idle = { suspendAfter: formatDuration(config.idle.suspendAfterMs) };
   // Absent in a record older than the key: the default, left out like every default.
-  const every = (config.checkpoint as SandboxConfig["checkpoint"] | undefined)?.everyMs;
+  const checkpoint = config.checkpoint as SandboxConfig["checkpoint"] | undefined;
+  const rendered: Record<string, unknown> = {};
+  const every = checkpoint?.everyMs;
   if (every !== undefined && every !== CONFIG_DEFAULTS.checkpointEveryMs) {
-    out.checkpoint = { every: every === null ? "off" : formatDuration(every) };
+    rendered.every = every === null ? "off" : formatDuration(every);
   }
+  if (checkpoint?.keep !== undefined) rendered.keep = checkpoint.keep;
+  if (checkpoint?.keepGiB !== undefined) rendered.keepGiB = checkpoint.keepGiB;
+  if (Object.keys(rendered).length > 0) out.checkpoint = rendered;
   const services = Object.values(config.services);
   if (services.length > 0)
     out.services = Object.fromEntries(services.map((service) => [service.name, renderService(service)]));

@@ -138,6 +138,10 @@ export interface CheckpointConfig {
    * suspend). A record written before this key existed has no `checkpoint`: read it as the default.
    */
   everyMs: number | null;
+  /** `checkpoint.keep` when written: the most kept checkpoints (default {@link CONFIG_DEFAULTS.checkpointKeep}). */
+  keep?: number;
+  /** `checkpoint.keepGiB` when written: the most host GiB kept checkpoints hold (default {@link CONFIG_DEFAULTS.checkpointKeepGiB}). */
+  keepGiB?: number;
 }
 
 /** A validated sandbox.yaml with every default applied. Plain data: safe to serialise. */
@@ -193,6 +197,10 @@ export const CONFIG_DEFAULTS = Object.freeze({
   hostPorts: Object.freeze([] as number[]),
   /** Default `checkpoint.every`, in ms (5 min of guest activity). */
   checkpointEveryMs: 5 * 60 * 1000,
+  /** Default `checkpoint.keep`: kept checkpoints per instance. */
+  checkpointKeep: 30,
+  /** Default `checkpoint.keepGiB`: host GiB the kept checkpoints of one instance may hold. */
+  checkpointKeepGiB: 20,
 });
 
 /** True when the service gets a preview origin (and so `PUBLIC_URL`). */

@@ -46,13 +46,37 @@ describe("checkpoint.every", () => {
     },
   );
 
-  test("an unknown key under checkpoint is an error, and so is a missing every", () => {
-    expect(onlyIssue("version: 1\ncheckpoint:\n  every: 5m\n  keep: 3\n").path).toBe("checkpoint.keep");
-    expect(onlyIssue("version: 1\ncheckpoint: {}\n").message).toContain("every");
+  test("an unknown key under checkpoint is an error", () => {
+    expect(onlyIssue("version: 1\ncheckpoint:\n  every: 5m\n  kept: 3\n").path).toBe("checkpoint.kept");
   });
+
 
   test("editors learn the key from the JSON Schema: off or a duration", () => {
     const properties = sandboxJsonSchema().properties as Record<string, { properties?: Record<string, unknown> }>;
     expect(JSON.stringify(properties.checkpoint?.properties?.every)).toContain('"const":"off"');
+  });
+});
+
+describe("checkpoint.keep and checkpoint.keepGiB", () => {
+  test("are absent unless written (the controller applies the defaults), and render back as written", () => {
+    expect(parseConfig("version: 1").checkpoint).toEqual({ everyMs: 5 * 60_000 });
+    expect(CONFIG_DEFAULTS.checkpointKeep).toBe(30);
+    expect(CONFIG_DEFAULTS.checkpointKeepGiB).toBe(20);
+    const config = parseConfig("version: 1\ncheckpoint:\n  keep: 5\n  keepGiB: 3\n");
+    expect(config.checkpoint).toEqual({ everyMs: 5 * 60_000, keep: 5, keepGiB: 3 });
+    expect(renderConfig(config)).toContain("checkpoint:\n  keep: 5\n  keepGiB: 3\n");
+    expect(parseConfig(renderConfig(config))).toEqual(config);
+  });
+
+  test.each([
+    ["keep", "0"],
+    ["keep", "501"],
+    ["keep", "2.5"],
+    ["keepGiB", "0"],
+    ["keepGiB", '"5"'],
+  ])("%s: %s is refused with the accepted range", (key, value) => {
+    const issue = onlyIssue(`version: 1\ncheckpoint:\n  ${key}: ${value}\n`);
+    expect(issue.path).toBe(`checkpoint.${key}`);
+    expect(issue.message).toMatch(/must be a whole number of (checkpoints|GiB) between 1 and \d+/);
   });
 });

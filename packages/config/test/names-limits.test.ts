@@ -78,6 +78,8 @@ describe("LIMITS", () => {
       idleCpuWindowMs: 5000,
       checkpointEveryMinMs: 30000,
       checkpointEveryMaxMs: 86400000,
+      checkpointKeepMax: 500,
+      checkpointKeepGiBMax: 4096,
     });
   });
 
