@@ -12,10 +12,10 @@ import https from "node:https";
 import zlib from "node:zlib";
 import { Agent, fetch } from "undici";
 
-const { StreamScrubber } = await import("../dist/secret-scrubber.js");
-const { SecretStore } = await import("../dist/secret-rules.js");
-const { createSecretFetch } = await import("../dist/secret-fetch.js");
-const { selfSignedCert } = await import("../dist/test-cert.js");
+const { StreamScrubber } = await import("../dist/egress/secret-scrubber.js");
+const { SecretStore } = await import("../dist/egress/secret-rules.js");
+const { createSecretFetch } = await import("../dist/egress/secret-fetch.js");
+const { selfSignedCert } = await import("../dist/testing/test-cert.js");
 
 const MiB = 1024 ** 2;
 const HOST = "bench.pisb.test";

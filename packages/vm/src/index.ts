@@ -16,8 +16,8 @@ export {
   type VmSecret,
   type VmMount,
   type VmLogger,
-} from "./boot.js";
-export type { UpstreamOverrides } from "./secret-fetch.js";
+} from "./boot/boot.js";
+export type { UpstreamOverrides } from "./egress/secret-fetch.js";
 
 // The guest interface for upper layers
 export type {
@@ -28,8 +28,8 @@ export type {
   GuestRunResult,
   GuestSshAccess,
   GuestSshOptions,
-} from "./guest-vm.js";
-export { runInGuest } from "./exec-util.js";
+} from "./guest/guest-vm.js";
+export { runInGuest } from "./guest/exec-util.js";
 
 // Disks: instances, templates, checkpoints
 export {
@@ -45,8 +45,8 @@ export {
   type SetAsideLayer,
   recoveryNotice,
   LIVE_CHECKPOINT_LAYERS_MAX,
-} from "./disk-store.js";
-export { LayerSwitchRefused, type LayerSwitch } from "./disk-layout.js";
+} from "./disk/disk-store.js";
+export { LayerSwitchRefused, type LayerSwitch } from "./disk/disk-layout.js";
 export {
   POINTER_FILE,
   LOCK_FILE,
@@ -56,10 +56,22 @@ export {
   RUN_RECORD_FILE,
   SET_ASIDE_DIR,
 } from "./filenames.js";
-export { QemuImg, mapQemuFailure, type QemuCheckResult, type QemuImageInfo, type QemuImgRunner } from "./qemu-img.js";
+export {
+  QemuImg,
+  mapQemuFailure,
+  type QemuCheckResult,
+  type QemuImageInfo,
+  type QemuImgRunner,
+} from "./disk/qemu-img.js";
 
 // Images
-export { resolveImage, loadImageDir, type GuestImage, type ImageCheckOptions, type RecordedImage } from "./image.js";
+export {
+  resolveImage,
+  loadImageDir,
+  type GuestImage,
+  type ImageCheckOptions,
+  type RecordedImage,
+} from "./image/image.js";
 
 // Host: accelerator and resources
 export {
@@ -77,17 +89,17 @@ export {
   type ResolveAcceleratorOptions,
   type ResolvedAccelerator,
   type VmResources,
-} from "./host.js";
+} from "./host/host-facts.js";
 export {
   probeKvmKernel,
   KvmVerdictCache,
   type KvmKernelProbeOptions,
   type KvmVerdict,
   type KvmVerdictKey,
-} from "./kvm-probe.js";
+} from "./host/kvm-probe.js";
 
 // QEMU process hygiene
-export { prepareQemuLauncher, reapStrayQemu, type QemuLauncher, type ReapResult } from "./qemu-process.js";
+export { prepareQemuLauncher, reapStrayQemu, type QemuLauncher, type ReapResult } from "./host/qemu-process.js";
 
 // Errors
 export { VmError, isVmError, type VmErrorCode, type VmErrorOptions } from "./errors.js";

@@ -6,13 +6,13 @@ import os from "node:os";
 import path from "node:path";
 import type { Duplex } from "node:stream";
 import { VmError, messageOf } from "./errors.js";
-import { failedExecution, signalName } from "./exec-util.js";
-import type { GuestExecOptions, GuestExecution, GuestExitStatus, GuestSshAccess, GuestVm } from "./guest-vm.js";
+import { failedExecution, signalName } from "./guest/exec-util.js";
+import type { GuestExecOptions, GuestExecution, GuestExitStatus, GuestSshAccess, GuestVm } from "./guest/guest-vm.js";
 
-export { runInGuest } from "./exec-util.js";
-export { bootTestVm, type TestVm } from "./test-vm.js";
-export { openGondolinIngress, type BareIngress } from "./bare-ingress.js";
-export { selfSignedCert } from "./test-cert.js";
+export { runInGuest } from "./guest/exec-util.js";
+export { bootTestVm, type TestVm } from "./testing/test-vm.js";
+export { openGondolinIngress, type BareIngress } from "./testing/bare-ingress.js";
+export { selfSignedCert } from "./testing/test-cert.js";
 
 /** Options of {@link createLocalGuestVm}. */
 export interface LocalGuestVmOptions {

@@ -4,8 +4,8 @@
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { DiskStore, probeKvmKernel, resolveAccelerator, startVm, type RunningVm } from "../src/index.js";
-import { tempDir } from "./helpers.js";
-import { sh, testImage, vmOptions } from "./vm-support.js";
+import { tempDir } from "./support/helpers.js";
+import { sh, testImage, vmOptions } from "./support/vm-support.js";
 
 let root: string;
 let cleanup: () => Promise<void>;

@@ -6,8 +6,8 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { DiskStore, prepareQemuLauncher, probeKvmKernel, startVm, type RunningVm } from "../src/index.js";
-import { qemuWithoutSeccomp, tempDir } from "./helpers.js";
-import { sh, testImage, vmOptions } from "./vm-support.js";
+import { qemuWithoutSeccomp, tempDir } from "./support/helpers.js";
+import { sh, testImage, vmOptions } from "./support/vm-support.js";
 
 let root: string;
 let cleanup: () => Promise<void>;

@@ -6,7 +6,7 @@ import { performance } from "node:perf_hooks";
 import type { Duplex } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { runInGuest, type GuestExecution } from "../src/index.js";
-import { bootTestVm, type TestVm } from "../src/test-vm.js";
+import { bootTestVm, type TestVm } from "../src/testing/test-vm.js";
 
 const TAIL_PORT = 9101;
 const SINK_PORT = 9102;

@@ -16,8 +16,8 @@ import {
   recoveryNotice,
   type DiskRun,
 } from "../src/index.js";
-import { defaultQemuImgRunner } from "../src/qemu-img.js";
-import { corruptL1, fakeImage, hasPattern, qemuIo, tempDir, topLayer } from "./helpers.js";
+import { defaultQemuImgRunner } from "../src/disk/qemu-img.js";
+import { corruptL1, fakeImage, hasPattern, qemuIo, tempDir, topLayer } from "./support/helpers.js";
 
 const MiB = 1024 ** 2;
 

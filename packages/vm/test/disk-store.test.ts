@@ -5,7 +5,7 @@ import fsp from "node:fs/promises";
 import path from "node:path";
 import { spawn } from "node:child_process";
 import { DiskStore, isVmError, MEMORY_FILE, POINTER_FILE, SUSPEND_STATE_FILE } from "../src/index.js";
-import { TS_NODE_ARGS, fakeImage, hasPattern, qemuIo, tempDir, topLayer, virtualSize } from "./helpers.js";
+import { TS_NODE_ARGS, fakeImage, hasPattern, qemuIo, tempDir, topLayer, virtualSize } from "./support/helpers.js";
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;

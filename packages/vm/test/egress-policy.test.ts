@@ -1,6 +1,6 @@
 // The VM's egress policy: which hosts a guest reaches, where a secret's placeholder may go and what it becomes.
-import { egressPolicy, hostPortsTcp, isHostAllowed, secretStore } from "../src/egress-policy.js";
-import { substituteHeader } from "../src/secret-rules.js";
+import { egressPolicy, hostPortsTcp, isHostAllowed, secretStore } from "../src/egress/egress-policy.js";
+import { substituteHeader } from "../src/egress/secret-rules.js";
 import { loadGondolin } from "../src/gondolin-loader.js";
 
 test("host patterns match as in Gondolin: exact, * alone, * as a wildcard, any case", () => {
@@ -187,7 +187,7 @@ describe("secrets", () => {
 
 describe("read-only mounts", () => {
   test("a host directory becomes a read-only provider; a missing or relative one is VM_MOUNT_INVALID", async () => {
-    const { readonlyMounts } = await import("../src/mounts.js");
+    const { readonlyMounts } = await import("../src/boot/mounts.js");
     const gondolin = await loadGondolin();
     const { tmpdir } = await import("node:os");
     expect(await readonlyMounts(gondolin, [])).toBeUndefined();

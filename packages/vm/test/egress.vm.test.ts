@@ -14,8 +14,8 @@ import http from "node:http";
 import net from "node:net";
 import path from "node:path";
 import { DiskStore, runInGuest, startVm, type RunningVm } from "../src/index.js";
-import { tempDir } from "./helpers.js";
-import { sh, testImage, vmOptions } from "./vm-support.js";
+import { tempDir } from "./support/helpers.js";
+import { sh, testImage, vmOptions } from "./support/vm-support.js";
 
 /** Gondolin's gateway (checked against the guest's default route below). */
 const GATEWAY = "192.168.127.1";

@@ -3,7 +3,7 @@
 import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { QemuImg, VmError, isVmError, mapQemuFailure, mapStartError } from "../src/index.js";
-import { tempDir } from "./helpers.js";
+import { tempDir } from "./support/helpers.js";
 
 describe("VmError", () => {
   test("carries code, details and cause, and is recognised across copies by its brand", () => {

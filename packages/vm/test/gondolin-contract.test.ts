@@ -7,7 +7,7 @@ import path from "node:path";
 import { createRequire } from "node:module";
 import * as gondolin from "@earendil-works/gondolin";
 import { VM } from "@earendil-works/gondolin";
-import { egressPolicy } from "../src/egress-policy.js";
+import { egressPolicy } from "../src/egress/egress-policy.js";
 import {
   GONDOLIN_ROOT_DRIVE,
   dialMappedTcpOnConnect,
@@ -17,7 +17,7 @@ import {
   seedVfsInodes,
   vfsInodesOf,
 } from "../src/gondolin-private.js";
-import { fakeImage, tempDir } from "./helpers.js";
+import { fakeImage, tempDir } from "./support/helpers.js";
 
 let dir: string;
 let cleanup: () => Promise<void>;

@@ -7,9 +7,9 @@ import path from "node:path";
 import { PassThrough } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
 import { VmError } from "../src/errors.js";
-import { GuestFault } from "../src/guest-fault.js";
-import { awaitSshBanner, GuestSsh, idleAccessesBeyond, MAX_IDLE_SSH_ACCESSES } from "../src/guest-ssh.js";
-import type { GuestVm } from "../src/guest-vm.js";
+import { GuestFault } from "../src/guest/guest-fault.js";
+import { awaitSshBanner, GuestSsh, idleAccessesBeyond, MAX_IDLE_SSH_ACCESSES } from "../src/guest/guest-ssh.js";
+import type { GuestVm } from "../src/guest/guest-vm.js";
 
 function access(name: string, sessionCount = 0, closed = false) {
   return { name, sessionCount, closed };

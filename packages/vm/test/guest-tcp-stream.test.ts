@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 import { Duplex } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { ingressClosedByGuest } from "../src/gondolin-private.js";
-import { FRAME_BYTES, GuestTcpStream, QUEUE_HIGH_WATER_BYTES } from "../src/guest-tcp-stream.js";
+import { FRAME_BYTES, GuestTcpStream, QUEUE_HIGH_WATER_BYTES } from "../src/guest/guest-tcp-stream.js";
 
 /**
  * Behaves like Gondolin's `TcpForwardStream`: guest bytes are pushed whatever the reader does,

@@ -9,8 +9,8 @@ import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { DiskStore, isVmError, runInGuest, startVm, type RunningVm } from "../src/index.js";
-import { tempDir } from "./helpers.js";
-import { memoryLogger, qemuProcessesUsing, sh, testImage, vmOptions } from "./vm-support.js";
+import { tempDir } from "./support/helpers.js";
+import { memoryLogger, qemuProcessesUsing, sh, testImage, vmOptions } from "./support/vm-support.js";
 
 const MiB = 1024 ** 2;
 const TMPFS_MIB = 192;

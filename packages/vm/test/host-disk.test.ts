@@ -3,9 +3,9 @@
 import fs from "node:fs";
 import path from "node:path";
 import { VmError, isVmError, mapQemuFailure, mapStartError } from "../src/index.js";
-import { GuestFault } from "../src/guest-fault.js";
-import { hostDiskFullError, hostSpaceOf, isNoSpaceError, mountPointOf } from "../src/host-disk.js";
-import { tempDir } from "./helpers.js";
+import { GuestFault } from "../src/guest/guest-fault.js";
+import { hostDiskFullError, hostSpaceOf, isNoSpaceError, mountPointOf } from "../src/host/host-disk.js";
+import { tempDir } from "./support/helpers.js";
 
 describe("the host file system under a disk", () => {
   test("is found by its mount point, also for a path that does not exist yet", () => {

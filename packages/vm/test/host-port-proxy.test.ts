@@ -4,8 +4,8 @@ import http from "node:http";
 import net from "node:net";
 import type { AddressInfo } from "node:net";
 import zlib from "node:zlib";
-import { HostPortProxies, forwardedHeaders, hostPortRoutes } from "../src/host-port-proxy.js";
-import { SecretStore, substituteHeader } from "../src/secret-rules.js";
+import { HostPortProxies, forwardedHeaders, hostPortRoutes } from "../src/egress/host-port-proxy.js";
+import { SecretStore, substituteHeader } from "../src/egress/secret-rules.js";
 
 const REAL = "sk-real-value-NEVER-in-the-guest";
 const PLACEHOLDER = "PI_SANDBOX_SECRET_0123456789abcdef";

@@ -14,8 +14,8 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { DiskStore, runInGuest, startVm, type RunningVm } from "../src/index.js";
-import { tempDir } from "./helpers.js";
-import { loopbackLookup, sh, testImage, vmOptions } from "./vm-support.js";
+import { tempDir } from "./support/helpers.js";
+import { loopbackLookup, sh, testImage, vmOptions } from "./support/vm-support.js";
 
 const NAME = "host.sandbox.internal";
 /** Gondolin's gateway, where it maps the host's 127.0.0.1 for HTTP. */

@@ -1,7 +1,7 @@
 // What the host can run: KVM, HVF or TCG, chosen and explained (proven, forced, missing); a VM's
 // CPUs and memory checked against the host's; executables found on PATH.
 import { checkResources, chooseAccelerator, isVmError, type HostFacts } from "../src/index.js";
-import { findExecutable, qemuMemory } from "../src/host.js";
+import { findExecutable, qemuMemory } from "../src/host/host-facts.js";
 
 const GiB = 1024 ** 3;
 const linux: HostFacts = { platform: "linux", arch: "x64", cpus: 4, memoryBytes: 8 * GiB, kvmAccessible: true };

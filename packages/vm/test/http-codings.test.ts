@@ -4,7 +4,7 @@ import { Readable } from "node:stream";
 import { buffer } from "node:stream/consumers";
 import { pipeline } from "node:stream/promises";
 import zlib from "node:zlib";
-import { answerCodings, decoderFor, rawHeaderLines } from "../src/http-codings.js";
+import { answerCodings, decoderFor, rawHeaderLines } from "../src/egress/http-codings.js";
 
 test.each([
   [[], [], []],

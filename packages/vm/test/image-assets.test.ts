@@ -8,7 +8,7 @@ import fsp from "node:fs/promises";
 import path from "node:path";
 import { DiskStore, isVmError, loadImageDir } from "../src/index.js";
 import { imageChecksumsFile } from "../src/filenames.js";
-import { fakeImage, tempDir, topLayer } from "./helpers.js";
+import { fakeImage, tempDir, topLayer } from "./support/helpers.js";
 
 let root: string;
 let cleanup: () => Promise<void>;

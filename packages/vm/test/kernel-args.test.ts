@@ -3,7 +3,7 @@
 import os from "node:os";
 import path from "node:path";
 import { isVmError, startVm } from "../src/index.js";
-import { checkKernelArgs, kernelAppendFor } from "../src/boot-attempt.js";
+import { checkKernelArgs, kernelAppendFor } from "../src/boot/boot-attempt.js";
 
 test("the caller's words follow the defaults (and norandmaps under TCG)", () => {
   expect(kernelAppendFor("tcg", ["pi_sandbox.agent=0123abcd"])).toBe(

@@ -3,7 +3,7 @@
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { probeKvmKernel, recordKvmFailure, resolveAccelerator, type HostFacts } from "../src/index.js";
-import { tempDir } from "./helpers.js";
+import { tempDir } from "./support/helpers.js";
 
 const GiB = 1024 ** 3;
 const kvmHost: HostFacts = { platform: "linux", arch: "x64", cpus: 2, memoryBytes: 8 * GiB, kvmAccessible: true };

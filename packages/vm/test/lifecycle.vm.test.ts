@@ -8,9 +8,9 @@ import path from "node:path";
 import type { AddressInfo } from "node:net";
 import { DiskStore, isVmError, runInGuest, startVm, type RunningVm } from "../src/index.js";
 import { waitFor } from "../src/process-util.js";
-import { processUsage, qemuResidentMemory } from "../src/process-usage.js";
-import { tempDir } from "./helpers.js";
-import { qemuProcessesUsing, sh, testImage, vmOptions } from "./vm-support.js";
+import { processUsage, qemuResidentMemory } from "../src/host/process-usage.js";
+import { tempDir } from "./support/helpers.js";
+import { qemuProcessesUsing, sh, testImage, vmOptions } from "./support/vm-support.js";
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;

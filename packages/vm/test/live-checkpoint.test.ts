@@ -6,12 +6,12 @@ import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { DiskStore, POINTER_FILE, QemuImg, RUN_RECORD_FILE, SET_ASIDE_DIR, type DiskRun } from "../src/index.js";
-import { topFileOf } from "../src/booted-vm.js";
-import { LayerSwitchRefused, writePointer, writeRunRecord, type DiskPointer } from "../src/disk-layout.js";
-import { LIVE_CHECKPOINT_LAYERS_MAX } from "../src/disk-run.js";
+import { topFileOf } from "../src/boot/booted-vm.js";
+import { LayerSwitchRefused, writePointer, writeRunRecord, type DiskPointer } from "../src/disk/disk-layout.js";
+import { LIVE_CHECKPOINT_LAYERS_MAX } from "../src/disk/disk-run.js";
 import { newLayerName } from "../src/filenames.js";
-import { defaultQemuImgRunner } from "../src/qemu-img.js";
-import { corruptL1, fakeImage, hasPattern, qemuIo, tempDir, topLayer } from "./helpers.js";
+import { defaultQemuImgRunner } from "../src/disk/qemu-img.js";
+import { corruptL1, fakeImage, hasPattern, qemuIo, tempDir, topLayer } from "./support/helpers.js";
 
 const MiB = 1024 ** 2;
 const GiB = 1024 ** 3;

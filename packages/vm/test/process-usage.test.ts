@@ -5,7 +5,13 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { QEMU_PID_FILE } from "../src/filenames.js";
 import { processStartTime } from "../src/process-util.js";
-import { cpuPercent, processUsage, qemuResidentMemory, qemuUsage, residentMemoryOf } from "../src/process-usage.js";
+import {
+  cpuPercent,
+  processUsage,
+  qemuResidentMemory,
+  qemuUsage,
+  residentMemoryOf,
+} from "../src/host/process-usage.js";
 
 const linux = process.platform === "linux";
 let dir: string;

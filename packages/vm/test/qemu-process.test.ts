@@ -6,8 +6,8 @@ import fsp from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
 import { QEMU_PID_FILE, prepareQemuLauncher, reapStrayQemu } from "../src/index.js";
-import { QmpMonitor } from "../src/qmp.js";
-import { TS_NODE_ARGS, qemuWithoutSeccomp, tempDir } from "./helpers.js";
+import { QmpMonitor } from "../src/host/qmp.js";
+import { TS_NODE_ARGS, qemuWithoutSeccomp, tempDir } from "./support/helpers.js";
 
 let dir: string;
 let cleanup: () => Promise<void>;

@@ -2,10 +2,10 @@
 // against a real HTTPS fake API on loopback: what the API receives, and what comes back.
 import dns from "node:dns";
 import zlib from "node:zlib";
-import { egressPolicy } from "../src/egress-policy.js";
+import { egressPolicy } from "../src/egress/egress-policy.js";
 import { loadGondolin } from "../src/gondolin-loader.js";
 import { httpsEcho, type HttpsEcho } from "./support/https-echo.js";
-import { loopbackLookup } from "./vm-support.js";
+import { loopbackLookup } from "./support/vm-support.js";
 
 const API = "pisb-api.test";
 const VALUE = "sk-real/value+never-in-the-guest";

@@ -10,7 +10,7 @@ import {
   scrubPatterns,
   scrubText,
   scrubWebStream,
-} from "../src/secret-scrubber.js";
+} from "../src/egress/secret-scrubber.js";
 
 const VALUE = "sk-real/value+with?odd=chars";
 const PLACEHOLDER = "PI_SANDBOX_SECRET_0123456789abcdef";

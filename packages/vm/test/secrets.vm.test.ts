@@ -14,9 +14,9 @@ import net from "node:net";
 import path from "node:path";
 import { HOST_SERVICES_HOSTNAME } from "@pi-sandbox/config";
 import { DiskStore, runInGuest, startVm, type RunningVm } from "../src/index.js";
-import { tempDir } from "./helpers.js";
+import { tempDir } from "./support/helpers.js";
 import { httpsEcho, type HttpsEcho } from "./support/https-echo.js";
-import { loopbackLookup, memoryLogger, sh, testImage, vmOptions } from "./vm-support.js";
+import { loopbackLookup, memoryLogger, sh, testImage, vmOptions } from "./support/vm-support.js";
 
 const VALUE = "pisb-real-token-7d1e4c9a0b";
 const ROTATED = "pisb-rotated-token-52f8e3";

@@ -5,8 +5,8 @@ import { readFile, stat, writeFile } from "node:fs/promises";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import path from "node:path";
 import { isVmError } from "../src/index.js";
-import { parseHostKeys, SshForwarder, type SshForwarderOptions } from "../src/ssh-forwarder.js";
-import { refused, tempDir } from "./helpers.js";
+import { parseHostKeys, SshForwarder, type SshForwarderOptions } from "../src/guest/ssh-forwarder.js";
+import { refused, tempDir } from "./support/helpers.js";
 
 const KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHrm0vLr6lDcgq9l6R1x3bE8bqX4dOMwzvS5bmDRJ8Hl";
 

@@ -6,8 +6,8 @@ import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { DiskStore, startVm, type GuestSshAccess, type RunningVm } from "../src/index.js";
-import { refused, tempDir } from "./helpers.js";
-import { testImage, vmOptions } from "./vm-support.js";
+import { refused, tempDir } from "./support/helpers.js";
+import { testImage, vmOptions } from "./support/vm-support.js";
 
 let root: string;
 let cleanup: () => Promise<void>;

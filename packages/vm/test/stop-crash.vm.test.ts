@@ -13,8 +13,8 @@ import fs from "node:fs";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import { DiskStore, RUN_RECORD_FILE, SET_ASIDE_DIR } from "../src/index.js";
-import { TS_NODE_ARGS, corruptL1, tempDir } from "./helpers.js";
-import { qemuProcessesUsing, testImage } from "./vm-support.js";
+import { TS_NODE_ARGS, corruptL1, tempDir } from "./support/helpers.js";
+import { qemuProcessesUsing, testImage } from "./support/vm-support.js";
 
 const TRIALS = Number(process.env.PI_SANDBOX_FAULT_TRIALS ?? 20);
 const SUSPEND_TRIALS = Number(process.env.PI_SANDBOX_SUSPEND_FAULT_TRIALS ?? 3);

@@ -7,8 +7,8 @@ import fs from "node:fs";
 import path from "node:path";
 import type { Duplex } from "node:stream";
 import { DiskStore, MEMORY_FILE, SUSPEND_STATE_FILE, startVm, type RunningVm } from "../src/index.js";
-import { tempDir } from "./helpers.js";
-import { sh, testImage, vmOptions } from "./vm-support.js";
+import { tempDir } from "./support/helpers.js";
+import { sh, testImage, vmOptions } from "./support/vm-support.js";
 
 const PORT = 8123;
 const SERVER = `cd /home/www && setsid nohup python3 -m http.server ${PORT} --bind 127.0.0.1 >/dev/null 2>&1 &`;

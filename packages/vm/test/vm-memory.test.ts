@@ -7,7 +7,7 @@ import fsp from "node:fs/promises";
 import path from "node:path";
 import { MEMORY_FILE, SUSPEND_STATE_FILE, prepareQemuLauncher } from "../src/index.js";
 import { INCOMING_MARKER } from "../src/filenames.js";
-import { QmpMonitor } from "../src/qmp.js";
+import { QmpMonitor } from "../src/host/qmp.js";
 import {
   checkSuspendState,
   removeSuspendState,
@@ -16,8 +16,8 @@ import {
   suspendStateBytes,
   type SavedMachine,
   type SuspendState,
-} from "../src/vm-memory.js";
-import { tempDir } from "./helpers.js";
+} from "../src/disk/vm-memory.js";
+import { tempDir } from "./support/helpers.js";
 
 let dir: string;
 let cleanup: () => Promise<void>;

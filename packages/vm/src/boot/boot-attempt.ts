@@ -19,22 +19,22 @@ import {
   SSH_SOCKET,
   TMP_SOCKET_DIR_PREFIX,
   socketDirsRoot,
-} from "./filenames.js";
-import type { DiskRun, RunRecovery } from "./disk-store.js";
-import { egressPolicy, secretStore } from "./egress-policy.js";
-import { VmError, isVmError, messageOf } from "./errors.js";
-import { runInGuest } from "./exec-util.js";
-import { GondolinGuest } from "./gondolin-guest.js";
-import type { loadGondolin } from "./gondolin-loader.js";
-import { dialMappedTcpOnConnect, seedVfsInodes } from "./gondolin-private.js";
-import { GuestFault } from "./guest-fault.js";
-import { HostPortProxies, hostPortRoutes } from "./host-port-proxy.js";
+} from "../filenames.js";
+import type { DiskRun, RunRecovery } from "../disk/disk-store.js";
+import { egressPolicy, secretStore } from "../egress/egress-policy.js";
+import { VmError, isVmError, messageOf } from "../errors.js";
+import { runInGuest } from "../guest/exec-util.js";
+import { GondolinGuest } from "../guest/gondolin-guest.js";
+import type { loadGondolin } from "../gondolin-loader.js";
+import { dialMappedTcpOnConnect, seedVfsInodes } from "../gondolin-private.js";
+import { GuestFault } from "../guest/guest-fault.js";
+import { HostPortProxies, hostPortRoutes } from "../egress/host-port-proxy.js";
 import { readonlyMounts } from "./mounts.js";
-import { hostDiskFullError, isNoSpaceError } from "./host-disk.js";
-import { qemuMemory, type Accelerator, type AcceleratorChoice } from "./host.js";
-import { writeQemuPidRecord, type QemuLauncher } from "./qemu-process.js";
-import { QmpMonitor, type IoErrorPause } from "./qmp.js";
-import { restoreMemory, savedMachineOf, type SuspendState } from "./vm-memory.js";
+import { hostDiskFullError, isNoSpaceError } from "../host/host-disk.js";
+import { qemuMemory, type Accelerator, type AcceleratorChoice } from "../host/host-facts.js";
+import { writeQemuPidRecord, type QemuLauncher } from "../host/qemu-process.js";
+import { QmpMonitor, type IoErrorPause } from "../host/qmp.js";
+import { restoreMemory, savedMachineOf, type SuspendState } from "../disk/vm-memory.js";
 import type { RestoreOutcome, RunningVm, StartVmOptions } from "./vm-types.js";
 
 const DEFAULT_START_TIMEOUT_MS = 180_000;

@@ -3,12 +3,12 @@
 // `bootAttempt` (boot-attempt.ts) for the boot itself.
 import path from "node:path";
 import { bootAttempt, checkKernelArgs, startTimeoutOf, type BootAttempt } from "./boot-attempt.js";
-import { DiskStore, recoveryNotice, type DiskRun } from "./disk-store.js";
-import { hostPortsTcp } from "./egress-policy.js";
-import { isVmError, messageOf } from "./errors.js";
-import { launcherDir } from "./filenames.js";
-import { loadGondolin } from "./gondolin-loader.js";
-import { hostDiskFullError, isNoSpaceError } from "./host-disk.js";
+import { DiskStore, recoveryNotice, type DiskRun } from "../disk/disk-store.js";
+import { hostPortsTcp } from "../egress/egress-policy.js";
+import { isVmError, messageOf } from "../errors.js";
+import { launcherDir } from "../filenames.js";
+import { loadGondolin } from "../gondolin-loader.js";
+import { hostDiskFullError, isNoSpaceError } from "../host/host-disk.js";
 import {
   checkResources,
   chooseAccelerator,
@@ -17,10 +17,10 @@ import {
   resolveAccelerator,
   type AcceleratorChoice,
   type ResolvedAccelerator,
-} from "./host.js";
-import { qemuWords } from "./kvm-probe.js";
-import { prepareQemuLauncher, type QemuLauncher } from "./qemu-process.js";
-import { checkSuspendState, removeSuspendState, savedMachineOf } from "./vm-memory.js";
+} from "../host/host-facts.js";
+import { qemuWords } from "../host/kvm-probe.js";
+import { prepareQemuLauncher, type QemuLauncher } from "../host/qemu-process.js";
+import { checkSuspendState, removeSuspendState, savedMachineOf } from "../disk/vm-memory.js";
 import type { RestoreOutcome, RunningVm, StartVmOptions } from "./vm-types.js";
 
 export { mapStartError } from "./boot-attempt.js";

@@ -5,25 +5,25 @@ import fsp from "node:fs/promises";
 import path from "node:path";
 import type { Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
-import { LayerSwitchRefused } from "./disk-layout.js";
-import type { CheckpointResult, DiskRun, RunRecovery } from "./disk-store.js";
-import { VmError, isVmError, messageOf } from "./errors.js";
-import { runInGuest } from "./exec-util.js";
-import type { GondolinGuest } from "./gondolin-guest.js";
-import { GONDOLIN_ROOT_DRIVE, vfsInodesOf } from "./gondolin-private.js";
-import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions } from "./guest-vm.js";
-import { hostDiskFullError, hostSpaceOf } from "./host-disk.js";
-import type { AcceleratorChoice } from "./host.js";
-import { isAlive, waitFor } from "./process-util.js";
-import { QmpCommandError, type QmpMonitor } from "./qmp.js";
-import { memoryTempName } from "./filenames.js";
+import { LayerSwitchRefused } from "../disk/disk-layout.js";
+import type { CheckpointResult, DiskRun, RunRecovery } from "../disk/disk-store.js";
+import { VmError, isVmError, messageOf } from "../errors.js";
+import { runInGuest } from "../guest/exec-util.js";
+import type { GondolinGuest } from "../guest/gondolin-guest.js";
+import { GONDOLIN_ROOT_DRIVE, vfsInodesOf } from "../gondolin-private.js";
+import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions } from "../guest/guest-vm.js";
+import { hostDiskFullError, hostSpaceOf } from "../host/host-disk.js";
+import type { AcceleratorChoice } from "../host/host-facts.js";
+import { isAlive, waitFor } from "../process-util.js";
+import { QmpCommandError, type QmpMonitor } from "../host/qmp.js";
+import { memoryTempName } from "../filenames.js";
 import {
   removeSuspendState,
   saveMemory,
   writeSuspendState,
   type SavedMachine,
   type SuspendState,
-} from "./vm-memory.js";
+} from "../disk/vm-memory.js";
 import type {
   CloseOptions,
   LiveCheckpointResult,

@@ -4,8 +4,8 @@
 import fsp from "node:fs/promises";
 import path from "node:path";
 import type { VirtualProvider } from "@earendil-works/gondolin";
-import { VmError } from "./errors.js";
-import type { GondolinModule } from "./gondolin-loader.js";
+import { VmError } from "../errors.js";
+import type { GondolinModule } from "../gondolin-loader.js";
 import type { VmMount } from "./vm-types.js";
 
 /** Gondolin's `vfs.mounts` for `mounts` (undefined for none); each host path must be an existing directory. */

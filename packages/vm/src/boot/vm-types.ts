@@ -1,8 +1,8 @@
 // The public shapes of a VM boot: what it needs (spec, options) and what it gives (RunningVm).
-import type { CheckpointResult, DiskStore, RunRecovery } from "./disk-store.js";
-import type { VmError } from "./errors.js";
-import type { GuestVm } from "./guest-vm.js";
-import type { AcceleratorChoice, HostFacts, VmResources } from "./host.js";
+import type { CheckpointResult, DiskStore, RunRecovery } from "../disk/disk-store.js";
+import type { VmError } from "../errors.js";
+import type { GuestVm } from "../guest/guest-vm.js";
+import type { AcceleratorChoice, HostFacts, VmResources } from "../host/host-facts.js";
 
 /** What booting needs from a sandbox config (`SandboxConfig` of `@pi-sandbox/config` fits). */
 export interface VmSpec {

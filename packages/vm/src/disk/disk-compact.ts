@@ -2,8 +2,8 @@
 // exclusive layer below them, so a chain never grows from run to run.
 import fsp from "node:fs/promises";
 import path from "node:path";
-import { fsyncDir, fsyncFile } from "./fs-util.js";
-import { hostSpaceOf } from "./host-disk.js";
+import { fsyncDir, fsyncFile } from "../fs-util.js";
+import { hostSpaceOf } from "../host/host-disk.js";
 import { MiB, MERGE_HEADROOM_BYTES, writePointer, type DiskPointer } from "./disk-layout.js";
 import { QemuImg } from "./qemu-img.js";
 

@@ -4,9 +4,9 @@ import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { writeFileAtomic, writeJsonAtomic } from "@pi-sandbox/config";
-import { VmError } from "./errors.js";
-import { allocatedBytes, fsyncDir, fsyncFile, readJsonIfExists } from "./fs-util.js";
-import { type RecordedImage } from "./image.js";
+import { VmError } from "../errors.js";
+import { allocatedBytes, fsyncDir, fsyncFile, readJsonIfExists } from "../fs-util.js";
+import { type RecordedImage } from "../image/image.js";
 import {
   LAYER_PATTERN,
   LOCK_TEMP_PREFIX,
@@ -15,7 +15,7 @@ import {
   RUN_RECORD_FILE,
   STALE_LOCK_PREFIX,
   TEMP_PREFIX,
-} from "./filenames.js";
+} from "../filenames.js";
 
 export const GiB = 1024 ** 3;
 export const MiB = 1024 ** 2;

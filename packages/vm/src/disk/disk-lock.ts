@@ -4,9 +4,9 @@ import { randomBytes } from "node:crypto";
 import fsp from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { VmError, isVmError } from "./errors.js";
-import { LOCK_FILE, lockTempName, staleLockName } from "./filenames.js";
-import { isAlive, selfIdentity, type ProcessIdentity } from "./process-util.js";
+import { VmError, isVmError } from "../errors.js";
+import { LOCK_FILE, lockTempName, staleLockName } from "../filenames.js";
+import { isAlive, selfIdentity, type ProcessIdentity } from "../process-util.js";
 
 /** File name of the lock inside a disk directory. */
 

@@ -14,9 +14,9 @@ import {
   type SetAsideLayer,
 } from "./disk-layout.js";
 import { compact } from "./disk-compact.js";
-import { VmError, isVmError, messageOf } from "./errors.js";
-import { LAYER_PATTERN, SET_ASIDE_DIR, TEMP_PREFIX, setAsideNoteName } from "./filenames.js";
-import { fsyncDir, fsyncFile, readJsonIfExists } from "./fs-util.js";
+import { VmError, isVmError, messageOf } from "../errors.js";
+import { LAYER_PATTERN, SET_ASIDE_DIR, TEMP_PREFIX, setAsideNoteName } from "../filenames.js";
+import { fsyncDir, fsyncFile, readJsonIfExists } from "../fs-util.js";
 import { QemuImg } from "./qemu-img.js";
 import { removeSuspendState } from "./vm-memory.js";
 

@@ -3,15 +3,15 @@
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
-import { VmError, messageOf } from "./errors.js";
-import { fsyncDir, fsyncFile } from "./fs-util.js";
-import { hostDiskFullError, isNoSpaceError } from "./host-disk.js";
+import { VmError, messageOf } from "../errors.js";
+import { fsyncDir, fsyncFile } from "../fs-util.js";
+import { hostDiskFullError, isNoSpaceError } from "../host/host-disk.js";
 import { type DiskLock } from "./disk-lock.js";
 import { compact } from "./disk-compact.js";
-import { newLayerName } from "./filenames.js";
-import { type RecordedImage } from "./image.js";
+import { newLayerName } from "../filenames.js";
+import { type RecordedImage } from "../image/image.js";
 import { QemuImg } from "./qemu-img.js";
-import { removeQemuPidRecord } from "./qemu-process.js";
+import { removeQemuPidRecord } from "../host/qemu-process.js";
 import {
   LayerSwitchRefused,
   readPointer,

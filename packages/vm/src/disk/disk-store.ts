@@ -3,16 +3,16 @@
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
-import { VmError } from "./errors.js";
-import { fsyncDir, fsyncFile } from "./fs-util.js";
-import { checkDiskSize } from "./host.js";
+import { VmError } from "../errors.js";
+import { fsyncDir, fsyncFile } from "../fs-util.js";
+import { checkDiskSize } from "../host/host-facts.js";
 import { acquireDiskLock, acquireDiskLockWaiting, type DiskLock } from "./disk-lock.js";
-import { recordImage, resolveImage, verifyRecordedImage, type GuestImage } from "./image.js";
-import { rootfsFormat } from "./image-assets.js";
+import { recordImage, resolveImage, verifyRecordedImage, type GuestImage } from "../image/image.js";
+import { rootfsFormat } from "../image/image-assets.js";
 import { QemuImg } from "./qemu-img.js";
-import { reapStrayQemu } from "./qemu-process.js";
+import { reapStrayQemu } from "../host/qemu-process.js";
 import { linkSuspendState, removeSuspendState, suspendStateBytes } from "./vm-memory.js";
-import { LOCK_FILE, POINTER_FILE, newLayerName } from "./filenames.js";
+import { LOCK_FILE, POINTER_FILE, newLayerName } from "../filenames.js";
 import {
   GiB,
   diskBytesOf,

@@ -1,9 +1,9 @@
 // qemu-img: creating, inspecting and committing qcow2 layers, with its failures typed.
 import { execFile } from "node:child_process";
 import path from "node:path";
-import { VmError, messageOf } from "./errors.js";
-import { findExecutable } from "./host.js";
-import { hostDiskFullError } from "./host-disk.js";
+import { VmError, messageOf } from "../errors.js";
+import { findExecutable } from "../host/host-facts.js";
+import { hostDiskFullError } from "../host/host-disk.js";
 
 /** What `qemu-img info --output=json` tells about one image (the fields we use). */
 export interface QemuImageInfo {

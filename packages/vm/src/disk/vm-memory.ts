@@ -11,13 +11,13 @@ import path from "node:path";
 import { pipeline } from "node:stream/promises";
 import { promisify } from "node:util";
 import { writeFileAtomic } from "@pi-sandbox/config";
-import { VmError, messageOf } from "./errors.js";
+import { VmError, messageOf } from "../errors.js";
 import { linkLayers } from "./disk-layout.js";
-import { INCOMING_FD, MEMORY_FILE, MIGRATE_SOCKET, SUSPEND_STATE_FILE, gondolinCertDir } from "./filenames.js";
-import { fsyncDir, fsyncFile, readJsonIfExists } from "./fs-util.js";
-import type { VfsInodeTable } from "./gondolin-private.js";
-import { qemuMemory } from "./host.js";
-import type { QmpMonitor } from "./qmp.js";
+import { INCOMING_FD, MEMORY_FILE, MIGRATE_SOCKET, SUSPEND_STATE_FILE, gondolinCertDir } from "../filenames.js";
+import { fsyncDir, fsyncFile, readJsonIfExists } from "../fs-util.js";
+import type { VfsInodeTable } from "../gondolin-private.js";
+import { qemuMemory } from "../host/host-facts.js";
+import type { QmpMonitor } from "../host/qmp.js";
 
 const POLL_MS = 50;
 

@@ -2,12 +2,12 @@
 // listed host ports, secrets substituted on the host.
 import type { DnsOptions, HttpHooks, TcpOptions } from "@earendil-works/gondolin";
 import { ENV_NAME_PATTERN, HOST_SERVICES_HOSTNAME, secretHttpHosts } from "@pi-sandbox/config";
-import { VmError } from "./errors.js";
-import type { GondolinModule } from "./gondolin-loader.js";
+import { VmError } from "../errors.js";
+import type { GondolinModule } from "../gondolin-loader.js";
 import { isHostAllowed } from "./host-patterns.js";
 import { createSecretFetch, type SecretFetch, type UpstreamOverrides } from "./secret-fetch.js";
 import { SecretStore, httpsDestination, placeSecrets } from "./secret-rules.js";
-import type { VmSecret } from "./vm-types.js";
+import type { VmSecret } from "../boot/vm-types.js";
 
 export { isHostAllowed };
 

@@ -14,7 +14,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { pipeline } from "node:stream";
 import { secretHostPorts } from "@pi-sandbox/config";
-import { VmError, messageOf } from "./errors.js";
+import { VmError, messageOf } from "../errors.js";
 import { answerCodings, decoderFor, rawHeaderLines } from "./http-codings.js";
 import {
   placeSecrets,

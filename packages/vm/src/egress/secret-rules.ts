@@ -8,7 +8,7 @@
 // with a secret's placeholder (or its value) anywhere else in its head (another header, the URL)
 // is refused as a whole. Bodies are not looked at: the value never goes into a body, and a
 // placeholder there is just a random string that reaches the server as it is.
-import { VmError } from "./errors.js";
+import { VmError } from "../errors.js";
 import { isHostAllowed } from "./host-patterns.js";
 import { scrubPatterns, type ScrubPattern, type ScrubbedSecret } from "./secret-scrubber.js";
 

@@ -2,11 +2,11 @@
 import { randomBytes } from "node:crypto";
 import { Writable, type Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
-import { VmError, messageOf } from "./errors.js";
+import { VmError, messageOf } from "../errors.js";
 import { failedExecution, signalName } from "./exec-util.js";
 import { GuestTcpStream } from "./guest-tcp-stream.js";
 import { GuestFault } from "./guest-fault.js";
-import { ingressClosedByGuest, ingressQueuedBytes, ingressServerOf, onQemuExit } from "./gondolin-private.js";
+import { ingressClosedByGuest, ingressQueuedBytes, ingressServerOf, onQemuExit } from "../gondolin-private.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions, GuestVm } from "./guest-vm.js";
 import { LOOPBACK_QUICKACK_ARGV } from "./loopback-quickack.js";
 import { GuestSsh } from "./guest-ssh.js";

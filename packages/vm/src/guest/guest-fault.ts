@@ -1,6 +1,6 @@
 // A running guest's sticky fault (QEMU paused it: the host disk is full): operations in flight and
 // new ones reject with it instead of waiting for a guest that will not answer.
-import type { VmError } from "./errors.js";
+import type { VmError } from "../errors.js";
 
 /**
  * A failure of a running guest that no guest operation can outwait (QEMU paused the guest because

@@ -6,7 +6,7 @@
 import { readFile } from "node:fs/promises";
 import type { Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
-import { VmError, messageOf } from "./errors.js";
+import { VmError, messageOf } from "../errors.js";
 import { runInGuest } from "./exec-util.js";
 import type { GuestFault } from "./guest-fault.js";
 import type { GuestSshAccess, GuestSshOptions, GuestVm } from "./guest-vm.js";

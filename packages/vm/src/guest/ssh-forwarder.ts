@@ -7,7 +7,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import type { Duplex } from "node:stream";
-import { VmError } from "./errors.js";
+import { VmError } from "../errors.js";
 import type { GuestSshAccess } from "./guest-vm.js";
 
 /** How long a forwarder with no open session stays up before closing itself, in ms. */

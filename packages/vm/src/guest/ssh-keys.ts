@@ -7,7 +7,7 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
-import { VmError, messageOf } from "./errors.js";
+import { VmError, messageOf } from "../errors.js";
 import { runInGuest } from "./exec-util.js";
 import type { GuestVm } from "./guest-vm.js";
 import { parseHostKeys } from "./ssh-forwarder.js";

@@ -1,7 +1,7 @@
 // The host file system under a disk: free space, its mount point, and the VM_HOST_DISK_FULL error.
 import fs from "node:fs";
 import path from "node:path";
-import { VmError } from "./errors.js";
+import { VmError } from "../errors.js";
 
 const MiB = 1024 ** 2;
 

@@ -3,7 +3,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { VmError } from "./errors.js";
+import { VmError } from "../errors.js";
 import {
   KvmVerdictCache,
   fileIdentity,
@@ -14,10 +14,10 @@ import {
 } from "./kvm-probe.js";
 
 // Doctor finds an image's kernel to prove KVM with; image.ts loads Gondolin only when asked to.
-export { loadImageDir, type GuestImage, type ImageCheckOptions } from "./image.js";
+export { loadImageDir, type GuestImage, type ImageCheckOptions } from "../image/image.js";
 export { probeKvmKernel, type KvmVerdict } from "./kvm-probe.js";
 // The controller checks its daemon's pid with the same /proc reader (a zombie is gone).
-export { pidAlive, isAlive, selfIdentity, type ProcessIdentity } from "./process-util.js";
+export { pidAlive, isAlive, selfIdentity, type ProcessIdentity } from "../process-util.js";
 // Inspect and list report what a running instance's QEMU costs (CPU, resident memory) from /proc.
 export {
   processUsage,

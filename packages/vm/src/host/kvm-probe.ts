@@ -5,8 +5,8 @@ import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { writeFileAtomic } from "@pi-sandbox/config";
-import { kvmVerdictsDir } from "./filenames.js";
-import { isAlive, processStartTime, type ProcessIdentity } from "./process-util.js";
+import { kvmVerdictsDir } from "../filenames.js";
+import { isAlive, processStartTime, type ProcessIdentity } from "../process-util.js";
 
 /**
  * Whether KVM can really run a guest, decided by booting a real guest kernel on it.

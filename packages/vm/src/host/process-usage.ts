@@ -3,9 +3,9 @@
 // dashboard polling this cannot wake or slow an instance; a stopped or suspended one has no QEMU.
 import fsp from "node:fs/promises";
 import path from "node:path";
-import { QEMU_PID_FILE } from "./filenames.js";
-import { readJsonIfExists } from "./fs-util.js";
-import { isAlive, readProcStat } from "./process-util.js";
+import { QEMU_PID_FILE } from "../filenames.js";
+import { readJsonIfExists } from "../fs-util.js";
+import { isAlive, readProcStat } from "../process-util.js";
 
 /** Clock ticks a second in /proc's CPU times: USER_HZ, fixed at 100 by Linux's ABI on every architecture. */
 const TICKS_PER_SECOND = 100;

@@ -3,13 +3,13 @@
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { shellQuote, writeFileAtomic } from "@pi-sandbox/config";
-import { VmError } from "./errors.js";
-import { readJsonIfExists } from "./fs-util.js";
-import { findExecutable, qemuArchOf } from "./host.js";
-import { inspectDiskLock } from "./disk-lock.js";
-import { INCOMING_FD, INCOMING_MARKER, QEMU_PID_FILE, QMP_SOCKET } from "./filenames.js";
+import { VmError } from "../errors.js";
+import { readJsonIfExists } from "../fs-util.js";
+import { findExecutable, qemuArchOf } from "./host-facts.js";
+import { inspectDiskLock } from "../disk/disk-lock.js";
+import { INCOMING_FD, INCOMING_MARKER, QEMU_PID_FILE, QMP_SOCKET } from "../filenames.js";
 import { QEMU_SANDBOX_OPTIONS, probeQemuSeccomp } from "./qemu-seccomp.js";
-import { isAlive, processCmdline, processStartTime, waitFor, type ProcessIdentity } from "./process-util.js";
+import { isAlive, processCmdline, processStartTime, waitFor, type ProcessIdentity } from "../process-util.js";
 
 /**
  * The memory balloon the wrapper adds to every VM, with free page reporting: the guest kernel

@@ -4,7 +4,7 @@
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
-import { VmError, messageOf } from "./errors.js";
+import { VmError, messageOf } from "../errors.js";
 
 /** The three files of a Gondolin image, by their manifest keys. */
 export type AssetRole = "kernel" | "initramfs" | "rootfs";

@@ -3,7 +3,7 @@
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { sha256File, writeJsonAtomic } from "@pi-sandbox/config";
-import { imageChecksumsFile } from "./filenames.js";
+import { imageChecksumsFile } from "../filenames.js";
 import { invalidImage, type AssetRole } from "./image-assets.js";
 
 /** One file to check: its role, its real path and the sha256 its manifest gives. */

@@ -3,8 +3,8 @@
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
-import { VmError, messageOf } from "./errors.js";
-import { loadGondolin } from "./gondolin-loader.js";
+import { VmError, messageOf } from "../errors.js";
+import { loadGondolin } from "../gondolin-loader.js";
 import {
   ASSET_ROLES,
   assertStandaloneRootfs,

@@ -1,7 +1,7 @@
 // Gondolin's built-in ingress gateway opened bare, for benchmarks that compare it with the
 // product's previews (which use connectTcp).
-import { gondolinVmOf, type RunningVm } from "./boot.js";
-import { VmError } from "./errors.js";
+import { gondolinVmOf, type RunningVm } from "../boot/boot.js";
+import { VmError } from "../errors.js";
 
 /** Gondolin's own ingress gateway in front of one guest port. */
 export interface BareIngress {

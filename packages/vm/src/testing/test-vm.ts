@@ -2,8 +2,8 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startVm, type RunningVm } from "./boot.js";
-import { DiskStore } from "./disk-store.js";
+import { startVm, type RunningVm } from "../boot/boot.js";
+import { DiskStore } from "../disk/disk-store.js";
 
 /** A booted VM on a throwaway disk of the test image; `close()` discards disk and state. */
 export interface TestVm {

@@ -3,7 +3,7 @@
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
-import { runInGuest, type RunningVm, type StartVmOptions, type VmLogger } from "../src/index.js";
+import { runInGuest, type RunningVm, type StartVmOptions, type VmLogger } from "../../src/index.js";
 
 /** The guest test image directory set by the jest globalSetup (jest.test-image.cjs). */
 export function testImage(): string {
