@@ -7,7 +7,7 @@ import { shellQuote } from "@pi-sandbox/config";
 import { ReviewSetupError } from "./errors.js";
 import type { GuestSession } from "./guest.js";
 import type { ReviewLayout } from "./layout.js";
-import type { StepEvent, StepName } from "./refresh.js";
+import type { StepEvent, StepName } from "./steps.js";
 import type { Snapshot } from "./snapshot.js";
 
 const STEP_DEADLINE_MS = 30 * 60_000;

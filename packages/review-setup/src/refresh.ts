@@ -28,32 +28,9 @@ import { scopeCommands, type InstallScope } from "./scope.js";
 import { createSnapshot, type Vcs } from "./snapshot.js";
 import { prepareAgentDir } from "./agent-dir.js";
 import { candidateIdAt, installCandidate } from "./candidate.js";
+import type { StepEvent, StepName } from "./steps.js";
 
-/** Steps in the order they run. */
-export type StepName =
-  | "model-server"
-  | "instance"
-  | "snapshot"
-  | "transfer"
-  | "verify"
-  | "unpack"
-  | "install"
-  | "build"
-  | "switch"
-  | "agent"
-  | "local-models"
-  | "credentials"
-  | "live-check";
-
-/** One progress line. */
-export interface StepEvent {
-  /** Which step. */
-  step: StepName;
-  /** `start`, `done`, `skip` or `info` (intermediate news such as boot stages or part counts). */
-  status: "start" | "done" | "skip" | "info";
-  /** Human text. */
-  message: string;
-}
+export type { StepEvent, StepName } from "./steps.js";
 
 /** Options of `runReviewSetup`: the parsed arguments plus seams. */
 export interface ReviewSetupOptions extends Omit<ReviewSetupArgs, "piCommand"> {

@@ -17,7 +17,6 @@ import type { ProgressEvent } from "../wire.js";
 import type { GuestActions, ServicesView } from "../actions/kit/context.js";
 import { GUEST_SECRETS_PROFILE, resolveSecrets, secretsProfile } from "./secrets.js";
 import { toControllerError, type InstanceState } from "./state.js";
-import { previewsToReopen } from "./suspend.js";
 import { GUEST_TLS_PROFILE, tlsProfileScript } from "./terminal-tls.js";
 
 type Progress = (event: ProgressEvent) => void;
@@ -90,6 +89,19 @@ function toPreviewLink(info: PreviewLinkInfo): PreviewLink {
   if (info.description !== undefined) link.description = info.description;
   if (info.folder !== undefined) link.folder = info.folder;
   return link;
+}
+
+/** The previews recorded at the suspend that no declared service reopened: ad-hoc ones. */
+function previewsToReopen(
+  recorded: readonly PreviewLinkInfo[],
+  open: ReadonlySet<string>,
+): Map<string, PreviewLinkInfo[]> {
+  const byKey = new Map<string, PreviewLinkInfo[]>();
+  for (const link of recorded) {
+    if (open.has(link.service)) continue;
+    byKey.set(link.service, [...(byKey.get(link.service) ?? []), link]);
+  }
+  return byKey;
 }
 
 /** The guest operations of one instance. */

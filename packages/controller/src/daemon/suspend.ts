@@ -3,7 +3,7 @@
 // and the next start of the disk resumes them; see the vm package's "Suspend and resume".
 
 import type { EntryView } from "../state/inspect.js";
-import type { EntryStatus, LastStart, PreviewLinkInfo } from "../state/records.js";
+import type { EntryStatus, LastStart } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import type { GuestOperations } from "./services.js";
@@ -144,17 +144,4 @@ export async function finishWarmStart(
 /** The `lastStart` of a start that began at `started` (ms) and has just reached running. */
 export function lastStart(started: number, warm: boolean): LastStart {
   return { at: new Date().toISOString(), ms: Date.now() - started, warm };
-}
-
-/** The previews recorded at the suspend that no declared service reopened: ad-hoc ones. */
-export function previewsToReopen(
-  recorded: readonly PreviewLinkInfo[],
-  open: ReadonlySet<string>,
-): Map<string, PreviewLinkInfo[]> {
-  const byKey = new Map<string, PreviewLinkInfo[]>();
-  for (const link of recorded) {
-    if (open.has(link.service)) continue;
-    byKey.set(link.service, [...(byKey.get(link.service) ?? []), link]);
-  }
-  return byKey;
 }
