@@ -99,7 +99,8 @@ export {
 } from "./host/kvm-probe.js";
 
 // QEMU process hygiene
-export { prepareQemuLauncher, reapStrayQemu, type QemuLauncher, type ReapResult } from "./host/qemu-process.js";
+export { prepareQemuLauncher, type QemuLauncher } from "./host/qemu-process.js";
+export { reapStrayQemu, type ReapResult } from "./disk/disk-lock.js";
 
 // Errors
 export { VmError, isVmError, type VmErrorCode, type VmErrorOptions } from "./errors.js";

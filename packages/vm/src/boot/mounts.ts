@@ -6,7 +6,14 @@ import path from "node:path";
 import type { VirtualProvider } from "@earendil-works/gondolin";
 import { VmError } from "../errors.js";
 import type { GondolinModule } from "../gondolin-loader.js";
-import type { VmMount } from "./vm-types.js";
+
+/** A host directory shared read-only. */
+export interface VmMount {
+  /** Absolute host path of an existing directory. */
+  hostPath: string;
+  /** Absolute guest path where it appears. */
+  guestPath: string;
+}
 
 /** Gondolin's `vfs.mounts` for `mounts` (undefined for none); each host path must be an existing directory. */
 export async function readonlyMounts(

@@ -1,8 +1,12 @@
 // The public shapes of a VM boot: what it needs (spec, options) and what it gives (RunningVm).
 import type { CheckpointResult, DiskStore, RunRecovery } from "../disk/disk-store.js";
+import type { VmSecret } from "../egress/egress-policy.js";
 import type { VmError } from "../errors.js";
 import type { GuestVm } from "../guest/guest-vm.js";
 import type { AcceleratorChoice, HostFacts, VmResources } from "../host/host-facts.js";
+import type { VmMount } from "./mounts.js";
+
+export type { VmMount, VmSecret };
 
 /** What booting needs from a sandbox config (`SandboxConfig` of `@pi-sandbox/config` fits). */
 export interface VmSpec {
@@ -33,33 +37,6 @@ export interface VmSpec {
   };
   /** Host directories the guest sees read-only (writes fail with EROFS); default none. */
   mounts?: readonly VmMount[];
-}
-
-/** One credential of {@link VmSpec}: the value stays on the host. */
-export interface VmSecret {
-  /** The real value: non-empty, no line break or NUL. */
-  value: string;
-  /** What the guest sees instead; unique, not inside another placeholder, never equal to the value. */
-  placeholder: string;
-  /**
-   * Host patterns (Gondolin's matching: `*` wildcards) whose requests get the value; also
-   * `host.sandbox.internal` (every `hostPorts` port) or `host.sandbox.internal:<port>` (that one),
-   * whose HTTP requests then go through a proxy on the host that puts the value in.
-   */
-  hosts: readonly string[];
-  /**
-   * Header names (any case) the value may go into besides `authorization`, `x-api-key` and
-   * `proxy-authorization`, e.g. `x-goog-api-key`. Default none.
-   */
-  headers?: readonly string[];
-}
-
-/** A host directory shared read-only. */
-export interface VmMount {
-  /** Absolute host path of an existing directory. */
-  hostPath: string;
-  /** Absolute guest path where it appears. */
-  guestPath: string;
 }
 
 /** A small injected logger; the package never prints. */

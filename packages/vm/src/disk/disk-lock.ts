@@ -1,12 +1,14 @@
 // The disk lock: one owner (pid, start time, purpose) per disk, taken atomically, a dead owner's
-// lock taken over.
+// lock taken over, and a QEMU that a dead owner left running reaped.
 import { randomBytes } from "node:crypto";
 import fsp from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { VmError, isVmError } from "../errors.js";
-import { LOCK_FILE, lockTempName, staleLockName } from "../filenames.js";
-import { isAlive, selfIdentity, type ProcessIdentity } from "../process-util.js";
+import { LOCK_FILE, QEMU_PID_FILE, lockTempName, staleLockName } from "../filenames.js";
+import { readJsonIfExists } from "../fs-util.js";
+import type { QemuPidRecord } from "../host/qemu-process.js";
+import { isAlive, processCmdline, selfIdentity, waitFor, type ProcessIdentity } from "../process-util.js";
 
 /** File name of the lock inside a disk directory. */
 
@@ -156,4 +158,54 @@ export async function acquireDiskLockWaiting(dir: string, purpose: string, waitM
       await new Promise((resolve) => setTimeout(resolve, 50 + Math.random() * 100));
     }
   }
+}
+
+/** What {@link reapStrayQemu} did. */
+export interface ReapResult {
+  /** Pid of the QEMU it killed, if any. */
+  killedPid?: number;
+  /** Why nothing was killed. */
+  skipped?: "no-record" | "owner-alive" | "not-running" | "not-our-qemu";
+}
+
+/**
+ * Kills a QEMU left behind by a dead owner of the disk in `dir`: reads the pid record, and only if
+ * the lock owner is gone, the pid is still the same process, and its command line is a QEMU using a
+ * file in `dir`, sends SIGKILL and waits for it to go. Safe to call any time.
+ */
+export async function reapStrayQemu(dir: string): Promise<ReapResult> {
+  const file = path.join(dir, QEMU_PID_FILE);
+  const record = (await readJsonIfExists(file).catch(() => undefined)) as QemuPidRecord | undefined;
+  if (!record || typeof record.pid !== "number") return { skipped: "no-record" };
+  const lock = await inspectDiskLock(dir);
+  if (lock?.alive && lock.owner.pid === record.ownerPid) return { skipped: "owner-alive" };
+  if (!isAlive(record)) {
+    await fsp.rm(file, { force: true });
+    return { skipped: "not-running" };
+  }
+  const cmdline = processCmdline(record.pid);
+  const resolvedDir = path.resolve(dir);
+  const looksLikeOurs =
+    cmdline !== undefined &&
+    cmdline.some((arg) => /qemu-system-/.test(arg)) &&
+    cmdline.some((arg) => arg.includes(`${resolvedDir}${path.sep}`));
+  if (!looksLikeOurs) {
+    await fsp.rm(file, { force: true });
+    return { skipped: "not-our-qemu" };
+  }
+  try {
+    process.kill(record.pid, "SIGKILL");
+  } catch {
+    // already gone
+  }
+  const gone = await waitFor(() => !isAlive(record), 10_000);
+  if (!gone) {
+    throw new VmError(
+      "VM_DISK_BUSY",
+      `a leftover QEMU (pid ${record.pid}) still uses the disk in ${dir} and did not die on SIGKILL`,
+      { hint: "kill it by hand", details: { dir, pid: record.pid } },
+    );
+  }
+  await fsp.rm(file, { force: true });
+  return { killedPid: record.pid };
 }

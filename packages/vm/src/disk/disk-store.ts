@@ -6,11 +6,10 @@ import path from "node:path";
 import { VmError } from "../errors.js";
 import { fsyncDir, fsyncFile } from "../fs-util.js";
 import { checkDiskSize } from "../host/host-facts.js";
-import { acquireDiskLock, acquireDiskLockWaiting, type DiskLock } from "./disk-lock.js";
+import { acquireDiskLock, acquireDiskLockWaiting, reapStrayQemu, type DiskLock } from "./disk-lock.js";
 import { recordImage, resolveImage, verifyRecordedImage, type GuestImage } from "../image/image.js";
 import { rootfsFormat } from "../image/image-assets.js";
 import { QemuImg } from "./qemu-img.js";
-import { reapStrayQemu } from "../host/qemu-process.js";
 import { linkSuspendState, removeSuspendState, suspendStateBytes } from "./vm-memory.js";
 import { LOCK_FILE, POINTER_FILE, newLayerName } from "../filenames.js";
 import {

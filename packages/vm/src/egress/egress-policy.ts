@@ -7,9 +7,27 @@ import type { GondolinModule } from "../gondolin-loader.js";
 import { isHostAllowed } from "./host-patterns.js";
 import { createSecretFetch, type SecretFetch, type UpstreamOverrides } from "./secret-fetch.js";
 import { SecretStore, httpsDestination, placeSecrets } from "./secret-rules.js";
-import type { VmSecret } from "../boot/vm-types.js";
 
 export { isHostAllowed };
+
+/** One credential of `VmSpec`: the value stays on the host. */
+export interface VmSecret {
+  /** The real value: non-empty, no line break or NUL. */
+  value: string;
+  /** What the guest sees instead; unique, not inside another placeholder, never equal to the value. */
+  placeholder: string;
+  /**
+   * Host patterns (Gondolin's matching: `*` wildcards) whose requests get the value; also
+   * `host.sandbox.internal` (every `hostPorts` port) or `host.sandbox.internal:<port>` (that one),
+   * whose HTTP requests then go through a proxy on the host that puts the value in.
+   */
+  hosts: readonly string[];
+  /**
+   * Header names (any case) the value may go into besides `authorization`, `x-api-key` and
+   * `proxy-authorization`, e.g. `x-goog-api-key`. Default none.
+   */
+  headers?: readonly string[];
+}
 
 /**
  * The guest's way out, as Gondolin options. Everything the guest sends goes through Gondolin's

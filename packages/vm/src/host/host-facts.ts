@@ -1,5 +1,5 @@
 // The host's facts (CPUs, memory, KVM access), the accelerator choice (KVM proven by a guest
-// kernel, else TCG) and resource checks; `@pi-sandbox/vm/host`, which never loads Gondolin.
+// kernel, else TCG) and resource checks, which `@pi-sandbox/vm/host` (src/host.ts) hands out.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -12,22 +12,6 @@ import {
   type KvmVerdict,
   type KvmVerdictKey,
 } from "./kvm-probe.js";
-
-// Doctor finds an image's kernel to prove KVM with; image.ts loads Gondolin only when asked to.
-export { loadImageDir, type GuestImage, type ImageCheckOptions } from "../image/image.js";
-export { probeKvmKernel, type KvmVerdict } from "./kvm-probe.js";
-// The controller checks its daemon's pid with the same /proc reader (a zombie is gone).
-export { pidAlive, isAlive, selfIdentity, type ProcessIdentity } from "../process-util.js";
-// Inspect and list report what a running instance's QEMU costs (CPU, resident memory) from /proc.
-export {
-  processUsage,
-  qemuUsage,
-  qemuResidentMemory,
-  residentMemoryOf,
-  cpuPercent,
-  type ProcessUsage,
-  type QemuResidentMemory,
-} from "./process-usage.js";
 
 /** QEMU accelerator names this package chooses between. */
 export type Accelerator = "kvm" | "hvf" | "tcg";

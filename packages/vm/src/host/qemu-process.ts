@@ -1,15 +1,13 @@
-// QEMU process hygiene: the wrapper script (seccomp, parent-death signal, QMP), the pid record,
-// and reaping a stray QEMU.
+// QEMU process hygiene: the wrapper script (seccomp, parent-death signal, QMP) and the pid record
+// (which disk-lock.ts reads to reap a stray QEMU).
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { shellQuote, writeFileAtomic } from "@pi-sandbox/config";
 import { VmError } from "../errors.js";
-import { readJsonIfExists } from "../fs-util.js";
 import { findExecutable, qemuArchOf } from "./host-facts.js";
-import { inspectDiskLock } from "../disk/disk-lock.js";
 import { INCOMING_FD, INCOMING_MARKER, QEMU_PID_FILE, QMP_SOCKET } from "../filenames.js";
 import { QEMU_SANDBOX_OPTIONS, probeQemuSeccomp } from "./qemu-seccomp.js";
-import { isAlive, processCmdline, processStartTime, waitFor, type ProcessIdentity } from "../process-util.js";
+import { processStartTime, type ProcessIdentity } from "../process-util.js";
 
 /**
  * The memory balloon the wrapper adds to every VM, with free page reporting: the guest kernel
@@ -179,54 +177,4 @@ export async function writeQemuPidRecord(dir: string, pid: number): Promise<void
 /** Removes the QEMU pid record. */
 export async function removeQemuPidRecord(dir: string): Promise<void> {
   await fsp.rm(path.join(dir, QEMU_PID_FILE), { force: true });
-}
-
-/** What {@link reapStrayQemu} did. */
-export interface ReapResult {
-  /** Pid of the QEMU it killed, if any. */
-  killedPid?: number;
-  /** Why nothing was killed. */
-  skipped?: "no-record" | "owner-alive" | "not-running" | "not-our-qemu";
-}
-
-/**
- * Kills a QEMU left behind by a dead owner of the disk in `dir`: reads the pid record, and only if
- * the lock owner is gone, the pid is still the same process, and its command line is a QEMU using a
- * file in `dir`, sends SIGKILL and waits for it to go. Safe to call any time.
- */
-export async function reapStrayQemu(dir: string): Promise<ReapResult> {
-  const file = path.join(dir, QEMU_PID_FILE);
-  const record = (await readJsonIfExists(file).catch(() => undefined)) as QemuPidRecord | undefined;
-  if (!record || typeof record.pid !== "number") return { skipped: "no-record" };
-  const lock = await inspectDiskLock(dir);
-  if (lock?.alive && lock.owner.pid === record.ownerPid) return { skipped: "owner-alive" };
-  if (!isAlive(record)) {
-    await fsp.rm(file, { force: true });
-    return { skipped: "not-running" };
-  }
-  const cmdline = processCmdline(record.pid);
-  const resolvedDir = path.resolve(dir);
-  const looksLikeOurs =
-    cmdline !== undefined &&
-    cmdline.some((arg) => /qemu-system-/.test(arg)) &&
-    cmdline.some((arg) => arg.includes(`${resolvedDir}${path.sep}`));
-  if (!looksLikeOurs) {
-    await fsp.rm(file, { force: true });
-    return { skipped: "not-our-qemu" };
-  }
-  try {
-    process.kill(record.pid, "SIGKILL");
-  } catch {
-    // already gone
-  }
-  const gone = await waitFor(() => !isAlive(record), 10_000);
-  if (!gone) {
-    throw new VmError(
-      "VM_DISK_BUSY",
-      `a leftover QEMU (pid ${record.pid}) still uses the disk in ${dir} and did not die on SIGKILL`,
-      { hint: "kill it by hand", details: { dir, pid: record.pid } },
-    );
-  }
-  await fsp.rm(file, { force: true });
-  return { killedPid: record.pid };
 }
