@@ -6,7 +6,7 @@ import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { DiskStore, POINTER_FILE, QemuImg, RUN_RECORD_FILE, SET_ASIDE_DIR, type DiskRun } from "../src/index.js";
-import { topFileOf } from "../src/boot/booted-vm.js";
+import { topFileOf } from "../src/boot/layer-switch.js";
 import { LayerSwitchRefused, writePointer, writeRunRecord, type DiskPointer } from "../src/disk/disk-layout.js";
 import { LIVE_CHECKPOINT_LAYERS_MAX } from "../src/disk/disk-run.js";
 import { newLayerName } from "../src/filenames.js";

@@ -1,12 +1,12 @@
 // One boot of an opened disk run on one accelerator: Gondolin's VM options, the QMP monitor, the
-// QEMU pid record, the first-boot filesystem growth, and the mapping of start failures to typed
-// errors. `startVm` (boot.ts) chooses the accelerator and retries; `BootedVm` runs the result.
+// QEMU pid record and the first-boot filesystem growth (its failures typed in start-errors.ts).
+// `startVm` (boot.ts) chooses the accelerator and retries; `BootedVm` runs the result.
 import { randomBytes } from "node:crypto";
 import fsp from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import type { VM, VMOptions } from "@earendil-works/gondolin";
-import { BootedVm, ensureQemuGone } from "./booted-vm.js";
+import { BootedVm } from "./booted-vm.js";
 import {
   CONTROL_SOCKET,
   gondolinCertDir,
@@ -22,7 +22,7 @@ import {
 } from "../filenames.js";
 import type { DiskRun, RunRecovery } from "../disk/disk-store.js";
 import { egressPolicy, secretStore } from "../egress/egress-policy.js";
-import { VmError, isVmError, messageOf } from "../errors.js";
+import { VmError } from "../errors.js";
 import { runInGuest } from "../guest/exec-util.js";
 import { GondolinGuest } from "../guest/gondolin-guest.js";
 import type { loadGondolin } from "../gondolin-loader.js";
@@ -30,11 +30,11 @@ import { dialMappedTcpOnConnect, seedVfsInodes } from "../gondolin-private.js";
 import { GuestFault } from "../guest/guest-fault.js";
 import { HostPortProxies, hostPortRoutes } from "../egress/host-port-proxy.js";
 import { readonlyMounts } from "./mounts.js";
-import { hostDiskFullError, isNoSpaceError } from "../host/host-disk.js";
 import { qemuMemory, type Accelerator, type AcceleratorChoice } from "../host/host-facts.js";
-import { writeQemuPidRecord, type QemuLauncher } from "../host/qemu-process.js";
-import { QmpMonitor, type IoErrorPause } from "../host/qmp.js";
+import { ensureQemuGone, writeQemuPidRecord, type QemuLauncher } from "../host/qemu-process.js";
+import { QmpMonitor } from "../host/qmp.js";
 import { restoreMemory, savedMachineOf, type SuspendState } from "../disk/vm-memory.js";
+import { mapStartError, pausedGuestError } from "./start-errors.js";
 import type { RestoreOutcome, RunningVm, StartVmOptions } from "./vm-types.js";
 
 const DEFAULT_START_TIMEOUT_MS = 180_000;
@@ -304,21 +304,6 @@ async function thawRestoredGuest(guest: GondolinGuest, signal: AbortSignal | und
   }
 }
 
-/** The fault raised when QEMU paused the guest on a failed disk request. */
-function pausedGuestError(pause: IoErrorPause, name: string, diskDir: string): VmError {
-  const details = { operation: pause.operation, reason: pause.reason, device: pause.device };
-  // QEMU's default policy (werror=enospc) pauses only on ENOSPC; anything else is reported to the
-  // guest. So a pause whose event we missed is a full disk as well.
-  if (pause.nospace === false) {
-    return new VmError(
-      "VM_DISK_FAILED",
-      `the host failed a ${pause.operation ?? "disk"} request of ${name}'s disk in ${diskDir} (${pause.reason ?? "I/O error"}), and QEMU paused the guest`,
-      { hint: `check the host disk, then stop and start ${name}`, details: { dir: diskDir, name, ...details } },
-    );
-  }
-  return hostDiskFullError({ dir: diskDir, situation: "running", name, details });
-}
-
 async function startWithSignal(vm: VM, signal: AbortSignal | undefined): Promise<void> {
   const starting = vm.start();
   if (!signal) return starting;
@@ -382,49 +367,4 @@ async function makeRuntimeDir(stateRoot: string): Promise<string> {
     );
   }
   return dir;
-}
-
-/** Turns Gondolin/QEMU start failures into typed errors; the raw text goes to details and cause. */
-export function mapStartError(error: unknown, diskDir: string, name?: string): unknown {
-  if (isNoSpaceError(error)) {
-    return hostDiskFullError({ dir: diskDir, situation: "start", ...(name ? { name } : {}), cause: error });
-  }
-  if (isVmError(error)) return error;
-  const message = messageOf(error);
-  const code = (error as { code?: unknown }).code;
-  const details = { diskDir, reason: message };
-  if (code === "vm_start_timeout" || /startup timed out/.test(message)) {
-    return new VmError(
-      "VM_START_TIMEOUT",
-      "the guest did not get ready in time; the host may be overloaded (software emulation is slow)",
-      { hint: "retry, or raise the start timeout", cause: error, details },
-    );
-  }
-  if (/Failed to get "?\w+"? lock|Is another process using the image/.test(message)) {
-    return new VmError("VM_DISK_BUSY", `another QEMU is using the disk in ${diskDir}`, {
-      hint: "stop that VM first",
-      cause: error,
-      details,
-    });
-  }
-  if (code === "ENOENT" && /qemu/i.test(message)) {
-    return new VmError("VM_QEMU_MISSING", "QEMU could not be executed", {
-      hint: "install qemu-system for this architecture",
-      cause: error,
-      details,
-    });
-  }
-  const missing = /Could not open '([^']+)': No such file or directory/.exec(message);
-  if (missing) {
-    return new VmError("VM_IMAGE_NOT_FOUND", `QEMU could not open ${missing[1]}`, {
-      hint: "restore it or recreate the instance",
-      cause: error,
-      details: { ...details, path: missing[1] },
-    });
-  }
-  return new VmError("VM_START_FAILED", `the VM failed to boot: ${firstLine(message)}`, { cause: error, details });
-}
-
-function firstLine(text: string): string {
-  return (text.split("\n").find((line) => line.trim() !== "") ?? text).slice(0, 300);
 }

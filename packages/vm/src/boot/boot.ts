@@ -23,7 +23,7 @@ import { prepareQemuLauncher, type QemuLauncher } from "../host/qemu-process.js"
 import { checkSuspendState, removeSuspendState, savedMachineOf } from "../disk/vm-memory.js";
 import type { RestoreOutcome, RunningVm, StartVmOptions } from "./vm-types.js";
 
-export { mapStartError } from "./boot-attempt.js";
+export { mapStartError } from "./start-errors.js";
 export { gondolinVmOf } from "./booted-vm.js";
 export type {
   CloseOptions,

@@ -1,21 +1,20 @@
 // A booted VM: guest operations go to its GondolinGuest; `checkpoint()` publishes the disk while
-// the guest runs, `stop()` quiesces the guest and checkpoints the disk run, `suspend()` also
-// saves its memory first, `close()` discards it.
+// the guest runs (QEMU's layer switch is layer-switch.ts), `stop()` quiesces the guest and
+// checkpoints the disk run, `suspend()` also saves its memory first, `close()` discards it.
 import fsp from "node:fs/promises";
 import path from "node:path";
 import type { Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
-import { LayerSwitchRefused } from "../disk/disk-layout.js";
 import type { CheckpointResult, DiskRun, RunRecovery } from "../disk/disk-store.js";
 import { VmError, isVmError, messageOf } from "../errors.js";
 import { runInGuest } from "../guest/exec-util.js";
 import type { GondolinGuest } from "../guest/gondolin-guest.js";
-import { GONDOLIN_ROOT_DRIVE, vfsInodesOf } from "../gondolin-private.js";
+import { vfsInodesOf } from "../gondolin-private.js";
 import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions } from "../guest/guest-vm.js";
 import { hostDiskFullError, hostSpaceOf } from "../host/host-disk.js";
 import type { AcceleratorChoice } from "../host/host-facts.js";
-import { isAlive, waitFor } from "../process-util.js";
-import { QmpCommandError, type QmpMonitor } from "../host/qmp.js";
+import { ensureQemuGone } from "../host/qemu-process.js";
+import type { QmpMonitor } from "../host/qmp.js";
 import { memoryTempName } from "../filenames.js";
 import {
   removeSuspendState,
@@ -24,6 +23,7 @@ import {
   type SavedMachine,
   type SuspendState,
 } from "../disk/vm-memory.js";
+import { switchRootLayer } from "./layer-switch.js";
 import type {
   CloseOptions,
   LiveCheckpointResult,
@@ -44,40 +44,6 @@ const QUIESCE_SCRIPT =
 const RESUME_MIN_FREE_BYTES = 16 * 1024 * 1024;
 /** Bound of a live checkpoint's guest `sync`. */
 const LIVE_SYNC_TIMEOUT_MS = 60_000;
-/**
- * Bound of QEMU's layer switch: it drains the guest's disk requests in flight and flushes the
- * layer first, which a busy guest on a slow host disk can stretch far past QMP's usual 5 s.
- */
-const SWITCH_TIMEOUT_MS = 60_000;
-
-/**
- * Waits for QEMU to be gone, SIGKILLing it if Gondolin's close gave up (it stops waiting after
- * 10 s): a layer must never be published, deleted or unlocked while a QEMU may still write it.
- */
-export async function ensureQemuGone(pid: number | undefined): Promise<void> {
-  if (pid === undefined) return;
-  if (await waitFor(() => !isAlive({ pid }), 15_000)) return;
-  try {
-    process.kill(pid, "SIGKILL");
-  } catch {
-    // already gone
-  }
-  await waitFor(() => !isAlive({ pid }), 5_000);
-}
-
-/**
- * The top file of a drive as `query-block` names it: a plain path, or, once a layer was attached
- * over another (`blockdev-snapshot-sync`), a `json:{…}` description whose `file.filename` is it.
- */
-export function topFileOf(name: string | undefined): string | undefined {
-  if (!name?.startsWith("json:")) return name;
-  try {
-    const described = JSON.parse(name.slice("json:".length)) as { file?: { filename?: unknown } };
-    return typeof described.file?.filename === "string" ? described.file.filename : undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 /** The Gondolin VM under a `RunningVm` from `startVm`; undefined for any other GuestVm. */
 export function gondolinVmOf(vm: RunningVm): VM | undefined {
@@ -205,43 +171,11 @@ export class BootedVm implements RunningVm {
       );
     }
     const syncMs = performance.now() - started;
-    const disk = await this.run.liveCheckpoint({ grown: this.grown, switchLayer: (file) => this.switchLayer(file) });
+    const disk = await this.run.liveCheckpoint({
+      grown: this.grown,
+      switchLayer: (file) => switchRootLayer(this.monitor, file),
+    });
     return { ...disk, syncMs, totalMs: performance.now() - started };
-  }
-
-  /**
-   * Moves QEMU's writes to `file` (`mode: existing`: the layer exists, its backing the one QEMU
-   * writes now). QEMU drains the guest's requests in flight, flushes the old layer, reopens it
-   * read-only and attaches the new one on top; the guest's disk I/O waits meanwhile.
-   */
-  private async switchLayer(file: string): Promise<void> {
-    try {
-      await this.monitor.command(
-        "blockdev-snapshot-sync",
-        { device: GONDOLIN_ROOT_DRIVE, "snapshot-file": file, format: "qcow2", mode: "existing" },
-        { timeoutMs: SWITCH_TIMEOUT_MS },
-      );
-    } catch (error) {
-      // QEMU answered with an error, or was never asked: it still writes the old layer.
-      if (error instanceof QmpCommandError && error.outcome !== "no-answer") {
-        throw new LayerSwitchRefused(error.message, { cause: error });
-      }
-      // No answer in time. QMP answers one command after the other, so the file QEMU writes now
-      // tells how the switch ended; without that answer the outcome stays unknown.
-      const writing = await this.activeFile().catch(() => undefined);
-      if (writing === file) return;
-      if (writing !== undefined) throw new LayerSwitchRefused(`QEMU still writes ${writing}`, { cause: error });
-      throw error;
-    }
-  }
-
-  /** The file QEMU writes the root disk to now (QMP `query-block`). */
-  private async activeFile(): Promise<string | undefined> {
-    const devices = (await this.monitor.command("query-block", undefined, { timeoutMs: 10_000 })) as {
-      device?: string;
-      inserted?: { file?: string };
-    }[];
-    return topFileOf(devices.find((device) => device.device === GONDOLIN_ROOT_DRIVE)?.inserted?.file);
   }
 
   stop(options: { syncTimeoutMs?: number } = {}): Promise<StopResult> {

@@ -1,5 +1,5 @@
-// QEMU process hygiene: the wrapper script (seccomp, parent-death signal, QMP) and the pid record
-// (which disk-lock.ts reads to reap a stray QEMU).
+// QEMU process hygiene: the wrapper script (seccomp, parent-death signal, QMP), the pid record
+// (which disk-lock.ts reads to reap a stray QEMU), and making sure a closed QEMU is gone.
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { shellQuote, writeFileAtomic } from "@pi-sandbox/config";
@@ -7,7 +7,7 @@ import { VmError } from "../errors.js";
 import { findExecutable, qemuArchOf } from "./host-facts.js";
 import { INCOMING_FD, INCOMING_MARKER, QEMU_PID_FILE, QMP_SOCKET } from "../filenames.js";
 import { QEMU_SANDBOX_OPTIONS, probeQemuSeccomp } from "./qemu-seccomp.js";
-import { processStartTime, type ProcessIdentity } from "../process-util.js";
+import { isAlive, processStartTime, waitFor, type ProcessIdentity } from "../process-util.js";
 
 /**
  * The memory balloon the wrapper adds to every VM, with free page reporting: the guest kernel
@@ -177,4 +177,19 @@ export async function writeQemuPidRecord(dir: string, pid: number): Promise<void
 /** Removes the QEMU pid record. */
 export async function removeQemuPidRecord(dir: string): Promise<void> {
   await fsp.rm(path.join(dir, QEMU_PID_FILE), { force: true });
+}
+
+/**
+ * Waits for QEMU to be gone, SIGKILLing it if Gondolin's close gave up (it stops waiting after
+ * 10 s): a layer must never be published, deleted or unlocked while a QEMU may still write it.
+ */
+export async function ensureQemuGone(pid: number | undefined): Promise<void> {
+  if (pid === undefined) return;
+  if (await waitFor(() => !isAlive({ pid }), 15_000)) return;
+  try {
+    process.kill(pid, "SIGKILL");
+  } catch {
+    // already gone
+  }
+  await waitFor(() => !isAlive({ pid }), 5_000);
 }
