@@ -14,7 +14,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { makeSandbox, teardown, type LooseResult, type Sandbox } from "@pi-sandbox/controller/testing";
-import { chromiumPath } from "./support.js";
+import { chromiumPath } from "./support/vm-suite.js";
 
 const CLI = fileURLToPath(new URL("../../packages/controller/dist/cli/main.js", import.meta.url));
 /** Where the README's screenshot lives; the test rewrites it when UPDATE_SCREENSHOTS=1. */

@@ -5,7 +5,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { copyFile, link, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { isControllerError } from "@pi-sandbox/controller/client";
-import { execFileAsync, testImage } from "./support.js";
+import { execFileAsync, testImage } from "./support/vm-suite.js";
 import {
   fetchText,
   makeSandbox,

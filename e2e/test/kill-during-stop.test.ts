@@ -6,7 +6,7 @@
 // left — never the last committed one, a broken disk or a marker from some other run.
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { execFileAsync } from "./support.js";
+import { execFileAsync } from "./support/vm-suite.js";
 import { makeSandbox, qemuGone, sleep, teardown, type Sandbox } from "@pi-sandbox/controller/testing";
 
 const TRIALS = 20;

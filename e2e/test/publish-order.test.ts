@@ -6,7 +6,7 @@ import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { ROOT } from "./readme-blocks.js";
+import { ROOT } from "./support/readme-blocks.js";
 
 const run = promisify(execFile);
 const PACKAGES = ["config", "image", "vm", "supervisor", "ingress", "controller", "pi-extension", "review-setup"];

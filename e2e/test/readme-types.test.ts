@@ -5,7 +5,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import ts from "typescript";
-import { codeBlocks, ROOT, type CodeBlock } from "./readme-blocks.js";
+import { codeBlocks, ROOT, type CodeBlock } from "./support/readme-blocks.js";
 
 const blocks = codeBlocks(["js", "ts"]);
 

@@ -13,7 +13,7 @@ import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { delimiter, dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { makeSandbox, SEED_YAML, teardown, type Sandbox } from "@pi-sandbox/controller/testing";
-import { codeBlocks, commandLines, ROOT, type CommandLine } from "./readme-blocks.js";
+import { codeBlocks, commandLines, ROOT, type CommandLine } from "./support/readme-blocks.js";
 
 const run = promisify(execFile);
 const PACKAGES = ["config", "vm", "supervisor", "ingress", "image", "controller", "pi-extension"];

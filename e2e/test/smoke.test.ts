@@ -7,7 +7,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import path from "node:path";
 import type { VM } from "@earendil-works/gondolin";
-import { bootVm, isolateTempDirs, testImage } from "./support.js";
+import { bootVm, isolateTempDirs, testImage } from "./support/vm-suite.js";
 
 const GiB = 1024 ** 3;
 

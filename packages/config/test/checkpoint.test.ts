@@ -1,7 +1,7 @@
 // checkpoint.every in sandbox.yaml: how much guest activity may pass between automatic checkpoints
 // of a running instance's disk, or off.
 import { CONFIG_DEFAULTS, parseConfig, renderConfig, sandboxJsonSchema } from "../src/index.js";
-import { onlyIssue } from "./helpers.js";
+import { onlyIssue } from "./support/helpers.js";
 
 describe("checkpoint.every", () => {
   test("is every 5 minutes of activity unless written, and the default is not written back", () => {

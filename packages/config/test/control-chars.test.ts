@@ -1,7 +1,7 @@
 // Guest text is hostile: the one escaping function every printer uses, and the rule that keeps
 // terminal escape sequences out of preview labels in sandbox.yaml.
 import { escapeControlChars, hasControlChars, parseConfig } from "../src/index.js";
-import { onlyIssue, rejection, withService } from "./helpers.js";
+import { onlyIssue, rejection, withService } from "./support/helpers.js";
 
 /** Every C0 control, DEL and every C1 control. */
 const ALL_CONTROLS = [

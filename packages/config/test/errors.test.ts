@@ -1,7 +1,7 @@
 // How a broken sandbox.yaml is reported: every problem once, in document order, with its line and
 // column; YAML syntax errors, alias bombs and the 1 MiB limit refused before they cost anything.
 import { ConfigError, formatConfigIssue, isConfigError, LIMITS, parseConfig } from "../src/index.js";
-import { rejection } from "./helpers.js";
+import { rejection } from "./support/helpers.js";
 
 const BROKEN = `version: 1
 profile: huge

@@ -1,6 +1,6 @@
 // idle.suspendAfter in sandbox.yaml, and the durations it (and `--idle-suspend`) are written in.
 import { LIMITS, formatDuration, parseConfig, parseDuration, renderConfig } from "../src/index.js";
-import { onlyIssue } from "./helpers.js";
+import { onlyIssue } from "./support/helpers.js";
 
 describe("idle.suspendAfter", () => {
   test("is off unless written", () => {

@@ -7,7 +7,7 @@ import {
   referencedServices,
   resolvePublicUrlReferences,
 } from "../src/index.js";
-import { issueAt, onlyIssue, rejection } from "./helpers.js";
+import { issueAt, onlyIssue, rejection } from "./support/helpers.js";
 
 /** Builds a config from `name: [extra service lines]` pairs. */
 function services(spec: Record<string, string[]>): string {

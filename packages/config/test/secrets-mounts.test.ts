@@ -12,7 +12,7 @@ import {
   secretHostPorts,
   secretHttpHosts,
 } from "../src/index.js";
-import { issueAt, rejection } from "./helpers.js";
+import { issueAt, rejection } from "./support/helpers.js";
 
 const VALUE = "ghp_SHOULD_NEVER_BE_PRINTED_1234567890";
 

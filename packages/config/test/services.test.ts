@@ -1,7 +1,7 @@
 // A service's keys in sandbox.yaml (command, cwd, port, env, health, timeoutMs, preview, previews,
 // platforms): their defaults, and each mistake reported at its key in words a person understands.
 import { hasPreview, parseConfig } from "../src/index.js";
-import { issueAt, onlyIssue, rejection, withService } from "./helpers.js";
+import { issueAt, onlyIssue, rejection, withService } from "./support/helpers.js";
 
 const web = (lines: string) => parseConfig(withService(lines)).services.web!;
 

@@ -3,7 +3,7 @@
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { CONFIG_DEFAULTS, LIMITS, PROFILES, isImageName, parseConfig } from "../src/index.js";
-import { issueAt, onlyIssue, rejection } from "./helpers.js";
+import { issueAt, onlyIssue, rejection } from "./support/helpers.js";
 
 describe("version", () => {
   test("1 is accepted", () => expect(parseConfig("version: 1").version).toBe(1));

@@ -222,7 +222,7 @@ async function vmBench(): Promise<void> {
     const guestPort = 8124;
     await testVm.vm.writeFile(
       "/tmp/guest_server.py",
-      await readFile(new URL("../test/fixtures/guest_server.py", import.meta.url)),
+      await readFile(new URL("../test/support/guest_server.py", import.meta.url)),
     );
     const server = testVm.vm.exec(["/usr/bin/python3", "/tmp/guest_server.py", String(guestPort)]);
     server.result.catch(() => undefined);

@@ -2,7 +2,7 @@
 // proxy requests or CONNECT), on 127.0.0.1 or the instance's own loopback address only.
 import { connect } from "node:net";
 import { isAllowedHost, isIngressError, isLoopbackOrigin, PreviewGateway } from "../src/index.js";
-import { fetchRaw, httpStandIn, memoryLogger, rawExchange, testGateway, type StandIn } from "./helpers.js";
+import { fetchRaw, httpStandIn, memoryLogger, rawExchange, testGateway, type StandIn } from "./support/helpers.js";
 
 describe("Host header guard", () => {
   let guest: StandIn;

@@ -3,7 +3,15 @@
 import { createHash, randomBytes } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { PreviewGateway } from "../src/index.js";
-import { fetchRaw, httpStandIn, memoryLogger, rawExchange, rawStandIn, testGateway, type StandIn } from "./helpers.js";
+import {
+  fetchRaw,
+  httpStandIn,
+  memoryLogger,
+  rawExchange,
+  rawStandIn,
+  testGateway,
+  type StandIn,
+} from "./support/helpers.js";
 
 const sha = (data: Buffer) => createHash("sha256").update(data).digest("hex");
 

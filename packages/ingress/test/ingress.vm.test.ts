@@ -12,7 +12,7 @@ let server: GuestExecution | undefined;
 
 beforeAll(async () => {
   testVm = await bootTestVm("ingress-vm");
-  const script = await readFile(new URL("./fixtures/guest_server.py", import.meta.url));
+  const script = await readFile(new URL("./support/guest_server.py", import.meta.url));
   // Files first: Gondolin's file operations wait while an exec is running.
   await testVm.vm.writeFile("/tmp/guest_server.py", script);
   server = testVm.vm.exec(["/usr/bin/python3", "/tmp/guest_server.py", String(guestPort)]);

@@ -3,7 +3,7 @@
 import { readdir, readFile, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { isIngressError, JsonFilePortLeaseStore, MemoryPortLeaseStore } from "../src/index.js";
-import { tempDir } from "./helpers.js";
+import { tempDir } from "./support/helpers.js";
 
 let dir: string;
 let remove: () => Promise<void>;

@@ -11,7 +11,7 @@ import {
   MemoryPortLeaseStore,
   type PortLeaseStore,
 } from "../src/index.js";
-import { closedWithin, fetchRaw, httpStandIn, tempDir, testGateway, type StandIn } from "./helpers.js";
+import { closedWithin, fetchRaw, httpStandIn, tempDir, testGateway, type StandIn } from "./support/helpers.js";
 
 let guest: StandIn;
 let other: StandIn;

@@ -2,7 +2,7 @@
 // open. Both run at once to keep the suite near one minute.
 import { request as httpRequest } from "node:http";
 import { PreviewGateway } from "../src/index.js";
-import { fetchRaw, httpStandIn, testGateway, type StandIn } from "./helpers.js";
+import { fetchRaw, httpStandIn, testGateway, type StandIn } from "./support/helpers.js";
 
 const sseSeconds = 30;
 const slowFirstResponseMs = 60_000;

@@ -6,7 +6,7 @@ import { createServer, type Server } from "node:http";
 import { WebSocket, WebSocketServer } from "ws";
 import type { PreviewGateway, PreviewInfo } from "../src/index.js";
 import { crossOriginRefusal, parseLoopbackOrigin } from "../src/host-guard.js";
-import { fetchRaw, memoryLogger, testGateway } from "./helpers.js";
+import { fetchRaw, memoryLogger, testGateway } from "./support/helpers.js";
 
 /** Resolves with "open" or the status and body of the refusal. */
 function upgrade(url: string, origin?: string): Promise<{ status: number | "open"; body: string }> {

@@ -5,7 +5,7 @@ import { fileURLToPath } from "node:url";
 import { loopbackConnector } from "../src/testing.js";
 import { guestServerSuite } from "./support/guest-suite.js";
 
-const script = fileURLToPath(new URL("./fixtures/guest_server.py", import.meta.url));
+const script = fileURLToPath(new URL("./support/guest_server.py", import.meta.url));
 let child: ChildProcess;
 let guestPort = 0;
 

@@ -2,7 +2,7 @@
 import { createServer, type Server } from "node:http";
 import { WebSocket, WebSocketServer } from "ws";
 import { PreviewGateway } from "../src/index.js";
-import { fetchRaw, httpStandIn, sleep, testGateway, type StandIn } from "./helpers.js";
+import { fetchRaw, httpStandIn, sleep, testGateway, type StandIn } from "./support/helpers.js";
 
 let guest: StandIn;
 let guestRequests = 0;

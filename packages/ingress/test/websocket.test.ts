@@ -3,7 +3,7 @@
 import { createServer, type Server } from "node:http";
 import { WebSocket, WebSocketServer } from "ws";
 import { PreviewGateway } from "../src/index.js";
-import { rawExchange, testGateway } from "./helpers.js";
+import { rawExchange, testGateway } from "./support/helpers.js";
 
 function opened(ws: WebSocket): Promise<void> {
   return new Promise((resolve, reject) => {

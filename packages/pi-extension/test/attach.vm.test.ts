@@ -11,8 +11,8 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { callAction } from "@pi-sandbox/controller/client";
 import { SEED_YAML, testImage } from "@pi-sandbox/controller/testing";
-import { startFakeOpenAI, type FakeOpenAI } from "./fake-openai.js";
-import { makePiHome, PACKAGE_DIR, PiRpc, resultText, type Json, type PiHome } from "./pi-harness.js";
+import { startFakeOpenAI, type FakeOpenAI } from "./support/fake-openai.js";
+import { makePiHome, PACKAGE_DIR, PiRpc, resultText, type Json, type PiHome } from "./support/pi-harness.js";
 
 let fake: FakeOpenAI;
 let home: PiHome;

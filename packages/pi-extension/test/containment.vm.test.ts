@@ -8,7 +8,7 @@ import { mkdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { callAction } from "@pi-sandbox/controller/client";
 import { SEED_YAML, testImage } from "@pi-sandbox/controller/testing";
-import { startFakeOpenAI, type FakeOpenAI } from "./fake-openai.js";
+import { startFakeOpenAI, type FakeOpenAI } from "./support/fake-openai.js";
 import {
   FAKE_MODEL_ARGS,
   makePiHome,
@@ -19,7 +19,7 @@ import {
   toolEnds,
   type Json,
   type PiHome,
-} from "./pi-harness.js";
+} from "./support/pi-harness.js";
 
 let fake: FakeOpenAI;
 let home: PiHome;

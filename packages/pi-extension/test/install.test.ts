@@ -9,7 +9,7 @@ import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { renderHelp } from "@pi-sandbox/controller/client";
-import { startFakeOpenAI, type FakeOpenAI } from "./fake-openai.js";
+import { startFakeOpenAI, type FakeOpenAI } from "./support/fake-openai.js";
 import {
   FAKE_MODEL_ARGS,
   makePiHome,
@@ -19,7 +19,7 @@ import {
   runPi,
   toolEnds,
   type PiHome,
-} from "./pi-harness.js";
+} from "./support/pi-harness.js";
 
 /** Workspace packages in the runtime closure of this one, by directory under packages/. */
 const WORKSPACE = ["config", "image", "vm", "supervisor", "ingress", "controller", "pi-extension"];

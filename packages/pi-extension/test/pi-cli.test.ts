@@ -5,7 +5,7 @@
 import { existsSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { renderHelp } from "@pi-sandbox/controller/client";
-import { startFakeOpenAI, type FakeOpenAI } from "./fake-openai.js";
+import { startFakeOpenAI, type FakeOpenAI } from "./support/fake-openai.js";
 import {
   FAKE_MODEL_ARGS,
   makePiHome,
@@ -15,7 +15,7 @@ import {
   runPi,
   toolEnds,
   type PiHome,
-} from "./pi-harness.js";
+} from "./support/pi-harness.js";
 
 let fake: FakeOpenAI;
 let home: PiHome;

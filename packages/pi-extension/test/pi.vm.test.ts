@@ -9,7 +9,7 @@ import { rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { callAction, renderHelp } from "@pi-sandbox/controller/client";
 import { SEED_YAML, testImage } from "@pi-sandbox/controller/testing";
-import { startFakeOpenAI, type FakeOpenAI } from "./fake-openai.js";
+import { startFakeOpenAI, type FakeOpenAI } from "./support/fake-openai.js";
 import {
   FAKE_MODEL_ARGS,
   makePiHome,
@@ -20,7 +20,7 @@ import {
   toolEnds,
   type PiHome,
   type Json,
-} from "./pi-harness.js";
+} from "./support/pi-harness.js";
 
 let fake: FakeOpenAI;
 let home: PiHome;

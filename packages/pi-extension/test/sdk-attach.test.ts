@@ -6,8 +6,8 @@ import { fauxAssistantMessage, fauxToolCall } from "@earendil-works/pi-ai";
 import { initTheme } from "@earendil-works/pi-coding-agent";
 import { visibleWidth } from "@earendil-works/pi-tui";
 import { ControllerError, type CallActionOptions } from "@pi-sandbox/controller/client";
-import { done, startSdkSession, type SdkSession } from "./sdk-session.js";
-import type { Json } from "./pi-harness.js";
+import { done, startSdkSession, type SdkSession } from "./support/sdk-session.js";
+import type { Json } from "./support/pi-harness.js";
 
 const sessions: SdkSession[] = [];
 /** What the extension told the user: without a UI (the SDK session has none) it goes to stderr. */

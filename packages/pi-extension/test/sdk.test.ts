@@ -2,8 +2,8 @@
 // controller, what the model and the renderer get back, progress streaming and interruption.
 
 import { ControllerError, type CallActionOptions } from "@pi-sandbox/controller/client";
-import { callSandbox, done, startSdkSession, type SdkSession } from "./sdk-session.js";
-import type { Json } from "./pi-harness.js";
+import { callSandbox, done, startSdkSession, type SdkSession } from "./support/sdk-session.js";
+import type { Json } from "./support/pi-harness.js";
 
 interface Call {
   input: unknown;

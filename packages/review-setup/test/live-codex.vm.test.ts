@@ -19,7 +19,7 @@ import zlib from "node:zlib";
 import { controllerGuest } from "../src/guest.js";
 import { main } from "../src/main.js";
 import type { ReviewSetupOptions } from "../src/refresh.js";
-import { makePiRepo } from "./fixture.js";
+import { makePiRepo } from "./support/fixture.js";
 import { startLiveHost, type LiveHost } from "./support/live-host.js";
 
 const NAME = "review";

@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { controllerGuest } from "../src/guest.js";
 import { runReviewSetup, type ReviewSetupOptions } from "../src/refresh.js";
-import { makeFixtureRepo } from "./fixture.js";
+import { makeFixtureRepo } from "./support/fixture.js";
 import { startLiveHost, type LiveHost } from "./support/live-host.js";
 
 const NAME = "live";

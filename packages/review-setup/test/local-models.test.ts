@@ -7,7 +7,7 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { LOCAL_MODELS_EXTENSION, localProviderConfig } from "../src/model-server.js";
-import { startFakeModelServer, type FakeModelServer } from "./fake-model-server.js";
+import { startFakeModelServer, type FakeModelServer } from "./support/fake-model-server.js";
 
 const PI_CLI = join(
   dirname(createRequire(import.meta.url).resolve("@earendil-works/pi-coding-agent")),

@@ -22,9 +22,9 @@ import {
 } from "../src/model-server.js";
 import { runReviewSetup, type StepEvent } from "../src/refresh.js";
 import { localModel, modelsOf } from "../guest/local-models.js";
-import { FakeGuest } from "./fake-guest.js";
-import { startFakeModelServer, type FakeModelServer } from "./fake-model-server.js";
-import { makeFixtureRepo } from "./fixture.js";
+import { FakeGuest } from "./support/fake-guest.js";
+import { startFakeModelServer, type FakeModelServer } from "./support/fake-model-server.js";
+import { makeFixtureRepo } from "./support/fixture.js";
 
 let dir: string;
 let repo: string;

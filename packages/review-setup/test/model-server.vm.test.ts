@@ -11,8 +11,8 @@ import { join } from "node:path";
 import { callAction } from "@pi-sandbox/controller/client";
 import { main } from "../src/main.js";
 import { controllerGuest, type GuestSession } from "../src/guest.js";
-import { lastUserText, startFakeModelServer, type FakeModelServer } from "./fake-model-server.js";
-import { makePiRepo } from "./fixture.js";
+import { lastUserText, startFakeModelServer, type FakeModelServer } from "./support/fake-model-server.js";
+import { makePiRepo } from "./support/fixture.js";
 
 const NAME = "local-models";
 /** The model server's API key: in the host environment only. */

@@ -16,7 +16,7 @@ import { fileURLToPath } from "node:url";
 import { callAction } from "@pi-sandbox/controller/client";
 import { controllerGuest, type GuestSession } from "../src/guest.js";
 import { main } from "../src/main.js";
-import { FAKE_OPENAI_JS, NPM_REGISTRY_REQUESTS } from "./fixture.js";
+import { FAKE_OPENAI_JS, NPM_REGISTRY_REQUESTS } from "./support/fixture.js";
 
 const NAME = "mono";
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");

@@ -9,8 +9,8 @@ import { unsetValue } from "../src/host-secrets.js";
 import { GUEST_REFRESH_TOKEN } from "../src/live.js";
 import { acquireRefreshLock, refreshLockPath } from "../src/lock.js";
 import { runReviewSetup, type ReviewSetupOptions, type StepEvent } from "../src/refresh.js";
-import { FakeGuest } from "./fake-guest.js";
-import { makeFixtureRepo } from "./fixture.js";
+import { FakeGuest } from "./support/fake-guest.js";
+import { makeFixtureRepo } from "./support/fixture.js";
 
 let repo: string;
 let lockDir: string;

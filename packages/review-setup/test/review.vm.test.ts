@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction } from "@pi-sandbox/controller/client";
 import { main } from "../src/main.js";
-import { FIXTURE_LOCK, FIXTURE_WORKSPACE, NPM_REGISTRY_REQUESTS, makeFixtureRepo } from "./fixture.js";
+import { FIXTURE_LOCK, FIXTURE_WORKSPACE, NPM_REGISTRY_REQUESTS, makeFixtureRepo } from "./support/fixture.js";
 
 const NAME = "rev";
 // Guest places a token could leak to (the rootfs is too large to grep whole under TCG).

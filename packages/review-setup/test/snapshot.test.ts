@@ -7,7 +7,7 @@ import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createSnapshot, listWorkingFiles, sha256File } from "../src/snapshot.js";
-import { makeFixtureRepo } from "./fixture.js";
+import { makeFixtureRepo } from "./support/fixture.js";
 
 let repo: string;
 beforeEach(async () => {

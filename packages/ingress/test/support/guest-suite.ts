@@ -7,9 +7,9 @@ import { Socket } from "node:net";
 import { WebSocket } from "ws";
 import type { GuestConnector, PreviewGateway } from "../../src/index.js";
 import { PreviewGateway as Gateway } from "../../src/index.js";
-import { closedWithin, fetchRaw } from "../helpers.js";
+import { closedWithin, fetchRaw } from "./helpers.js";
 
-/** What the shared suite needs: a running `fixtures/guest_server.py` and a way to reach it. */
+/** What the shared suite needs: a running `guest_server.py` (beside this file) and a way to reach it. */
 export interface GuestSuiteTarget {
   /** Connector to the place the fixture runs (host loopback or a VM). */
   connector: GuestConnector;

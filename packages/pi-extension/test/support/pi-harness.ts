@@ -14,7 +14,7 @@ import type { FakeOpenAI } from "./fake-openai.js";
 export type Json = Record<string, any>;
 
 /** This package's root (the directory Pi loads with `-e`). */
-export const PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+export const PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
 /** Pi's CLI entry, found in the nearest node_modules. */
 export function piCli(): string {

@@ -12,8 +12,8 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import type { Duplex } from "node:stream";
-import { PreviewGateway, type PreviewGatewayOptions, type IngressLogger } from "../src/index.js";
-import { loopbackConnector } from "../src/testing.js";
+import { PreviewGateway, type PreviewGatewayOptions, type IngressLogger } from "../../src/index.js";
+import { loopbackConnector } from "../../src/testing.js";
 
 /** A host-local stand-in for a guest server; `close()` also cuts its open connections. */
 export interface StandIn {

@@ -13,7 +13,7 @@ import {
   SettingsManager,
   type AgentSession,
 } from "@earendil-works/pi-coding-agent";
-import { createSandboxExtension, type CallActionFn } from "../src/index.js";
+import { createSandboxExtension, type CallActionFn } from "../../src/index.js";
 import type { Json } from "./pi-harness.js";
 
 /** A session plus every event it emitted. */

@@ -5,7 +5,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 
 /** The repository root. */
-export const ROOT = resolve(import.meta.dirname, "..", "..");
+export const ROOT = resolve(import.meta.dirname, "..", "..", "..");
 
 /** One fenced block of a README. */
 export interface CodeBlock {

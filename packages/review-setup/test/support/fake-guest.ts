@@ -2,7 +2,7 @@
 // refresh's commands by shape, and records every command in order.
 import { createHash } from "node:crypto";
 import { readFile } from "node:fs/promises";
-import type { GuestResult, GuestSession } from "../src/guest.js";
+import type { GuestResult, GuestSession } from "../../src/guest.js";
 
 export interface FakeGuestOptions {
   /** Exit code of a step command containing this text, e.g. { "npm ci": 1 }. */

@@ -1,6 +1,6 @@
 // Shared helpers of the config tests: the ConfigError of a text that must fail, its single issue or
 // the one at a path, and a config around one service's lines.
-import { ConfigError, isConfigError, parseConfig, type ConfigIssue } from "../src/index.js";
+import { ConfigError, isConfigError, parseConfig, type ConfigIssue } from "../../src/index.js";
 
 /** Parses text that must fail and returns the ConfigError. */
 export function rejection(text: string, sourcePath?: string): ConfigError {
