@@ -24,6 +24,8 @@ export {
 // Doctor finds an image's kernel to prove KVM with; image.ts loads Gondolin only when asked to.
 export { loadImageDir, type GuestImage, type ImageCheckOptions } from "./image/image.js";
 export { probeKvmKernel, type KvmVerdict } from "./host/kvm-probe.js";
+// Kept checkpoints are listed from their records (`pi-sandbox checkpoints`) without the VM machinery.
+export { listKept, type KeptCheckpointInfo } from "./disk/kept-checkpoints.js";
 // The controller checks its daemon's pid with the same /proc reader (a zombie is gone).
 export { pidAlive, isAlive, selfIdentity, type ProcessIdentity } from "./process-util.js";
 // Inspect and list report what a running instance's QEMU costs (CPU, resident memory) from /proc.

@@ -43,6 +43,9 @@ export {
   type LiveDiskCheckpoint,
   type RunRecovery,
   type SetAsideLayer,
+  type KeepOptions,
+  type KeptCheckpoint,
+  type KeptCheckpointInfo,
   recoveryNotice,
   LIVE_CHECKPOINT_LAYERS_MAX,
 } from "./disk/disk-store.js";

@@ -5,7 +5,8 @@ import fsp from "node:fs/promises";
 import path from "node:path";
 import type { Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
-import type { CheckpointResult, DiskRun, RunRecovery } from "../disk/disk-store.js";
+import type { CheckpointResult, DiskRun, KeepOptions, RunRecovery } from "../disk/disk-store.js";
+import { keepCheckpoint } from "../disk/kept-checkpoints.js";
 import { VmError, isVmError, messageOf } from "../errors.js";
 import { runInGuest } from "../guest/exec-util.js";
 import type { GondolinGuest } from "../guest/gondolin-guest.js";
@@ -136,13 +137,29 @@ export class BootedVm implements RunningVm {
     return this.run.activeWrittenAtMs();
   }
 
-  checkpoint(options: { syncTimeoutMs?: number } = {}): Promise<LiveCheckpointResult> {
+  checkpoint(options: { syncTimeoutMs?: number; keep?: KeepOptions } = {}): Promise<LiveCheckpointResult> {
     if (this.closing || this.stopping || this.guest.closed) {
       return Promise.reject(
         new VmError("VM_CLOSED", `the VM ${this.name} is stopping or closed`, { details: { name: this.name } }),
       );
     }
-    this.live ??= this.checkpointOnce(options.syncTimeoutMs ?? LIVE_SYNC_TIMEOUT_MS).finally(() => {
+    const timeoutMs = options.syncTimeoutMs ?? LIVE_SYNC_TIMEOUT_MS;
+    if (options.keep) {
+      // Its own checkpoint, after one under way: that one may be done before the caller's writes.
+      const keep = options.keep;
+      const prior = this.live?.catch(() => undefined);
+      const kept = (async () => {
+        await prior;
+        const result = await this.checkpointOnce(timeoutMs);
+        return { ...result, kept: await keepCheckpoint(this.run.dir, this.run.pointer, keep) };
+      })();
+      const tracked: Promise<LiveCheckpointResult> = kept.finally(() => {
+        if (this.live === tracked) this.live = undefined;
+      });
+      this.live = tracked;
+      return tracked;
+    }
+    this.live ??= this.checkpointOnce(timeoutMs).finally(() => {
       this.live = undefined;
     });
     return this.live;

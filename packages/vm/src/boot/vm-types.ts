@@ -1,5 +1,5 @@
 // The public shapes of a VM boot: what it needs (spec, options) and what it gives (RunningVm).
-import type { CheckpointResult, DiskStore, RunRecovery } from "../disk/disk-store.js";
+import type { CheckpointResult, DiskStore, KeepOptions, KeptCheckpoint, RunRecovery } from "../disk/disk-store.js";
 import type { VmSecret } from "../egress/egress-policy.js";
 import type { VmError } from "../errors.js";
 import type { GuestVm } from "../guest/guest-vm.js";
@@ -128,6 +128,8 @@ export interface LiveCheckpointResult {
   totalMs: number;
   /** Host bytes that became part of the checkpoint (the guest's writes since the last one). */
   bytes: number;
+  /** The kept checkpoint, when `keep` asked for one (see `DiskStore.checkpoints`). */
+  kept?: KeptCheckpoint;
 }
 
 /** How a suspend went: the disk checkpoint and the saved memory. */
@@ -203,9 +205,11 @@ export interface RunningVm extends GuestVm {
    * paused on a full disk), `VM_CHECKPOINT_LIMIT` (the run already added
    * `LIVE_CHECKPOINT_LAYERS_MAX` layers; the stop merges them), `VM_CHECKPOINT_FAILED` (the
    * guest did not confirm its sync, or QEMU refused). `VM_CLOSED` once stopping or closed.
-   * Single-flight; a `stop()`, `suspend()` or `close()` waits for one under way.
+   * Single-flight; a `stop()`, `suspend()` or `close()` waits for one under way. With `keep`, the
+   * checkpoint (new or unchanged) is also kept under an id, to rewind to or fork from (`kept`); a
+   * checkpoint under way without `keep` is waited for, then a new one is taken.
    */
-  checkpoint(options?: { syncTimeoutMs?: number }): Promise<LiveCheckpointResult>;
+  checkpoint(options?: { syncTimeoutMs?: number; keep?: KeepOptions }): Promise<LiveCheckpointResult>;
   /**
    * Milliseconds since the epoch of QEMU's last write to the disk (the active layer's mtime, a
    * `stat`: cheap enough to ask every second); undefined when it cannot be read.

@@ -29,7 +29,16 @@ import {
   type SetAsideLayer,
 } from "./disk-layout.js";
 import { listSetAside, recoverInterruptedRun, removeSetAside } from "./disk-recovery.js";
-import { OpenRun } from "./disk-run.js";
+import { OpenRun, compact } from "./disk-run.js";
+import {
+  keepCheckpoint,
+  listKept,
+  removeKept,
+  rewindTo,
+  type KeepOptions,
+  type KeptCheckpoint,
+  type KeptCheckpointInfo,
+} from "./kept-checkpoints.js";
 
 export {
   directoryAllocatedBytes,
@@ -44,6 +53,7 @@ export {
 } from "./disk-layout.js";
 export { LIVE_CHECKPOINT_LAYERS_MAX } from "./disk-run.js";
 export { recoveryNotice } from "./disk-recovery.js";
+export type { KeepOptions, KeptCheckpoint, KeptCheckpointInfo } from "./kept-checkpoints.js";
 
 /**
  * Owns the disk files inside instance and template directories (the caller owns where those
@@ -280,6 +290,96 @@ export class DiskStore {
     } finally {
       await lock.release();
     }
+  }
+
+  /** The kept checkpoints of a disk, oldest first, with the bytes only they hold (see kept-checkpoints.ts). */
+  async checkpoints(dir: string): Promise<KeptCheckpointInfo[]> {
+    await requireDir(dir);
+    return listKept(dir);
+  }
+
+  /**
+   * Keeps the current checkpoint of an instance disk that does not run (a running one keeps its
+   * checkpoints through `RunningVm.checkpoint({keep})`); `memory`: its saved memory too (a
+   * suspended disk). VM_DISK_BUSY while it runs.
+   */
+  async keepCheckpoint(dir: string, options: KeepOptions): Promise<KeptCheckpoint> {
+    await requireDir(dir);
+    const lock = await acquireDiskLock(dir, "checkpoint");
+    try {
+      const pointer = await requirePointer(dir);
+      await this.requireLayers(dir, pointer);
+      return await keepCheckpoint(dir, pointer, options);
+    } finally {
+      await lock.release();
+    }
+  }
+
+  /**
+   * Removes a kept checkpoint. Its layers stay wherever another link holds them (the disk's chain,
+   * other checkpoints). When the disk does not run, the top of its chain is merged as far down as
+   * its layers are its own again; a running disk's stop does that.
+   */
+  async removeCheckpoint(dir: string, id: string): Promise<KeptCheckpoint> {
+    await requireDir(dir);
+    const removed = await removeKept(dir, id);
+    const lock = await acquireDiskLock(dir, "merge").catch(() => undefined);
+    if (!lock) return removed;
+    try {
+      const pointer = await readPointer(dir);
+      if (pointer?.kind === "instance") await compact(this.qemuImg, dir, pointer, { downTo: 1 }).catch(() => undefined);
+    } finally {
+      await lock.release();
+    }
+    return removed;
+  }
+
+  /**
+   * Makes the kept checkpoint `id` the disk's current state; what the disk held after it goes
+   * (keep it first to come back to it). The disk must not run (VM_DISK_BUSY).
+   */
+  async rewind(dir: string, id: string): Promise<KeptCheckpoint> {
+    await requireDir(dir);
+    const lock = await acquireDiskLock(dir, "rewind");
+    try {
+      await reapStrayQemu(dir);
+      const { kept, pointer } = await rewindTo(dir, id);
+      await this.requireLayers(dir, pointer);
+      await removeOrphans(dir, pointer.layers);
+      return kept;
+    } finally {
+      await lock.release();
+    }
+  }
+
+  /**
+   * A new instance disk in `dir` that shares every layer of the instance disk in `sourceDir` (hard
+   * links: O(1) in the disk's size) and its saved memory, if it has one for its current checkpoint:
+   * the fork's first boot resumes it. Neither disk writes the shared layers again (a layer with
+   * more than one link is never merged into). The source must not run (VM_DISK_BUSY).
+   */
+  async fork(sourceDir: string, dir: string, options: { signal?: AbortSignal } = {}): Promise<DiskInfo> {
+    const sourceLock = await acquireDiskLock(await requireDir(sourceDir), "fork");
+    try {
+      const source = await requirePointer(sourceDir);
+      if (source.kind !== "instance") {
+        throw new VmError("VM_DISK_FAILED", `${sourceDir} holds a template; make an instance from it instead`, {
+          details: { dir: sourceDir },
+        });
+      }
+      await this.requireLayers(sourceDir, source);
+      const lock = await this.prepareNewDir(dir, "fork");
+      try {
+        await linkLayers(sourceDir, dir, source.layers, options.signal);
+        await linkSuspendState(sourceDir, dir, source.generation, 0);
+        await writePointer(dir, { ...source, generation: 0, updatedAt: new Date().toISOString() });
+      } finally {
+        await lock.release();
+      }
+    } finally {
+      await sourceLock.release();
+    }
+    return this.inspect(dir);
   }
 
   /**
