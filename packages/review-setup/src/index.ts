@@ -56,13 +56,6 @@ export type { HostLoginRefresher, HostLoginRefreshRequest, PiLoginOptions } from
 export { storeGuestCredential, keepCredentialOnHost, runLiveCheck, parseLiveOutput, LIVE_PROMPT } from "./live.js";
 export type { LiveCheck, TokenUsage } from "./live.js";
 // Local model server
-export {
-  parseModelServer,
-  readServedModels,
-  servedModelsOf,
-  localProviderConfig,
-  installLocalModels,
-  LOCAL_PROVIDER,
-  LOCAL_MODELS_EXTENSION,
-} from "./model-server.js";
+export { parseModelServer, readServedModels, servedModelsOf } from "./model-server.js";
+export { localProviderConfig, installLocalModels, LOCAL_PROVIDER, LOCAL_MODELS_EXTENSION } from "./local-models.js";
 export type { ModelServer, ServedModels, ReadServedModelsOptions } from "./model-server.js";

@@ -15,14 +15,8 @@ import type { HostLoginRefresher } from "./pi-login.js";
 import { acquireRefreshLock, defaultLockDir, refreshLockPath } from "./lock.js";
 import { reviewLayout, type ReviewLayout } from "./layout.js";
 import { credentialStartMessage, keepCredentialOnHost, runLiveCheck, shapeFor, type LiveCheck } from "./live.js";
-import {
-  installLocalModels,
-  LOCAL_PROVIDER,
-  modelServerSecret,
-  readServedModels,
-  requireModelServerSecret,
-  type ServedModels,
-} from "./model-server.js";
+import { installLocalModels, LOCAL_PROVIDER } from "./local-models.js";
+import { modelServerSecret, readServedModels, requireModelServerSecret, type ServedModels } from "./model-server.js";
 import { liveSecret, type LiveSecret } from "./providers.js";
 import { scopeCommands, type InstallScope } from "./scope.js";
 import { createSnapshot, type Vcs } from "./snapshot.js";

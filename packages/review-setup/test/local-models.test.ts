@@ -6,7 +6,7 @@ import { copyFile, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { LOCAL_MODELS_EXTENSION, localProviderConfig } from "../src/model-server.js";
+import { LOCAL_MODELS_EXTENSION, localProviderConfig } from "../src/local-models.js";
 import { startFakeModelServer, type FakeModelServer } from "./support/fake-model-server.js";
 
 const PI_CLI = join(

@@ -9,10 +9,9 @@ import { loadConfig } from "@pi-sandbox/config";
 import { ControllerError } from "@pi-sandbox/controller/client";
 import { parseCommandLine } from "../src/args.js";
 import { ensureInstance } from "../src/instance.js";
+import { LOCAL_MODELS_EXTENSION, localProviderConfig } from "../src/local-models.js";
 import {
   LOCAL_MODEL_VARIABLE,
-  LOCAL_MODELS_EXTENSION,
-  localProviderConfig,
   modelServerSecret,
   parseModelServer,
   parseModelServerKey,
