@@ -14,7 +14,8 @@ import {
   type PreviewReservation,
   type PreviewSpec,
 } from "./preview.js";
-import { PreviewListener } from "./preview-listener.js";
+import type { PreviewListener } from "./preview-listener.js";
+import { listenOnLease } from "./port-lease.js";
 
 /** Options of a {@link PreviewGateway}. */
 export interface PreviewGatewayOptions {
@@ -65,9 +66,6 @@ interface OpenPreview {
   /** Undefined while the preview is only reserved (its guest port not known yet). */
   spec: PreviewSpec | undefined;
 }
-
-/** How many times a fresh OS-assigned port may collide with another key's lease before giving up. */
-const leaseAttempts = 16;
 
 /**
  * The host side of previews: one listener on the gateway's loopback address per preview key, on a
@@ -319,33 +317,7 @@ export class PreviewGateway implements AsyncDisposable {
       activity: this.#activity,
       wake: this.#wake,
     };
-    const leased = await this.#leases.get(key);
-    signal.throwIfAborted();
-    if (leased !== undefined) return PreviewListener.listen(leased, options, signal);
-
-    // A free port from the OS, but never one leased to another key: that key's listener may be
-    // closed right now and expects its port back on reopen. Nor one the owner asks to avoid.
-    const taken = new Set([...Object.values(await this.#leases.entries()), ...(await this.#avoidPorts())]);
-    signal.throwIfAborted();
-    for (let attempt = 0; attempt < leaseAttempts; attempt++) {
-      const listener = await PreviewListener.listen(0, options, signal);
-      if (taken.has(listener.hostPort)) {
-        await listener.close();
-        continue;
-      }
-      try {
-        await this.#leases.set(key, listener.hostPort);
-      } catch (error) {
-        await listener.close();
-        throw error;
-      }
-      return listener;
-    }
-    throw new IngressError(
-      "INGRESS_LISTEN_FAILED",
-      `could not find a free host port for preview ${key} that is not leased to another preview or otherwise reserved`,
-      { details: { key: key } },
-    );
+    return listenOnLease(key, this.#leases, this.#avoidPorts, options, signal);
   }
 
   async #closeNow(key: string): Promise<void> {
