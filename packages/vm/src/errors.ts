@@ -1,5 +1,5 @@
 // The vm package's coded error and its codes.
-import { CodedError, brandError, hasBrand, messageOf, type CodedErrorOptions } from "@pi-sandbox/config";
+import { defineCodedError, messageOf, type CodedErrorOptions } from "@pi-sandbox/config";
 
 /** Stable codes of every error this package raises. Callers switch on these. */
 export type VmErrorCode =
@@ -51,8 +51,6 @@ export type VmErrorCode =
    * (`details.live`); its writes stay in the run, and the stop merges the layers.
    */
   | "VM_CHECKPOINT_LIMIT"
-  /** No kept checkpoint of a disk has that id (`details.id`), or the id is not one (12 hex digits). */
-  | "VM_CHECKPOINT_NOT_FOUND"
   /**
    * A suspend could not save the guest's memory (`details.reason`); `details.diskSaved` says
    * whether the disk checkpoint was still taken (the VM is closed either way).
@@ -95,23 +93,13 @@ export type VmErrorCode =
 /** Options of a {@link VmError}: `hint`, `details` and `cause`. */
 export type VmErrorOptions = CodedErrorOptions;
 
-const brand = Symbol.for("pi-sandbox.VmError");
+const kind = defineCodedError<VmErrorCode, "VmError">("VmError", "VM_");
 
 /** The one error class of `@pi-sandbox/vm`; switch on `code`, show `hint` to the user. */
-export class VmError extends CodedError<VmErrorCode> {
-  override readonly name = "VmError";
-
-  constructor(code: VmErrorCode, message: string, options: VmErrorOptions = {}) {
-    super(code, message, options);
-    brandError(this, brand);
-  }
-}
+export class VmError extends kind.Base {}
 
 /** True for a {@link VmError}, also one from another installed copy of this package. */
-export function isVmError(value: unknown, code?: VmErrorCode): value is VmError {
-  if (!hasBrand(value, brand)) return false;
-  return code === undefined || (value as VmError).code === code;
-}
+export const isVmError: (value: unknown, code?: VmErrorCode) => value is VmError = kind.is;
 
 /** The message of any thrown value. */
 export { messageOf };
