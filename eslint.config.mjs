@@ -49,6 +49,30 @@ const controllerFloors = [
   message: 'The controller\'s folders import only the floors below them (CONTRIBUTING.md "Structure").',
 }));
 
+// vm's folders stand in a stack too (CONTRIBUTING.md "Structure"): the entries on top (`index.ts`,
+// `host.ts`, `testing.ts`), then `testing` (parts of the `./testing` entry), `boot`, `disk`; under disk
+// `host`, `image`, `guest` and `egress` side by side, none importing another; the shared leaves
+// (`src/*.ts`: errors, file names, fs and process helpers, the two Gondolin seams) at the bottom.
+const vm = (path) => `packages/vm/src/${path}`;
+const vmEntries = ["index.ts", "host.ts", "testing.ts"];
+const vmFloors = [
+  { target: vm("testing"), from: [] },
+  { target: vm("boot"), from: ["testing"] },
+  { target: vm("disk"), from: ["testing", "boot", "guest", "egress"] },
+  { target: vm("host"), from: ["testing", "boot", "disk", "image", "guest", "egress"] },
+  { target: vm("image"), from: ["testing", "boot", "disk", "host", "guest", "egress"] },
+  { target: vm("guest"), from: ["testing", "boot", "disk", "host", "image", "egress"] },
+  { target: vm("egress"), from: ["testing", "boot", "disk", "host", "image", "guest"] },
+  {
+    target: vm("!(index|host|testing).ts"),
+    from: ["testing", "boot", "disk", "host", "image", "guest", "egress"],
+  },
+].map(({ target, from }) => ({
+  target,
+  from: [...from, ...vmEntries].map(vm),
+  message: 'vm\'s folders import only the floors below them (CONTRIBUTING.md "Structure").',
+}));
+
 export default tseslint.config(
   { ignores: ["**/dist/**", "**/node_modules/**", "**/coverage/**", "**/.nx/**", "**/.work/**"] },
   ...tseslint.configs.recommended,
@@ -76,6 +100,10 @@ export default tseslint.config(
   {
     files: ["packages/controller/src/**/*.ts"],
     rules: { "import-x/no-restricted-paths": ["error", { basePath: import.meta.dirname, zones: controllerFloors }] },
+  },
+  {
+    files: ["packages/vm/src/**/*.ts"],
+    rules: { "import-x/no-restricted-paths": ["error", { basePath: import.meta.dirname, zones: vmFloors }] },
   },
   { files: ["packages/vm/**", "e2e/**"], rules: { "no-restricted-imports": bannedImports(true, false) } },
   { files: ["packages/pi-extension/**"], rules: { "no-restricted-imports": bannedImports(false, true) } },
