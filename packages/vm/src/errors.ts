@@ -51,6 +51,8 @@ export type VmErrorCode =
    * (`details.live`); its writes stay in the run, and the stop merges the layers.
    */
   | "VM_CHECKPOINT_LIMIT"
+  /** No kept checkpoint of a disk has that id (`details.id`), or the id is not one (12 hex digits). */
+  | "VM_CHECKPOINT_NOT_FOUND"
   /**
    * A suspend could not save the guest's memory (`details.reason`); `details.diskSaved` says
    * whether the disk checkpoint was still taken (the VM is closed either way).
