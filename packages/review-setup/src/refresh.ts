@@ -34,7 +34,10 @@ export interface ReviewSetupOptions extends Omit<ReviewSetupArgs, "piCommand"> {
   controller?: ControllerOptions;
   /** Guest access; default the controller client for `name`. */
   guest?: GuestSession;
-  /** Controller call for inspect/create; default `callAction` (a seam for tests). */
+  /**
+   * Controller call for the instance's own actions (inspect, create, secrets-add, secrets, suspend,
+   * start); default `callAction` (a seam for tests). Guest work goes through `guest`.
+   */
   callAction?: (input: unknown, options?: CallActionOptions) => Promise<unknown>;
   /** What the install and build steps cover (see scope.ts); default `full`. */
   scope?: InstallScope;
