@@ -1,4 +1,5 @@
 // The controller log: `time [prefix] message` lines in a size-bounded file, rotated once.
+import { execFile } from "node:child_process";
 import { appendFileSync, renameSync, statSync } from "node:fs";
 import { escapeControlChars } from "@pi-sandbox/config";
 
@@ -50,4 +51,17 @@ export function createFileLogger(file: string, prefix: string): DaemonLogger {
     child: (p) => make(`${fullPrefix} ${p}`),
   });
   return make(prefix);
+}
+
+/**
+ * Writes one line to the host's system log (`logger -t pi-sandbox`: the journal or syslog), for
+ * what must be said where no file of the state directory is left to hold it. Resolves false when
+ * the host has no `logger` or it failed; never rejects.
+ */
+export function systemLog(message: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    execFile("logger", ["-t", "pi-sandbox", "--", escapeControlChars(message)], { timeout: 5_000 }, (error) =>
+      resolve(error === null),
+    );
+  });
 }

@@ -7,13 +7,14 @@
 // them in memory. A marker without those processes (another runtime, or the test deleted them)
 // gives a cold boot with the reason, as a real start whose saved memory cannot be used.
 
-import { cp, lstat, mkdir, readdir, readlink, rm, stat, writeFile } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import { cp, lstat, mkdir, readFile, readdir, readlink, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector } from "@pi-sandbox/ingress";
 import { DEFAULT_AGENT_PATH, DEFAULT_AGENT_STATE_DIR, SupervisorClient } from "@pi-sandbox/supervisor";
 import { POINTER_FILE, VmError } from "@pi-sandbox/vm";
 import { createLocalGuestVm, type LocalGuestVm } from "@pi-sandbox/vm/testing";
-import type { InstanceRuntime, RuntimeVm } from "./daemon/runtime.js";
+import type { InstanceRuntime, KeepOptions, KeptCheckpoint, KeptCheckpointInfo, RuntimeVm } from "./daemon/runtime.js";
 
 /** A booted local "VM" of the local runtime. */
 export type LocalRuntimeVm = RuntimeVm & {
@@ -89,6 +90,30 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         suspended.delete(dir);
         await rm(join(dir, LOCAL_SUSPEND_MARKER), { force: true });
       },
+      checkpoints: (dir) => localCheckpoints(dir),
+      keepCheckpoint: (dir, options) => keepLocal(dir, options),
+      async removeCheckpoint(dir, id) {
+        const kept = (await localCheckpoints(dir)).find((k) => k.id === id);
+        if (!kept) throw new VmError("VM_CHECKPOINT_NOT_FOUND", `no checkpoint ${id}`, { details: { dir, id } });
+        await rm(join(dir, LOCAL_CHECKPOINTS, id), { recursive: true, force: true });
+        return kept;
+      },
+      // The files come back; processes cannot: a memory checkpoint's rewind boots cold, saying why.
+      async rewind(dir, id) {
+        const kept = (await localCheckpoints(dir)).find((k) => k.id === id);
+        if (!kept) throw new VmError("VM_CHECKPOINT_NOT_FOUND", `no checkpoint ${id}`, { details: { dir, id } });
+        await rm(join(dir, "root"), { recursive: true, force: true });
+        await cp(join(dir, LOCAL_CHECKPOINTS, id, "root"), join(dir, "root"), { recursive: true, filter: notSocket });
+        if (kept.memory) await writeFile(join(dir, LOCAL_SUSPEND_MARKER), "");
+        else await rm(join(dir, LOCAL_SUSPEND_MARKER), { force: true });
+        return kept;
+      },
+      async fork(sourceDir, dir) {
+        await mkdir(dir, { recursive: true });
+        await cp(join(sourceDir, "root"), join(dir, "root"), { recursive: true, filter: notSocket });
+        await writeFile(join(dir, POINTER_FILE), JSON.stringify({ kind: "local" }));
+        return { memoryBytes: 0 };
+      },
     },
     async bootVm({ name, diskDir, secrets, onProgress }) {
       runtime.boots++;
@@ -159,13 +184,14 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
           values.set(key, value);
         },
         // A "checkpoint" of host files changes nothing: it only counts, as a real one would publish.
-        async checkpoint() {
+        async checkpoint(options) {
           if (stopping || local.closed) {
             throw new VmError("VM_CLOSED", `the VM ${name} is stopping or closed`, { details: { name } });
           }
           await runtime.hooks.onCheckpoint?.(name);
           runtime.checkpoints.push({ name, at: Date.now() });
-          return { generation: ++generation, changed: true, stallMs: 0, totalMs: 0, bytes: 0 };
+          const outcome = { generation: ++generation, changed: true, stallMs: 0, totalMs: 0, bytes: 0 };
+          return options?.keep ? { ...outcome, kept: await keepLocal(diskDir, options.keep) } : outcome;
         },
         get diskWrittenAtMs() {
           return runtime.hooks.diskWrittenAtMs?.(name);
@@ -248,6 +274,39 @@ async function powerOff(local: LocalGuestVm): Promise<void> {
       }
     }
   }
+}
+
+/** Where a local disk keeps its checkpoints: copies of its files, each with its record. */
+const LOCAL_CHECKPOINTS = "checkpoints";
+
+/** The kept checkpoints of a local disk, oldest first. */
+async function localCheckpoints(dir: string): Promise<KeptCheckpointInfo[]> {
+  const root = join(dir, LOCAL_CHECKPOINTS);
+  const ids = await readdir(root).catch(() => [] as string[]);
+  const kept = await Promise.all(
+    ids.map(async (id) => JSON.parse(await readFile(join(root, id, "checkpoint.json"), "utf8")) as KeptCheckpoint),
+  );
+  return kept.sort((a, b) => a.createdAt.localeCompare(b.createdAt)).map((k) => ({ ...k, bytes: 0 }));
+}
+
+/** Keeps a copy of a local disk's files (a "memory" one is only marked so: processes are not copied). */
+async function keepLocal(dir: string, options: KeepOptions): Promise<KeptCheckpoint> {
+  const id = randomBytes(6).toString("hex");
+  const target = join(dir, LOCAL_CHECKPOINTS, id);
+  await cp(join(dir, "root"), join(target, "root"), { recursive: true, filter: notSocket });
+  const kept: KeptCheckpoint = {
+    version: 1,
+    id,
+    ...(options.label !== undefined ? { label: options.label } : {}),
+    pinned: options.pinned === true,
+    createdAt: new Date().toISOString(),
+    memory: options.memory === true,
+    generation: 0,
+    layers: [],
+    ...(options.extra !== undefined ? { extra: options.extra } : {}),
+  };
+  await writeFile(join(target, "checkpoint.json"), JSON.stringify(kept));
+  return kept;
 }
 
 /** The file a local "suspend" leaves in the disk directory. */

@@ -9,16 +9,19 @@ import { cliProcess } from "./support/cli-process.js";
 const { cli } = cliProcess("cli-help-");
 
 describe("the overview", () => {
-  test("--help, help and no arguments print one overview of at most 40 lines naming every command", () => {
+  test("--help, help and no arguments print one overview of at most 45 lines naming every command", () => {
     const help = cli("--help");
     expect(help.status).toBe(0);
-    expect(help.stdout.split("\n").length - 1).toBeLessThanOrEqual(40);
+    // One screen of a 50-line terminal, with the command typed and the next prompt.
+    expect(help.stdout.split("\n").length - 1).toBeLessThanOrEqual(45);
     expect(help.stdout).toMatch(/^pi-sandbox: named local dev environments/);
     expect(help.stdout).toMatch(/^Instances:$/m);
     expect(help.stdout).toMatch(/pi-sandbox help actions/);
     for (const spec of cliActions()) {
       const word = synopsis(spec.cli).split(" ")[0]!;
-      expect({ word, listed: new RegExp(`^ {2}${word}\\b`, "m").test(help.stdout) }).toEqual({ word, listed: true });
+      // First on its row, or after the other words of a shared row (`read, write`).
+      const listed = new RegExp(`^ {2}([a-z-]+, )*${word}\\b`, "m").test(help.stdout);
+      expect({ word, listed }).toEqual({ word, listed: true });
     }
     expect(help.stdout).toMatch(/^ {2}completion +print a shell completion script$/m);
     expect(help.stdout).not.toMatch(/unknown keys are errors/);

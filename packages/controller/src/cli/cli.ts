@@ -61,7 +61,7 @@ export type ParsedCommand =
 /**
  * `image build …` as `image-build …`: a two-word command (COMMAND_GROUPS) becomes its action's
  * name, as the command word or after `help`. A group word alone is a usage error naming its
- * subcommands.
+ * subcommands, unless it is a command of its own.
  */
 export function joinCommandGroups(argv: string[]): string[] {
   let at = argv.findIndex((a) => !a.startsWith("-"));
@@ -72,6 +72,8 @@ export function joinCommandGroups(argv: string[]): string[] {
   if (sub !== undefined && findCliAction(`${group}-${sub}`)) {
     return [...argv.slice(0, at), `${group}-${sub}`, ...argv.slice(at + 2)];
   }
+  // A group word that is a command itself (`checkpoint <name>` beside `checkpoint rm`).
+  if (findCliAction(group)) return argv;
   const subs = ACTIONS.filter((spec) => spec.name.startsWith(`${group}-`)).map((spec) =>
     spec.name.slice(group.length + 1),
   );

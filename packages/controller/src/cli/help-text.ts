@@ -27,7 +27,8 @@ export function synopsis(cli: CliMapping): string {
  */
 export function positionalLimit(spec: ActionSpec & { cli: CliMapping }): number | undefined {
   const all = synopsis(spec.cli).split(" ");
-  const words = all.slice(COMMAND_GROUPS.includes(all[0]!) ? 2 : 1);
+  // `image build …` is two command words; `checkpoint <name>` is one, although `checkpoint` is a group too.
+  const words = all.slice(COMMAND_GROUPS.includes(all[0]!) && spec.name !== all[0] ? 2 : 1);
   let count = 0;
   for (let i = 0; i < words.length; i++) {
     const word = words[i]!;
@@ -41,21 +42,23 @@ export function positionalLimit(spec: ActionSpec & { cli: CliMapping }): number 
   return count;
 }
 
-/** The overview's groups of commands (action names, `image` for its subcommands); the rest go last. */
-const OVERVIEW_GROUPS: readonly { title: string; commands: readonly string[] }[] = [
+/**
+ * The overview's groups of commands (action names, `image` for its subcommands); the rest go last.
+ * A list of names is one row: its words joined, its descriptions after each other.
+ */
+const OVERVIEW_GROUPS: readonly { title: string; commands: readonly (string | readonly string[])[] }[] = [
   {
     title: "Instances",
     commands: ["list", "inspect", "create", "start", "stop", "suspend", "destroy", "prepare", "dashboard"],
   },
+  { title: "Branches", commands: ["fork", ["checkpoint", "checkpoints"], "rewind", ["diff", "apply"]] },
   {
     title: "Inside an instance",
     commands: [
       "exec",
-      "exec-status",
-      "exec-kill",
+      ["exec-status", "exec-kill"],
       "shell",
-      "read",
-      "write",
+      ["read", "write"],
       "upload",
       "logs",
       "services",
@@ -63,8 +66,7 @@ const OVERVIEW_GROUPS: readonly { title: string; commands: readonly string[] }[]
       "secrets",
     ],
   },
-  { title: "Setting up", commands: ["init", "doctor", "image"] },
-  { title: "This CLI", commands: ["help", "call", "completion"] },
+  { title: "Setting up, and this CLI", commands: ["init", "doctor", "image", "help", "call", "completion"] },
 ];
 
 /** The description after a usage line's synopsis (two or more spaces start it). */
@@ -89,33 +91,41 @@ function overviewRows(): Map<string, [string, string]> {
     rows.set(spec.name, [names.join(", "), usageDescription(spec.cli.usage)]);
   }
   for (const [group, subs] of groupSubs) {
-    rows.set(group, [group, `guest images: ${group} ${subs.join("|")}`]);
+    const own = rows.get(group);
+    // A group word that is a command itself (`checkpoint`) names its subcommands after its own line.
+    if (own) rows.set(group, [own[0], `${own[1]} (${subs.map((sub) => `${group} ${sub}`).join(", ")})`]);
+    else rows.set(group, [group, `guest images: ${group} ${subs.join("|")}`]);
   }
   return rows;
 }
 
 /**
  * The overview printed by `pi-sandbox --help` (and `help`) and after a usage error: what the CLI
- * is, its commands in groups with one line each, and where to read more. At most 40 lines.
+ * is, its commands in groups with one line each (related ones share a line), and where to read more.
+ * At most 45 lines: one screen of a 50-line terminal with the command and the prompt.
  */
 export function overview(): string {
   const rows = overviewRows();
+  const groups = OVERVIEW_GROUPS.map((group) => {
+    const printed: [string, string][] = [];
+    for (const entry of group.commands) {
+      const names = typeof entry === "string" ? [entry] : entry;
+      const found = names.map((name) => rows.get(name)).filter((row) => row !== undefined);
+      if (found.length > 0) printed.push([found.map(([w]) => w).join(", "), found.map(([, t]) => t).join("; ")]);
+      for (const name of names) rows.delete(name);
+    }
+    return { title: group.title, printed };
+  });
+  // A command no group names is listed with the last group, never left out.
+  groups.at(-1)!.printed.push(...rows.values());
+  const width = Math.max(...groups.flatMap((g) => g.printed.map(([words]) => words.length))) + 3;
   const lines = [
     "pi-sandbox: named local dev environments in QEMU microVMs; each command is an action of the Pi tool.",
     "",
     "usage: pi-sandbox <command> [arguments] [--json]",
   ];
-  const width = Math.max(...[...rows.values()].map(([words]) => words.length)) + 3;
-  const row = ([words, text]: [string, string]) => `  ${words.padEnd(width)}${text}`;
-  for (const group of OVERVIEW_GROUPS) {
-    lines.push("", `${group.title}:`);
-    for (const name of group.commands) {
-      const found = rows.get(name);
-      if (found) lines.push(row(found));
-      rows.delete(name);
-    }
-    // A command no group names is listed with the last group, never left out.
-    if (group === OVERVIEW_GROUPS.at(-1)) for (const rest of rows.values()) lines.push(row(rest));
+  for (const group of groups) {
+    lines.push("", `${group.title}:`, ...group.printed.map(([words, text]) => `  ${words.padEnd(width)}${text}`));
   }
   lines.push(
     "",

@@ -140,7 +140,9 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
   await layout.ensurePrivate();
   for (;;) {
     try {
-      return await routeToDaemon(layout, spec.route, args, { ...options, env, guard: guarded?.guard });
+      const result = await routeToDaemon(layout, spec.route, args, { ...options, env, guard: guarded?.guard });
+      const starts = spec.startsAfter?.(result as never, args as never) ?? [];
+      return starts.length > 0 ? await startAfter(result, starts, options) : result;
     } catch (error) {
       // No daemon answers for a name with no record: the instance does not exist, it is not stopped.
       if (isControllerError(error) && error.code === "CONTROLLER_NOT_RUNNING" && typeof args.name === "string") {
@@ -151,6 +153,50 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
       if (!(await guarded?.askAgain(error))) throw error;
     }
   }
+}
+
+/**
+ * Starts `names` in parallel (each in its own daemon) after an action made them, their progress
+ * prefixed with the name; the views come back as the result's `started`. A start that fails fails
+ * the call once all have ended, naming what was made and how to start it.
+ */
+async function startAfter(result: unknown, names: readonly string[], options: CallActionOptions): Promise<unknown> {
+  const { onProgress } = options;
+  const outcomes = await Promise.allSettled(
+    names.map((name) =>
+      callAction(
+        { action: "start", name },
+        {
+          ...options,
+          // The user asked for the first action; its starts are the controller's own.
+          caller: "user",
+          ...(onProgress
+            ? { onProgress: (e: ProgressEvent) => onProgress({ ...e, message: `${name}: ${e.message}` }) }
+            : {}),
+        },
+      ),
+    ),
+  );
+  const failed = outcomes.flatMap((o, i) =>
+    o.status === "rejected" ? [{ name: names[i]!, error: o.reason as unknown }] : [],
+  );
+  if (failed.length > 0) {
+    const first = failed[0]!.error;
+    const e = isControllerError(first) ? first : undefined;
+    throw new ControllerError(
+      e?.code ?? "CONTROLLER_INTERNAL",
+      `${failed.map((f) => f.name).join(", ")} ${failed.length === 1 ? "was" : "were"} made but did not start: ${e?.message ?? String(first)}`,
+      {
+        hint: `${e?.hint ? `${e.hint} ` : ""}Start ${failed.length === 1 ? "it" : "them"} again with {"action":"start","name":"${failed[0]!.name}"}, or destroy ${failed.length === 1 ? "it" : "them"}.`,
+        details: { made: names, failed: failed.map((f) => f.name), result },
+        cause: first,
+      },
+    );
+  }
+  return {
+    ...(result as object),
+    started: outcomes.map((o) => (o as PromiseFulfilledResult<unknown>).value),
+  };
 }
 
 /** Sends a daemon action to its entry's daemon, spawning one first for `spawn` actions. */

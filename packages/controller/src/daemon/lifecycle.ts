@@ -53,7 +53,7 @@ export class Lifecycle {
 
   constructor(
     private readonly state: InstanceState,
-    private readonly runtime: InstanceRuntime,
+    readonly runtime: InstanceRuntime,
     private readonly guest: GuestOperations,
   ) {}
 

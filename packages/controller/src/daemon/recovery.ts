@@ -50,7 +50,7 @@ export async function noteRecovery(
       pending = undefined;
     }
   }
-  if (pending && options.interrupted) {
+  if (pending && options.interrupted && !pending.fork) {
     progress({ stage: "boot", message: `finishing the interrupted create of ${state.name}` });
   }
   return pending;

@@ -16,6 +16,9 @@ import {
   DiskStore,
   startVm,
   type GuestVm,
+  type KeepOptions,
+  type KeptCheckpoint,
+  type KeptCheckpointInfo,
   type RunRecovery,
   type UpstreamOverrides,
   type VmError,
@@ -25,6 +28,8 @@ import {
 import type { CheckpointOutcome } from "./auto-checkpoint.js";
 import { giveOwnIdentity } from "./guest-identity.js";
 import type { DaemonLogger } from "../log.js";
+
+export type { KeepOptions, KeptCheckpoint, KeptCheckpointInfo };
 
 /**
  * How long a booted guest's agent may take to say hello. Python's start-up is CPU-bound; under
@@ -50,9 +55,10 @@ export interface RuntimeVm extends GuestVm {
   /**
    * Checkpoints the disk while the guest runs (see `RunningVm.checkpoint`): what it wrote so far
    * becomes the current checkpoint, after a short stall of its disk I/O; `changed` false when
-   * nothing was written since the last one. The VM runs on, also when it fails.
+   * nothing was written since the last one. The VM runs on, also when it fails. With `keep`, the
+   * checkpoint is also kept (see `RuntimeDisks.keepCheckpoint`), written or not.
    */
-  checkpoint(): Promise<CheckpointOutcome>;
+  checkpoint(options?: { keep?: KeepOptions }): Promise<CheckpointOutcome & { kept?: KeptCheckpoint }>;
   /** When QEMU last wrote the disk, in ms since the epoch (a `stat`: cheap); undefined when unknown. */
   readonly diskWrittenAtMs: number | undefined;
   /**
@@ -95,6 +101,19 @@ export interface RuntimeDisks {
   destroy(dir: string): Promise<unknown>;
   /** Deletes the memory a suspend saved with the disk's checkpoint; the next boot is cold. */
   dropSavedMemory(dir: string): Promise<unknown>;
+  /** The kept checkpoints of the disk in `dir`, oldest first, with the bytes only they hold. */
+  checkpoints(dir: string): Promise<KeptCheckpointInfo[]>;
+  /** Keeps the current checkpoint of a disk that does not run (`memory`: its saved memory too). */
+  keepCheckpoint(dir: string, options: KeepOptions): Promise<KeptCheckpoint>;
+  /** Removes a kept checkpoint (by id). */
+  removeCheckpoint(dir: string, id: string): Promise<KeptCheckpoint>;
+  /** Makes a kept checkpoint (by id) the disk's current state; the disk must not run. */
+  rewind(dir: string, id: string): Promise<KeptCheckpoint>;
+  /**
+   * A new instance disk in `dir` sharing the layers of the disk in `sourceDir` (which must not run),
+   * and its saved memory when it has one (`memoryBytes` > 0): the fork's first start resumes it.
+   */
+  fork(sourceDir: string, dir: string): Promise<{ memoryBytes: number }>;
 }
 
 /** How the daemon opens an instance's preview gateway. */

@@ -196,6 +196,7 @@ export async function runDaemon(
   const idle = setInterval(() => {
     controller.checkVm();
     controller.checkIdle();
+    void controller.checkStateDir();
     if (
       !controller.running &&
       // An instance that suspended itself keeps its daemon: it holds the previews that wake it.

@@ -58,6 +58,15 @@ export function checkpointEveryOf(config: SandboxConfig): number | null {
   return checkpoint === undefined ? CONFIG_DEFAULTS.checkpointEveryMs : checkpoint.everyMs;
 }
 
+/** `checkpoint.keep` and `keepGiB` of a config, the defaults where it has none. */
+export function checkpointKeepOf(config: SandboxConfig): { count: number; bytes: number } {
+  const checkpoint = config.checkpoint as CheckpointConfig | undefined;
+  return {
+    count: checkpoint?.keep ?? CONFIG_DEFAULTS.checkpointKeep,
+    bytes: (checkpoint?.keepGiB ?? CONFIG_DEFAULTS.checkpointKeepGiB) * 2 ** 30,
+  };
+}
+
 /**
  * What a start found of a run whose controller died (SIGKILL, OOM, a host reboot): its disk layer
  * became the checkpoint it reopened (`recovered`, crash-consistent like a power cut), or it could
@@ -119,7 +128,11 @@ export interface EntryRecord {
     newIdentity?: boolean;
     /** The disk is new from an image: no agent on it yet, so its boot gets the agent's seed. */
     freshDisk?: boolean;
+    /** A fork's first start: only the identity is new (setup ran in the instance it was forked from). */
+    fork?: true;
   };
+  /** The instance this one was forked from (`fork`), and when. */
+  forkedFrom?: { name: string; at: string };
 }
 
 /** One error kept for inspect. */

@@ -36,6 +36,60 @@ export interface LifecycleActions {
   destroy(confirm: string): Promise<{ destroyed: string; kind: EntryKind }>;
 }
 
+/** A kept checkpoint as actions report it. */
+export interface CheckpointView {
+  /** 12 hex digits; `rewind` and `checkpoint rm` take it (or the label). */
+  id: string;
+  label?: string;
+  /** Never pruned by `checkpoint.keep`/`keepGiB`. */
+  pinned: boolean;
+  /** ISO time it was taken. */
+  createdAt: string;
+  /** `memory`: a rewind resumes its processes; `disk`: a rewind boots its disk. */
+  kind: "disk" | "memory";
+  /** Host bytes that only kept checkpoints hold (not the instance's current disk). */
+  bytes: number;
+}
+
+/** What `checkpoint` took. */
+export interface CheckpointTaken {
+  name: string;
+  checkpoint: CheckpointView;
+  /** Milliseconds the guest's disk I/O waited (a disk checkpoint of a running instance). */
+  stallMs?: number;
+  /** Milliseconds the instance was paused (a memory checkpoint of a running instance: suspend and resume). */
+  pauseMs?: number;
+  /** Older unpinned checkpoints removed to stay within `checkpoint.keep` and `keepGiB`. */
+  pruned: CheckpointView[];
+}
+
+/** What `fork` made. */
+export interface ForkResult {
+  /** The instance forked. */
+  source: string;
+  /** The new instances, each with its own disk, record and identity-to-be. */
+  forks: { name: string; kind: "memory" | "disk" }[];
+  /** Milliseconds the source was paused (running: suspended and resumed around the copy). */
+  pauseMs?: number;
+  /** Each fork's start, when the caller started them (the client does, after the daemon answers). */
+  started?: EntryView[];
+}
+
+/** Kept checkpoints, rewind and fork; each runs alone in the instance's queue like the lifecycle. */
+export interface BranchActions {
+  /** Keeps the instance's state now (disk; with `memory`, its memory too). */
+  checkpoint(options: { label?: string; memory?: boolean; pin?: boolean }): Promise<CheckpointTaken>;
+  /** Removes a kept checkpoint (id or label). */
+  removeCheckpoint(target: string): Promise<{ name: string; removed: CheckpointView }>;
+  /**
+   * Brings the instance back to a kept checkpoint (id or label) and starts it; the state it left
+   * is kept first as a checkpoint of its own (`before`).
+   */
+  rewind(target: string): Promise<EntryView & { rewound: CheckpointView; before?: CheckpointView }>;
+  /** Copies the instance (memory too while it runs or is suspended) into new instances, not started. */
+  fork(names: readonly string[]): Promise<ForkResult>;
+}
+
 /** A services result with the instance's preview links. */
 export type ServicesView = ServicesResult & { previews: PreviewLinkInfo[] };
 

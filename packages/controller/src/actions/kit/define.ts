@@ -11,7 +11,7 @@ import type { EntryView } from "../../state/inspect.js";
 import type { EntryKind, StateLayout } from "../../state/layout.js";
 import type { HostGuard } from "../../host-guard.js";
 import type { ProgressEvent } from "../../wire.js";
-import type { GuestActions, LifecycleActions } from "./context.js";
+import type { BranchActions, GuestActions, LifecycleActions } from "./context.js";
 
 /** One argument of an action, as documented in help. */
 export interface ArgumentDoc {
@@ -85,6 +85,8 @@ export interface DaemonContext {
   stateRoot: string;
   /** Create, prepare, start, stop, destroy: queued, one at a time. */
   lifecycle: LifecycleActions;
+  /** Kept checkpoints, rewind and fork: queued with the lifecycle. */
+  branches: BranchActions;
   /** Guest actions; each throws CONTROLLER_NOT_RUNNING when no VM runs. */
   guest: GuestActions;
 }
@@ -213,6 +215,11 @@ export interface DaemonAction<Name extends string, Schema extends v.GenericSchem
   run(args: v.InferOutput<Schema>, ctx: DaemonContext): Promise<Result>;
   /** Answers without the daemon when it returns a promise (e.g. the controller log); else the daemon runs. */
   runLocally?(args: v.InferOutput<Schema>, ctx: LocalContext): Promise<Result> | undefined;
+  /**
+   * Instances the client starts, in parallel, once the daemon has answered (fork: each new
+   * instance has a daemon of its own); their views come back in the result's `started`.
+   */
+  startsAfter?(result: Result, args: v.InferOutput<Schema>): readonly string[];
 }
 
 /** Any action module. */

@@ -2,9 +2,11 @@
 
 import type * as v from "valibot";
 import type { ActionSpec, DaemonAction, LocalAction } from "./define.js";
+import { checkpoint, checkpointRm, checkpoints, rewind } from "../checkpoints.js";
 import { dashboard } from "../dashboard.js";
 import { doctor } from "../doctor.js";
 import { exec, execKill, execStatus } from "../exec.js";
+import { fork } from "../fork.js";
 import { download, upload } from "../copy.js";
 import { read, write } from "../files.js";
 import { helpAction } from "../help.js";
@@ -31,6 +33,11 @@ export const ACTIONS = [
   stop,
   suspend,
   destroy,
+  fork,
+  checkpoint,
+  checkpoints,
+  checkpointRm,
+  rewind,
   exec,
   execStatus,
   execKill,
@@ -87,4 +94,4 @@ export function findCliAction(command: string): ActionSpec | undefined {
 }
 
 /** Commands written as two words on the command line: `image build` is the action `image-build`. */
-export const COMMAND_GROUPS: readonly string[] = ["image"];
+export const COMMAND_GROUPS: readonly string[] = ["image", "checkpoint"];
