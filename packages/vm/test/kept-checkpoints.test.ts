@@ -172,3 +172,13 @@ function suspendState(generation: number) {
     },
   };
 }
+
+test("a caller may choose the id beforehand; a taken or malformed one is refused before anything is written", async () => {
+  const kept = await store.keepCheckpoint(dir, { id: "0123456789ab" });
+  expect(kept.id).toBe("0123456789ab");
+  await expect(store.keepCheckpoint(dir, { id: "0123456789ab" })).rejects.toMatchObject({
+    code: "VM_CHECKPOINT_FAILED",
+  });
+  await expect(store.keepCheckpoint(dir, { id: "../../x" })).rejects.toMatchObject({ code: "VM_CHECKPOINT_NOT_FOUND" });
+  expect((await listKept(dir)).map((k) => k.id)).toEqual(["0123456789ab"]);
+});

@@ -23,6 +23,8 @@ const ID_PATTERN = /^[0-9a-f]{12}$/;
 
 /** What the caller asks to keep with a checkpoint. */
 export interface KeepOptions {
+  /** Its id (12 hex digits) when the caller chose one beforehand (say, to name it inside the guest first); default a new random one. */
+  id?: string;
   /** The user's name for it (the caller validates it; never used as a path). */
   label?: string;
   /** Pinned checkpoints are never pruned. */
@@ -78,7 +80,11 @@ export async function keepCheckpoint(dir: string, pointer: DiskPointer, options:
   const root = path.join(dir, CHECKPOINTS_DIR);
   await fsp.mkdir(root, { recursive: true, mode: 0o700 });
   await removeTemps(root);
-  const id = randomBytes(6).toString("hex");
+  const id = options.id ?? randomBytes(6).toString("hex");
+  const target = keptDir(dir, id);
+  if (await fsp.stat(target).catch(() => undefined)) {
+    throw new VmError("VM_CHECKPOINT_FAILED", `${dir} already keeps a checkpoint ${id}`, { details: { dir, id } });
+  }
   const temp = path.join(root, `${TEMP_PREFIX}${id}`);
   await fsp.mkdir(temp, { mode: 0o700 });
   try {
@@ -104,7 +110,7 @@ export async function keepCheckpoint(dir: string, pointer: DiskPointer, options:
     await writePointer(temp, pointer);
     await writeFileAtomic(path.join(temp, RECORD_FILE), JSON.stringify(kept, null, 2) + "\n");
     await fsyncDir(temp);
-    await fsp.rename(temp, path.join(root, id));
+    await fsp.rename(temp, target);
     await fsyncDir(root);
     return kept;
   } catch (error) {
