@@ -84,7 +84,8 @@ export async function prepareQemuLauncher(binDir: string, arch: string = process
     };
   }
   const setpriv = process.platform === "linux" ? findExecutable("setpriv") : undefined;
-  const seccomp = await probeQemuSeccomp(emulatorPath);
+  await fsp.mkdir(binDir, { recursive: true, mode: 0o700 });
+  const seccomp = await probeQemuSeccomp(emulatorPath, { cacheDir: binDir });
   // The parent-death signal comes first: the wrapper runs again under setpriv, told its owner's
   // pid in a first argument of its own, and checks that its parent is still that process. An owner
   // killed before the signal was set (while the shell started) would otherwise leave a QEMU that

@@ -1,7 +1,10 @@
 // QEMU's seccomp sandbox options, and probing which the installed QEMU supports.
 import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
 import fs from "node:fs";
-import { qemuWords } from "./kvm-probe.js";
+import path from "node:path";
+import { writeFileAtomic } from "@pi-sandbox/config";
+import { fileIdentity, hostBootId, qemuWords } from "./kvm-probe.js";
 
 /**
  * QEMU's own seccomp filter: no obsolete system calls, no set*uid/setgid/capset, no
@@ -27,28 +30,55 @@ const cache = new Map<string, Promise<SeccompSupport>>();
  * sandbox on: QEMU without seccomp support ("no option group 'sandbox'") or a kernel without
  * seccomp filters makes it exit at once with an error. A probe that does not finish in 30 s
  * proves nothing and is not cached; the sandbox then stays on and the boot reports any failure.
+ * With `cacheDir`, a conclusive answer is also kept there for the host's boot and that binary:
+ * each instance's controller is a process of its own, and the probe (a QEMU start, most of a
+ * second under load) would otherwise run at every start.
  */
-export function probeQemuSeccomp(emulatorPath: string): Promise<SeccompSupport> {
+export function probeQemuSeccomp(emulatorPath: string, options: { cacheDir?: string } = {}): Promise<SeccompSupport> {
   if (process.platform !== "linux") {
     return Promise.resolve({ supported: false, problem: `seccomp filters exist only on Linux (${process.platform})` });
   }
-  let key = emulatorPath;
-  try {
-    const stat = fs.statSync(emulatorPath);
-    key = `${emulatorPath}\0${stat.size}\0${stat.mtimeMs}`;
-  } catch {
-    // Unreadable: the probe's spawn reports it.
-  }
+  const key = fileIdentity(emulatorPath);
   let found = cache.get(key);
   if (!found) {
-    const probing = runProbe(emulatorPath);
-    found = probing.then(({ inconclusive, ...support }) => {
+    const file = options.cacheDir ? storedFile(options.cacheDir, key) : undefined;
+    const stored = file ? readStored(file, key) : undefined;
+    const probing: Promise<ProbeOutcome> = stored ? Promise.resolve(stored) : runProbe(emulatorPath);
+    found = probing.then(async ({ inconclusive, ...support }) => {
       if (inconclusive) cache.delete(key);
+      else if (file && !stored) {
+        // Best effort: without the file, the next controller probes again.
+        await writeFileAtomic(file, JSON.stringify({ key, bootId: hostBootId(), ...support })).catch(() => undefined);
+      }
       return support;
     });
     cache.set(key, found);
   }
   return found;
+}
+
+/** Forgets this process's answers, as a new process starts without them (tests). */
+export function forgetSeccompProbes(): void {
+  cache.clear();
+}
+
+/** Where the answer for binary `key` is kept in `cacheDir`. */
+function storedFile(cacheDir: string, key: string): string {
+  return path.join(cacheDir, `seccomp-${createHash("sha256").update(key).digest("hex").slice(0, 24)}.json`);
+}
+
+/** The kept answer for binary `key` from this host boot, if there is one. */
+function readStored(file: string, key: string): SeccompSupport | undefined {
+  try {
+    const stored = JSON.parse(fs.readFileSync(file, "utf8")) as Partial<SeccompSupport> & {
+      key?: string;
+      bootId?: string;
+    };
+    if (stored.key !== key || stored.bootId !== hostBootId() || typeof stored.supported !== "boolean") return undefined;
+    return { supported: stored.supported, ...(typeof stored.problem === "string" ? { problem: stored.problem } : {}) };
+  } catch {
+    return undefined;
+  }
 }
 
 interface ProbeOutcome extends SeccompSupport {
