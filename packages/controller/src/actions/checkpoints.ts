@@ -4,8 +4,8 @@
 // list is read from the disk directory here.
 
 import * as v from "valibot";
-import { listKept } from "@pi-sandbox/vm/host";
-import { ControllerError } from "../errors.js";
+import { listCheckpoints } from "../state/checkpoints.js";
+import { notFound } from "../state/inspect.js";
 import { readRecord } from "../state/records.js";
 import type { CheckpointView } from "./kit/context.js";
 import { defineAction } from "./kit/define.js";
@@ -107,21 +107,8 @@ export const checkpoints = defineAction({
     toAction: (input) => ({ action: "checkpoints", name: positional(input, 0, "a name", "checkpoints") }),
   },
   run: async (args, ctx): Promise<CheckpointList> => {
-    if (!(await readRecord(ctx.layout, "instances", args.name))) {
-      throw new ControllerError("CONTROLLER_NOT_FOUND", `no instance named ${args.name}`, {
-        hint: 'List instances with {"action":"list"}.',
-        details: { name: args.name },
-      });
-    }
-    const kept = await listKept(ctx.layout.diskDir("instances", args.name));
-    const views: CheckpointView[] = kept.map((k) => ({
-      id: k.id,
-      ...(k.label !== undefined ? { label: k.label } : {}),
-      pinned: k.pinned,
-      createdAt: k.createdAt,
-      kind: k.memory ? "memory" : "disk",
-      bytes: k.bytes,
-    }));
+    if (!(await readRecord(ctx.layout, "instances", args.name))) throw notFound("instances", args.name);
+    const views = await listCheckpoints(ctx.layout, args.name);
     return { name: args.name, checkpoints: views, bytes: views.reduce((sum, c) => sum + c.bytes, 0) };
   },
   formatText: (result) =>

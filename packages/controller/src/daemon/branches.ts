@@ -9,7 +9,8 @@ import { isValidInstanceName } from "@pi-sandbox/config";
 import type { AgentDoor } from "@pi-sandbox/supervisor";
 import type { BranchActions, CheckpointTaken, CheckpointView, ForkResult } from "../actions/kit/context.js";
 import { ControllerError } from "../errors.js";
-import type { EntryView } from "../state/inspect.js";
+import { checkpointView } from "../state/checkpoints.js";
+import { notFound, type EntryView } from "../state/inspect.js";
 import {
   checkpointKeepOf,
   completePendingCreate,
@@ -32,18 +33,6 @@ type Progress = (event: ProgressEvent) => void;
 interface KeptExtra {
   agentDoor?: AgentDoor;
   previews?: PreviewLinkInfo[];
-}
-
-/** A kept checkpoint as actions report it. */
-export function checkpointView(kept: KeptCheckpoint & { bytes?: number }): CheckpointView {
-  return {
-    id: kept.id,
-    ...(kept.label !== undefined ? { label: kept.label } : {}),
-    pinned: kept.pinned,
-    createdAt: kept.createdAt,
-    kind: kept.memory ? "memory" : "disk",
-    bytes: kept.bytes ?? 0,
-  };
 }
 
 /** The checkpoint a user means by `target`: its id, else the newest with that label. */
@@ -108,12 +97,7 @@ export class Branches {
   private async record(action: string): Promise<EntryRecord> {
     const { state } = this;
     const record = state.kind === "instances" ? await readRecord(state.layout, "instances", this.name) : undefined;
-    if (!record) {
-      throw new ControllerError("CONTROLLER_NOT_FOUND", `no instance named ${this.name}`, {
-        hint: 'List instances with {"action":"list"}; templates have no checkpoints or forks.',
-        details: { name: this.name },
-      });
-    }
+    if (!record) throw notFound("instances", this.name);
     // A running instance's create has finished (setup ran); its first checkpoint just had not
     // been taken yet: the live checkpoint or the suspend of this action takes it.
     const created = state.vm !== undefined && state.status.state === "running";

@@ -4,7 +4,10 @@
 import type { AdHocServiceSpec, ServiceStatus, ServicesResult, SupervisorClient } from "@pi-sandbox/supervisor";
 import type { EntryView } from "../../state/inspect.js";
 import type { EntryKind } from "../../state/layout.js";
+import type { CheckpointView } from "../../state/checkpoints.js";
 import type { PreviewLinkInfo } from "../../state/records.js";
+
+export type { CheckpointView };
 
 /** A host sandbox.yaml to build from. */
 export interface ConfigSource {
@@ -34,21 +37,6 @@ export interface LifecycleActions {
   suspend(): Promise<EntryView>;
   /** Removes the entry for good; `confirm` must equal the name. */
   destroy(confirm: string): Promise<{ destroyed: string; kind: EntryKind }>;
-}
-
-/** A kept checkpoint as actions report it. */
-export interface CheckpointView {
-  /** 12 hex digits; `rewind` and `checkpoint rm` take it (or the label). */
-  id: string;
-  label?: string;
-  /** Never pruned by `checkpoint.keep`/`keepGiB`. */
-  pinned: boolean;
-  /** ISO time it was taken. */
-  createdAt: string;
-  /** `memory`: a rewind resumes its processes; `disk`: a rewind boots its disk. */
-  kind: "disk" | "memory";
-  /** Host bytes that only kept checkpoints hold (not the instance's current disk). */
-  bytes: number;
 }
 
 /** What `checkpoint` took. */
