@@ -7,6 +7,8 @@ import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { readRecord, readStatus } from "../src/state/records.js";
 import { checkpointsToPrune } from "../src/daemon/branches.js";
+import { formatView } from "../src/actions/kit/text.js";
+import { inspectEntry } from "../src/state/inspect.js";
 import type { KeptCheckpointInfo } from "../src/daemon/runtime.js";
 import { checkpoints as checkpointsAction } from "../src/actions/checkpoints.js";
 import { localSandbox, type LocalSandbox, type Loose } from "./support/local-daemon.js";
@@ -48,6 +50,9 @@ test("a kept checkpoint is listed, and rewind by label brings its files back and
   expect(taken.pruned).toEqual([]);
   await exec("app", "printf 'v2\\n' > state.txt");
   expect((await list("app")).checkpoints.map((c: Loose) => c.label)).toEqual(["first"]);
+  const view = await inspectEntry(sandbox.layout, "instances", "app");
+  expect(view.kept).toMatchObject({ count: 1, newest: { label: "first", kind: "disk" } });
+  expect(formatView(view)).toMatch(/^kept: {8}1 checkpoint\(s\), .* newest [0-9a-f]{12} \(disk, first\)/m);
 
   const progress: string[] = [];
   const rewound = await call({ action: "rewind", name: "app", checkpoint: "first" }, progress);
@@ -120,6 +125,7 @@ test("fork copies the files into new instances with their own record; each start
   expect((await readStatus(sandbox.layout, "instances", "src"))?.state).toBe("running");
   const record = await readRecord(sandbox.layout, "instances", "src-a");
   expect(record).toMatchObject({ forkedFrom: { name: "src" }, pendingCreate: { newIdentity: true, fork: true } });
+  expect((await inspectEntry(sandbox.layout, "instances", "src-a")).forkedFrom).toMatchObject({ name: "src" });
   const started = await call({ action: "start", name: "src-a" });
   expect(started.state).toBe("running");
   expect(await exec("src-a", "cat work.txt")).toBe("work\n");

@@ -4,6 +4,7 @@ import { access } from "node:fs/promises";
 import type { QemuResidentMemory } from "@pi-sandbox/vm/host";
 import { ControllerError } from "../errors.js";
 import { daemonLive, daemonPing, type Pong } from "./liveness.js";
+import { listCheckpoints, type CheckpointView } from "./checkpoints.js";
 import type { EntryKind, StateLayout } from "./layout.js";
 import {
   checkpointEveryOf,
@@ -71,6 +72,10 @@ export interface EntryView {
    * the last one its current (or last) run took, which is what a crash would fall back to at worst.
    */
   checkpoint?: { everyMs: number | null; last?: LastCheckpoint };
+  /** Kept checkpoints (`checkpoint`): how many, the host bytes only they hold, and the newest. */
+  kept?: { count: number; bytes: number; newest: CheckpointView };
+  /** The instance this one was forked from, and when. */
+  forkedFrom?: { name: string; at: string };
   /** Background resume handle for exec-status. */
   resumePid?: string;
   /** A template prepared with `suspend`: the memory it saved, which instances made from it resume. */
@@ -192,6 +197,12 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
         : {}),
     };
   }
+  if (kind === "instances") {
+    const kept = await listCheckpoints(layout, name).catch(() => []);
+    if (kept.length > 0)
+      view.kept = { count: kept.length, bytes: kept.reduce((sum, k) => sum + k.bytes, 0), newest: kept.at(-1)! };
+  }
+  if (record.forkedFrom) view.forkedFrom = record.forkedFrom;
   if (status?.recovery) view.recovery = status.recovery;
   // Removed by the user meanwhile: no longer listed.
   const kept = await keptLayers(status?.setAside ?? []);

@@ -42,7 +42,9 @@ export function formatView(view: EntryView): string {
   const lines = [
     `name:        ${oneLine(view.name)} (${view.kind === "templates" ? "template" : "instance"})`,
     `state:       ${oneLine(stateText(view))}`,
-    `created:     ${oneLine(view.createdAt)}${view.template ? ` from template ${oneLine(view.template)}` : ""}`,
+    `created:     ${oneLine(view.createdAt)}${view.template ? ` from template ${oneLine(view.template)}` : ""}${
+      view.forkedFrom ? ` as a fork of ${oneLine(view.forkedFrom.name)}` : ""
+    }`,
     `resources:   ${view.resources.cpus} cpu, ${view.resources.memoryGiB} GiB memory, ${view.diskGiB} GiB disk`,
   ];
   if (view.hostPorts?.length)
@@ -84,6 +86,12 @@ export function formatView(view: EntryView): string {
       `last start:  ${(view.lastStart.ms / 1000).toFixed(1)} s (${view.lastStart.warm ? "resumed" : "booted"}) at ${view.lastStart.at}`,
     );
   if (view.checkpoint) lines.push(`checkpoint:  ${oneLine(checkpointText(view.checkpoint))}`);
+  if (view.kept) {
+    const newest = view.kept.newest;
+    lines.push(
+      `kept:        ${view.kept.count} checkpoint(s), ${formatMiB(view.kept.bytes)} beyond the disk; newest ${newest.id} (${newest.kind}${newest.label ? `, ${oneLine(newest.label)}` : ""}) at ${newest.createdAt}`,
+    );
+  }
   if (view.savedMemory)
     lines.push(
       `memory:      ${formatMiB(view.savedMemory.bytes)} saved running; create -t resumes it instead of booting`,
