@@ -38,6 +38,7 @@ export const checkpoint = defineAction({
     arg("pin", "boolean", false, "never remove it to stay within checkpoint.keep and keepGiB"),
   ],
   route: "spawn",
+  lifecycle: "queued",
   long: true,
   schema: actionSchema("checkpoint", {
     name,
@@ -133,6 +134,7 @@ export const checkpointRm = defineAction({
   summary: "remove a kept checkpoint (its id or label); the layers it alone held are freed",
   args: [nameArg, targetArg],
   route: "spawn",
+  lifecycle: "queued",
   long: true,
   schema: actionSchema("checkpoint-rm", { name, checkpoint: target }),
   cli: {
@@ -154,6 +156,7 @@ export const rewind = defineAction({
     "bring an instance back to a kept checkpoint and start it: a memory checkpoint resumes its processes, a disk one boots its disk (setup skipped, resume hooks run). The state it leaves is kept as a checkpoint first",
   args: [nameArg, targetArg],
   route: "spawn",
+  lifecycle: "start",
   long: true,
   irreversible: true,
   schema: actionSchema("rewind", { name, checkpoint: target }),

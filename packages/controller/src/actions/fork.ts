@@ -28,6 +28,7 @@ export const fork = defineAction({
     arg("start", "boolean", false, "start the forks (default true)"),
   ],
   route: "spawn",
+  lifecycle: "queued",
   long: true,
   schema: actionSchema("fork", {
     name,

@@ -38,6 +38,7 @@ export const prepare = defineAction({
     ),
   ],
   route: "spawn",
+  lifecycle: "queued",
   long: true,
   schema: actionSchema("prepare", { name, config: text, suspend: v.optional(v.boolean()) }),
   cli: {
@@ -81,6 +82,7 @@ export const create = defineAction({
     idleSuspendArg,
   ],
   route: "spawn",
+  lifecycle: "start",
   long: true,
   schema: actionSchema("create", {
     name,
@@ -133,6 +135,7 @@ export const start = defineAction({
     "reconnect to a running instance, resume a suspended one, or reopen its last checkpoint, run resume hooks and services",
   args: [nameArg, idleSuspendArg],
   route: "spawn",
+  lifecycle: "start",
   long: true,
   schema: actionSchema("start", { name, idleSuspend: v.optional(idleSuspend) }),
   cli: {
@@ -158,6 +161,7 @@ export const stop = defineAction({
   args: [nameArg],
   // Spawns a daemon when none runs: a suspended instance has none, and its memory file must go.
   route: "spawn",
+  lifecycle: "queued",
   long: true,
   schema: actionSchema("stop", { name }),
   cli: {
@@ -175,6 +179,7 @@ export const destroy = defineAction({
   summary: "irreversibly remove an instance (or template), its disk and logs",
   args: [nameArg, arg("confirm", "string", true, "must equal name"), kindArg],
   route: "spawn",
+  lifecycle: "queued",
   long: true,
   irreversible: true,
   schema: actionSchema("destroy", { name, confirm: v.string(), kind: v.optional(kind) }),

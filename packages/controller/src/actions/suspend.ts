@@ -12,6 +12,7 @@ export const suspend = defineAction({
     "cut preview and terminal clients, save the guest's memory with a disk checkpoint; the next start resumes it with its processes and services (or boots cold and says why)",
   args: [nameArg],
   route: "daemon",
+  lifecycle: "queued",
   long: true,
   schema: actionSchema("suspend", { name }),
   cli: {

@@ -1,6 +1,5 @@
 // One entry's controller inside its daemon: runs actions, lifecycle work one at a time in a queue,
 // guest actions beside it.
-import { stat } from "node:fs/promises";
 import PQueue from "p-queue";
 import { processUsage } from "@pi-sandbox/vm/host";
 import type { DaemonContext } from "../actions/kit/define.js";
@@ -13,8 +12,9 @@ import type { IdleReading, ProgressEvent } from "../wire.js";
 import { AutoCheckpoint } from "./auto-checkpoint.js";
 import { AutoSuspend } from "./auto-suspend.js";
 import { Branches } from "./branches.js";
+import { EntryDirWatch, reportEntryDirGone } from "./entry-dir-watch.js";
 import { Lifecycle } from "./lifecycle.js";
-import { systemLog, type DaemonLogger } from "../log.js";
+import type { DaemonLogger } from "../log.js";
 import { createVmRuntime, type InstanceRuntime } from "./runtime.js";
 import { GuestOperations } from "./services.js";
 import { InstanceState, toControllerError } from "./state.js";
@@ -38,26 +38,9 @@ function needsGuest(args: Record<string, unknown> & { action: string }): boolean
   return !(args.action === "logs" && args.service === undefined);
 }
 
-/** Actions queued with the lifecycle: none wakes an instance that suspended itself first. */
-const LIFECYCLE: ReadonlySet<string> = new Set([
-  "create",
-  "prepare",
-  "start",
-  "stop",
-  "suspend",
-  "destroy",
-  "checkpoint",
-  "checkpoint-rm",
-  "rewind",
-  "fork",
-]);
-/** Lifecycle actions that end with the instance running. */
-const STARTS: ReadonlySet<string> = new Set(["create", "start", "rewind"]);
 /** A closed agent channel is reattached at most this often in {@link REATTACH_WINDOW_MS}; then the instance fails. */
 const REATTACH_LIMIT = 3;
 const REATTACH_WINDOW_MS = 10 * 60_000;
-/** How often the daemon looks whether its entry's directory is still there. */
-const STATE_DIR_LOOK_MS = 10_000;
 
 /**
  * Owns one instance (or, for prepare, one template) inside its daemon: the VM, the supervisor
@@ -76,8 +59,7 @@ export class InstanceController {
   #recordedFault: unknown;
   /** When the agent's channel was last reattached (see {@link #reattach}). */
   #reattaches: number[] = [];
-  /** The entry directory's device and inode at the first look, and when it was last looked at. */
-  #entryDir: { identity?: string; lookedAt: number } = { lookedAt: 0 };
+  readonly #entryDir: EntryDirWatch;
 
   /** `now` (ms) drives the idle and checkpoint clocks (a test seam; default `Date.now`). */
   constructor(
@@ -89,6 +71,7 @@ export class InstanceController {
     options: { now?: () => number } = {},
   ) {
     this.#state = new InstanceState(layout, kind, name, log);
+    this.#entryDir = new EntryDirWatch(layout.entryDir(kind, name));
     this.#guest = new GuestOperations(this.#state);
     this.#lifecycle = new Lifecycle(
       this.#state,
@@ -224,9 +207,9 @@ export class InstanceController {
     const ended = this.#idle.callStarted();
     const endedForCheckpoints = this.#checkpoints.callStarted();
     try {
-      if (LIFECYCLE.has(spec.name)) {
+      if (spec.lifecycle) {
         const result = await spec.run(args, context);
-        if (STARTS.has(spec.name)) this.#idle.started();
+        if (spec.lifecycle === "start") this.#idle.started();
         return result;
       }
       if (needsGuest(args)) await this.#wake(args.action, ctx.progress);
@@ -289,28 +272,14 @@ export class InstanceController {
   }
 
   /**
-   * Called every second by the daemon; looks every {@link STATE_DIR_LOOK_MS}. An entry directory
-   * removed (or replaced) under a running daemon (a temp cleaner, a hasty `rm -rf` of the state
-   * root) takes the disk, the status and the socket with it: no command can reach this daemon
-   * again, and its VM would run on unseen. It says so in the system log and on its stderr, closes
-   * the VM (there is no disk left to checkpoint to) and exits.
+   * Called every second by the daemon: when the entry's directory was removed under it (see
+   * entry-dir-watch.ts), it says so, closes the VM (no disk is left to checkpoint to) and exits.
    */
   async checkStateDir(now = Date.now()): Promise<void> {
     const state = this.#state;
-    const look = this.#entryDir;
-    if (now - look.lookedAt < STATE_DIR_LOOK_MS || state.exiting || this.busy) return;
-    look.lookedAt = now;
-    const dir = state.layout.entryDir(state.kind, state.name);
-    const info = await stat(dir).catch(() => undefined);
-    const identity = info && `${info.dev}:${info.ino}`;
-    look.identity ??= identity;
-    if (identity !== undefined && identity === look.identity) return;
-    // A destroy that began meanwhile removed it on purpose.
-    if (state.exiting || this.busy) return;
-    const message = `pi-sandbox: the state directory of ${state.kind === "templates" ? "template" : "instance"} ${state.name} (${dir}) was removed while its controller ran; its VM is stopped and its disk is gone with the directory`;
-    state.log.warn(message);
-    process.stderr.write(`${message}\n`);
-    await systemLog(message);
+    // A destroy (or a create's roll-back) removes it on purpose, in the queue.
+    if (state.exiting || this.busy || !(await this.#entryDir.gone(now)) || state.exiting || this.busy) return;
+    await reportEntryDirGone(state);
     await this.#enqueue(async () => {
       await this.#lifecycle.teardown({ checkpoint: false }).catch(() => undefined);
       state.finish();

@@ -181,6 +181,11 @@ interface ActionBase<Name extends string, Schema extends v.GenericSchema, Result
   userOnly?: boolean;
   /** A model's call needs the user's yes: it cannot be undone (destroy). */
   irreversible?: boolean;
+  /**
+   * Lifecycle work: runs alone in the instance's queue, and never wakes an instance that
+   * suspended itself first (`start`: and it ends with the instance running).
+   */
+  lifecycle?: "queued" | "start";
   /** Valibot schema of the whole action object. */
   schema: Schema;
   /** Checks across arguments the schema cannot express; throws CONTROLLER_BAD_INPUT. */
