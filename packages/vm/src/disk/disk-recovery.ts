@@ -17,6 +17,7 @@ import { compact } from "./disk-compact.js";
 import { VmError, isVmError, messageOf } from "../errors.js";
 import { LAYER_PATTERN, SET_ASIDE_DIR, TEMP_PREFIX, setAsideNoteName } from "../filenames.js";
 import { fsyncDir, fsyncFile, readJsonIfExists } from "../fs-util.js";
+import { removeKeptTemps } from "./kept-checkpoints.js";
 import { QemuImg } from "./qemu-img.js";
 import { removeSuspendState } from "./vm-memory.js";
 
@@ -54,6 +55,9 @@ export async function recoverInterruptedRun(
   pointer: DiskPointer,
   signal?: AbortSignal,
 ): Promise<{ pointer: DiskPointer; recovery?: RunRecovery }> {
+  // First what keeps and removals of kept checkpoints that died left: their temp directories'
+  // links to layers would stop the merges below.
+  await removeKeptTemps(dir);
   const record = await readRunRecord(dir);
   if (record === undefined) return { pointer };
   const chain = record ? [record.layer, ...(record.next ?? [])] : [];

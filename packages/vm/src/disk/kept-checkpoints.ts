@@ -246,6 +246,17 @@ export async function rewindTo(dir: string, id: string): Promise<{ kept: KeptChe
   return { kept, pointer };
 }
 
+/**
+ * Removes what keeps and removals a crash interrupted (`checkpoints/.tmp-*`) when the disk is
+ * opened (the caller holds it: no keep is in flight). Left in place, their hard links would hold
+ * the chain's layers back from every merge until the next keep.
+ */
+export async function removeKeptTemps(dir: string): Promise<void> {
+  await removeTemps(path.join(dir, CHECKPOINTS_DIR)).catch((error: unknown) => {
+    if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+  });
+}
+
 /** Removes temp directories of keeps and removals a crash interrupted. */
 async function removeTemps(root: string): Promise<void> {
   for (const name of await fsp.readdir(root)) {
