@@ -49,7 +49,7 @@ export function positionalLimit(spec: ActionSpec & { cli: CliMapping }): number 
 const OVERVIEW_GROUPS: readonly { title: string; commands: readonly (string | readonly string[])[] }[] = [
   {
     title: "Instances",
-    commands: ["list", "inspect", "create", "start", "stop", "suspend", "destroy", "prepare", "dashboard"],
+    commands: ["list", "inspect", "create", "start", "stop", "suspend", "destroy", "prepare", "dashboard", "audit"],
   },
   { title: "Branches", commands: ["fork", ["checkpoint", "checkpoints"], "rewind", ["diff", "apply"]] },
   {

@@ -7,6 +7,7 @@ import type { HostGuard } from "../host-guard.js";
 import { findAction } from "../actions/kit/registry.js";
 import { ControllerError, isControllerError } from "../errors.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
+import type { LedgerKind } from "../state/ledger.js";
 import type { EntryState } from "../state/records.js";
 import type { IdleReading, ProgressEvent } from "../wire.js";
 import { AutoCheckpoint } from "./auto-checkpoint.js";
@@ -169,6 +170,11 @@ export class InstanceController {
   /** True while the instance is suspended by its idle clock: the daemon holds its previews to wake it. */
   get asleep(): boolean {
     return this.#idle.asleep && !this.#state.exiting;
+  }
+
+  /** Appends to the instance's ledger (see InstanceState.record). */
+  record(kind: LedgerKind, data: Record<string, unknown>): void {
+    this.#state.record(kind, data);
   }
 
   /** The idle clock, for pings (undefined while off or not running). */

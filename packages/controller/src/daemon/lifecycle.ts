@@ -414,6 +414,7 @@ export class Lifecycle {
       if (!(isVmError(error) && error.code === "VM_DISK_NOT_FOUND")) throw error;
     });
     const address = state.kind === "instances" ? await recordedPreviewAddress(state.layout, this.name) : undefined;
+    await state.keepLedger();
     await rm(state.layout.entryDir(state.kind, this.name), { recursive: true, force: true });
     if (state.kind === "instances") await releasePreviewAddress(state.layout, this.name, address);
     state.finish();

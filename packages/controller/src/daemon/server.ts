@@ -12,6 +12,7 @@ import { ensurePrivateDir, type EntryKind, type StateLayout } from "../state/lay
 import { daemonLive, pidAlive } from "../state/liveness.js";
 import { readJsonLines, writeJsonLine, type ClientMessage } from "../wire.js";
 import { InstanceController, toControllerError } from "./instance.js";
+import { CallLedger } from "./ledger-entries.js";
 import { createFileLogger, type DaemonLogger } from "../log.js";
 import type { InstanceRuntime } from "./runtime.js";
 
@@ -102,6 +103,7 @@ export async function runDaemon(
   const pidFileIdentity = await fileIdentity(layout.pidFile(kind, name));
   await rm(socketPath, { force: true });
   const controller = new InstanceController(layout, kind, name, log, options.runtime);
+  const ledger = new CallLedger();
   const sockets = new Set<Socket>();
   let inFlight = 0;
   let lastActivity = Date.now();
@@ -140,6 +142,14 @@ export async function runDaemon(
       const gone = new AbortController();
       const onClose = () => gone.abort(new Error("the caller went away"));
       socket.once("close", onClose);
+      const started = performance.now();
+      const caller = message.guard ? "model" : "user";
+      const record = (outcome: { result: unknown } | { error: string }) => {
+        // A poll that found nothing new is not an action of its own; what it reports (an exec's end) is.
+        const records = ledger.records(args, caller, performance.now() - started, outcome);
+        for (const r of poll && "result" in outcome && records.length === 1 ? [] : records)
+          controller.record(r.kind, r.data);
+      };
       const result = await controller
         .call(args, {
           guard: parseHostGuard(message.guard),
@@ -150,7 +160,12 @@ export async function runDaemon(
           },
           signal: gone.signal,
         })
-        .finally(() => socket.off("close", onClose));
+        .finally(() => socket.off("close", onClose))
+        .catch((error: unknown) => {
+          record({ error: toControllerError(error).code });
+          throw error;
+        });
+      record({ result });
       writeJsonLine(socket, { id: message.id, type: "result", result });
     } catch (error) {
       const e = toControllerError(error);

@@ -1,6 +1,8 @@
 // The state one instance's daemon holds, shared by its lifecycle and guest operations: what runs
 // (VM, agent, previews), the status it last wrote, and the errors kept for inspect.
 
+import { mkdir, rename } from "node:fs/promises";
+import { dirname } from "node:path";
 import { isConfigError } from "@pi-sandbox/config";
 import { isImageError } from "@pi-sandbox/image";
 import { isIngressError, type PreviewGateway, type TcpConnectable } from "@pi-sandbox/ingress";
@@ -10,6 +12,7 @@ import { ControllerError, isControllerError } from "../errors.js";
 import { inspectEntry, type EntryView } from "../state/inspect.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
 import { writeStatus, type EntryState, type EntryStatus, type RecordedError } from "../state/records.js";
+import { Ledger, type LedgerKind } from "../state/ledger.js";
 import type { DaemonLogger } from "../log.js";
 import type { RuntimeVm } from "./runtime.js";
 
@@ -98,6 +101,46 @@ export class InstanceState {
     });
   }
 
+  #ledger: Ledger | undefined;
+  /** Where the ledger is: the entry's, or after a destroy where it was kept. */
+  #ledgerDir: string | undefined;
+
+  /**
+   * Appends to the entry's ledger (opened at its first entry). Recording never fails the work it
+   * records: a failure is logged (the entry directory removed, a full disk) and the work goes on.
+   */
+  record(kind: LedgerKind, data: Record<string, unknown>): void {
+    try {
+      this.#ledger ??= Ledger.open(this.#ledgerDir ?? this.layout.ledgerDir(this.kind, this.name));
+      this.#ledger.append(kind, data);
+    } catch (error) {
+      this.#ledger = undefined;
+      this.log.warn(`could not record ${kind} in the ledger: ${String(error)}`);
+    }
+  }
+
+  /**
+   * Moves the ledger out of the entry directory before a destroy removes it, under the time of the
+   * destroy, its last entry saying so; returns where it went (undefined when there was none).
+   */
+  async keepLedger(): Promise<string | undefined> {
+    const from = this.layout.ledgerDir(this.kind, this.name);
+    this.record("lifecycle", { state: "destroyed" });
+    this.#ledger = undefined;
+    const stamp = new Date().toISOString().replace(/[-:.]/g, "");
+    const to = this.layout.keptLedgerDir(this.kind, this.name, stamp);
+    await mkdir(dirname(to), { recursive: true, mode: 0o700 });
+    try {
+      await rename(from, to);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+      throw error;
+    }
+    // What the daemon still records (the destroy's own answer) goes after it there.
+    this.#ledgerDir = to;
+    return to;
+  }
+
   /** Marks the daemon as done. */
   finish(): void {
     this.#finish();
@@ -105,6 +148,7 @@ export class InstanceState {
 
   /** Records a transition in status.json (atomically), with the errors and the QEMU pid. */
   async setState(state: EntryState, patch: Partial<EntryStatus> = {}): Promise<void> {
+    if (state !== this.status.state) this.record("lifecycle", { state, from: this.status.state });
     this.status = {
       ...this.status,
       ...patch,

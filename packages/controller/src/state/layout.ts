@@ -171,6 +171,21 @@ export class StateLayout {
     return join(this.root, "trust", `${key}.json`);
   }
 
+  /** The entry's ledger (state/ledger.ts): what was done to it, written only by its controller. */
+  ledgerDir(kind: EntryKind, name: string): string {
+    return join(this.entryDir(kind, name), "ledger");
+  }
+
+  /**
+   * Where a destroyed entry's ledger is kept, under the time of the destroy (`stamp`, ISO time
+   * without separators): `ledgers/<kind>/<name>.<stamp>`, until the user removes it.
+   */
+  keptLedgerDir(kind: EntryKind, name: string, stamp: string): string {
+    assertName(name);
+    if (!/^[0-9TZ]+$/.test(stamp)) throw new ControllerError("CONTROLLER_BAD_INPUT", "not a ledger time stamp");
+    return join(this.root, "ledgers", kind, `${name}.${stamp}`);
+  }
+
   /** Directory owned by the vm package's disk store. */
   diskDir(kind: EntryKind, name: string): string {
     return join(this.entryDir(kind, name), "disk");

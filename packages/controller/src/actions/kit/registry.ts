@@ -2,6 +2,7 @@
 
 import type * as v from "valibot";
 import type { ActionSpec, DaemonAction, LocalAction } from "./define.js";
+import { audit, auditVerify } from "../audit.js";
 import { checkpoint, checkpointRm, checkpoints, rewind } from "../checkpoints.js";
 import { dashboard } from "../dashboard.js";
 import { doctor } from "../doctor.js";
@@ -38,6 +39,8 @@ export const ACTIONS = [
   checkpoints,
   checkpointRm,
   rewind,
+  audit,
+  auditVerify,
   exec,
   execStatus,
   execKill,
@@ -94,4 +97,4 @@ export function findCliAction(command: string): ActionSpec | undefined {
 }
 
 /** Commands written as two words on the command line: `image build` is the action `image-build`. */
-export const COMMAND_GROUPS: readonly string[] = ["image", "checkpoint"];
+export const COMMAND_GROUPS: readonly string[] = ["image", "checkpoint", "audit"];

@@ -1,0 +1,113 @@
+// What the daemon writes to an instance's ledger about each call it answers (state/ledger.ts): the
+// action with its caller and outcome, and from the results of execs and copies what ran and what
+// moved. Arguments are recorded as the caller sent them, except what could carry a secret or a
+// file's whole text: an exec's environment (names only) and a write's content (its size and hash).
+import { createHash } from "node:crypto";
+import type { LedgerKind } from "../state/ledger.js";
+
+/** One entry to append. */
+export interface LedgerRecord {
+  kind: LedgerKind;
+  data: Record<string, unknown>;
+}
+
+/** The action's arguments as the ledger keeps them. */
+function recordedArgs(args: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(args)) {
+    if (key === "action" || key === "name") continue;
+    if (key === "env" && value && typeof value === "object") out.envNames = Object.keys(value);
+    else if (key === "content" && typeof value === "string") {
+      out.contentBytes = Buffer.byteLength(value);
+      out.contentSha256 = createHash("sha256").update(value).digest("hex");
+    } else out[key] = value;
+  }
+  return out;
+}
+
+/** What the ledger needs of the execs still running: what was run, by handle. */
+export class CallLedger {
+  readonly #running = new Map<string, { cmd: unknown; cwd: unknown }>();
+
+  /**
+   * The entries of one call: the action (caller, arguments, outcome, duration), and for a finished
+   * exec or a copy, what ran or moved. `outcome.error` is the code the call failed with.
+   */
+  records(
+    args: Record<string, unknown> & { action: string },
+    caller: "user" | "model",
+    ms: number,
+    outcome: { result: unknown } | { error: string },
+  ): LedgerRecord[] {
+    const records: LedgerRecord[] = [
+      {
+        kind: "action",
+        data: {
+          action: args.action,
+          caller,
+          args: recordedArgs(args),
+          outcome: "error" in outcome ? outcome.error : "ok",
+          ms: Math.round(ms),
+        },
+      },
+    ];
+    if ("error" in outcome) return records;
+    const result = outcome.result as Record<string, unknown> | null;
+    if (!result || typeof result !== "object") return records;
+    const exec = this.#exec(args, result);
+    if (exec) records.push({ kind: "exec", data: exec });
+    const transfer = transferOf(args, result);
+    if (transfer) records.push({ kind: "transfer", data: transfer });
+    return records;
+  }
+
+  /** A finished exec's entry (one that is still running is remembered until exec-status sees it end). */
+  #exec(args: Record<string, unknown>, result: Record<string, unknown>): Record<string, unknown> | undefined {
+    if (args.action !== "exec" && args.action !== "exec-status") return undefined;
+    const pid = typeof result.pid === "string" ? result.pid : String(args.pid ?? "");
+    const ran = args.action === "exec" ? { cmd: args.cmd, cwd: args.cwd ?? null } : this.#running.get(pid);
+    if (result.running === true) {
+      if (args.action === "exec") this.#running.set(pid, { cmd: args.cmd, cwd: args.cwd ?? null });
+      return undefined;
+    }
+    this.#running.delete(pid);
+    return {
+      pid,
+      ...(ran ?? { cmd: null, cwd: null }),
+      exitCode: result.exitCode ?? null,
+      ...(typeof result.signal === "string" ? { signal: result.signal } : {}),
+      durationMs: result.durationMs ?? null,
+      outputBytes:
+        Buffer.byteLength(String(result.output ?? "")) +
+        Number(result.truncatedBytes ?? 0) +
+        Buffer.byteLength(String(result.stderr ?? "")) +
+        Number(result.stderrTruncatedBytes ?? 0),
+    };
+  }
+}
+
+/** A copy's entry: both ends, files, bytes and the sha256 of a single file. */
+function transferOf(
+  args: Record<string, unknown>,
+  result: Record<string, unknown>,
+): Record<string, unknown> | undefined {
+  if (args.action === "write" && typeof args.content === "string") {
+    return {
+      direction: "upload",
+      from: "(content)",
+      to: args.path,
+      files: 1,
+      bytes: Buffer.byteLength(args.content),
+      sha256: createHash("sha256").update(args.content).digest("hex"),
+    };
+  }
+  if (args.action !== "upload" && args.action !== "download") return undefined;
+  return {
+    direction: args.action,
+    from: args.from,
+    to: result.to ?? args.to,
+    files: result.files ?? null,
+    bytes: result.bytes ?? null,
+    ...(typeof result.sha256 === "string" ? { sha256: result.sha256 } : {}),
+  };
+}

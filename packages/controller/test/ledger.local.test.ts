@@ -1,0 +1,132 @@
+// The ledger as a user reads it, through the client and real (in-process) daemons over the local
+// runtime: each call's action with its caller and outcome, lifecycle, execs and transfers; a
+// canary secret's value nowhere in it; `audit verify` holding, then naming a tampered entry; the
+// ledger of a destroyed instance still readable.
+import { readdir, readFile, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { callAction } from "../src/client/index.js";
+import { entryLine } from "../src/actions/audit.js";
+import { StateLayout } from "../src/state/layout.js";
+import { createLocalRuntime } from "../src/testing.js";
+import { inProcessDaemons, type InProcessDaemons } from "./support/in-process-daemon.js";
+
+type Loose = Record<string, any>;
+
+const CANARY = "canary-7f3a9c1e5b2d4f60";
+let dir: string;
+let env: NodeJS.ProcessEnv;
+let layout: StateLayout;
+let daemons: InProcessDaemons;
+
+const call = (action: Loose) => callAction(action, { env, cwd: dir }) as Promise<Loose>;
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), "pisb-ledger-"));
+  env = { ...process.env, PI_SANDBOX_HOME: join(dir, "state"), LEDGER_CANARY: CANARY };
+  process.env.LEDGER_CANARY = CANARY;
+  layout = new StateLayout(env.PI_SANDBOX_HOME!);
+  await layout.ensurePrivate();
+  await writeFile(
+    join(dir, "sandbox.yaml"),
+    "version: 1\nprofile: tiny\ndiskGiB: 4\nnetwork:\n  allowedHosts: [api.example.com]\n  secrets:\n    API_TOKEN: { from: 'env:LEDGER_CANARY', hosts: [api.example.com] }\n",
+  );
+  daemons = inProcessDaemons(layout);
+  await daemons.start("web", createLocalRuntime());
+});
+
+afterAll(async () => {
+  await call({ action: "stop", name: "web" }).catch(() => undefined);
+  await daemons.exited();
+  delete process.env.LEDGER_CANARY;
+  await rm(dir, { recursive: true, force: true });
+});
+
+test("every call, exec and transfer is recorded with its caller and outcome; the secret's value is not", async () => {
+  await call({ action: "create", name: "web", config: "sandbox.yaml" });
+  const exec = await call({ action: "exec", name: "web", cmd: "printf hello; echo $API_TOKEN > token.txt" });
+  expect(exec.exitCode).toBe(0);
+  const note = `${(await call({ action: "exec", name: "web", cmd: "pwd" })).output.trim()}/note.txt`;
+  await call({ action: "write", name: "web", path: note, content: "a note\n" });
+  await call({ action: "download", name: "web", from: note, to: join(dir, "note.txt") });
+  await expect(call({ action: "exec", name: "web", cmd: "exit 3" })).resolves.toMatchObject({ exitCode: 3 });
+  await expect(call({ action: "read", name: "web", path: "missing.txt" })).rejects.toMatchObject({
+    code: expect.any(String),
+  });
+
+  const read = await call({ action: "audit", name: "web", last: 1000 });
+  const entries = read.entries as Loose[];
+  const actions = entries.filter((e) => e.kind === "action").map((e) => [e.data.action, e.data.caller, e.data.outcome]);
+  expect(actions).toEqual([
+    ["create", "user", "ok"],
+    ["exec", "user", "ok"],
+    ["exec", "user", "ok"],
+    ["write", "user", "ok"],
+    ["download", "user", "ok"],
+    ["exec", "user", "ok"],
+    ["read", "user", expect.stringMatching(/^[A-Z_]+$/)],
+  ]);
+  expect(entries.filter((e) => e.kind === "lifecycle").map((e) => e.data.state)).toEqual(
+    expect.arrayContaining(["starting", "running"]),
+  );
+  const execs = entries.filter((e) => e.kind === "exec").map((e) => e.data);
+  expect(execs).toEqual([
+    expect.objectContaining({ cmd: "printf hello; echo $API_TOKEN > token.txt", exitCode: 0, outputBytes: 5 }),
+    expect.objectContaining({ cmd: "pwd", exitCode: 0 }),
+    expect.objectContaining({ cmd: "exit 3", exitCode: 3 }),
+  ]);
+  const transfers = entries.filter((e) => e.kind === "transfer").map((e) => e.data);
+  expect(transfers).toEqual([
+    expect.objectContaining({
+      direction: "upload",
+      to: note,
+      bytes: 7,
+      sha256: expect.stringMatching(/^[0-9a-f]{64}$/),
+    }),
+    expect.objectContaining({ direction: "download", files: 1, bytes: 7, sha256: transfers[0]!.sha256 }),
+  ]);
+  // The write's text is not kept, only its size and hash.
+  expect(JSON.stringify(entries)).not.toContain("a note");
+  // Sequence numbers run on without a gap; the text form is one line each.
+  expect(entries.map((e) => e.seq)).toEqual(entries.map((_, i) => i + 1));
+  expect(entries.map((e) => entryLine(e as never)).every((line) => !line.includes("\n"))).toBe(true);
+  // The secret's value: nowhere in the ledger's files (the guest only ever had its placeholder).
+  const ledgerDir = layout.ledgerDir("instances", "web");
+  for (const file of await readdir(ledgerDir))
+    expect(await readFile(join(ledgerDir, file), "utf8")).not.toContain(CANARY);
+  // A follower's cursor: nothing new after the last read.
+  const again = await call({ action: "audit", name: "web", cursor: read.cursor });
+  expect(again.entries).toEqual([]);
+});
+
+test("audit verify holds, then names the entry that was changed", async () => {
+  const ok = await call({ action: "audit-verify", name: "web" });
+  expect(ok).toMatchObject({
+    ok: true,
+    entries: expect.any(Number),
+    lastHash: expect.stringMatching(/^[0-9a-f]{64}$/),
+  });
+  const ledgerDir = layout.ledgerDir("instances", "web");
+  const [file] = (await readdir(ledgerDir)).sort();
+  const lines = (await readFile(join(ledgerDir, file!), "utf8")).split("\n");
+  lines[2] = lines[2]!.replace('"caller":"user"', '"caller":"model"');
+  await writeFile(join(ledgerDir, file!), lines.join("\n"));
+  await expect(call({ action: "audit-verify", name: "web" })).rejects.toMatchObject({
+    code: "CONTROLLER_LEDGER_BROKEN",
+    details: { seq: 3, line: 3, reason: expect.stringContaining("changed") },
+  });
+  await writeFile(join(ledgerDir, file!), lines.join("\n").replace('"caller":"model"', '"caller":"user"'));
+  expect((await call({ action: "audit-verify", name: "web" })).ok).toBe(true);
+});
+
+test("a destroyed instance's ledger is kept: audit reads it, its last entry the destroy", async () => {
+  await call({ action: "destroy", name: "web", confirm: "web" });
+  const read = await call({ action: "audit", name: "web" });
+  expect(read.destroyed).toMatch(/^[0-9TZ]+$/);
+  expect(read.entries.slice(-2)).toEqual([
+    expect.objectContaining({ kind: "lifecycle", data: { state: "destroyed" } }),
+    expect.objectContaining({ kind: "action", data: expect.objectContaining({ action: "destroy", outcome: "ok" }) }),
+  ]);
+  expect(await readdir(layout.kindDir("instances")).catch(() => [])).toEqual([]);
+  expect((await call({ action: "audit-verify", name: "web" })).ok).toBe(true);
+});
