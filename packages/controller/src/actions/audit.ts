@@ -81,7 +81,8 @@ export const audit = defineAction({
   args: [
     nameArg,
     arg("since", "string", false, "entries at or after this ISO time (e.g. 2026-12-05T10:00:00Z)"),
-    arg("kind", "string[]", false, `only these kinds: ${LEDGER_KINDS.join(", ")}`),
+    // Names kinds of entries ("secret" among them); it reaches nothing.
+    arg("kind", "string[]", false, `only these kinds: ${LEDGER_KINDS.join(", ")}`, "none"),
     arg("last", "integer", false, `only the last N entries (default ${DEFAULT_LAST} without since)`),
     arg("cursor", "string", false, "entries after this sequence number (what the last read returned)"),
   ],
