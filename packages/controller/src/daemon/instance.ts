@@ -173,9 +173,7 @@ export class InstanceController {
   }
 
   /** Appends to the instance's ledger (see InstanceState.record). */
-  record(kind: LedgerKind, data: Record<string, unknown>): void {
-    this.#state.record(kind, data);
-  }
+  readonly record = (kind: LedgerKind, data: Record<string, unknown>): void => this.#state.record(kind, data);
 
   /** The idle clock, for pings (undefined while off or not running). */
   get idle(): IdleReading | undefined {

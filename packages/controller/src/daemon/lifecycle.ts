@@ -2,7 +2,6 @@
 // in the entry's queue (instance.ts); guest operations do not wait behind them. Create and prepare
 // (the new disk, the record, the roll-back of a failed create) are in create.ts.
 
-import { rm } from "node:fs/promises";
 import { messageOf, type SandboxConfig } from "@pi-sandbox/config";
 import type { SupervisorClient } from "@pi-sandbox/supervisor";
 import { isVmError } from "@pi-sandbox/vm";
@@ -414,8 +413,7 @@ export class Lifecycle {
       if (!(isVmError(error) && error.code === "VM_DISK_NOT_FOUND")) throw error;
     });
     const address = state.kind === "instances" ? await recordedPreviewAddress(state.layout, this.name) : undefined;
-    await state.keepLedger();
-    await rm(state.layout.entryDir(state.kind, this.name), { recursive: true, force: true });
+    await state.removeEntry();
     if (state.kind === "instances") await releasePreviewAddress(state.layout, this.name, address);
     state.finish();
     return { destroyed: this.name, kind: state.kind };

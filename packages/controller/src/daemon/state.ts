@@ -1,7 +1,7 @@
 // The state one instance's daemon holds, shared by its lifecycle and guest operations: what runs
 // (VM, agent, previews), the status it last wrote, and the errors kept for inspect.
 
-import { mkdir, rename } from "node:fs/promises";
+import { mkdir, rename, rm } from "node:fs/promises";
 import { dirname } from "node:path";
 import { isConfigError } from "@pi-sandbox/config";
 import { isImageError } from "@pi-sandbox/image";
@@ -139,6 +139,12 @@ export class InstanceState {
     // What the daemon still records (the destroy's own answer) goes after it there.
     this.#ledgerDir = to;
     return to;
+  }
+
+  /** Removes the entry's directory for good (a destroy), its ledger kept first (see keepLedger). */
+  async removeEntry(): Promise<void> {
+    await this.keepLedger();
+    await rm(this.layout.entryDir(this.kind, this.name), { recursive: true, force: true });
   }
 
   /** Marks the daemon as done. */
