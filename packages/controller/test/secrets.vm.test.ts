@@ -1,7 +1,8 @@
 // network.secrets and mounts end to end on real VMs, through the client and a spawned daemon: a
 // template prepared with a secret and a mount, an instance made from it, and then no trace of the
 // values anywhere in the state directory (qcow2 layers of both, records, statuses, logs). The
-// substitution into requests is the vm package's secrets.vm.test.ts.
+// substitution into requests is the vm package's secrets.vm.test.ts. The instance's ledger records
+// each request's decision, and holds no value either.
 import { spawn } from "node:child_process";
 import { mkdir, readFile, readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -99,6 +100,26 @@ test("setup, exec and a terminal see placeholders and trust the TLS proxy, a mou
   // Node's first start in a TCG guest on a busy host can take longer than exec's default 10 s wait.
   const execTls = await sandbox.call({ action: "exec", name: "demo", cmd: "node /tmp/tls.js", timeoutMs: 60_000 });
   expect(execTls.output).toBe("tls ok\n");
+  // The ledger has the request's decision (and, below, no value: the byte search covers its files).
+  const refused = await sandbox.call({
+    action: "exec",
+    name: "demo",
+    cmd: `node -e 'fetch("https://not-allowed.example.org/").then((r) => console.log(r.status), (e) => console.log("refused"))'`,
+    timeoutMs: 60_000,
+  });
+  expect(refused.exitCode).toBe(0);
+  const egress = (await sandbox.call({ action: "audit", name: "demo", kind: ["egress"], last: 1000 })).entries;
+  expect(egress).toContainEqual(
+    expect.objectContaining({
+      kind: "egress",
+      data: expect.objectContaining({ host: "api.example.com", port: 443, protocol: "https", allowed: true }),
+    }),
+  );
+  expect(egress).toContainEqual(
+    expect.objectContaining({
+      data: expect.objectContaining({ host: "not-allowed.example.org", allowed: false, rule: "not in allowedHosts" }),
+    }),
+  );
   expect(await runSsh(shell.command as string, "sh -lc 'node /tmp/tls.js'")).toEqual({ code: 0, stdout: "tls ok\n" });
 
   const guestEnviron = await sandbox.call({

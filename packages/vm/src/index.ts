@@ -18,6 +18,7 @@ export {
   type VmLogger,
 } from "./boot/boot.js";
 export type { UpstreamOverrides } from "./egress/secret-fetch.js";
+export type { EgressEvent } from "./egress/egress-policy.js";
 
 // The guest interface for upper layers
 export type {

@@ -203,3 +203,55 @@ describe("read-only mounts", () => {
     }
   });
 });
+
+test("every request's decision is told with its host, port and rule; a secret's use with its name, never its value", async () => {
+  const gondolin = await loadGondolin();
+  const events: unknown[] = [];
+  const policy = egressPolicy(gondolin, {
+    allowedHosts: ["pisb-allowed.test"],
+    secrets: {
+      KEY: {
+        value: "real-value-9f8e7d",
+        placeholder: "PI_SANDBOX_SECRET_0123456789abcdef",
+        hosts: ["pisb-allowed.test"],
+      },
+    },
+    onEvent: (event) => events.push(event),
+  });
+  const hooks = policy.httpHooks;
+  await hooks.isRequestAllowed!(new Request("https://pisb-allowed.test/v1", { method: "POST" }));
+  await hooks.isRequestAllowed!(new Request("http://elsewhere.test:8080/x"));
+  // The placeholder may not go to another host's URL: refused by the secret rules.
+  await hooks.isRequestAllowed!(new Request("https://pisb-allowed.test/?k=PI_SANDBOX_SECRET_0123456789abcdef"));
+  expect(events).toEqual([
+    {
+      kind: "request",
+      host: "pisb-allowed.test",
+      port: 443,
+      protocol: "https",
+      method: "POST",
+      allowed: true,
+      rule: "allowedHosts",
+    },
+    {
+      kind: "request",
+      host: "elsewhere.test",
+      port: 8080,
+      protocol: "http",
+      method: "GET",
+      allowed: false,
+      rule: "not in allowedHosts",
+    },
+    {
+      kind: "request",
+      host: "pisb-allowed.test",
+      port: 443,
+      protocol: "https",
+      method: "GET",
+      allowed: false,
+      rule: "secret rules",
+    },
+  ]);
+  expect(JSON.stringify(events)).not.toContain("real-value-9f8e7d");
+  await policy.close();
+});

@@ -243,6 +243,7 @@ export class Lifecycle {
       mounts,
       seedAgent: freshDisk,
       logger: state.log.child("[vm]"),
+      onEgress: (event) => state.recordEgress(event),
       onProgress: (message) => {
         said.add(message);
         progress({ stage: "boot", message });

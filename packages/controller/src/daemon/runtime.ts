@@ -15,6 +15,7 @@ import {
 import {
   DiskStore,
   startVm,
+  type EgressEvent,
   type GuestVm,
   type KeepOptions,
   type KeptCheckpoint,
@@ -151,6 +152,8 @@ export interface InstanceRuntime {
     seedAgent?: boolean;
     logger: DaemonLogger;
     onProgress: (message: string) => void;
+    /** Each egress decision and secret use of the guest, for the ledger. */
+    onEgress?: (event: EgressEvent) => void;
   }): Promise<RuntimeVm>;
   /** Installs and starts the guest agent in `vm`, for the config's workspace. */
   startAgent(
@@ -187,7 +190,7 @@ export function createVmRuntime(options: {
   const disks = new DiskStore({ stateRoot: options.stateRoot });
   return {
     disks,
-    bootVm: async ({ name, diskDir, config, secrets, mounts, seedAgent, logger, onProgress }) => {
+    bootVm: async ({ name, diskDir, config, secrets, mounts, seedAgent, logger, onProgress, onEgress }) => {
       // The image's init starts the agent daemon startAgent attaches to, when the disk holds it or
       // (a new disk) from the seed shared read-only here. Not with secrets: Gondolin gives their
       // placeholders to each exec's environment, not to the guest's init, so only a daemon started
@@ -211,6 +214,7 @@ export function createVmRuntime(options: {
         logger,
         diskStore: disks,
         onProgress,
+        ...(onEgress ? { onEgress } : {}),
         ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
         ...(options.upstream ? { upstream: options.upstream } : {}),
       });

@@ -7,7 +7,7 @@ import { isConfigError } from "@pi-sandbox/config";
 import { isImageError } from "@pi-sandbox/image";
 import { isIngressError, type PreviewGateway, type TcpConnectable } from "@pi-sandbox/ingress";
 import { isSupervisorError, type SupervisorClient } from "@pi-sandbox/supervisor";
-import { isVmError } from "@pi-sandbox/vm";
+import { isVmError, type EgressEvent } from "@pi-sandbox/vm";
 import { ControllerError, isControllerError } from "../errors.js";
 import { inspectEntry, type EntryView } from "../state/inspect.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
@@ -117,6 +117,12 @@ export class InstanceState {
       this.#ledger = undefined;
       this.log.warn(`could not record ${kind} in the ledger: ${String(error)}`);
     }
+  }
+
+  /** Records what the guest's way out did: a request's decision, or a secret put into one (its name only). */
+  recordEgress(event: EgressEvent): void {
+    const { kind, ...data } = event;
+    this.record(kind === "secret" ? "secret" : "egress", data);
   }
 
   /**

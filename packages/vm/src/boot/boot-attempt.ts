@@ -157,6 +157,7 @@ export async function bootAttempt(
       store,
       ...(proxies ? { proxies } : {}),
       ...(options.upstream ? { upstream: options.upstream } : {}),
+      ...(options.onEgress ? { onEvent: options.onEgress } : {}),
     });
     policyClose = policy.close;
     const mounts = await readonlyMounts(gondolin, options.spec.mounts ?? []);

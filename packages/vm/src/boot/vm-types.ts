@@ -1,6 +1,6 @@
 // The public shapes of a VM boot: what it needs (spec, options) and what it gives (RunningVm).
 import type { CheckpointResult, DiskStore, KeepOptions, KeptCheckpoint, RunRecovery } from "../disk/disk-store.js";
-import type { VmSecret } from "../egress/egress-policy.js";
+import type { EgressEvent, VmSecret } from "../egress/egress-policy.js";
 import type { VmError } from "../errors.js";
 import type { GuestVm } from "../guest/guest-vm.js";
 import type { AcceleratorChoice, HostFacts, VmResources } from "../host/host-facts.js";
@@ -64,6 +64,8 @@ export interface StartVmOptions {
   stateRoot: string;
   /** Injected logger. */
   logger?: VmLogger;
+  /** Told of each egress decision and secret use of the guest (see `EgressEvent`); must not throw or block. */
+  onEgress?: (event: EgressEvent) => void;
   /** Cancels the boot (the VM is closed and the run discarded). */
   signal?: AbortSignal;
   /**

@@ -95,8 +95,26 @@ export interface HostPortProxyHandle {
   close(): Promise<void>;
 }
 
+/**
+ * What the guest's way out did, for the caller's record: each HTTP(S) request's decision (`rule`
+ * says why), and each secret put into a request (its name and the host; never the value).
+ */
+export type EgressEvent =
+  | {
+      kind: "request";
+      host: string;
+      port: number;
+      protocol: "http" | "https";
+      method: string;
+      allowed: boolean;
+      rule: "allowedHosts" | "not in allowedHosts" | "secret rules";
+    }
+  | { kind: "secret"; secret: string; host: string };
+
 /** Host patterns of an {@link EgressPolicy}. */
 export interface EgressPolicyOptions {
+  /** Told of every decision and secret use (see {@link EgressEvent}); must not throw or block. */
+  onEvent?: (event: EgressEvent) => void;
   /** Host patterns the guest may reach over HTTP(S); `*` wildcards; empty = nothing. */
   allowedHosts: readonly string[];
   /** Allowed patterns that may also resolve to internal addresses (e.g. a host-side test server). */
@@ -127,9 +145,22 @@ export function egressPolicy(
     // the name against the list (both happen in isIpAllowed), so any name a guest writes into a
     // Host header or a URL would be looked up on the host: a DNS channel out of the sandbox. This
     // check runs first and refuses a name off the list before any lookup; then the secret rules.
-    isRequestAllowed: (request) =>
-      isHostAllowed(new URL(request.url).hostname, allowed) &&
-      placeSecrets({ url: request.url, headers: request.headers }, store.all(), httpsDestination).ok,
+    isRequestAllowed: (request) => {
+      const url = new URL(request.url);
+      const hostAllowed = isHostAllowed(url.hostname, allowed);
+      const ok =
+        hostAllowed && placeSecrets({ url: request.url, headers: request.headers }, store.all(), httpsDestination).ok;
+      options.onEvent?.({
+        kind: "request",
+        host: url.hostname,
+        port: Number(url.port || (url.protocol === "https:" ? 443 : 80)),
+        protocol: url.protocol === "https:" ? "https" : "http",
+        method: request.method,
+        allowed: ok,
+        rule: !hostAllowed ? "not in allowedHosts" : ok ? "allowedHosts" : "secret rules",
+      });
+      return ok;
+    },
   });
   allowed = policy.allowedHosts;
   const env = Object.fromEntries(store.all().map((secret) => [secret.name, secret.placeholder]));
@@ -152,6 +183,7 @@ export function egressPolicy(
         store,
         isIpAllowed: policy.httpHooks.isIpAllowed!,
         ...(options.upstream ? { upstream: options.upstream } : {}),
+        ...(options.onEvent ? { onUse: (use) => options.onEvent!({ kind: "secret", ...use }) } : {}),
       });
   const proxies = options.proxies;
   const close = async (): Promise<void> => {

@@ -69,6 +69,8 @@ export interface SecretFetchOptions {
   isIpAllowed: NonNullable<HttpHooks["isIpAllowed"]>;
   /** Test seam, see {@link UpstreamOverrides}. */
   upstream?: UpstreamOverrides;
+  /** Told of each secret a request carries out (its name and the host, never the value). */
+  onUse?: (use: { secret: string; host: string }) => void;
 }
 
 /** A fetch for Gondolin's `fetch` option, with `close()` for its connection pools. */
@@ -113,6 +115,10 @@ export function createSecretFetch(options: SecretFetchOptions): SecretFetch {
       if (replaced === value) continue;
       headers.set(name, replaced);
       echoes.push(...substitutionEchoes(value, replaced));
+    }
+    if (echoes.length > 0) {
+      const host = new URL(input).hostname;
+      for (const secret of placement.carried) options.onUse?.({ secret: secret.name, host });
     }
     headers.set("accept-encoding", ACCEPT_ENCODING);
     // A transfer coding the guest asks for would be one more thing to decode (or refuse).
