@@ -30,6 +30,8 @@ test("the host paths of a model's call are the marked arguments", () => {
     doctor: ["config"],
     upload: ["from"],
     download: ["to"],
+    apply: ["to"],
+    "workspace-export": ["to"],
     "image-import": ["dir"],
     init: ["config"],
   });

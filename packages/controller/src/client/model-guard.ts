@@ -92,6 +92,8 @@ export function cliEquivalent(args: Record<string, unknown>): string {
         .join(" ")} ${q(args.to)}`;
     case "doctor":
       return `pi-sandbox doctor -c ${q(args.config)}`;
+    case "apply":
+      return `pi-sandbox apply ${q(name)} --to ${q(args.to)}${args.since !== undefined ? ` --since ${q(args.since)}` : ""}${args.force === true ? " --force" : ""}${args.path !== undefined ? ` ${q(args.path)}` : ""}`;
     case "destroy":
       return `pi-sandbox destroy ${q(name)}${args.kind === "templates" ? " --template" : ""}`;
     default:

@@ -1,5 +1,6 @@
 // The first-boot steps of a new disk: the host YAML read once, its text written into the guest as
-// the editable `.sandbox.yaml`, and the setup commands run with progress.
+// the editable `.sandbox.yaml`, the setup commands run with progress, and the workspace they leave
+// recorded in the guest's workspace store (what `diff` compares with).
 
 import { createHash } from "node:crypto";
 import { posix } from "node:path";
@@ -8,6 +9,7 @@ import type { SetupResult, SupervisorClient } from "@pi-sandbox/supervisor";
 import { ControllerError } from "../errors.js";
 import type { ProgressEvent } from "../wire.js";
 import { withSetupProgress } from "./setup-progress.js";
+import { takeCreatedSnapshot } from "./workspace-snapshots.js";
 
 /**
  * Reads a host sandbox.yaml once: the validated config, and its text for the guest's own copy
@@ -35,7 +37,10 @@ export async function installGuestConfig(supervisor: SupervisorClient, text: str
   await supervisor.writeFile(posix.join(supervisor.workspace, ".sandbox.yaml"), text);
 }
 
-/** Runs the config's setup commands in the guest, reporting start, each command and its output, and end. */
+/**
+ * Runs the config's setup commands in the guest, reporting start, each command and its output, and
+ * end, and records the workspace they leave as the instance's created state (workspace-snapshots.ts).
+ */
 export async function runSetup(
   supervisor: SupervisorClient,
   config: SandboxConfig,
@@ -43,6 +48,8 @@ export async function runSetup(
 ): Promise<SetupResult> {
   progress({ stage: "setup", message: `running setup (${config.setup.length} command(s), 20 min deadline)` });
   const setup = await withSetupProgress(supervisor, progress, supervisor.runSetup({ commands: config.setup }));
+  // The workspace as the create (or a template's prepare) leaves it: what `diff` compares with.
+  await takeCreatedSnapshot(supervisor, progress);
   // On the disk before it is recorded as done: a controller that dies later leaves a run whose
   // disk a start recovers, and it then trusts that setup's work is there and does not run it again.
   await supervisor.exec("sync", { cwd: "/", timeoutMs: 60_000 }).catch(() => undefined);

@@ -14,10 +14,11 @@ import { isSupervisorError, type ServicesResult } from "@pi-sandbox/supervisor";
 import { runInGuest, type GuestSshAccess } from "@pi-sandbox/vm";
 import { readRecord, type PreviewLinkInfo } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
-import type { GuestActions, ServicesView } from "../actions/kit/context.js";
+import type { GuestActions, ServicesView, WorkspaceBase } from "../actions/kit/context.js";
 import { GUEST_SECRETS_PROFILE, resolveSecrets, secretsProfile } from "./secrets.js";
 import { toControllerError, type InstanceState } from "./state.js";
 import { GUEST_TLS_PROFILE, tlsProfileScript } from "./terminal-tls.js";
+import { exportWorkspace, workspacePatch } from "./workspace-diff.js";
 
 type Progress = (event: ProgressEvent) => void;
 
@@ -323,6 +324,14 @@ export class GuestOperations implements GuestActions {
     for (const [name, secret] of Object.entries(secrets)) vm.updateSecret(name, secret.value, secret.placeholder);
     this.state.log.info(`secrets read again: ${Object.keys(secrets).join(", ") || "none"}`);
     return { secrets: Object.entries(secrets).map(([name, secret]) => ({ name, hosts: [...secret.hosts] })) };
+  }
+
+  workspacePatch(options: { base: WorkspaceBase; path?: string; maxBytes: number; signal?: AbortSignal }) {
+    return workspacePatch(this.state, options);
+  }
+
+  exportWorkspace(to: string, options: { known?: string; signal?: AbortSignal }) {
+    return exportWorkspace(this.state, to, options);
   }
 
   private async withPreviews<T extends object>(work: Promise<T>): Promise<T & { previews: PreviewLinkInfo[] }> {

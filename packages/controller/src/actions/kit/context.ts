@@ -81,6 +81,36 @@ export interface BranchActions {
 /** A services result with the instance's preview links. */
 export type ServicesView = ServicesResult & { previews: PreviewLinkInfo[] };
 
+/** What a workspace patch is measured from (`diff`, `apply`). */
+export type WorkspaceBase =
+  /** The workspace as the instance's create left it, after setup. */
+  | { kind: "created" }
+  /** The workspace when kept checkpoint `id` was taken (of a running instance). */
+  | { kind: "checkpoint"; id: string; label?: string }
+  /** Another instance's workspace now (a fork). */
+  | { kind: "instance"; name: string };
+
+/** A patch of the guest workspace as the guest made it: untrusted bytes, checked by the caller. */
+export interface WorkspacePatchBytes {
+  /** `git diff --binary -M --full-index` output. */
+  patch: Buffer;
+  /** The snapshot of the workspace now (40 hex digits). */
+  commit: string;
+  /** The snapshot it was compared with. */
+  baseCommit: string;
+}
+
+/** What `workspace-export` wrote for another instance's `diff --against`. */
+export interface WorkspaceExport {
+  name: string;
+  /** The snapshot of the workspace (40 hex digits). */
+  commit: string;
+  /** False when no bundle was written: the receiver holds the snapshot already. */
+  bundled: boolean;
+  /** Bytes of the bundle. */
+  bytes: number;
+}
+
 /** Operations on the running guest; each throws CONTROLLER_NOT_RUNNING when no VM runs. */
 export interface GuestActions {
   /** The guest agent's client. */
@@ -111,4 +141,17 @@ export interface GuestActions {
    * request on (the placeholders stay); CONTROLLER_SECRET_UNAVAILABLE if one fails (none changes then).
    */
   reloadSecrets(): Promise<{ secrets: { name: string; hosts: string[] }[] }>;
+  /**
+   * The workspace's changes since `base` as a git patch made in the guest, restricted to `path`
+   * (relative to the workspace); CONTROLLER_PATCH_TOO_LARGE above `maxBytes`,
+   * CONTROLLER_DIFF_BASE_MISSING when the guest's store has no such base.
+   */
+  workspacePatch(options: {
+    base: WorkspaceBase;
+    path?: string;
+    maxBytes: number;
+    signal?: AbortSignal;
+  }): Promise<WorkspacePatchBytes>;
+  /** Writes a git bundle of the workspace now to new host file `to`, leaving out what commit `known` holds. */
+  exportWorkspace(to: string, options: { known?: string; signal?: AbortSignal }): Promise<WorkspaceExport>;
 }

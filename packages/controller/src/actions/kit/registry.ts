@@ -9,6 +9,7 @@ import { doctor } from "../doctor.js";
 import { exec, execKill, execStatus } from "../exec.js";
 import { fork } from "../fork.js";
 import { download, upload } from "../copy.js";
+import { apply, diff, workspaceExport } from "../diff.js";
 import { read, write } from "../files.js";
 import { helpAction } from "../help.js";
 import { imageBuild, imageImport, imageInspect, imageList, imageRm } from "../image.js";
@@ -48,6 +49,9 @@ export const ACTIONS = [
   write,
   upload,
   download,
+  diff,
+  apply,
+  workspaceExport,
   logs,
   services,
   serviceStart,
