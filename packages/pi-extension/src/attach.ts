@@ -81,6 +81,9 @@ function withInstanceLine(definition: AnyToolDefinition): AnyToolDefinition["ren
 export class Attachments {
   #guest: GuestInstance | undefined;
   #registered = false;
+  /** Instances the extension itself is rewinding or forking, and when each was last let go. */
+  #held = new Set<string>();
+  #released = new Map<string, number>();
   /** Called after every attach and detach (the footer refreshes). */
   onChange: (ctx: ExtensionContext) => void = () => undefined;
 
@@ -92,6 +95,25 @@ export class Attachments {
   /** The attached instance's name. */
   get name(): string | undefined {
     return this.#guest?.name;
+  }
+
+  /**
+   * Runs `work` (a rewind or fork of `name`) while the footer's look must not take the states it
+   * passes through (stopped, suspended) for the instance going away.
+   */
+  async holding<T>(name: string, work: () => Promise<T>): Promise<T> {
+    this.#held.add(name);
+    try {
+      return await work();
+    } finally {
+      this.#held.delete(name);
+      this.#released.set(name, Date.now());
+    }
+  }
+
+  /** Whether `name` was held at any time since `since` (ms): a look begun then may have seen it mid-change. */
+  heldSince(name: string, since: number): boolean {
+    return this.#held.has(name) || (this.#released.get(name) ?? -Infinity) >= since;
   }
 
   /** Registers the seven overrides once, keeping the active tool set as the user had it. */
@@ -140,7 +162,11 @@ export class Attachments {
    * Attaches to a running instance: probes it (a stopped or missing one fails with the
    * controller's error and hint), routes the tools, records the attach and tells the model.
    */
-  async attach(name: string, ctx: ExtensionContext, options: { restoring?: boolean } = {}): Promise<void> {
+  async attach(
+    name: string,
+    ctx: ExtensionContext,
+    options: { restoring?: boolean; note?: string } = {},
+  ): Promise<void> {
     const guest = new GuestInstance(name, this.deps.callAction, this.deps.env);
     try {
       await guest.probe(ctx.signal);
@@ -166,7 +192,7 @@ export class Attachments {
         {
           customType: ATTACH_MESSAGE,
           content:
-            `The user attached Pi to the sandbox instance ${name}${previous ? ` (was ${previous.name})` : ""}: ${toolList} now run inside it, ` +
+            `The user attached Pi to the sandbox instance ${name}${previous ? ` (was ${previous.name})` : ""}${options.note ? ` (${options.note})` : ""}: ${toolList} now run inside it, ` +
             `in its working directory ${workspace}. They do not reach the host's files until the user detaches. ` +
             `The sandbox tool's host paths (upload, download, a config for create or prepare) still name host files: ` +
             `while attached, each such call runs only after the user allows it in a prompt.`,
@@ -177,7 +203,7 @@ export class Attachments {
     }
     tellUser(
       ctx,
-      `Attached to ${name}: ${toolList} run in the instance (cwd ${workspace}). /sandbox detach returns them to the host.`,
+      `Attached to ${name}${options.note ? ` (${options.note})` : ""}: ${toolList} run in the instance (cwd ${workspace}). /sandbox detach returns them to the host.`,
       "info",
     );
     this.onChange(ctx);

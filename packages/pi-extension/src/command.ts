@@ -4,11 +4,13 @@
 //   /sandbox attach [name]    route Pi's built-in tools into the instance (pick list without a name)
 //   /sandbox detach           return them to the host
 //   /sandbox dashboard        start (or find) the local web dashboard and print a link to it
+//   /sandbox checkpoints [name]  an instance's checkpoints, each by the turn it belongs to
 
 import type { ExtensionCommandContext, RegisteredCommand } from "@earendil-works/pi-coding-agent";
 import type { AutocompleteItem } from "@earendil-works/pi-tui";
 import { escapeControlChars, type DashboardInfo, type EntryView } from "@pi-sandbox/controller/client";
 import { describeError, tellUser, type Attachments } from "./attach.js";
+import type { EnvironmentBranches } from "./branching.js";
 import { SandboxExtensionError } from "./errors.js";
 import type { SandboxDependencies } from "./tool.js";
 
@@ -20,13 +22,17 @@ interface ShellAccess {
 }
 
 const USAGE =
-  "Usage: /sandbox <name> [user] (terminal; user defaults to root), /sandbox attach [name], /sandbox detach, /sandbox dashboard. Without a name, pick from a list.";
+  "Usage: /sandbox <name> [user] (terminal; user defaults to root), /sandbox attach [name], /sandbox detach, /sandbox dashboard, /sandbox checkpoints [name]. Without a name, pick from a list.";
 const SUBCOMMANDS = ["attach", "detach"] as const;
+/** Subcommands that take an instance name after them. */
+const NAMED_SUBCOMMANDS = new Set(["attach", "checkpoints"]);
 
 /** What the command needs besides the controller client. */
 export interface SandboxCommandOptions {
   /** The session's attach state; without it attach and detach are unavailable. */
   attachments?: Attachments;
+  /** The environment's checkpoints per turn; without it `checkpoints` is unavailable. */
+  branches?: EnvironmentBranches;
   /** Called after the command changed something the footer shows. */
   onChange?: (ctx: ExtensionCommandContext) => void;
 }
@@ -110,15 +116,15 @@ export function createSandboxCommand(
   const { attachments } = options;
   return {
     description:
-      "Sandbox terminal, attach, detach and dashboard: /sandbox [name [user]] | attach [name] | detach | dashboard",
+      "Sandbox terminal, attach, detach, dashboard and checkpoints: /sandbox [name [user]] | attach [name] | detach | dashboard | checkpoints [name]",
     async getArgumentCompletions(prefix) {
       const words = prefix.split(/\s+/);
-      if (words.length > 2 || (words.length === 2 && words[0] !== "attach")) return null;
+      if (words.length > 2 || (words.length === 2 && !NAMED_SUBCOMMANDS.has(words[0]!))) return null;
       const word = words.at(-1) ?? "";
-      const lead = words.length === 2 ? "attach " : "";
+      const lead = words.length === 2 ? `${words[0]} ` : "";
       const items: AutocompleteItem[] = [];
       if (words.length === 1 && attachments) {
-        for (const sub of [...SUBCOMMANDS, "dashboard"])
+        for (const sub of [...SUBCOMMANDS, "dashboard", ...(options.branches ? ["checkpoints"] : [])])
           if (sub.startsWith(word)) items.push({ value: `${sub} `, label: sub });
       }
       try {
@@ -134,6 +140,14 @@ export function createSandboxCommand(
       const words = args.trim().split(/\s+/).filter(Boolean);
       try {
         if (words[0] === "dashboard" && words.length === 1) return await dashboard(deps, ctx, options);
+        if (options.branches && words[0] === "checkpoints") {
+          if (words.length > 2) return usageError(ctx, "/sandbox checkpoints takes one instance name");
+          const name = words[1] ?? attachments?.name;
+          if (name === undefined)
+            return usageError(ctx, "/sandbox checkpoints needs an instance name when Pi is not attached");
+          tellUser(ctx, await options.branches.describe(name, ctx), "info");
+          return;
+        }
         if (attachments && words[0] === "detach") {
           if (words.length > 1) return usageError(ctx, "/sandbox detach takes no argument");
           if (!attachments.detach(ctx)) tellUser(ctx, "Pi is not attached to a sandbox instance.", "info");

@@ -12,6 +12,10 @@ export type { SandboxCommandOptions } from "./command.js";
 // Attach: Pi's built-in tools in an instance
 export { Attachments, ATTACH_ENTRY } from "./attach.js";
 export { ROUTED_TOOLS } from "./guest-tools.js";
+// The environment moving with the conversation: checkpoints per turn, /tree rewind, /fork fork
+export { EnvironmentBranches, REWIND_CHOICES, FORK_CHOICES } from "./branching.js";
+export { resolvePoint, pointLabel, leafAfterNavigation } from "./branch-points.js";
+export type { CheckpointInfo, ResolvedPoint, TreeEntry } from "./branch-points.js";
 // Input and results
 export { prepareSandboxArguments, peekAction } from "./input.js";
 export type { ActionPeek, SandboxToolParams } from "./input.js";

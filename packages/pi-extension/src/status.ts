@@ -67,7 +67,14 @@ export class SandboxStatus {
     if (!ctx.hasUI) return;
     this.#ctx = ctx;
     void this.refresh(ctx);
-    this.#timer = setInterval(() => void this.refresh(), REFRESH_MS);
+    this.#timer = setInterval(() => {
+      try {
+        void this.refresh();
+      } catch {
+        // A session that ended without session_shutdown (an embedder disposed it) has a stale ctx.
+        this.stop();
+      }
+    }, REFRESH_MS);
     this.#timer.unref();
   }
 
@@ -88,6 +95,7 @@ export class SandboxStatus {
   async #look(ctx: ExtensionContext): Promise<void> {
     let instances: EntryView[] | undefined;
     let dashboard: string | undefined;
+    const began = Date.now();
     try {
       const root = resolveStateRoot(this.deps.env ?? process.env);
       if (existsSync(join(root, "instances"))) {
@@ -107,7 +115,8 @@ export class SandboxStatus {
     const attached = this.attachments.name;
     if (attached !== undefined) {
       const entry = instances.find((i) => i.name === attached);
-      if (!entry || isGone(entry)) {
+      // A rewind or fork by the extension stops or suspends the instance for a while: not gone.
+      if ((!entry || isGone(entry)) && !this.attachments.heldSince(attached, began)) {
         this.attachments.detach(ctx, entry ? `${attached} is ${entry.state}` : `${attached} was destroyed`);
       }
     }

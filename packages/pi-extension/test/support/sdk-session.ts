@@ -37,8 +37,12 @@ export function callSandbox(args: unknown, id?: string): FauxResponseStep {
 /** A faux reply that ends the turn. */
 export const done: FauxResponseStep = fauxAssistantMessage("done");
 
-/** Starts a session whose model replays `responses`. */
-export async function startSdkSession(callAction: CallActionFn, responses: FauxResponseStep[]): Promise<SdkSession> {
+/** Starts a session whose model replays `responses`; `env` is the extension's environment. */
+export async function startSdkSession(
+  callAction: CallActionFn,
+  responses: FauxResponseStep[],
+  options: { env?: NodeJS.ProcessEnv } = {},
+): Promise<SdkSession> {
   const dir = await mkdtemp(join(tmpdir(), "pss-"));
   const cwd = join(dir, "work");
   const agentDir = join(dir, "agent");
@@ -61,7 +65,7 @@ export async function startSdkSession(callAction: CallActionFn, responses: FauxR
     noPromptTemplates: true,
     noThemes: true,
     noContextFiles: true,
-    extensionFactories: [createSandboxExtension({ callAction })],
+    extensionFactories: [createSandboxExtension({ callAction, ...(options.env ? { env: options.env } : {}) })],
   });
   await resourceLoader.reload();
   const { session } = await createAgentSession({
