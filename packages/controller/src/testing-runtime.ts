@@ -291,7 +291,7 @@ async function localCheckpoints(dir: string): Promise<KeptCheckpointInfo[]> {
 
 /** Keeps a copy of a local disk's files (a "memory" one is only marked so: processes are not copied). */
 async function keepLocal(dir: string, options: KeepOptions): Promise<KeptCheckpoint> {
-  const id = randomBytes(6).toString("hex");
+  const id = options.id ?? randomBytes(6).toString("hex");
   const target = join(dir, LOCAL_CHECKPOINTS, id);
   await cp(join(dir, "root"), join(target, "root"), { recursive: true, filter: notSocket });
   const kept: KeptCheckpoint = {

@@ -185,9 +185,7 @@ describe("diff", () => {
   test("since a checkpoint compares with the workspace the checkpoint recorded; one without a record says why", async () => {
     const taken = await asUser({ action: "checkpoint", name: "demo", label: "mid" });
     const id = taken.checkpoint.id as string;
-    // What the lead's checkpoint of a running instance does (idempotent: the same workspace is the same commit).
-    const supervisor = supervisors.get("demo")!;
-    await snapshotWorkspace(supervisor, supervisor.workspace, { ref: checkpointRef(id) });
+    // A checkpoint of a running instance records its workspace under the checkpoint's id first.
     await guestExec("demo", "printf 'after the checkpoint\\n' > later.txt");
     try {
       for (const since of [id, "mid"]) {

@@ -4,8 +4,9 @@
 // instance around it needs: its status, previews and agent door, its record, and a pause (suspend,
 // then a warm start) where memory is copied from a running guest.
 
+import { randomBytes } from "node:crypto";
 import { mkdir, rm } from "node:fs/promises";
-import { isValidInstanceName } from "@pi-sandbox/config";
+import { isValidInstanceName, messageOf } from "@pi-sandbox/config";
 import type { AgentDoor } from "@pi-sandbox/supervisor";
 import type { BranchActions, CheckpointTaken, CheckpointView, ForkResult } from "../actions/kit/context.js";
 import { ControllerError } from "../errors.js";
@@ -24,7 +25,8 @@ import {
 import type { ProgressEvent } from "../wire.js";
 import { readAgentDoor, writeAgentDoor } from "./agent-door.js";
 import type { Lifecycle } from "./lifecycle.js";
-import type { InstanceRuntime, KeptCheckpoint, KeptCheckpointInfo } from "./runtime.js";
+import type { InstanceRuntime, KeepOptions, KeptCheckpoint, KeptCheckpointInfo } from "./runtime.js";
+import { checkpointRef, snapshotWorkspace } from "./workspace-snapshots.js";
 import { toControllerError, type InstanceState } from "./state.js";
 
 type Progress = (event: ProgressEvent) => void;
@@ -141,18 +143,20 @@ export class Branches {
     let pauseMs: number | undefined;
     if (this.state.vm && options.memory) {
       const previews = this.state.status.previews;
+      const id = await this.namedInGuest(progress);
       const paused = await this.whileSuspended(progress, async () =>
-        this.runtime.disks.keepCheckpoint(this.diskDir, { ...keep, memory: true, extra: await this.extra(previews) }),
+        this.runtime.disks.keepCheckpoint(this.diskDir, {
+          ...keep,
+          id,
+          memory: true,
+          extra: await this.extra(previews),
+        }),
       );
       kept = paused.result;
       pauseMs = paused.pauseMs;
     } else if (this.state.vm) {
       progress({ stage: "checkpoint", message: "syncing the guest and switching its disk to a new layer" });
-      const outcome = await this.state.running().vm.checkpoint({ keep });
-      if (!outcome.kept)
-        throw new ControllerError("CONTROLLER_INTERNAL", "the VM took a checkpoint but did not keep it");
-      kept = outcome.kept;
-      stallMs = outcome.stallMs;
+      ({ kept, stallMs } = await this.keepRunning(keep, progress));
       // The disk holds the create's work now.
       await completePendingCreate(this.state.layout, this.name);
     } else {
@@ -194,6 +198,33 @@ export class Branches {
     };
   }
 
+  /**
+   * A new checkpoint id, under which the guest's workspace is recorded first (its own store, on the
+   * disk about to be kept: what `diff --since` compares with). A guest that cannot record it
+   * (no git) still gets its checkpoint; the progress says why diff will not have it.
+   */
+  private async namedInGuest(progress: Progress): Promise<string> {
+    const id = randomBytes(6).toString("hex");
+    const supervisor = this.state.supervisor;
+    if (supervisor) {
+      await snapshotWorkspace(supervisor, supervisor.workspace, { ref: checkpointRef(id) }).catch((error: unknown) =>
+        progress({
+          stage: "checkpoint",
+          message: `the workspace was not recorded for diff --since: ${messageOf(error)}`,
+        }),
+      );
+    }
+    return id;
+  }
+
+  /** Keeps a disk checkpoint of the running instance (its workspace recorded under it first). */
+  private async keepRunning(keep: KeepOptions, progress: Progress): Promise<{ kept: KeptCheckpoint; stallMs: number }> {
+    const id = await this.namedInGuest(progress);
+    const outcome = await this.state.running().vm.checkpoint({ keep: { ...keep, id } });
+    if (!outcome.kept) throw new ControllerError("CONTROLLER_INTERNAL", "the VM took a checkpoint but did not keep it");
+    return { kept: outcome.kept, stallMs: outcome.stallMs };
+  }
+
   /** Removes the oldest unpinned checkpoints beyond `checkpoint.keep`/`keepGiB`, never `keep`. */
   private async prune(record: EntryRecord, keep: string): Promise<KeptCheckpointInfo[]> {
     const kept = await this.runtime.disks.checkpoints(this.diskDir);
@@ -225,10 +256,7 @@ export class Branches {
     // The state being left is kept first: a rewind can itself be undone.
     if (this.state.vm) {
       progress({ stage: "checkpoint", message: "keeping the current state first" });
-      const outcome = await this.state.running().vm.checkpoint({ keep: { label } });
-      if (!outcome.kept)
-        throw new ControllerError("CONTROLLER_INTERNAL", "the VM took a checkpoint but did not keep it");
-      before = outcome.kept;
+      before = (await this.keepRunning({ label }, progress)).kept;
       progress({ stage: "stop", message: "stopping the guest" });
       // Nothing was written since that checkpoint: the run is dropped, not merged.
       await this.lifecycle.teardown({ checkpoint: false });
