@@ -10,8 +10,7 @@ import { entryLine } from "../src/actions/audit.js";
 import { StateLayout } from "../src/state/layout.js";
 import { createLocalRuntime } from "../src/testing.js";
 import { inProcessDaemons, type InProcessDaemons } from "./support/in-process-daemon.js";
-
-type Loose = Record<string, any>;
+import type { Loose } from "./support/local-daemon.js";
 
 const CANARY = "canary-7f3a9c1e5b2d4f60";
 let dir: string;
