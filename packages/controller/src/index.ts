@@ -35,7 +35,16 @@ export type {
   DashboardInfo,
   DashboardAbsent,
   DashboardStopped,
+  AuditRead,
+  AuditVerdict,
+  LedgerEntry,
+  LedgerKind,
+  CheckpointTaken,
+  CheckpointView,
+  ForkResult,
 } from "./client/index.js";
+// Reading a ledger
+export { ledgerEntryLine } from "./client/index.js";
 // State views
 export { StateLayout, resolveStateRoot } from "./client/index.js";
 export type {

@@ -5,10 +5,19 @@
 //   /sandbox detach           return them to the host
 //   /sandbox dashboard        start (or find) the local web dashboard and print a link to it
 //   /sandbox checkpoints [name]  an instance's checkpoints, each by the turn it belongs to
+//   /sandbox fork [name] [N]  copy an instance (the attached one) into N running forks (default 1)
+//   /sandbox rewind <checkpoint> [name]  back to a kept checkpoint (its id or label)
+//   /sandbox audit [name]     the last entries of an instance's ledger
 
 import type { ExtensionCommandContext, RegisteredCommand } from "@earendil-works/pi-coding-agent";
 import type { AutocompleteItem } from "@earendil-works/pi-tui";
-import { escapeControlChars, type DashboardInfo, type EntryView } from "@pi-sandbox/controller/client";
+import {
+  escapeControlChars,
+  ledgerEntryLine,
+  type DashboardInfo,
+  type EntryView,
+  type LedgerEntry,
+} from "@pi-sandbox/controller/client";
 import { describeError, tellUser, type Attachments } from "./attach.js";
 import type { EnvironmentBranches } from "./branching.js";
 import { SandboxExtensionError } from "./errors.js";
@@ -22,10 +31,12 @@ interface ShellAccess {
 }
 
 const USAGE =
-  "Usage: /sandbox <name> [user] (terminal; user defaults to root), /sandbox attach [name], /sandbox detach, /sandbox dashboard, /sandbox checkpoints [name]. Without a name, pick from a list.";
+  "Usage: /sandbox <name> [user] (terminal; user defaults to root), /sandbox attach [name], /sandbox detach, /sandbox dashboard, /sandbox checkpoints [name], /sandbox fork [name] [N], /sandbox rewind <checkpoint> [name], /sandbox audit [name]. Without a name, pick from a list.";
 const SUBCOMMANDS = ["attach", "detach"] as const;
 /** Subcommands that take an instance name after them. */
-const NAMED_SUBCOMMANDS = new Set(["attach", "checkpoints"]);
+const NAMED_SUBCOMMANDS = new Set(["attach", "checkpoints", "fork", "audit"]);
+/** Entries `/sandbox audit` shows. */
+const AUDIT_LAST = 20;
 
 /** What the command needs besides the controller client. */
 export interface SandboxCommandOptions {
@@ -108,6 +119,69 @@ function usageError(ctx: ExtensionCommandContext, message: string): void {
   tellUser(ctx, `${error.message}. ${USAGE}`, "error");
 }
 
+/**
+ * `/sandbox fork [name] [N]`, `/sandbox rewind <checkpoint> [name]` and `/sandbox audit [name]`,
+ * the attached instance when no name is given. The user typed them: they run as the user's calls.
+ */
+async function branchCommand(
+  deps: SandboxDependencies,
+  ctx: ExtensionCommandContext,
+  words: readonly string[],
+  attached: string | undefined,
+): Promise<void> {
+  const [sub, ...rest] = words;
+  const call = (action: Record<string, unknown>) =>
+    deps.callAction(action, { cwd: ctx.cwd, env: deps.env, signal: ctx.signal, caller: "user" });
+  if (sub === "rewind") {
+    const [checkpoint, name = attached] = rest;
+    if (checkpoint === undefined || rest.length > 2 || name === undefined)
+      return usageError(ctx, "/sandbox rewind takes a checkpoint (id or label) and, when Pi is not attached, a name");
+    const view = (await call({ action: "rewind", name, checkpoint })) as EntryView & { before?: { id: string } };
+    tellUser(
+      ctx,
+      escapeControlChars(
+        `${name} is back at checkpoint ${checkpoint} and ${view.state}${view.before ? `; the state it left is checkpoint ${view.before.id}` : ""}.`,
+      ),
+      "info",
+    );
+    return;
+  }
+  const name = rest[0] ?? attached;
+  if (name === undefined) return usageError(ctx, `/sandbox ${sub} needs an instance name when Pi is not attached`);
+  if (sub === "audit") {
+    if (rest.length > 1) return usageError(ctx, "/sandbox audit takes one instance name");
+    const read = (await call({ action: "audit", name, last: AUDIT_LAST })) as { entries: LedgerEntry[] };
+    const lines = read.entries.map(ledgerEntryLine);
+    tellUser(
+      ctx,
+      lines.length > 0
+        ? `The last ${lines.length} entries of ${name}'s ledger:\n${lines.join("\n")}`
+        : `${name}'s ledger is empty.`,
+      "info",
+    );
+    return;
+  }
+  const count = rest[1] === undefined ? 1 : Number(rest[1]);
+  if (rest.length > 2 || !Number.isInteger(count) || count < 1 || count > 16)
+    return usageError(ctx, "/sandbox fork takes a name and a number of forks from 1 to 16");
+  const forked = (await call({ action: "fork", name, count })) as {
+    forks: { name: string }[];
+    pauseMs?: number;
+    started?: EntryView[];
+  };
+  const lines = forked.forks.map((f) => {
+    const view = forked.started?.find((v) => v.name === f.name);
+    return `${f.name}: ${view?.state ?? "not started"}${view?.previews[0] ? ` ${view.previews[0].url}` : ""}`;
+  });
+  tellUser(
+    ctx,
+    escapeControlChars(
+      `Forked ${name}${forked.pauseMs !== undefined ? ` (paused ${(forked.pauseMs / 1000).toFixed(1)} s)` : ""}:`,
+    ) + `\n${lines.map((l) => escapeControlChars(l)).join("\n")}`,
+    "info",
+  );
+}
+
 /** Builds the `/sandbox` command around injected dependencies. */
 export function createSandboxCommand(
   deps: SandboxDependencies,
@@ -124,7 +198,14 @@ export function createSandboxCommand(
       const lead = words.length === 2 ? `${words[0]} ` : "";
       const items: AutocompleteItem[] = [];
       if (words.length === 1 && attachments) {
-        for (const sub of [...SUBCOMMANDS, "dashboard", ...(options.branches ? ["checkpoints"] : [])])
+        for (const sub of [
+          ...SUBCOMMANDS,
+          "dashboard",
+          "fork",
+          "rewind",
+          "audit",
+          ...(options.branches ? ["checkpoints"] : []),
+        ])
           if (sub.startsWith(word)) items.push({ value: `${sub} `, label: sub });
       }
       try {
@@ -147,6 +228,9 @@ export function createSandboxCommand(
             return usageError(ctx, "/sandbox checkpoints needs an instance name when Pi is not attached");
           tellUser(ctx, await options.branches.describe(name, ctx), "info");
           return;
+        }
+        if (words[0] === "fork" || words[0] === "rewind" || words[0] === "audit") {
+          return await branchCommand(deps, ctx, words, attachments?.name);
         }
         if (attachments && words[0] === "detach") {
           if (words.length > 1) return usageError(ctx, "/sandbox detach takes no argument");

@@ -10,6 +10,7 @@ import { ControllerError, isControllerError } from "../errors.js";
 import { notFound } from "../state/inspect.js";
 import { StateLayout, type EntryKind } from "../state/layout.js";
 import { readRecord } from "../state/records.js";
+import { suspendedByIdle } from "../state/waker-call.js";
 import type { ProgressEvent } from "../wire.js";
 import type { HostGuard } from "../host-guard.js";
 import { callDaemon } from "./connection.js";
@@ -37,6 +38,10 @@ export type { ValidatedAction } from "../actions/kit/validate.js";
 export type { ExecView } from "../actions/exec.js";
 export type { ControllerLogTail, ServiceLogRead } from "../actions/logs.js";
 export type { CopyResult } from "../actions/copy-tree.js";
+export { entryLine as ledgerEntryLine } from "../actions/audit.js";
+export type { AuditRead, AuditVerdict } from "../actions/audit.js";
+export type { LedgerEntry, LedgerKind } from "../state/ledger.js";
+export type { CheckpointTaken, CheckpointView, ForkResult } from "../actions/kit/context.js";
 export type { ServicesView } from "../actions/kit/context.js";
 export type { DashboardInfo } from "../dashboard/launch.js";
 export type { DashboardAbsent, DashboardStopped } from "../actions/dashboard.js";
@@ -212,7 +217,20 @@ async function routeToDaemon(
   const socketPath = layout.socketPath(kind, name);
   const { env } = options;
   const daemonOptions = { signal: options.signal, onProgress: options.onProgress, guard: options.guard };
-  if (route !== "spawn") return callDaemon(socketPath, args, daemonOptions);
+  if (route !== "spawn") {
+    try {
+      return await callDaemon(socketPath, args, daemonOptions);
+    } catch (error) {
+      // An instance that suspended itself may be parked (its daemon exited, the waker holds its
+      // previews): an action on it starts a daemon, as a start does, which resumes it.
+      const parked =
+        kind === "instances" &&
+        isControllerError(error) &&
+        ["CONTROLLER_DAEMON_EXITING", "CONTROLLER_NOT_RUNNING"].includes(error.code) &&
+        (await suspendedByIdle(layout, name));
+      if (!parked) throw error;
+    }
+  }
   // A daemon that just finished a stop may still answer its socket for a moment; one that is
   // exiting refuses new work, and a fresh one is spawned for it.
   for (let attempt = 0; ; attempt++) {
