@@ -34,14 +34,17 @@ const bannedImports = (allowGondolin, allowPi) => {
 const controller = (path) => `packages/controller/src/${path}`;
 const controllerFloors = [
   { target: controller("cli"), from: ["daemon"] },
-  { target: controller("client"), from: ["cli", "daemon"] },
-  { target: controller("daemon"), from: ["cli", "client", "dashboard"] },
+  { target: controller("client"), from: ["cli", "daemon", "waker"] },
+  { target: controller("daemon"), from: ["cli", "client", "dashboard", "waker"] },
+  // The waker (one small process per state root holding parked instances' previews) stands on
+  // `state` and the shared leaves only, beside the dashboard.
+  { target: controller("waker"), from: ["cli", "client", "daemon", "actions", "dashboard"] },
   { target: controller("actions"), from: ["cli", "client", "daemon"] },
   { target: controller("dashboard/!(main).ts"), from: ["cli", "client", "daemon", "actions"] },
-  { target: controller("state"), from: ["cli", "client", "daemon", "actions", "dashboard"] },
+  { target: controller("state"), from: ["cli", "client", "daemon", "actions", "dashboard", "waker"] },
   {
     target: controller("!(index|testing|testing-runtime).ts"),
-    from: ["cli", "client", "daemon", "actions", "dashboard", "state"],
+    from: ["cli", "client", "daemon", "actions", "dashboard", "state", "waker"],
   },
 ].map(({ target, from }) => ({
   target,

@@ -93,6 +93,11 @@ export function daemonsFor(home: string): number[] {
   return pgrep(`--root ${home} --kind`);
 }
 
+/** PIDs of the waker of the state root `home` (it holds parked instances' previews). */
+export function wakersFor(home: string): number[] {
+  return pgrep(`waker/main.js --root ${home} --socket`);
+}
+
 function pgrep(pattern: string): number[] {
   try {
     return execFileSync("pgrep", ["-f", "--", pattern], { encoding: "utf8" }).split("\n").filter(Boolean).map(Number);
@@ -140,7 +145,7 @@ export async function teardown(sandbox: Sandbox | undefined, options: { keep?: b
   const list = await sandbox.call({ action: "list" }).catch(() => ({ instances: [] }));
   await Promise.all(
     (list.instances as { name: string; state: string; idle?: { suspended?: boolean } }[])
-      // One that suspended itself keeps a daemon (holding its previews) until stopped.
+      // One that suspended itself keeps its previews bound (by its daemon or the waker) until stopped.
       .filter((v) => ["running", "starting", "stopping", "suspending"].includes(v.state) || v.idle?.suspended)
       .map((v) => sandbox.call({ action: "stop", name: v.name }).catch(() => undefined)),
   );
@@ -154,7 +159,8 @@ export async function teardown(sandbox: Sandbox | undefined, options: { keep?: b
   }
   // A daemon answers `stop` before it exits, and writes its last log lines and removes its socket
   // after that: removing the state root under it races (ENOTEMPTY), so wait for the daemons too.
-  await gone(() => daemonsFor(sandbox.home), 15_000);
+  // The waker exits once it holds nothing for a few seconds.
+  await gone(() => [...daemonsFor(sandbox.home), ...wakersFor(sandbox.home)], 20_000);
   if (!options.keep) await rm(sandbox.dir, { recursive: true, force: true, maxRetries: 5 });
   return left;
 }

@@ -1,37 +1,19 @@
 // Starting an instance's daemon detached when none answers, and waiting for its socket.
-import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, open, readFile } from "node:fs/promises";
 import { dirname } from "node:path";
-import { fileURLToPath } from "node:url";
 import { ControllerError } from "../errors.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
 import { daemonLive, pidAlive } from "../state/liveness.js";
-import { daemonMallocEnv } from "../daemon-malloc.js";
+import { daemonEntry, daemonEnv, spawnDetached, type DetachedProcess } from "../daemon-process.js";
 import { findDaemonNode } from "../node-floor.js";
 
-/** V8 flags of daemon processes. */
-const DAEMON_NODE_FLAGS = ["--max-semi-space-size=1"];
-
-/** The environment of a daemon process: the caller's, its state root, and malloc's setting (daemon-malloc.ts). */
-export function daemonEnv(env: NodeJS.ProcessEnv, root: string): NodeJS.ProcessEnv {
-  return { ...env, ...daemonMallocEnv(env), PI_SANDBOX_HOME: root };
-}
+export { daemonEntry, daemonEnv };
 
 /** How long a fresh daemon may take to open its socket. */
 const HANDSHAKE_TIMEOUT_MS = 30_000;
 /** How often a spawn that lost the race to a daemon that already came and went is repeated. */
 const MAX_RESPAWNS = 5;
-
-/**
- * The compiled daemon entry, `dist/daemon/main.js`. The client itself may run from its sources
- * (tests, `@pi-sandbox/source`); the daemon always runs the built copy, because it is a separate
- * Node process without a TypeScript loader.
- */
-export function daemonEntry(): string {
-  const fromSources = import.meta.url.endsWith(".ts");
-  return fileURLToPath(new URL(fromSources ? "../../dist/daemon/main.js" : "../daemon/main.js", import.meta.url));
-}
 
 async function tail(path: string, lines: number): Promise<string> {
   try {
@@ -70,20 +52,12 @@ export async function ensureDaemon(
   const node = findDaemonNode(env);
   const logFile = layout.logFile(kind, name);
   await mkdir(dirname(logFile), { recursive: true, mode: 0o700 });
-  const spawnOne = async (): Promise<{ exited?: number | null }> => {
+  const spawnOne = async (): Promise<DetachedProcess> => {
     const log = await open(logFile, "a", 0o600);
-    // A daemon is long-lived but allocates little: a small young generation keeps its resident
-    // memory down (the default semi-space lets idle garbage pile up to tens of MiB).
-    const child = spawn(node, [...DAEMON_NODE_FLAGS, entry, "--root", layout.root, "--kind", kind, "--name", name], {
-      detached: true,
-      stdio: ["ignore", log.fd, log.fd],
-      env: daemonEnv(env, layout.root),
-    });
+    const args = ["--root", layout.root, "--kind", kind, "--name", name];
+    const child = spawnDetached(node, entry, args, log.fd, daemonEnv(env, layout.root));
     await log.close();
-    const state: { exited?: number | null } = {};
-    child.once("exit", (code) => (state.exited = code));
-    child.unref();
-    return state;
+    return child;
   };
   let spawned = await spawnOne();
   let respawns = 0;

@@ -1,7 +1,8 @@
 // Auto-suspend of one instance (`idle.suspendAfter`): the daemon looks every second at what uses
 // the instance (actions, previews, terminals, guest CPU, and the guest's commands before deciding),
 // suspends it once nothing has for the whole period, and wakes it for the next preview request or
-// action. The previews stay bound meanwhile; the clock itself is idle-clock.ts.
+// action. The previews stay bound meanwhile (by the daemon, or the waker once it parked the instance:
+// parking.ts); the clock itself is idle-clock.ts.
 
 import { formatDuration } from "@pi-sandbox/config";
 import type { AgentActivity } from "@pi-sandbox/supervisor";
@@ -111,6 +112,15 @@ export class AutoSuspend {
         });
     }
     return options.early && this.#resumed ? Promise.race([this.#waking, this.#resumed]) : this.#waking;
+  }
+
+  /**
+   * A fresh daemon took the previews of its parked instance back (parking.ts): asleep as after the
+   * suspend its last daemon decided, so the next preview request or action wakes it.
+   */
+  parked(): void {
+    this.#asleep = true;
+    this.#reset();
   }
 
   /** The wake's boot resumed the guest from its saved memory (its services run again). */

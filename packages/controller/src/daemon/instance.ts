@@ -10,11 +10,13 @@ import type { EntryKind, StateLayout } from "../state/layout.js";
 import type { LedgerKind } from "../state/ledger.js";
 import type { EntryState } from "../state/records.js";
 import type { IdleReading, ProgressEvent } from "../wire.js";
+import { AgentReattach } from "./agent-reattach.js";
 import { AutoCheckpoint } from "./auto-checkpoint.js";
 import { AutoSuspend } from "./auto-suspend.js";
 import { Branches } from "./branches.js";
 import { EntryDirWatch, reportEntryDirGone } from "./entry-dir-watch.js";
 import { Lifecycle } from "./lifecycle.js";
+import { adoptParked, parkInstance } from "./parking.js";
 import type { DaemonLogger } from "../log.js";
 import { createVmRuntime, type InstanceRuntime } from "./runtime.js";
 import { GuestOperations } from "./services.js";
@@ -39,10 +41,6 @@ function needsGuest(args: Record<string, unknown> & { action: string }): boolean
   return !(args.action === "logs" && args.service === undefined);
 }
 
-/** A closed agent channel is reattached at most this often in {@link REATTACH_WINDOW_MS}; then the instance fails. */
-const REATTACH_LIMIT = 3;
-const REATTACH_WINDOW_MS = 10 * 60_000;
-
 /**
  * Owns one instance (or, for prepare, one template) inside its daemon: the VM, the supervisor
  * channel and the preview gateway, all reached through an {@link InstanceRuntime}. Lifecycle
@@ -58,8 +56,7 @@ export class InstanceController {
   readonly #idle: AutoSuspend;
   readonly #checkpoints: AutoCheckpoint;
   #recordedFault: unknown;
-  /** When the agent's channel was last reattached (see {@link #reattach}). */
-  #reattaches: number[] = [];
+  readonly #reattach: AgentReattach;
   readonly #entryDir: EntryDirWatch;
 
   /** `now` (ms) drives the idle and checkpoint clocks (a test seam; default `Date.now`). */
@@ -80,6 +77,7 @@ export class InstanceController {
       this.#guest,
     );
     this.#branches = new Branches(this.#state, this.#lifecycle, this.#lifecycle.runtime);
+    this.#reattach = new AgentReattach(this.#state, this.#lifecycle);
     const state = this.#state;
     const cpuMs = () => {
       const pid = state.vm?.hostPid;
@@ -167,7 +165,7 @@ export class InstanceController {
     return this.#state.exiting;
   }
 
-  /** True while the instance is suspended by its idle clock: the daemon holds its previews to wake it. */
+  /** True while the instance is suspended by its idle clock: this daemon holds its previews to wake it. */
   get asleep(): boolean {
     return this.#idle.asleep && !this.#state.exiting;
   }
@@ -178,6 +176,23 @@ export class InstanceController {
   /** The idle clock, for pings (undefined while off or not running). */
   get idle(): IdleReading | undefined {
     return this.#idle.reading();
+  }
+
+  /** At the daemon's start: takes a parked instance's previews back from the waker, asleep (parking.ts). */
+  adopt(): Promise<void> {
+    return adoptParked(this.#state, this.#lifecycle.runtime, () => this.#idle.parked());
+  }
+
+  /** Asleep and unused: hands the previews to the waker and ends the daemon (parking.ts); undefined: not now. */
+  park(): Promise<boolean | undefined> {
+    const state = this.#state;
+    return this.#enqueue(async () => {
+      const unused = (state.gateway?.activity().open ?? 0) === 0 && this.#guest.terminalSessions() === 0;
+      if (!this.asleep || state.vm || !unused) return undefined;
+      if (!(await parkInstance(state, this.#lifecycle.runtime))) return false;
+      state.finish();
+      return true;
+    }).catch(() => undefined);
   }
 
   /**
@@ -330,14 +345,14 @@ export class InstanceController {
   /**
    * The agent's channel closed under a running VM. A channel that just closed (AGENT_CLOSED: its
    * bridge or door stream ended, or the agent exited) is reattached, a few times at most (see
-   * {@link #reattach}). One the host cut for breaking the protocol (a hostile or broken guest), or
+   * agent-reattach.ts). One the host cut for breaking the protocol (a hostile or broken guest), or
    * one that keeps closing: the disk is checkpointed (the guest's own work is kept), the status
    * reads failed with the reason, and the daemon exits; start boots a fresh agent.
    */
   async #agentLost(reason: { code: string; message: string }): Promise<void> {
     const state = this.#state;
     if (!state.supervisor?.closedReason) return;
-    if (reason.code === "AGENT_CLOSED" && (await this.#reattach(reason))) return;
+    if (reason.code === "AGENT_CLOSED" && (await this.#reattach.attempt(reason))) return;
     state.recordError(
       reason.code,
       `the guest agent of ${state.name} is gone: ${reason.message}`,
@@ -349,31 +364,6 @@ export class InstanceController {
       .catch((error: unknown) => state.log.warn(`checkpoint after the agent was lost: ${String(error)}`));
     await state.setState("failed", { previews: [] }).catch(() => undefined);
     state.finish();
-  }
-
-  /**
-   * A new channel to the agent. The agent outlives its channel: when it still runs, its services
-   * and exec handles carry on untouched. False when the agent is gone too (the new channel found a
-   * fresh one: the services went with the old), when the limit is reached, or when the guest
-   * cannot be reached.
-   */
-  async #reattach(reason: { code: string; message: string }): Promise<boolean> {
-    const state = this.#state;
-    const now = Date.now();
-    this.#reattaches = this.#reattaches.filter((at) => now - at < REATTACH_WINDOW_MS);
-    if (this.#reattaches.length >= REATTACH_LIMIT) return false;
-    this.#reattaches.push(now);
-    try {
-      const supervisor = await this.#lifecycle.reattachAgent();
-      if (supervisor.hello.sessions > 0) {
-        state.log.warn(`the guest agent's channel closed (${reason.message}); reattached, its services kept`);
-        return true;
-      }
-      return false;
-    } catch (error) {
-      state.log.warn(`reattaching the guest agent failed: ${String(error)}`);
-      return false;
-    }
   }
 
   /**

@@ -16,8 +16,13 @@ import { CallLedger } from "./ledger-entries.js";
 import { createFileLogger, type DaemonLogger } from "../log.js";
 import type { InstanceRuntime } from "./runtime.js";
 
-/** A daemon with no VM and no request for this long exits (e.g. after a failed create). */
+/**
+ * A daemon with no VM and no request for this long exits (e.g. after a failed create); one whose
+ * instance sleeps (suspended while unused) parks it after this long without a call (parking.ts).
+ */
 const IDLE_EXIT_MS = 30_000;
+/** After a park that failed (no waker, a port it could not bind), the daemon keeps the previews this long. */
+const PARK_RETRY_MS = 5 * 60_000;
 
 /**
  * Which file `path` is now (device, inode and change time, so a reused inode number differs), or
@@ -104,9 +109,15 @@ export async function runDaemon(
   await rm(socketPath, { force: true });
   const controller = new InstanceController(layout, kind, name, log, options.runtime);
   const ledger = new CallLedger();
+  // Before the socket answers: a parked instance's previews come back from the waker first, so the
+  // first call (or the request that had this daemon started) finds the instance asleep, as it was.
+  await controller.adopt().catch((error: unknown) => log.warn(`taking the previews back: ${String(error)}`));
   const sockets = new Set<Socket>();
   let inFlight = 0;
   let lastActivity = Date.now();
+  /** The last call's end (pings, such as list's, do not count): an asleep instance parks after a quiet spell. */
+  let lastCall = Date.now();
+  let parkAt = 0;
 
   const server: Server = createServer((socket) => {
     sockets.add(socket);
@@ -174,6 +185,7 @@ export async function runDaemon(
     } finally {
       inFlight--;
       lastActivity = Date.now();
+      lastCall = lastActivity;
     }
   }
 
@@ -212,9 +224,15 @@ export async function runDaemon(
     controller.checkVm();
     controller.checkIdle();
     void controller.checkStateDir();
+    // An instance that suspended itself, unused since: its previews go to the waker and this daemon
+    // exits (parking.ts). One that cannot be parked keeps its daemon, which holds the previews.
+    const quiet = Date.now() - lastCall > (options.idleExitMs ?? IDLE_EXIT_MS);
+    if (controller.asleep && !controller.busy && inFlight === 0 && quiet && Date.now() >= parkAt) {
+      parkAt = Number.POSITIVE_INFINITY;
+      void controller.park().then((parked) => (parkAt = parked === false ? Date.now() + PARK_RETRY_MS : 0));
+    }
     if (
       !controller.running &&
-      // An instance that suspended itself keeps its daemon: it holds the previews that wake it.
       !controller.asleep &&
       !controller.busy &&
       inFlight === 0 &&

@@ -4,6 +4,7 @@ import { access } from "node:fs/promises";
 import type { QemuResidentMemory } from "@pi-sandbox/vm/host";
 import { ControllerError } from "../errors.js";
 import { daemonLive, daemonPing, type Pong } from "./liveness.js";
+import { wakerHolding } from "./waker-call.js";
 import { listCheckpoints, type CheckpointView } from "./checkpoints.js";
 import type { EntryKind, StateLayout } from "./layout.js";
 import {
@@ -105,7 +106,10 @@ export interface IdleView {
   idleForMs?: number;
   /** While it runs and something uses it: what (the daemon's last look). */
   busy?: string;
-  /** True while it is suspended by this setting, its daemon holding the previews to wake it. */
+  /**
+   * True while it is suspended by this setting, its previews held to wake it: by its daemon, or
+   * (parked, its daemon gone) by the state root's waker.
+   */
   suspended?: true;
 }
 
@@ -155,9 +159,10 @@ export async function inspectEntry(layout: StateLayout, kind: EntryKind, name: s
       });
     }
   }
-  // Suspended by its idle clock, its daemon holding the previews: they (and actions) wake it. A
-  // daemon that died meanwhile left an ordinary suspended instance, which start resumes.
-  const asleep = state === "suspended" && status?.suspendedBy === "idle" && pong !== undefined;
+  // Suspended by its idle clock, its daemon (or, parked, the waker) holding the previews: they (and
+  // actions) wake it. Nothing holding them (killed meanwhile) leaves an ordinary suspended instance.
+  const idleSuspended = state === "suspended" && status?.suspendedBy === "idle";
+  const asleep = idleSuspended && (pong !== undefined || (await wakerHolding(layout)).has(name));
   if (!hint && state === "failed") hint = `See {"action":"logs","name":"${name}"} for the controller log.`;
   const view: EntryView = {
     name,

@@ -212,7 +212,29 @@ export class StateLayout {
    * {@link assertPrivateDir}, because another local user can create `/tmp/pi-sandbox-<uid>` first.
    */
   socketPath(kind: EntryKind, name: string): string {
-    const preferred = join(this.entryDir(kind, name), "daemon.sock");
+    return this.#fittingSocket(join(this.entryDir(kind, name), "daemon.sock"));
+  }
+
+  /**
+   * The waker's pid file: the one process of this state root that holds the previews of parked
+   * instances (`waker/`), created exclusively by it.
+   */
+  wakerPidFile(): string {
+    return join(this.root, "waker.pid");
+  }
+
+  /** The waker's Unix socket (moved under the temp dir as {@link socketPath} is, when too long). */
+  wakerSocketPath(): string {
+    return this.#fittingSocket(join(this.root, "waker.sock"));
+  }
+
+  /** The waker's log: what it held, woke and handed back, and why a wake failed. */
+  wakerLogFile(): string {
+    return join(this.root, "logs", "waker.log");
+  }
+
+  /** `preferred`, or a short per-user path under the temp dir when it would pass the platform limit. */
+  #fittingSocket(preferred: string): string {
     if (Buffer.byteLength(preferred) <= SOCKET_PATH_MAX) return preferred;
     const digest = createHash("sha256").update(preferred).digest("hex").slice(0, 24);
     const uid = typeof process.getuid === "function" ? process.getuid() : 0;

@@ -196,8 +196,9 @@ export interface EntryStatus {
   /** Handle of a resume hook still running in the background. */
   resumePid?: string;
   /**
-   * `idle` when the instance suspended itself after `idle.suspendAfter` unused: its daemon stays,
-   * holding the previews, and the next preview request or action resumes it.
+   * `idle` when the instance suspended itself after `idle.suspendAfter` unused: its previews stay
+   * bound (by its daemon, then by the state root's waker once the daemon parked it and exited), and
+   * the next preview request or action resumes it.
    */
   suspendedBy?: "idle";
   /**
