@@ -16,6 +16,16 @@ export interface ProgressEvent {
   total?: number;
 }
 
+/** Who makes a call: the model (through Pi's tool), or the user through the CLI, the dashboard, Pi's `/sandbox` or a library. */
+export type Caller = "model" | "cli" | "dashboard" | "pi" | "library";
+
+/** A trust decision: what the user was asked (the dialog's lines), the answer, and who could answer. */
+export interface TrustNote {
+  asked: string[];
+  answer: "yes" | "no";
+  by: string;
+}
+
 /** Messages a client sends. */
 export type ClientMessage =
   | {
@@ -24,6 +34,10 @@ export type ClientMessage =
       action: Record<string, unknown>;
       /** Present when the call is made for a model: what it may do to host paths. */
       guard?: HostGuard;
+      /** Who makes the call, as the client says (for the ledger). */
+      caller?: Caller;
+      /** What the user was asked before this call was sent, and answered (for the ledger). */
+      trust?: TrustNote[];
     }
   | { id: number; type: "ping" };
 

@@ -57,13 +57,13 @@ test("every call, exec and transfer is recorded with its caller and outcome; the
   const entries = read.entries as Loose[];
   const actions = entries.filter((e) => e.kind === "action").map((e) => [e.data.action, e.data.caller, e.data.outcome]);
   expect(actions).toEqual([
-    ["create", "user", "ok"],
-    ["exec", "user", "ok"],
-    ["exec", "user", "ok"],
-    ["write", "user", "ok"],
-    ["download", "user", "ok"],
-    ["exec", "user", "ok"],
-    ["read", "user", expect.stringMatching(/^[A-Z_]+$/)],
+    ["create", "library", "ok"],
+    ["exec", "library", "ok"],
+    ["exec", "library", "ok"],
+    ["write", "library", "ok"],
+    ["download", "library", "ok"],
+    ["exec", "library", "ok"],
+    ["read", "library", expect.stringMatching(/^[A-Z_]+$/)],
   ]);
   expect(entries.filter((e) => e.kind === "lifecycle").map((e) => e.data.state)).toEqual(
     expect.arrayContaining(["starting", "running"]),
@@ -98,6 +98,38 @@ test("every call, exec and transfer is recorded with its caller and outcome; the
   expect(again.entries).toEqual([]);
 });
 
+test("a model's call is recorded as the model's, with the user's yes to it", async () => {
+  const outside = await mkdtemp(join(tmpdir(), "pisb-ledger-out-"));
+  try {
+    const note = `${(await call({ action: "exec", name: "web", cmd: "pwd" })).output.trim()}/note.txt`;
+    const asked: string[] = [];
+    await callAction(
+      { action: "download", name: "web", from: note, to: join(outside, "note.txt") },
+      {
+        env,
+        cwd: dir,
+        caller: "model",
+        confirm: async (request) => (asked.push(request.message), true),
+      },
+    );
+    expect(asked).toHaveLength(1);
+    const entries = (await call({ action: "audit", name: "web", kind: ["trust", "action"], last: 2 }))
+      .entries as Loose[];
+    expect(entries[0]).toMatchObject({
+      kind: "trust",
+      data: {
+        action: "download",
+        answer: "yes",
+        by: "the user, in Pi's dialog",
+        asked: expect.arrayContaining([expect.stringContaining("Target:")]),
+      },
+    });
+    expect(entries[1]).toMatchObject({ kind: "action", data: { action: "download", caller: "model", outcome: "ok" } });
+  } finally {
+    await rm(outside, { recursive: true, force: true });
+  }
+});
+
 test("audit verify holds, then names the entry that was changed", async () => {
   const ok = await call({ action: "audit-verify", name: "web" });
   expect(ok).toMatchObject({
@@ -108,13 +140,15 @@ test("audit verify holds, then names the entry that was changed", async () => {
   const ledgerDir = layout.ledgerDir("instances", "web");
   const [file] = (await readdir(ledgerDir)).sort();
   const lines = (await readFile(join(ledgerDir, file!), "utf8")).split("\n");
-  lines[2] = lines[2]!.replace('"caller":"user"', '"caller":"model"');
+  const at = lines.findIndex((line) => line.includes('"caller":"library"'));
+  lines[at] = lines[at]!.replace('"caller":"library"', '"caller":"cli"');
   await writeFile(join(ledgerDir, file!), lines.join("\n"));
   await expect(call({ action: "audit-verify", name: "web" })).rejects.toMatchObject({
     code: "CONTROLLER_LEDGER_BROKEN",
-    details: { seq: 3, line: 3, reason: expect.stringContaining("changed") },
+    details: { seq: at + 1, line: at + 1, reason: expect.stringContaining("changed") },
   });
-  await writeFile(join(ledgerDir, file!), lines.join("\n").replace('"caller":"model"', '"caller":"user"'));
+  lines[at] = lines[at]!.replace('"caller":"cli"', '"caller":"library"');
+  await writeFile(join(ledgerDir, file!), lines.join("\n"));
   expect((await call({ action: "audit-verify", name: "web" })).ok).toBe(true);
 });
 

@@ -119,7 +119,13 @@ export class EnvironmentBranches {
   }
 
   #call<T>(action: Record<string, unknown>, ctx: ExtensionContext, signal?: AbortSignal): Promise<T> {
-    return this.deps.callAction(action, { cwd: ctx.cwd, env: this.deps.env, signal, caller: "user" }) as Promise<T>;
+    return this.deps.callAction(action, {
+      cwd: ctx.cwd,
+      env: this.deps.env,
+      signal,
+      caller: "user",
+      via: "pi",
+    }) as Promise<T>;
   }
 
   async #list(name: string, ctx: ExtensionContext): Promise<CheckpointInfo[]> {

@@ -131,7 +131,7 @@ async function branchCommand(
 ): Promise<void> {
   const [sub, ...rest] = words;
   const call = (action: Record<string, unknown>) =>
-    deps.callAction(action, { cwd: ctx.cwd, env: deps.env, signal: ctx.signal, caller: "user" });
+    deps.callAction(action, { cwd: ctx.cwd, env: deps.env, signal: ctx.signal, caller: "user", via: "pi" });
   if (sub === "rewind") {
     const [checkpoint, name = attached] = rest;
     if (checkpoint === undefined || rest.length > 2 || name === undefined)

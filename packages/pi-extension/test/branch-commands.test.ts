@@ -14,7 +14,7 @@ function setup(answers: Record<string, unknown>) {
     callAction: async (input: unknown, options: { caller?: unknown }) => {
       const action = input as Record<string, unknown>;
       calls.push({ action, caller: options.caller });
-      if (action.action in answers) return answers[action.action as string];
+      if (String(action.action) in answers) return answers[String(action.action)];
       throw new Error(`unexpected ${String(action.action)}`);
     },
   } as unknown as SandboxDependencies;

@@ -265,7 +265,7 @@ async function callOnce(
     progress.print(event);
   };
   try {
-    return { result: await callAction(input, { onProgress, caller: "user", signal: abort.signal }) };
+    return { result: await callAction(input, { onProgress, caller: "user", via: "cli", signal: abort.signal }) };
   } catch (error) {
     progress.end();
     if (abort.signal.aborted && typeof input !== "string") {
@@ -346,7 +346,7 @@ export async function runCli(argv: string[]): Promise<number> {
         input as Record<string, unknown> & { name: string },
         { json, timeoutMs: run.timeoutMs },
         {
-          call: (action, signal) => callAction(action, { caller: "user", signal }),
+          call: (action, signal) => callAction(action, { caller: "user", via: "cli", signal }),
           out,
           err,
           interrupts: process,
@@ -355,7 +355,7 @@ export async function runCli(argv: string[]): Promise<number> {
     }
     if (run?.kind === "interactive" && typeof input !== "string") {
       return await execInteractive(input as unknown as InteractiveExec, run.tty, {
-        call: (action) => callAction(action, { caller: "user" }),
+        call: (action) => callAction(action, { caller: "user", via: "cli" }),
         out,
         err,
         stdinIsTTY: process.stdin.isTTY === true,
@@ -366,7 +366,7 @@ export async function runCli(argv: string[]): Promise<number> {
       const stamp = run.stampReceived ? receivedStamper() : undefined;
       let reads = 0;
       return await followLogs(input, {
-        call: (action, signal) => callAction(action, { caller: "user", signal }),
+        call: (action, signal) => callAction(action, { caller: "user", via: "cli", signal }),
         // With --json, one compact JSON object per read (JSON lines).
         print: (result) => {
           const received = stamp && reads++ > 0 ? new Date() : undefined;

@@ -11,7 +11,7 @@ import { notFound } from "../state/inspect.js";
 import { StateLayout, type EntryKind } from "../state/layout.js";
 import { readRecord } from "../state/records.js";
 import { suspendedByIdle } from "../state/waker-call.js";
-import type { ProgressEvent } from "../wire.js";
+import type { Caller, ProgressEvent, TrustNote } from "../wire.js";
 import type { HostGuard } from "../host-guard.js";
 import { callDaemon } from "./connection.js";
 import { guardModelCall, type ConfirmFn } from "./model-guard.js";
@@ -84,6 +84,8 @@ export interface CallActionOptions {
   confirm?: ConfirmFn;
   /** For a model: every host path needs `confirm` (Pi's tools are attached to an instance). */
   attached?: boolean;
+  /** For the user: what they use (`cli`, `dashboard`, Pi's `/sandbox`); the ledger says so. Default `library`. */
+  via?: "cli" | "dashboard" | "pi";
 }
 
 function entryKindOf(args: Record<string, unknown>): EntryKind {
@@ -122,12 +124,15 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
   const hostPaths = hostPathArgs(spec);
   for (const { name } of hostPaths) args[name] = resolveHostPaths(cwd, args[name]);
   const layout = StateLayout.fromEnv(env);
+  // What the user is asked for this call goes with it into the instance's ledger.
+  const trust: TrustNote[] = [];
+  const caller: Caller = options.caller === "model" ? "model" : (options.via ?? "library");
   const guarded =
     options.caller === "model" && (hostPaths.length > 0 || spec.irreversible)
       ? await guardModelCall(
           spec,
           args,
-          { cwd, strict: options.attached === true, confirm: options.confirm },
+          { cwd, strict: options.attached === true, confirm: options.confirm, answered: (note) => trust.push(note) },
           layout,
           env,
         )
@@ -145,7 +150,12 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
   await layout.ensurePrivate();
   for (;;) {
     try {
-      const result = await routeToDaemon(layout, spec.route, args, { ...options, env, guard: guarded?.guard });
+      const result = await routeToDaemon(layout, spec.route, args, {
+        ...options,
+        env,
+        guard: guarded?.guard,
+        ledger: { caller, trust },
+      });
       const starts = spec.startsAfter?.(result as never, args as never) ?? [];
       return starts.length > 0 ? await startAfter(result, starts, options) : result;
     } catch (error) {
@@ -209,14 +219,23 @@ async function routeToDaemon(
   layout: StateLayout,
   route: "daemon" | "spawn",
   args: Record<string, unknown>,
-  options: CallActionOptions & { env: NodeJS.ProcessEnv; guard?: HostGuard },
+  options: CallActionOptions & {
+    env: NodeJS.ProcessEnv;
+    guard?: HostGuard;
+    ledger?: { caller: Caller; trust: TrustNote[] };
+  },
 ): Promise<unknown> {
   const kind = entryKindOf(args);
   const name = args.name as string;
   layout.entryDir(kind, name);
   const socketPath = layout.socketPath(kind, name);
   const { env } = options;
-  const daemonOptions = { signal: options.signal, onProgress: options.onProgress, guard: options.guard };
+  const daemonOptions = {
+    signal: options.signal,
+    onProgress: options.onProgress,
+    guard: options.guard,
+    ...(options.ledger ? { caller: options.ledger.caller, trust: options.ledger.trust } : {}),
+  };
   if (route !== "spawn") {
     try {
       return await callDaemon(socketPath, args, daemonOptions);

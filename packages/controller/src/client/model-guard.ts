@@ -20,6 +20,7 @@ import {
   type ConfigReach,
 } from "@pi-sandbox/config";
 import { hostPathArgs, type ActionSpec, type ArgumentReach } from "../actions/kit/define.js";
+import type { TrustNote } from "../wire.js";
 import { ControllerError, isControllerError } from "../errors.js";
 import {
   confirmationRequired,
@@ -51,6 +52,8 @@ export interface ModelPolicy {
   strict: boolean;
   /** The user's prompt; absent where there is no UI. */
   confirm?: ConfirmFn;
+  /** Told of each answer the user gave (the ledger records the ones a call carries). */
+  answered?: (note: TrustNote) => void;
 }
 
 /** A model's call checked before it is sent. */
@@ -160,6 +163,11 @@ async function ask(
     `The model's call, as a command: ${command}`,
   ]);
   const yes = await policy.confirm({ title: `Allow the model's sandbox ${String(args.action)}?`, message });
+  policy.answered?.({
+    asked: message.split("\n").filter(Boolean),
+    answer: yes ? "yes" : "no",
+    by: "the user, in Pi's dialog",
+  });
   if (!yes) {
     throw new ControllerError(
       "CONTROLLER_USER_DECLINED",

@@ -35,7 +35,7 @@ export class CallLedger {
    */
   records(
     args: Record<string, unknown> & { action: string },
-    caller: "user" | "model",
+    caller: string,
     ms: number,
     outcome: { result: unknown } | { error: string },
   ): LedgerRecord[] {

@@ -154,7 +154,9 @@ export async function runDaemon(
       const onClose = () => gone.abort(new Error("the caller went away"));
       socket.once("close", onClose);
       const started = performance.now();
-      const caller = message.guard ? "model" : "user";
+      // As the client says; a model's call carries a guard whatever it says.
+      const caller = message.guard ? "model" : (message.caller ?? "library");
+      for (const note of message.trust ?? []) controller.record("trust", { action: args.action, ...note });
       const record = (outcome: { result: unknown } | { error: string }) => {
         // A poll that found nothing new is not an action of its own; what it reports (an exec's end) is.
         const records = ledger.records(args, caller, performance.now() - started, outcome);

@@ -27,7 +27,7 @@ if (!record) {
 const env = { ...process.env, PI_SANDBOX_HOME: layout.root };
 try {
   const server = await startDashboardServer({
-    call: (input) => callAction(input, { env, cwd: layout.root }),
+    call: (input) => callAction(input, { env, cwd: layout.root, via: "dashboard" }),
     key: record.key,
     log,
   });

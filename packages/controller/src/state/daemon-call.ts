@@ -6,7 +6,14 @@ import { connect, type Socket } from "node:net";
 import { dirname } from "node:path";
 import { ControllerError, type ControllerErrorJson } from "../errors.js";
 import { assertPrivateDir } from "./layout.js";
-import { readJsonLines, writeJsonLine, type DaemonMessage, type ProgressEvent } from "../wire.js";
+import {
+  readJsonLines,
+  writeJsonLine,
+  type Caller,
+  type DaemonMessage,
+  type ProgressEvent,
+  type TrustNote,
+} from "../wire.js";
 import type { HostGuard } from "../host-guard.js";
 
 /** Options of one call to a daemon. */
@@ -17,6 +24,9 @@ export interface DaemonCallOptions {
   onProgress?: (event: ProgressEvent) => void;
   /** The host-path limits of a model's call, sent beside the action. */
   guard?: HostGuard;
+  /** Who makes the call, and what the user granted for it (for the ledger). */
+  caller?: Caller;
+  trust?: TrustNote[];
 }
 
 function lost(socketPath: string, cause?: unknown): ControllerError {
@@ -100,7 +110,14 @@ export function callDaemon(
             else if (message.type === "error")
               finish(() => reject(ControllerError.fromJSON(message.error as ControllerErrorJson)));
           });
-          writeJsonLine(socket, { id: 1, type: "call", action, ...(options.guard ? { guard: options.guard } : {}) });
+          writeJsonLine(socket, {
+            id: 1,
+            type: "call",
+            action,
+            ...(options.guard ? { guard: options.guard } : {}),
+            ...(options.caller ? { caller: options.caller } : {}),
+            ...(options.trust?.length ? { trust: options.trust } : {}),
+          });
         },
         // A socket removed since the connect is a daemon that is exiting: retried like no daemon.
         (error: NodeJS.ErrnoException) =>
