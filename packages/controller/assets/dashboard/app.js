@@ -1,5 +1,6 @@
 // The pi-sandbox dashboard page: renders the snapshot the server pushes (server-sent events), runs
-// the page's actions, and follows logs. Every text from the server, a guest's preview titles and
+// the page's actions, follows logs, and shows each instance's forks and kept checkpoints side by
+// side, with diff stats asked for on demand. Every text from the server, a guest's preview titles and
 // log lines included, goes into the page as text (textContent, text nodes), never as HTML.
 
 const $ = (selector) => document.querySelector(selector);
@@ -185,7 +186,19 @@ function destroyButton(view, kind) {
   );
 }
 
-function instanceRow(view, history) {
+/** The name cell: a fork is indented under its source and says which it is. */
+function nameCell(view, depth, branches) {
+  const cell = el("th", { scope: "row", class: depth > 0 ? `fork depth-${Math.min(depth, 4)}` : undefined });
+  cell.append(el("span", { class: "name", text: view.name }));
+  const source = branches?.forkedFrom;
+  if (source) {
+    const note = `fork of ${source.name}${source.gone ? " (destroyed)" : ""}`;
+    cell.append(el("div", { class: "muted forked-from", text: note, title: source.at }));
+  }
+  return cell;
+}
+
+function instanceRow(view, history, depth = 0, branches = undefined) {
   const actions = el("td", { class: "actions" });
   const name = view.name;
   if (ACTIVE.has(view.state) || view.state === "unavailable") {
@@ -205,7 +218,7 @@ function instanceRow(view, history) {
   return el(
     "tr",
     { "data-name": name },
-    el("th", { scope: "row", text: name }),
+    nameCell(view, depth, branches),
     stateCell(view),
     el("td", {}, accelerator),
     el("td", { text: resources }),
@@ -214,6 +227,209 @@ function instanceRow(view, history) {
     el("td", { class: "previews" }, previewList(view.previews ?? [])),
     actions,
   );
+}
+
+// Forks and kept checkpoints. Each instance with any has a group under its row, side by side: its
+// checkpoints (kind, time, size, pinned) and its forks (recursively, each with its state and
+// preview links). A diff stat runs in the guest, so it is asked for with a button, never polled.
+const openGroups = new Set();
+const openFileLists = new Set();
+const diffResults = new Map();
+
+/**
+ * A `<details>` that stays open or closed across the page's refreshes (each rebuilds it): its state
+ * is kept in `remembered` under `key`, at the click (a refresh may come before the toggle event).
+ */
+function keptDetails(remembered, key, summary, ...children) {
+  const details = el("details", { open: remembered.has(key) }, el("summary", summary), ...children);
+  const remember = (open) => (open ? remembered.add(key) : remembered.delete(key));
+  details.querySelector("summary").addEventListener("click", () => remember(!details.open));
+  details.addEventListener("toggle", () => remember(details.open));
+  return details;
+}
+
+function formatBytes(bytes) {
+  return bytes >= 2 ** 30 ? `${(bytes / 2 ** 30).toFixed(1)} GiB` : formatMiB(bytes);
+}
+
+/** The order of the instance rows: each fork right after its source (depth first), then the rest. */
+function familyOrder(instances, branches) {
+  const byName = new Map(instances.map((view) => [view.name, view]));
+  const rows = [];
+  const seen = new Set();
+  const visit = (view, depth) => {
+    if (seen.has(view.name)) return;
+    seen.add(view.name);
+    rows.push({ view, depth });
+    for (const fork of branches[view.name]?.forks ?? []) {
+      const child = byName.get(fork.name);
+      if (child) visit(child, depth + 1);
+    }
+  };
+  for (const view of instances) {
+    const source = branches[view.name]?.forkedFrom;
+    if (!source || !byName.has(source.name)) visit(view, 0);
+  }
+  for (const view of instances) visit(view, 0);
+  return rows;
+}
+
+async function askDiff(key, request) {
+  diffResults.set(key, { running: true });
+  if (latest) render(latest);
+  let answer;
+  try {
+    const response = await fetch("/api/diff", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(request),
+    });
+    answer = await response
+      .json()
+      .catch(() => ({ error: { code: `HTTP_${response.status}`, message: response.statusText } }));
+  } catch (error) {
+    answer = { error: { code: "DASHBOARD_UNREACHABLE", message: String(error) } };
+  }
+  diffResults.set(key, answer.error ? { error: answer.error } : { stat: answer.stat });
+  if (latest) render(latest);
+}
+
+/** A diff stat's cell: the stat once asked for, a button to ask, or why it cannot be asked now. */
+function diffCell(tag, key, request, unavailable, subject, prefix = undefined) {
+  const cell = el(tag, { class: "diffstat", "data-diff": key });
+  if (prefix) cell.append(el("span", { class: "muted", text: `${prefix} ` }));
+  const shown = diffResults.get(key);
+  if (shown?.stat) {
+    const { files, added, deleted, changed, at } = shown.stat;
+    const summary = files === 0 ? "no changes" : `${files} file${files === 1 ? "" : "s"}, +${added} −${deleted}`;
+    cell.append(el("span", { class: "stat", text: summary, title: `asked at ${new Date(at).toLocaleTimeString()}` }));
+    if (changed.length > 0) {
+      const list = el("ul", { class: "changed" });
+      for (const f of changed) {
+        const path = f.oldPath !== undefined ? `${f.oldPath} → ${f.path}` : f.path;
+        const counts = f.binary ? "binary" : `+${f.added} −${f.deleted}`;
+        list.append(el("li", { text: `${f.status} ${path} ${counts}` }));
+      }
+      cell.append(keptDetails(openFileLists, key, { text: "files", "data-key": `files:${key}` }, list));
+    }
+  } else if (shown?.error) {
+    cell.append(el("span", { class: "diff-error", text: `${shown.error.code}: ${shown.error.message}` }));
+  }
+  if (unavailable) {
+    if (!shown) cell.append(el("span", { class: "muted", text: unavailable }));
+    return cell;
+  }
+  const label = shown?.running ? "Diff stat…" : shown ? "Again" : "Diff stat";
+  cell.append(
+    button(label, `diff:${key}`, () => void askDiff(key, request), { disabled: shown?.running === true }, subject),
+  );
+  return cell;
+}
+
+function checkpointTable(view, branches, diff) {
+  const running = view.state === "running";
+  const head = ["Checkpoint", "Kind", "Taken", "Size", ...(diff ? ["Changes since"] : [])];
+  const table = el(
+    "table",
+    { class: "checkpoints" },
+    el("thead", {}, el("tr", {}, ...head.map((h) => el("th", { scope: "col", text: h })))),
+  );
+  const body = el("tbody");
+  for (const c of branches.checkpoints) {
+    const name = el("th", { scope: "row" }, el("span", { class: "label", text: c.label ?? c.id }));
+    if (c.label !== undefined) name.append(el("div", { class: "muted id", text: c.id }));
+    const kind = `${c.kind}${c.pinned ? ", pinned" : ""}`;
+    body.append(
+      el(
+        "tr",
+        { "data-checkpoint": c.id },
+        name,
+        el("td", { class: "kind", text: kind }),
+        el("td", { text: `${formatAge(c.createdAt)} ago`, title: c.createdAt }),
+        el("td", { text: formatBytes(c.bytes) }),
+        diff
+          ? diffCell(
+              "td",
+              `${view.name}|since|${c.id}`,
+              { name: view.name, since: c.id },
+              running ? undefined : "while it runs",
+              `of ${view.name} since ${c.label ?? c.id}`,
+            )
+          : undefined,
+      ),
+    );
+  }
+  table.append(body);
+  return el(
+    "section",
+    { class: "checkpoint-list" },
+    el("h3", {
+      text: `Checkpoints (${branches.checkpoints.length}, ${formatBytes(branches.checkpointBytes)} beyond its disk)`,
+    }),
+    branches.checkpoints.length > 0 ? table : el("p", { class: "muted", text: "None kept." }),
+  );
+}
+
+function forkList(source, forks, byName, diff) {
+  const list = el("ul", { class: "fork-tree" });
+  for (const fork of forks) {
+    const view = byName.get(fork.name);
+    const item = el(
+      "li",
+      { "data-fork": fork.name },
+      el("span", { class: "name", text: fork.name }),
+      " ",
+      view ? el("span", { class: `state state-${view.state}`, text: view.state }) : undefined,
+      el("span", { class: "muted", text: ` forked ${formatAge(fork.at)} ago`, title: fork.at }),
+    );
+    item.append(el("div", { class: "previews" }, previewList(view?.previews ?? [])));
+    if (diff) {
+      const bothRun = view?.state === "running" && byName.get(source)?.state === "running";
+      item.append(
+        diffCell(
+          "div",
+          `${fork.name}|against|${source}`,
+          { name: fork.name, against: source },
+          bothRun ? undefined : "diff stat while both run",
+          `of ${fork.name} against ${source}`,
+          `changes against ${source}:`,
+        ),
+      );
+    }
+    if (fork.forks.length > 0) item.append(forkList(fork.name, fork.forks, byName, diff));
+    list.append(item);
+  }
+  return list;
+}
+
+/** The group under an instance's row, or nothing when it has neither forks nor checkpoints. */
+function branchesRow(view, snapshot) {
+  const branches = snapshot.branches?.[view.name];
+  if (!branches || (branches.forks.length === 0 && branches.checkpoints.length === 0)) return undefined;
+  const byName = new Map(snapshot.instances.map((v) => [v.name, v]));
+  const count = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  const details = keptDetails(
+    openGroups,
+    view.name,
+    {
+      "data-key": `branches:${view.name}`,
+      text: `Forks and checkpoints of ${view.name}: ${count(branches.forks.length, "fork")}, ${count(branches.checkpoints.length, "checkpoint")}`,
+    },
+    el(
+      "div",
+      { class: "side-by-side" },
+      checkpointTable(view, branches, snapshot.diff === true),
+      el(
+        "section",
+        { class: "fork-list" },
+        el("h3", { text: `Forks (${branches.forks.length})` }),
+        branches.forks.length > 0
+          ? forkList(view.name, branches.forks, byName, snapshot.diff === true)
+          : el("p", { class: "muted", text: "None." }),
+      ),
+    ),
+  );
+  return el("tr", { class: "branches", "data-branches-of": view.name }, el("td", { colspan: 9 }, details));
 }
 
 function templateRow(view) {
@@ -239,9 +455,14 @@ function replaceRows(tbody, rows) {
 let latest;
 function render(snapshot) {
   latest = snapshot;
+  const branches = snapshot.branches ?? {};
   replaceRows(
     $("#instances tbody"),
-    snapshot.instances.map((view) => instanceRow(view, snapshot.history ?? {})),
+    familyOrder(snapshot.instances, branches).flatMap(({ view, depth }) => {
+      const group = branchesRow(view, snapshot);
+      const row = instanceRow(view, snapshot.history ?? {}, depth, branches[view.name]);
+      return group ? [row, group] : [row];
+    }),
   );
   replaceRows(
     $("#templates tbody"),

@@ -4,7 +4,7 @@
 import { mkdir } from "node:fs/promises";
 import { dirname } from "node:path";
 import { parseArgs } from "node:util";
-import { callAction } from "../client/index.js";
+import { callAction, findAction } from "../client/index.js";
 import { createFileLogger } from "../log.js";
 import { StateLayout } from "../state/layout.js";
 import { claimDashboard, publishPort, releaseDashboard } from "./record.js";
@@ -30,6 +30,7 @@ try {
     call: (input) => callAction(input, { env, cwd: layout.root, via: "dashboard" }),
     key: record.key,
     log,
+    diff: findAction("diff") !== undefined,
   });
   await publishPort(layout, record, server.port);
   log.info(`serving http://127.0.0.1:${server.port}/ (pid ${process.pid})`);

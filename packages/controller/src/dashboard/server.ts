@@ -1,5 +1,6 @@
 // The dashboard's HTTP server on 127.0.0.1: the page and its assets, a JSON snapshot and its live
-// updates (server-sent events), log following, and the few actions the page offers. Every request
+// updates (server-sent events), log following, the few actions the page offers, and diff stats of
+// forks and checkpoints on the page's demand (diff-stats.ts). Every request
 // passes the guard (guard.ts) first, against the sessions and used links this process remembers
 // (sessions.ts); everything else goes through the action layer (`callAction`), never to the state
 // files.
@@ -12,6 +13,7 @@ import { ControllerError } from "../errors.js";
 import type { DaemonLogger } from "../log.js";
 import { NEW_LINK_HINT, checkRequest, sessionCookie } from "./guard.js";
 import { followLog, type LogEvent } from "./log-stream.js";
+import { DiffStats, diffRequest } from "./diff-stats.js";
 import { SnapshotPoller, errorJson, escapeDeep, type CallFn } from "./snapshot.js";
 import { SessionTable, UsedLinks } from "./sessions.js";
 
@@ -49,6 +51,8 @@ export interface DashboardServerOptions {
   pollMs?: { active?: number; idle?: number };
   /** The clock links and sessions are timed by, in ms since the epoch (tests inject one); `Date.now` by default. */
   now?: () => number;
+  /** Whether the action layer has `diff`: the page offers diff stats of forks and checkpoints then. */
+  diff?: boolean;
 }
 
 /** A running dashboard server. */
@@ -143,7 +147,12 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   const now = options.now ?? Date.now;
   const sessions = new SessionTable(now);
   const usedLinks = new UsedLinks(now);
-  const poller = new SnapshotPoller(call, { activeMs: options.pollMs?.active, idleMs: options.pollMs?.idle });
+  const poller = new SnapshotPoller(call, {
+    activeMs: options.pollMs?.active,
+    idleMs: options.pollMs?.idle,
+    diff: options.diff === true,
+  });
+  const diffStats = new DiffStats(call, { now });
   const streams = new Set<ServerResponse>();
   let port = 0;
   // Only a running instance is asked about its guest: one that suspended itself keeps a daemon,
@@ -227,6 +236,19 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
         return sendJson(res, 200, { result: escapeDeep(result) });
       } catch (error) {
         void poller.refresh();
+        return sendJson(res, 409, { error: errorJson(error) });
+      }
+    }
+    // A POST, so the guard asks for this page's Origin: another page cannot make a guest run diffs.
+    if (url.pathname === "/api/diff" && req.method === "POST") {
+      try {
+        if (!options.diff) throw new ControllerError("CONTROLLER_UNKNOWN_ACTION", "this controller has no diff action");
+        const request = diffRequest(await readBody(req), poller.snapshot);
+        log.info(
+          `diff stat ${"against" in request ? `${request.name} against ${request.against}` : `${request.name} since ${request.since}`}`,
+        );
+        return sendJson(res, 200, { stat: await diffStats.get(request) });
+      } catch (error) {
         return sendJson(res, 409, { error: errorJson(error) });
       }
     }

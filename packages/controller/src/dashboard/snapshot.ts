@@ -1,12 +1,14 @@
 // What the dashboard page shows, polled through the action layer (`list`, as the CLI calls it):
 // every instance and template, and a short history of each running instance's CPU and memory for
-// its sparkline. `list` reads /proc and the state files only, so polling wakes no instance and
-// starts no daemon. Every string goes out with its control characters escaped: preview titles,
-// error messages and log lines may be written by a guest.
+// its sparkline, and each instance's forks and kept checkpoints (branches.ts). `list` and
+// `checkpoints` read /proc, the state files and disk directories only, so polling wakes no
+// instance and starts no daemon. Every string goes out with its control characters escaped:
+// preview titles, checkpoint labels, error messages and log lines may be written by a guest.
 import { escapeControlChars } from "@pi-sandbox/config";
 import type { ControllerErrorJson } from "../errors.js";
 import { isControllerError } from "../errors.js";
 import type { EntryView } from "../state/inspect.js";
+import { BranchReader, type InstanceBranches } from "./branches.js";
 
 /** How long the sparkline's history reaches back, in ms. */
 export const HISTORY_MS = 10 * 60_000;
@@ -29,6 +31,10 @@ export interface DashboardSnapshot {
   templates: EntryView[];
   /** The last 10 minutes of samples per running instance. */
   history: Record<string, UsageSample[]>;
+  /** Each instance's forks (grouped under it, recursively) and kept checkpoints. */
+  branches: Record<string, InstanceBranches>;
+  /** Whether the page may ask for diff stats (the action layer has `diff`). */
+  diff: boolean;
   /** When the snapshot was taken, ISO time. */
   at: string;
   /** Why the last poll failed, if it did (the previous lists are kept). */
@@ -58,6 +64,16 @@ export function errorJson(error: unknown): ControllerErrorJson {
   };
 }
 
+/** Options of {@link SnapshotPoller}. */
+export interface PollerOptions {
+  /** Poll interval while a page listens, in ms. */
+  activeMs?: number;
+  /** Poll interval otherwise, in ms. */
+  idleMs?: number;
+  /** Whether the action layer has `diff` (the page offers diff stats then). */
+  diff?: boolean;
+}
+
 /**
  * Polls `list` for instances and templates; keeps the sparklines' history; tells subscribers
  * after each poll. Polls every `activeMs` while a page listens, every `idleMs` otherwise (the
@@ -69,15 +85,27 @@ export class SnapshotPoller {
   readonly #idleMs: number;
   readonly #listeners = new Set<(snapshot: DashboardSnapshot) => void>();
   readonly #history = new Map<string, UsageSample[]>();
-  #snapshot: DashboardSnapshot = { instances: [], templates: [], history: {}, at: new Date(0).toISOString() };
+  readonly #branches: BranchReader;
+  readonly #diff: boolean;
+  #snapshot: DashboardSnapshot;
   #timer: NodeJS.Timeout | undefined;
   #inFlight: Promise<void> | undefined;
   #closed = false;
 
-  constructor(call: CallFn, options: { activeMs?: number; idleMs?: number } = {}) {
+  constructor(call: CallFn, options: PollerOptions = {}) {
     this.#call = call;
     this.#activeMs = options.activeMs ?? 2_000;
     this.#idleMs = options.idleMs ?? 10_000;
+    this.#branches = new BranchReader(call);
+    this.#diff = options.diff === true;
+    this.#snapshot = {
+      instances: [],
+      templates: [],
+      history: {},
+      branches: {},
+      diff: this.#diff,
+      at: new Date(0).toISOString(),
+    };
   }
 
   /** The latest snapshot. */
@@ -124,10 +152,13 @@ export class SnapshotPoller {
         this.#call({ action: "list", kind: "templates" }),
       ])) as [{ instances: EntryView[] }, { templates: EntryView[] }];
       this.#record(instances.instances, now);
+      const branches = await this.#branches.read(instances.instances);
       this.#snapshot = escapeDeep({
         instances: instances.instances,
         templates: templates.templates,
         history: Object.fromEntries(this.#history),
+        branches,
+        diff: this.#diff,
         at: new Date(now).toISOString(),
       });
     } catch (error) {
