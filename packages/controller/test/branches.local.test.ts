@@ -6,7 +6,7 @@
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { readRecord, readStatus } from "../src/state/records.js";
-import { checkpointsToPrune } from "../src/daemon/branches.js";
+import { checkpointsToPrune } from "../src/state/checkpoints.js";
 import { formatView } from "../src/actions/kit/text.js";
 import { inspectEntry } from "../src/state/inspect.js";
 import type { KeptCheckpointInfo } from "../src/daemon/runtime.js";

@@ -7,6 +7,7 @@ import * as v from "valibot";
 import { hasControlChars } from "@pi-sandbox/config";
 import { listKept } from "@pi-sandbox/vm/host";
 import { ControllerError } from "../errors.js";
+import { findCheckpoint } from "../state/checkpoints.js";
 import { StateLayout } from "../state/layout.js";
 import type { WorkspaceBase, WorkspacePatchBytes } from "./kit/context.js";
 import type { DaemonContext } from "./kit/define.js";
@@ -91,17 +92,7 @@ async function baseOf(
   if (args.against !== undefined) return { kind: "instance", name: args.against };
   if (args.since === undefined) return { kind: "created" };
   const kept = await listKept(new StateLayout(ctx.stateRoot).diskDir("instances", args.name));
-  const found = kept.find((k) => k.id === args.since) ?? kept.filter((k) => k.label === args.since).at(-1);
-  if (!found) {
-    throw new ControllerError(
-      "CONTROLLER_NOT_FOUND",
-      `${args.name} has no checkpoint with the id or label ${args.since}`,
-      {
-        hint: `List them with {"action":"checkpoints","name":"${args.name}"}.`,
-        details: { name: args.name, checkpoint: args.since },
-      },
-    );
-  }
+  const found = findCheckpoint(kept, args.since, args.name);
   return { kind: "checkpoint", id: found.id, ...(found.label !== undefined ? { label: found.label } : {}) };
 }
 

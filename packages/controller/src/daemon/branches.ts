@@ -10,7 +10,7 @@ import { isValidInstanceName, messageOf } from "@pi-sandbox/config";
 import type { AgentDoor } from "@pi-sandbox/supervisor";
 import type { BranchActions, CheckpointTaken, CheckpointView, ForkResult } from "../actions/kit/context.js";
 import { ControllerError } from "../errors.js";
-import { checkpointView } from "../state/checkpoints.js";
+import { checkpointView, checkpointsToPrune, findCheckpoint } from "../state/checkpoints.js";
 import { notFound, type EntryView } from "../state/inspect.js";
 import {
   checkpointKeepOf,
@@ -35,38 +35,6 @@ type Progress = (event: ProgressEvent) => void;
 interface KeptExtra {
   agentDoor?: AgentDoor;
   previews?: PreviewLinkInfo[];
-}
-
-/** The checkpoint a user means by `target`: its id, else the newest with that label. */
-export function findCheckpoint(kept: readonly KeptCheckpointInfo[], target: string, name: string): KeptCheckpointInfo {
-  const found = kept.find((k) => k.id === target) ?? kept.filter((k) => k.label === target).at(-1);
-  if (found) return found;
-  throw new ControllerError("CONTROLLER_NOT_FOUND", `${name} has no checkpoint with the id or label ${target}`, {
-    hint: `List them with {"action":"checkpoints","name":"${name}"}.`,
-    details: { name, checkpoint: target },
-  });
-}
-
-/**
- * The oldest unpinned checkpoints to remove so that at most `limit.count` remain and they hold at
- * most `limit.bytes`; never `keep` (the one just taken). Pure.
- */
-export function checkpointsToPrune(
-  kept: readonly KeptCheckpointInfo[],
-  limit: { count: number; bytes: number },
-  keep: string,
-): KeptCheckpointInfo[] {
-  let count = kept.length;
-  let bytes = kept.reduce((sum, k) => sum + k.bytes, 0);
-  const prune: KeptCheckpointInfo[] = [];
-  for (const k of kept) {
-    if (count <= limit.count && bytes <= limit.bytes) break;
-    if (k.pinned || k.id === keep) continue;
-    prune.push(k);
-    count--;
-    bytes -= k.bytes;
-  }
-  return prune;
 }
 
 /** Kept checkpoints, rewind and fork of one instance. */
