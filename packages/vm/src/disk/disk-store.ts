@@ -1,16 +1,15 @@
 // The disk store: creating, cloning, inspecting, destroying and opening runs of instance and
 // template disks.
-import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { VmError } from "../errors.js";
 import { fsyncDir, fsyncFile } from "../fs-util.js";
 import { checkDiskSize } from "../host/host-facts.js";
-import { acquireDiskLock, acquireDiskLockWaiting, reapStrayQemu, type DiskLock } from "./disk-lock.js";
+import { acquireDiskLock, reapStrayQemu } from "./disk-lock.js";
 import { recordImage, resolveImage, verifyRecordedImage, type GuestImage } from "../image/image.js";
 import { rootfsFormat } from "../image/image-assets.js";
 import { QemuImg } from "./qemu-img.js";
-import { linkSuspendState, removeSuspendState, suspendStateBytes } from "./vm-memory.js";
+import { removeSuspendState, suspendStateBytes } from "./vm-memory.js";
 import { LOCK_FILE, POINTER_FILE, newLayerName } from "../filenames.js";
 import {
   GiB,
@@ -20,16 +19,14 @@ import {
   requirePointer,
   writePointer,
   writeRunRecord,
-  removeRunRecord,
   removeOrphans,
-  linkLayers,
-  type DiskPointer,
   type DiskInfo,
   type DiskRun,
   type SetAsideLayer,
 } from "./disk-layout.js";
 import { listSetAside, recoverInterruptedRun, removeSetAside } from "./disk-recovery.js";
 import { OpenRun, compact } from "./disk-run.js";
+import { createFromTemplate, createTemplate, forkDisk, prepareNewDir, requireLayers } from "./disk-copies.js";
 import {
   keepCheckpoint,
   listKept,
@@ -134,7 +131,7 @@ export class DiskStore {
         { hint: "raise diskGiB", details: { diskGiB: options.diskGiB, rootfsBytes: recorded.rootfsBytes } },
       );
     }
-    const lock = await this.prepareNewDir(dir, "create");
+    const lock = await prepareNewDir(dir, "create");
     try {
       const layer = newLayerName();
       await this.qemuImg.createOverlay(
@@ -162,97 +159,28 @@ export class DiskStore {
   }
 
   /**
-   * Makes an immutable template from a stopped or suspended instance: its layers are hard-linked
-   * (O(1), no copy), so the template and the instance share them; from then on neither writes into
-   * them. A suspended instance's saved memory is linked too: instances made from the template then
-   * resume it instead of booting.
+   * Makes an immutable template from a stopped or suspended instance (see disk-copies.ts): the
+   * layers and a suspend's memory are hard-linked, so instances made from it resume that memory.
    */
   async createTemplate(
     sourceDir: string,
     templateDir: string,
     options: { signal?: AbortSignal } = {},
   ): Promise<DiskInfo> {
-    const sourceLock = await acquireDiskLock(await requireDir(sourceDir), "template");
-    try {
-      const source = await requirePointer(sourceDir);
-      await this.requireLayers(sourceDir, source);
-      const lock = await this.prepareNewDir(templateDir, "create-template");
-      try {
-        await linkLayers(sourceDir, templateDir, source.layers, options.signal);
-        // A suspended source leaves its memory to the template: instances made from it resume.
-        await linkSuspendState(sourceDir, templateDir, source.generation, source.generation);
-        await writePointer(templateDir, { ...source, kind: "template", updatedAt: new Date().toISOString() });
-      } finally {
-        await lock.release();
-      }
-    } finally {
-      await sourceLock.release();
-    }
+    await createTemplate(sourceDir, templateDir, options);
     return this.inspect(templateDir);
   }
 
   /**
-   * Creates an instance from a template by hard-linking the template's immutable layers: time and
-   * space do not depend on the template's size, and removing the template later only drops its own
-   * links. `diskGiB` larger than the template's size adds a layer with the bigger virtual size.
-   * A template with saved memory gives the instance a link to it (its first start resumes the
-   * template's guest), except with a larger disk, which the saved guest would not know.
+   * An instance from a template by hard links (see disk-copies.ts); a larger `diskGiB` adds a layer,
+   * and the template's saved memory comes along unless the disk grew.
    */
   async createFromTemplate(
     templateDir: string,
     dir: string,
     options: { diskGiB?: number; signal?: AbortSignal } = {},
   ): Promise<DiskInfo> {
-    const templateLock = await acquireDiskLockWaiting(await requireDir(templateDir), "clone", 60_000);
-    try {
-      const template = await requirePointer(templateDir);
-      if (template.kind !== "template") {
-        throw new VmError("VM_DISK_FAILED", `${templateDir} holds an instance disk, not a template`, {
-          details: { dir: templateDir },
-        });
-      }
-      await this.requireLayers(templateDir, template);
-      await verifyRecordedImage(template.image, this.imageChecks());
-      let sizeBytes = template.sizeBytes;
-      if (options.diskGiB !== undefined) {
-        checkDiskSize(options.diskGiB);
-        sizeBytes = diskBytesOf(options.diskGiB);
-        if (sizeBytes < template.sizeBytes) {
-          throw new VmError(
-            "VM_RESOURCES_UNSUPPORTED",
-            `diskGiB ${options.diskGiB} is smaller than the template's disk (${template.sizeBytes / GiB} GiB)`,
-            { hint: "disks can only grow", details: { diskGiB: options.diskGiB, templateBytes: template.sizeBytes } },
-          );
-        }
-      }
-      const lock = await this.prepareNewDir(dir, "create");
-      try {
-        await linkLayers(templateDir, dir, template.layers, options.signal);
-        const layers = [...template.layers];
-        let grown = template.grown;
-        if (sizeBytes > template.sizeBytes) {
-          const layer = newLayerName();
-          await this.qemuImg.createOverlay(path.join(dir, layer), layers.at(-1)!, "qcow2", sizeBytes, options.signal);
-          await fsyncFile(path.join(dir, layer));
-          layers.push(layer);
-          grown = false;
-        }
-        if (sizeBytes === template.sizeBytes) await linkSuspendState(templateDir, dir, template.generation, 0);
-        await writePointer(dir, {
-          ...template,
-          kind: "instance",
-          layers,
-          sizeBytes,
-          grown,
-          generation: 0,
-          updatedAt: new Date().toISOString(),
-        });
-      } finally {
-        await lock.release();
-      }
-    } finally {
-      await templateLock.release();
-    }
+    await createFromTemplate(this.qemuImg, this.imageChecks(), templateDir, dir, options);
     return this.inspect(dir);
   }
 
@@ -308,7 +236,7 @@ export class DiskStore {
     const lock = await acquireDiskLock(dir, "checkpoint");
     try {
       const pointer = await requirePointer(dir);
-      await this.requireLayers(dir, pointer);
+      await requireLayers(dir, pointer);
       return await keepCheckpoint(dir, pointer, options);
     } finally {
       await lock.release();
@@ -344,7 +272,7 @@ export class DiskStore {
     try {
       await reapStrayQemu(dir);
       const { kept, pointer } = await rewindTo(dir, id);
-      await this.requireLayers(dir, pointer);
+      await requireLayers(dir, pointer);
       await removeOrphans(dir, pointer.layers);
       return kept;
     } finally {
@@ -353,32 +281,11 @@ export class DiskStore {
   }
 
   /**
-   * A new instance disk in `dir` that shares every layer of the instance disk in `sourceDir` (hard
-   * links: O(1) in the disk's size) and its saved memory, if it has one for its current checkpoint:
-   * the fork's first boot resumes it. Neither disk writes the shared layers again (a layer with
-   * more than one link is never merged into). The source must not run (VM_DISK_BUSY).
+   * A new instance disk sharing every layer of a stopped or suspended instance and its saved memory
+   * (see disk-copies.ts): the fork's first boot resumes it. VM_DISK_BUSY while the source runs.
    */
   async fork(sourceDir: string, dir: string, options: { signal?: AbortSignal } = {}): Promise<DiskInfo> {
-    const sourceLock = await acquireDiskLock(await requireDir(sourceDir), "fork");
-    try {
-      const source = await requirePointer(sourceDir);
-      if (source.kind !== "instance") {
-        throw new VmError("VM_DISK_FAILED", `${sourceDir} holds a template; make an instance from it instead`, {
-          details: { dir: sourceDir },
-        });
-      }
-      await this.requireLayers(sourceDir, source);
-      const lock = await this.prepareNewDir(dir, "fork");
-      try {
-        await linkLayers(sourceDir, dir, source.layers, options.signal);
-        await linkSuspendState(sourceDir, dir, source.generation, 0);
-        await writePointer(dir, { ...source, generation: 0, updatedAt: new Date().toISOString() });
-      } finally {
-        await lock.release();
-      }
-    } finally {
-      await sourceLock.release();
-    }
+    await forkDisk(sourceDir, dir, options);
     return this.inspect(dir);
   }
 
@@ -401,7 +308,7 @@ export class DiskStore {
           details: { dir },
         });
       }
-      await this.requireLayers(dir, pointer);
+      await requireLayers(dir, pointer);
       await verifyRecordedImage(pointer.image, this.imageChecks());
       // After the reap (a layer is never judged while a QEMU may still write it) and before the
       // orphan sweep, which would otherwise delete the interrupted run's layer and its work.
@@ -439,41 +346,5 @@ export class DiskStore {
   /** Where image checks remember the checksums they verified: this store's state root, if any. */
   private imageChecks(): { stateRoot?: string } {
     return this.stateRoot ? { stateRoot: this.stateRoot } : {};
-  }
-
-  private async requireLayers(dir: string, pointer: DiskPointer): Promise<void> {
-    for (const layer of pointer.layers) {
-      try {
-        await fsp.access(path.join(dir, layer), fs.constants.R_OK);
-      } catch (error) {
-        throw new VmError(
-          "VM_DISK_CORRUPT",
-          `the disk in ${dir} names the layer ${layer}, which is missing; the disk cannot be opened`,
-          { hint: "destroy and recreate it", cause: error, details: { dir, layer } },
-        );
-      }
-    }
-  }
-
-  /** Creates (or reuses an empty/incomplete) directory for a new disk and locks it. */
-  private async prepareNewDir(dir: string, purpose: string): Promise<DiskLock> {
-    await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
-    const lock = await acquireDiskLock(dir, purpose);
-    try {
-      if (await readPointer(dir)) {
-        throw new VmError("VM_DISK_EXISTS", `a disk already exists in ${dir}`, {
-          hint: "destroy it first or pick another name",
-          details: { dir },
-        });
-      }
-      // Leftovers of a creation that crashed before its pointer was written.
-      await removeOrphans(dir, []);
-      await removeSuspendState(dir);
-      await removeRunRecord(dir);
-      return lock;
-    } catch (error) {
-      await lock.release();
-      throw error;
-    }
   }
 }
