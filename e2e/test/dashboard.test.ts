@@ -4,7 +4,9 @@
 // refusals: no token, a link opened a second time, a foreign Origin, and a guest's preview page
 // trying to act on it or open a WebSocket to it. With the stopped one started, a preview page
 // (each instance's previews have a loopback address of their own) cannot read or overwrite the
-// cookies of a host app on 127.0.0.1 or of the other instance.
+// cookies of a host app on 127.0.0.1 or of the other instance. A kept checkpoint and a fork show
+// in their instance's group, the fork also under its source in the list (with its diff stat when
+// the controller has `diff`).
 import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import http from "node:http";
@@ -296,6 +298,62 @@ test("a preview page receives none of the host app's or another instance's cooki
   await context.close();
   // Back as the page test found it: idle stopped.
   expect((await sandbox.call({ action: "stop", name: "idle" })).state).toBe("stopped");
+}, 600_000);
+
+test("an instance's kept checkpoint and a fork show side by side in its group, the fork right under its source, guest-chosen text as text", async () => {
+  // No boot of its own: a disk checkpoint of the running web (its disk waits a few ms), and a fork
+  // of the stopped idle, left stopped (a copy of its disk's layers).
+  const taken = await sandbox.call({ action: "checkpoint", name: "web", label: "<b>before</b> edits" });
+  const id = (taken.checkpoint as { id: string }).id;
+  await sandbox.call({ action: "fork", name: "idle", names: ["idle-copy"], start: false });
+  const webGroup = '#instances tr[data-branches-of="web"]';
+  const idleGroup = '#instances tr[data-branches-of="idle"]';
+  // The page hears of both at its next poll (every 2 s while it is open).
+  await page.waitForSelector(`${webGroup} tr[data-checkpoint="${id}"]`, { state: "attached", timeout: 60_000 });
+  await page.waitForSelector(`${idleGroup} li[data-fork="idle-copy"]`, { state: "attached", timeout: 60_000 });
+  await page.click(`${webGroup} summary`);
+  await page.click(`${idleGroup} summary`);
+  expect(await page.textContent(`${webGroup} summary`)).toBe("Forks and checkpoints of web: 0 forks, 1 checkpoint");
+  const row = `${webGroup} tr[data-checkpoint="${id}"]`;
+  expect(await page.textContent(`${row} .label`)).toBe("<b>before</b> edits");
+  expect(await page.textContent(`${row} .kind`)).toBe("disk");
+  expect(await page.locator("#instances tr.branches b, #instances tr.branches img").count()).toBe(0);
+  expect(await page.textContent(`${idleGroup} li[data-fork="idle-copy"] .state`)).toBe("stopped");
+  // In the list, the fork comes right after its source's row and group, and says whose fork it is.
+  const order = await page.$$eval("#instances > tbody > tr", (rows) =>
+    rows.map((r) => r.getAttribute("data-name") ?? `group:${r.getAttribute("data-branches-of")}`),
+  );
+  expect(order.slice(order.indexOf("idle"), order.indexOf("idle") + 3)).toEqual(["idle", "group:idle", "idle-copy"]);
+  expect(await page.textContent('#instances tr[data-name="idle-copy"] .forked-from')).toBe("fork of idle");
+  // The group stays open across the page's refreshes.
+  await page.waitForTimeout(2_500);
+  expect(await page.locator(`${webGroup} details[open]`).count()).toBe(1);
+
+  const diffButton = page.locator(`button[data-key="diff:web|since|${id}"]`);
+  if ((await diffButton.count()) > 0) {
+    // The stat runs in the guest only when asked: a new file since the checkpoint.
+    await sandbox.call({ action: "exec", name: "web", cmd: "echo new > /workspace/dash-new.txt" });
+    // The page is rebuilt at each poll: a click whose press and release meet two builds of the
+    // button is lost, so click until the page shows it asked (the button busy, or an answer).
+    const asked = `${row} .diffstat button[disabled], ${row} .diffstat .stat, ${row} .diffstat .diff-error`;
+    for (let i = 0; i < 10 && (await page.locator(asked).count()) === 0; i++) {
+      await diffButton.click();
+      await page.waitForTimeout(300);
+    }
+    await page.waitForSelector(`${row} .diffstat .stat, ${row} .diffstat .diff-error`, {
+      state: "attached",
+      timeout: 120_000,
+    });
+    expect(await page.textContent(`${row} .diffstat`)).toContain("added dash-new.txt +1 −0");
+    expect(await page.textContent(`${row} .diffstat .stat`)).toMatch(/^[0-9]+ files?, \+[0-9]+ −[0-9]+$/);
+    // A stopped fork is never woken for its stat.
+    expect(await page.textContent(`${idleGroup} li[data-fork="idle-copy"] .diffstat`)).toContain(
+      "diff stat while both run",
+    );
+  }
+  expect(await page.locator("#errors .error").count()).toBe(0);
+  await sandbox.call({ action: "destroy", name: "idle-copy", confirm: "idle-copy" });
+  await page.waitForSelector('#instances tr[data-name="idle-copy"]', { state: "detached", timeout: 30_000 });
 }, 600_000);
 
 test("Stop on the page stops the instance, as the CLI then reports", async () => {
