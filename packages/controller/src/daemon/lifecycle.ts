@@ -11,14 +11,14 @@ import type { EntryKind } from "../state/layout.js";
 import { checkpointEveryOf, completePendingCreate, readRecord, readStatus, writeRecord } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { ConfigSource, LifecycleActions, StartOptions } from "../actions/kit/context.js";
+import { bootInstanceVm } from "./boot-vm.js";
 import { createInstance, prepareTemplate, withIdleSuspend, type BootOptions, type CreateSteps } from "./create.js";
 import { readAgentDoor, writeAgentDoor } from "./agent-door.js";
 import { IDENTITY_PROGRESS } from "./guest-identity.js";
 import { installGuestConfig, runSetup } from "./guest-setup.js";
-import { assertHostPortsFree, hostPortsOf, portsTakenByInstances } from "./host-ports.js";
-import { previewAddressFor, recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
+import { recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
 import { noteRecovery } from "./recovery.js";
-import { newSecretSalt, refuseProtectedReaches, resolveMounts, resolveSecrets } from "./secrets.js";
+import { newSecretSalt } from "./secrets.js";
 import type { InstanceRuntime, RuntimeVm } from "./runtime.js";
 import type { GuestOperations } from "./services.js";
 import {
@@ -213,62 +213,14 @@ export class Lifecycle {
     progress({ stage: "done", message: `${this.name} is running` });
   }
 
-  private async bootVm(
+  private bootVm(
     diskDir: string,
     config: SandboxConfig,
     progress: Progress,
     secretSalt: string,
     freshDisk: boolean,
   ): Promise<RuntimeVm> {
-    const { state } = this;
-    await assertHostPortsFree(state.layout, this.name, hostPortsOf(config));
-    const previewAddress = state.kind === "instances" ? await previewAddressFor(state.layout, this.name) : undefined;
-    if (previewAddress?.shared) {
-      state.log.warn(`previews share 127.0.0.1: ${previewAddress.shared}`);
-      progress({ stage: "boot", message: `previews share 127.0.0.1: ${previewAddress.shared}` });
-    }
-    // Read at every start, before anything boots: a missing source or a refused mount fails here.
-    const mounts = await resolveMounts(config, { stateRoot: state.layout.root });
-    const secrets = await resolveSecrets(config, { salt: secretSalt, stateRoot: state.layout.root });
-    await refuseProtectedReaches(config, state.layout.root);
-    const names = Object.keys(secrets);
-    if (names.length > 0) progress({ stage: "boot", message: `secrets kept on the host: ${names.join(", ")}` });
-    progress({ stage: "boot", message: `booting (${config.resources.cpus} cpu, ${config.resources.memoryGiB} GiB)` });
-    const said = new Set<string>();
-    const vm = await this.runtime.bootVm({
-      name: this.name,
-      diskDir,
-      config,
-      secrets,
-      mounts,
-      seedAgent: freshDisk,
-      logger: state.log.child("[vm]"),
-      onEgress: (event) => state.recordEgress(event),
-      onProgress: (message) => {
-        said.add(message);
-        progress({ stage: "boot", message });
-      },
-    });
-    state.vm = vm;
-    // After an auto-suspend the previews are still bound (their requests woke this boot): kept.
-    state.gateway ??= previewAddress
-      ? this.runtime.openGateway(state.guestPorts, {
-          portsFile: state.layout.portsFile(this.name),
-          address: previewAddress.address,
-          avoidPorts: () => portsTakenByInstances(state.layout),
-          logger: state.log.child("[preview]"),
-          wake: () => state.wake(),
-        })
-      : undefined;
-    // A warning the boot already said as progress (a fall-back to TCG, a recovered run) is not repeated.
-    for (const warning of vm.warnings) if (!said.has(warning)) progress({ stage: "boot", message: warning });
-    progress({ stage: "boot", message: `guest ready in ${(vm.bootMs / 1000).toFixed(1)} s (${vm.accelerator.accel})` });
-    await state.setState("starting", {
-      accelerator: vm.accelerator.accel,
-      acceleratorReason: vm.accelerator.reason,
-      ...(previewAddress ? { previewAddress } : {}),
-    });
-    return vm;
+    return bootInstanceVm(this.state, this.runtime, diskDir, config, progress, secretSalt, freshDisk);
   }
 
   /** Starts or (`warm`: the resumed agent, through its door when it left one) reattaches the agent. */

@@ -6,7 +6,7 @@
 // a daemon or a guest.
 import type { CheckpointView } from "../state/checkpoints.js";
 import type { EntryView } from "../state/inspect.js";
-import type { CallFn } from "./snapshot.js";
+import type { CallFn } from "./call.js";
 
 /** A kept checkpoint as the page lists it (what `checkpoints` returns for one). */
 export type CheckpointEntry = CheckpointView;

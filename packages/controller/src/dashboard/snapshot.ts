@@ -9,6 +9,7 @@ import type { ControllerErrorJson } from "../errors.js";
 import { isControllerError } from "../errors.js";
 import type { EntryView } from "../state/inspect.js";
 import { BranchReader, type InstanceBranches } from "./branches.js";
+import type { CallFn } from "./call.js";
 
 /** How long the sparkline's history reaches back, in ms. */
 export const HISTORY_MS = 10 * 60_000;
@@ -41,8 +42,7 @@ export interface DashboardSnapshot {
   error?: ControllerErrorJson;
 }
 
-/** Calls one action (the dashboard's `callAction`, bound to its state root). */
-export type CallFn = (input: Record<string, unknown>) => Promise<unknown>;
+export type { CallFn } from "./call.js";
 
 /** Every string in `value` with its control characters escaped (a deep copy). */
 export function escapeDeep<T>(value: T): T {
