@@ -68,6 +68,9 @@ export function entryLine(entry: LedgerEntry): string {
     case "transfer":
       what = `${String(d.direction)} ${JSON.stringify(d.from)} -> ${JSON.stringify(d.to)}: ${String(d.files)} file(s), ${String(d.bytes)} bytes${d.sha256 ? `, sha256 ${String(d.sha256)}` : ""}`;
       break;
+    case "preview":
+      what = `${String(d.requests)} preview request(s) and WebSocket upgrade(s) in the minute from ${String(d.from)}`;
+      break;
     default:
       what = JSON.stringify(d);
   }

@@ -14,6 +14,7 @@ import { AgentReattach } from "./agent-reattach.js";
 import { AutoCheckpoint } from "./auto-checkpoint.js";
 import { AutoSuspend } from "./auto-suspend.js";
 import { Branches } from "./branches.js";
+import { PreviewTally } from "./preview-tally.js";
 import { EntryDirWatch, reportEntryDirGone } from "./entry-dir-watch.js";
 import { Lifecycle } from "./lifecycle.js";
 import { adoptParked, parkInstance } from "./parking.js";
@@ -55,6 +56,7 @@ export class InstanceController {
   readonly #queue = new PQueue({ concurrency: 1 });
   readonly #idle: AutoSuspend;
   readonly #checkpoints: AutoCheckpoint;
+  readonly #previewTally = new PreviewTally(Date.now());
   #recordedFault: unknown;
   readonly #reattach: AgentReattach;
   readonly #entryDir: EntryDirWatch;
@@ -200,6 +202,8 @@ export class InstanceController {
    * long enough (`idle.suspendAfter`), checkpoints its disk after enough use (`checkpoint.every`).
    */
   checkIdle(): void {
+    const previews = this.#previewTally.look(Date.now(), this.#state.gateway?.activity());
+    if (previews) this.#state.record("preview", previews);
     void this.#idle.tick().catch((error: unknown) => this.#state.log.warn(`idle check: ${String(error)}`));
     void this.#checkpoints.tick().catch((error: unknown) => this.#state.log.warn(`checkpoint check: ${String(error)}`));
   }
