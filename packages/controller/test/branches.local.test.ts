@@ -3,7 +3,7 @@
 // them; processes are never copied, so a memory checkpoint or fork resumes cold here). What the
 // controller adds around the disk is tested here: labels, pruning, the state left kept before a
 // rewind, the fork's record and identity, refusals. The real thing: branches.vm.test.ts.
-import { rm } from "node:fs/promises";
+import { rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { readRecord, readStatus } from "../src/state/records.js";
 import { checkpointsToPrune } from "../src/state/checkpoints.js";
@@ -11,6 +11,7 @@ import { formatView } from "../src/actions/kit/text.js";
 import { inspectEntry } from "../src/state/inspect.js";
 import type { KeptCheckpointInfo } from "../src/daemon/runtime.js";
 import { checkpoints as checkpointsAction } from "../src/actions/checkpoints.js";
+import { fetchText } from "../src/testing.js";
 import { localSandbox, type LocalSandbox, type Loose } from "./support/local-daemon.js";
 
 const YAML = `version: 1
@@ -163,4 +164,41 @@ test("a state directory removed under a running instance: its daemon notices, st
   expect(controller.exiting).toBe(true);
   expect(sandbox.runtime.live.size).toBe(0);
   expect(stderr.join("")).toContain("the state directory of instance gone");
+});
+
+test("a preview request made while a fork has the source paused waits for it, and is answered", async () => {
+  await writeFile(
+    join(sandbox.dir, "web.yaml"),
+    `version: 1
+profile: tiny
+diskGiB: 4
+setup:
+  - printf 'hello\\n' > index.html
+services:
+  web:
+    command: python3 -m http.server $PORT --bind 127.0.0.1
+    health: /
+    preview: true
+`,
+  );
+  const created = await call({ action: "create", name: "web", config: join(sandbox.dir, "web.yaml") });
+  const url = created.previews[0].url as string;
+  expect(await fetchText(url)).toBe("200 hello\n");
+  // Hold the source's resume until a request is under way.
+  let release!: () => void;
+  let held!: () => void;
+  const holding = new Promise<void>((resolve) => (held = resolve));
+  sandbox.runtime.hooks.beforeBoot = async (name) => {
+    if (name !== "web") return;
+    held();
+    await new Promise<void>((resolve) => (release = resolve));
+  };
+  const forked = call({ action: "fork", name: "web", names: ["web-b"] });
+  await holding;
+  const during = fetchText(url);
+  await new Promise((r) => setTimeout(r, 300));
+  release();
+  sandbox.runtime.hooks.beforeBoot = undefined;
+  await forked;
+  expect(await during).toBe("200 hello\n");
 });

@@ -354,6 +354,12 @@ export class Branches {
     const started = performance.now();
     const previews = state.status.previews ?? [];
     progress({ stage: "suspend", message: `pausing ${this.name} to copy its memory (preview requests wait)` });
+    let resumed!: () => void;
+    state.paused = new Promise<void>((resolve) => (resumed = resolve));
+    const unpause = () => {
+      state.paused = undefined;
+      resumed();
+    };
     try {
       await state.setState("suspending");
       await this.lifecycle.teardown({ checkpoint: true, keepMemory: true, keepPreviews: true });
@@ -363,6 +369,7 @@ export class Branches {
       state.recordError(e.code, e.message, e.hint ?? "The previous checkpoint is kept; start reopens it.");
       await this.lifecycle.closePreviews();
       await state.setState("failed").catch(() => undefined);
+      unpause();
       state.finish();
       throw e;
     }
@@ -371,7 +378,7 @@ export class Branches {
       result = await work();
     } finally {
       progress({ stage: "boot", message: `resuming ${this.name}` });
-      await this.lifecycle.start(progress);
+      await this.lifecycle.start(progress).finally(unpause);
     }
     return { result, pauseMs: performance.now() - started };
   }
