@@ -2,14 +2,15 @@
 // previewed Python web service, measured side by side in one run:
 // - running and idle: their QEMUs' total CPU share and RSS, and their daemons', once settled;
 // - the dashboard's RSS with the ten running and a page following its live updates;
-// - after each suspended itself (`--idle-suspend`): the same totals (no QEMU should be left);
+// - after each suspended itself (`--idle-suspend`) and was parked (its daemon gone, the waker
+//   holding its preview): the same totals (no QEMU and no daemon should be left) and the waker's;
 // - one preview request to each in turn: its first byte, and how long until it suspended again.
 // Set PI_SANDBOX_BENCH_INSTANCES to run fewer (or more) than ten.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction, StateLayout } from "../dist/client/index.js";
-import { until } from "../dist/testing.js";
+import { until, wakersFor } from "../dist/testing.js";
 import { cpuPercent, processUsage, qemuResidentMemory, qemuUsage } from "@pi-sandbox/vm/host";
 import { benchImage, dashboardRss, median, printRows, row, sleep } from "./kit.mjs";
 
@@ -56,6 +57,11 @@ async function totals(ms) {
 }
 
 const suspended = async (name) => (await callAction({ action: "inspect", name }, { env })).idle?.suspended === true;
+/** Suspended by its idle clock and parked: its daemon exited, the waker holds its preview. */
+const parked = async (name) => {
+  const view = await callAction({ action: "inspect", name }, { env });
+  return view.idle?.suspended === true && view.daemonPid === undefined;
+};
 
 try {
   writeFileSync(
@@ -88,19 +94,26 @@ try {
   // Each told to suspend itself after SUSPEND_AFTER_S unused; measured once all have.
   for (const name of names) await callAction({ action: "start", name, idleSuspend: `${SUSPEND_AFTER_S}s` }, { env });
   const settled = performance.now();
-  for (const name of names) await until(`${name} to suspend itself`, () => suspended(name), 300_000, 250);
+  for (const name of names) await until(`${name} to suspend itself and be parked`, () => parked(name), 300_000, 250);
   const allSuspendedS = (performance.now() - settled) / 1000;
   const asleep = await totals(30_000);
-  row(`${label}, auto-suspended: QEMU processes left`, asleep.qemu.count, undefined, "", "0");
-  row(`${label}, auto-suspended: daemons' CPU, all together`, asleep.daemons.cpu, undefined, "%");
-  row(`${label}, auto-suspended: daemons' RSS, all together`, asleep.daemons.rss, undefined, "MiB");
+  const waker = wakersFor(env.PI_SANDBOX_HOME).map((pid) => processUsage(pid));
+  const wakerRss = (await Promise.all(waker)).reduce((sum, usage) => sum + (usage?.rssBytes ?? 0) / MiB, 0);
   row(
-    `${label}, running idle vs auto-suspended: host RSS, all together`,
-    asleep.qemu.rss + asleep.daemons.rss,
+    `${label}, parked: QEMU processes and daemons left`,
+    asleep.qemu.count + asleep.daemons.count,
+    undefined,
+    "",
+    "0",
+  );
+  row(`${label}, parked: the waker's RSS (one for all)`, wakerRss, undefined, "MiB", `<= ${10 * COUNT}`);
+  row(
+    `${label}, running idle vs parked: host RSS, all together`,
+    asleep.qemu.rss + asleep.daemons.rss + wakerRss,
     running.qemu.rss + running.daemons.rss,
     "MiB",
     "",
-    `all ${COUNT} suspended ${allSuspendedS.toFixed(0)} s after idle-suspend ${SUSPEND_AFTER_S}s was set`,
+    `all ${COUNT} parked ${allSuspendedS.toFixed(0)} s after idle-suspend ${SUSPEND_AFTER_S}s was set`,
   );
 
   // One request to each preview in turn: it wakes that instance; then it goes back to sleep.

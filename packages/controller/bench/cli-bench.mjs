@@ -1,0 +1,194 @@
+// The warm paths as users run them, through the pi-sandbox CLI binary (a Node process per command,
+// the daemon it spawns), beside the library rows of controller-bench.mjs (run on demand: npm run
+// bench). Side by side in one run, alternating rounds: `start` of a suspended instance vs of a
+// stopped one, to the first preview byte; `create -t` from a template prepared with --suspend vs
+// without, and the same create through the library; the first byte of a preview request to a
+// parked instance (suspended while unused, its daemon gone, the waker holding its preview) and an
+// `exec` on one, against the cold start; and the host memory every process of 4 parked instances
+// keeps (RSS and PSS, the waker shared by all), against the daemon one asleep instance kept before
+// it was parked. Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows.
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { callAction } from "../dist/client/index.js";
+import { daemonsFor, qemuFor, wakersFor } from "../dist/testing.js";
+import { benchImage, median, printRows, row, rssOf, sleep } from "./kit.mjs";
+
+const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
+const ROUNDS = Number(process.env.PI_SANDBOX_BENCH_ROUNDS ?? 2);
+const image = benchImage();
+const dir = mkdtempSync(join(tmpdir(), "clib-"));
+const home = join(dir, "state");
+const env = { ...process.env, PI_SANDBOX_HOME: home };
+
+/** Runs `pi-sandbox <args>` as a user does; its stdout, or throws with its stderr. */
+function cli(...args) {
+  const r = spawnSync(process.execPath, [CLI, ...args], { env, cwd: dir, encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`pi-sandbox ${args.join(" ")}: ${r.stderr}`);
+  return r.stdout;
+}
+const inspect = (name) => JSON.parse(cli("inspect", name, "--json"));
+
+/** Waits for `url` to answer 200 with the page; resolves when its first byte (the whole tiny page) came. */
+async function firstByte(url) {
+  const deadline = Date.now() + 180_000;
+  for (;;) {
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(120_000) });
+      if (res.status === 200 && (await res.text()) === "warm\n") return;
+    } catch {
+      // not serving yet
+    }
+    if (Date.now() > deadline) throw new Error(`${url} never served`);
+    await sleep(50);
+  }
+}
+
+/** Ms of `fn`. */
+async function timed(fn) {
+  const t = performance.now();
+  await fn();
+  return performance.now() - t;
+}
+
+/** Waits until `name` is parked: suspended by its idle clock, its daemon gone. */
+async function untilParked(name) {
+  const deadline = Date.now() + 240_000;
+  for (;;) {
+    const view = inspect(name);
+    if (view.idle?.suspended && view.daemonPid === undefined) return;
+    if (Date.now() > deadline) throw new Error(`${name} was never parked (${view.state})`);
+    await sleep(1000);
+  }
+}
+
+/** Resident and proportional memory of `pid` in MiB (/proc/<pid>/smaps_rollup). */
+function memoryOf(pid) {
+  const text = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
+  const kib = (field) => Number(new RegExp(`^${field}:\\s+(\\d+)`, "m").exec(text)[1]);
+  return { rss: kib("Rss") / 1024, pss: kib("Pss") / 1024, own: (kib("Private_Dirty") + kib("Private_Clean")) / 1024 };
+}
+
+try {
+  writeFileSync(
+    join(dir, "web.yaml"),
+    `version: 1\nprofile: tiny\ndiskGiB: 4\nimage: ${image}\nsetup:\n  - printf 'warm\\n' > /workspace/index.html\n` +
+      "services:\n  web:\n    command: python3 -m http.server $PORT --bind 127.0.0.1\n    health: /\n    preview: true\n",
+  );
+  cli("create", "w", "-c", "web.yaml");
+  const url = inspect("w").previews[0].url;
+
+  // Warm vs cold start, each from the CLI to the first preview byte, the same instance.
+  const cold = [];
+  const warm = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    cli("stop", "w");
+    cold.push(await timed(async () => (cli("start", "w"), await firstByte(url))));
+    cli("suspend", "w");
+    warm.push(await timed(async () => (cli("start", "w"), await firstByte(url))));
+  }
+  row("CLI: start to first preview byte, after suspend vs after stop", median(warm), median(cold), "ms", "<= 0.2");
+
+  // Parked: suspended after 10 s unused, its daemon gone 30 s later; a preview request (then an
+  // exec) wakes it. The daemon it kept while asleep, before it was parked, is the memory baseline.
+  cli("start", "w", "--idle-suspend", "10s");
+  // The daemon an asleep instance keeps until it is parked (before parking, for good): the baseline.
+  let asleepDaemon;
+  for (const deadline = Date.now() + 240_000; asleepDaemon === undefined && Date.now() < deadline; await sleep(300)) {
+    const view = inspect("w");
+    if (view.idle?.suspended && view.daemonPid) asleepDaemon = rssOf(view.daemonPid);
+  }
+  const wakes = [];
+  const execs = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    await untilParked("w");
+    wakes.push(await timed(() => firstByte(url)));
+    await untilParked("w");
+    execs.push(await timed(() => cli("exec", "w", "--", "true")));
+  }
+  row(
+    "CLI: preview request to a parked instance, first byte vs cold start",
+    median(wakes),
+    median(cold),
+    "ms",
+    "<= 0.3",
+  );
+  row(
+    "CLI: exec true on a parked instance vs cold start",
+    median(execs),
+    median(cold),
+    "ms",
+    undefined,
+    "wakes it first",
+  );
+  cli("stop", "w");
+
+  // Warm clones through the CLI, and the same create through the library.
+  cli("prepare", "tcold", "-c", "web.yaml");
+  cli("prepare", "twarm", "-c", "web.yaml", "--suspend");
+  const fromCold = [];
+  const fromWarm = [];
+  const fromWarmLib = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const [template, samples, how] of [
+      ["tcold", fromCold, "cli"],
+      ["twarm", fromWarm, "cli"],
+      ["twarm", fromWarmLib, "lib"],
+    ]) {
+      const name = `${template}-${how}-${round}`;
+      samples.push(
+        await timed(async () => {
+          if (how === "cli") cli("create", name, "-t", template);
+          else await callAction({ action: "create", name, template }, { env });
+          await firstByte(inspect(name).previews[0].url);
+        }),
+      );
+      cli("destroy", name, "-f");
+    }
+  }
+  row(
+    "CLI: create -t to first preview byte, template prepared with --suspend vs without",
+    median(fromWarm),
+    median(fromCold),
+    "ms",
+    "<= 0.25",
+  );
+  row(
+    "create -t from a suspended template to first preview byte: CLI vs library",
+    median(fromWarm),
+    median(fromWarmLib),
+    "ms",
+  );
+
+  // Host memory of 4 parked instances: every process they keep (their daemons and QEMUs: none
+  // expected; the waker, shared), per instance.
+  const parked = ["p1", "p2", "p3", "p4"];
+  for (const name of parked) cli("create", name, "-t", "twarm", "--idle-suspend", "10s");
+  for (const name of parked) await untilParked(name);
+  const kept = [...qemuFor(home), ...daemonsFor(home), ...wakersFor(home)];
+  const total = kept.map(memoryOf).reduce((a, m) => ({ rss: a.rss + m.rss, pss: a.pss + m.pss, own: a.own + m.own }), {
+    rss: 0,
+    pss: 0,
+    own: 0,
+  });
+  const note = `${kept.length} process(es): ${qemuFor(home).length} QEMU, ${daemonsFor(home).length} daemons, ${wakersFor(home).length} waker; own (private) ${(total.own / 4).toFixed(1)} MiB each`;
+  row(
+    "4 parked instances: RSS of every process they keep, per instance, vs an asleep daemon before parking",
+    total.rss / 4,
+    asleepDaemon,
+    "MiB",
+    "<= 10",
+    note,
+  );
+  row("4 parked instances: PSS of every process they keep, per instance", total.pss / 4, undefined, "MiB", "<= 10");
+} finally {
+  for (const name of ["w", "p1", "p2", "p3", "p4"])
+    await callAction({ action: "stop", name }, { env }).catch(() => undefined);
+  const deadline = Date.now() + 30_000;
+  while ([...daemonsFor(home), ...wakersFor(home)].length > 0 && Date.now() < deadline) await sleep(500);
+  rmSync(dir, { recursive: true, force: true });
+}
+
+printRows();
