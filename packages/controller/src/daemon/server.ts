@@ -118,6 +118,8 @@ export async function runDaemon(
   /** The last call's end (pings, such as list's, do not count): an asleep instance parks after a quiet spell. */
   let lastCall = Date.now();
   let parkAt = 0;
+  /** Since when the instance sleeps (the first tick that saw it asleep). */
+  let asleepSince: number | undefined;
 
   const server: Server = createServer((socket) => {
     sockets.add(socket);
@@ -228,8 +230,13 @@ export async function runDaemon(
     void controller.checkStateDir();
     // An instance that suspended itself, unused since: its previews go to the waker and this daemon
     // exits (parking.ts). One that cannot be parked keeps its daemon, which holds the previews.
-    const quiet = Date.now() - lastCall > (options.idleExitMs ?? IDLE_EXIT_MS);
-    if (controller.asleep && !controller.busy && inFlight === 0 && quiet && Date.now() >= parkAt) {
+    // Quiet since the last call and since the suspend itself: a request right after the suspend
+    // (the one most likely to come) finds this daemon, not a hand-over under way.
+    const now = Date.now();
+    asleepSince = controller.asleep ? (asleepSince ?? now) : undefined;
+    const spell = options.idleExitMs ?? IDLE_EXIT_MS;
+    const quiet = now - lastCall > spell && asleepSince !== undefined && now - asleepSince > spell;
+    if (controller.asleep && !controller.busy && inFlight === 0 && quiet && now >= parkAt) {
       parkAt = Number.POSITIVE_INFINITY;
       void controller.park().then((parked) => (parkAt = parked === false ? Date.now() + PARK_RETRY_MS : 0));
     }
