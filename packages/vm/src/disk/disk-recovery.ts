@@ -74,7 +74,9 @@ export async function recoverInterruptedRun(
   }
   const openedOn = record.generation + (published > 0 ? 1 : 0);
   // Taken before the check: repairing leaks writes into a layer and would move its mtime.
-  const lastWriteAt = new Date(Math.max(...stats.map((stat) => stat?.mtimeMs ?? 0))).toISOString();
+  // `mtime`, not `mtimeMs`: Node rounds the former to the millisecond, and a Date made from the
+  // latter truncates it, so the two told the same write apart by a millisecond half the time.
+  const lastWriteAt = new Date(Math.max(...stats.map((stat) => stat?.mtime.getTime() ?? 0))).toISOString();
   const usable: string[] = [];
   let unusable: { at: number; reason: string } | undefined;
   if (openedOn !== pointer.generation) {
