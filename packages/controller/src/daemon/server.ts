@@ -1,6 +1,5 @@
 // The daemon process: takes the entry's pid file, serves calls on its Unix socket, and exits when
 // its entry is stopped, destroyed or idle.
-import { chmodSync } from "node:fs";
 import { open, readFile, rm, stat, unlink } from "node:fs/promises";
 import { createServer, type Server, type Socket } from "node:net";
 import { mkdir } from "node:fs/promises";
@@ -10,6 +9,7 @@ import { ControllerError, isControllerError } from "../errors.js";
 import { parseHostGuard } from "../host-guard.js";
 import { ensurePrivateDir, type EntryKind, type StateLayout } from "../state/layout.js";
 import { daemonLive, pidAlive } from "../state/liveness.js";
+import { listenPrivate } from "../private-socket.js";
 import { readJsonLines, writeJsonLine, type ClientMessage } from "../wire.js";
 import { InstanceController, toControllerError } from "./instance.js";
 import { CallLedger } from "./ledger-entries.js";
@@ -193,26 +193,7 @@ export async function runDaemon(
     }
   }
 
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    // bind() runs inside listen() synchronously, so this umask makes the socket 0600 from its
-    // creation; the chmod covers a platform where it does not. Both happen before the first
-    // connection is handled (connections are dispatched only after this callback).
-    const umask = process.umask(0o177);
-    try {
-      server.listen(socketPath, () => {
-        try {
-          chmodSync(socketPath, 0o600);
-          resolve();
-        } catch (error) {
-          server.close();
-          reject(error as Error);
-        }
-      });
-    } finally {
-      process.umask(umask);
-    }
-  });
+  await listenPrivate(server, socketPath);
   const socketIdentity = await fileIdentity(socketPath);
   log.info(`controller ${process.pid} listening on ${socketPath}`);
 

@@ -6,12 +6,12 @@
 // the daemon that starts it names its files, and it starts daemons as the client does
 // (daemon-process.ts). It binds only loopback addresses, and answers on a socket in a private
 // directory, checked here again, as daemons do.
-import { chmodSync } from "node:fs";
 import { lstat, open, readFile, rm, stat, unlink } from "node:fs/promises";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { dirname } from "node:path";
 import { isLoopbackV4 } from "@pi-sandbox/ingress/host-guard";
 import type { ParkedPreview, WakerReply, WakerRequest } from "../state/waker-call.js";
+import { listenPrivate } from "../private-socket.js";
 import { readJsonLines } from "../wire.js";
 import { HeldInstance } from "./held-instance.js";
 
@@ -291,23 +291,7 @@ export async function runWaker(paths: WakerPaths, options: WakerOptions): Promis
       });
     });
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    // As for daemon sockets (server.ts): 0600 from its creation, in a private directory.
-    const umask = process.umask(0o177);
-    try {
-      server.listen(socketPath, () => {
-        try {
-          chmodSync(socketPath, 0o600);
-          resolve();
-        } catch (error) {
-          reject(error as Error);
-        }
-      });
-    } finally {
-      process.umask(umask);
-    }
-  });
+  await listenPrivate(server, socketPath);
   const socketIdentity = await fileIdentity(socketPath);
   log(`waker ${process.pid} listening on ${socketPath}`);
   review();
