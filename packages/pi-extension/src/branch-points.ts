@@ -10,20 +10,16 @@
 // start, so nothing changed between the point and that label), else by the nearest labelled entry
 // above it (exact when nothing ran in between, the state before the turn otherwise).
 
+import type { CheckpointView } from "@pi-sandbox/controller/client";
+
 /** Prefix of the labels this package gives checkpoints. */
 export const LABEL_PREFIX = "pi:";
+
 /** The label's stand-in for "before the first entry" (an empty session). */
 const ROOT = "root";
 
 /** A kept checkpoint as the controller's `checkpoints` action lists it. */
-export interface CheckpointInfo {
-  id: string;
-  label?: string;
-  pinned: boolean;
-  createdAt: string;
-  kind: "disk" | "memory";
-  bytes: number;
-}
+export type CheckpointInfo = CheckpointView;
 
 /** What the mapping needs of a session entry. */
 export interface TreeEntry {
