@@ -18,7 +18,13 @@ export {
   type VmLogger,
 } from "./boot/boot.js";
 export type { UpstreamOverrides } from "./egress/secret-fetch.js";
-export type { EgressEvent } from "./egress/egress-policy.js";
+export type {
+  EgressApprovalRule,
+  EgressApprover,
+  EgressEvent,
+  EgressRequest,
+  EgressVerdict,
+} from "./egress/egress-policy.js";
 
 // The guest interface for upper layers
 export type {

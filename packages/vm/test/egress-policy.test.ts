@@ -255,3 +255,71 @@ test("every request's decision is told with its host, port and rule; a secret's 
   expect(JSON.stringify(events)).not.toContain("real-value-9f8e7d");
   await policy.close();
 });
+
+test("a host off the list waits for the approver: its answer decides, is recorded with its rule, and lets the address check pass", async () => {
+  const gondolin = await loadGondolin();
+  const events: unknown[] = [];
+  const asked: unknown[] = [];
+  let answer!: (verdict: { allowed: boolean; rule: "approved once" | "denied by the user" }) => void;
+  const policy = egressPolicy(gondolin, {
+    allowedHosts: ["pisb-allowed.test"],
+    onEvent: (event) => events.push(event),
+    approve: (request) => {
+      asked.push(request);
+      return new Promise((resolve) => (answer = resolve));
+    },
+  });
+  const hooks = policy.httpHooks;
+  const ip = (hostname: string, address: string) =>
+    hooks.isIpAllowed!({ hostname, ip: address, family: 4, port: 443, protocol: "https" });
+  // Not approved yet: the address check refuses the name too.
+  await expect(ip("new.example.test", "203.0.113.9")).resolves.toBe(false);
+  const held = hooks.isRequestAllowed!(new Request("https://New.Example.test/path?q=1", { method: "POST" }));
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(asked).toEqual([{ host: "new.example.test", port: 443, protocol: "https", method: "POST" }]);
+  expect(events).toEqual([]);
+  answer({ allowed: true, rule: "approved once" });
+  await expect(held).resolves.toBe(true);
+  expect(events).toEqual([
+    {
+      kind: "request",
+      host: "new.example.test",
+      port: 443,
+      protocol: "https",
+      method: "POST",
+      allowed: true,
+      rule: "approved once",
+    },
+  ]);
+  await expect(ip("new.example.test", "203.0.113.9")).resolves.toBe(true);
+  // Internal addresses stay refused for an approved name.
+  await expect(ip("new.example.test", "10.0.0.1")).resolves.toBe(false);
+  // An IP literal is asked about like a name; a refusal is recorded with its rule.
+  const literal = hooks.isRequestAllowed!(new Request("http://198.51.100.4:8080/"));
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(asked.at(-1)).toEqual({ host: "198.51.100.4", port: 8080, protocol: "http", method: "GET" });
+  answer({ allowed: false, rule: "denied by the user" });
+  await expect(literal).resolves.toBe(false);
+  expect(events.at(-1)).toMatchObject({ host: "198.51.100.4", allowed: false, rule: "denied by the user" });
+  // Hosts on the list never reach the approver.
+  await expect(hooks.isRequestAllowed!(new Request("https://pisb-allowed.test/"))).resolves.toBe(true);
+  expect(asked).toHaveLength(2);
+});
+
+test("an approver that fails refuses the request; without one a host off the list is refused at once", async () => {
+  const gondolin = await loadGondolin();
+  const events: { rule?: string }[] = [];
+  const failing = egressPolicy(gondolin, {
+    allowedHosts: [],
+    onEvent: (event) => events.push(event as { rule?: string }),
+    approve: () => Promise.reject(new Error("gone")),
+  });
+  await expect(failing.httpHooks.isRequestAllowed!(new Request("https://x.example.test/"))).resolves.toBe(false);
+  expect(events.at(-1)?.rule).toBe("no answer in time");
+  const plain = egressPolicy(gondolin, {
+    allowedHosts: [],
+    onEvent: (event) => events.push(event as { rule?: string }),
+  });
+  await expect(plain.httpHooks.isRequestAllowed!(new Request("https://x.example.test/"))).resolves.toBe(false);
+  expect(events.at(-1)?.rule).toBe("not in allowedHosts");
+});

@@ -158,6 +158,7 @@ export async function bootAttempt(
       ...(proxies ? { proxies } : {}),
       ...(options.upstream ? { upstream: options.upstream } : {}),
       ...(options.onEgress ? { onEvent: options.onEgress } : {}),
+      ...(options.approveEgress ? { approve: options.approveEgress } : {}),
     });
     policyClose = policy.close;
     const mounts = await readonlyMounts(gondolin, options.spec.mounts ?? []);

@@ -1,6 +1,6 @@
 // The public shapes of a VM boot: what it needs (spec, options) and what it gives (RunningVm).
 import type { CheckpointResult, DiskStore, KeepOptions, KeptCheckpoint, RunRecovery } from "../disk/disk-store.js";
-import type { EgressEvent, VmSecret } from "../egress/egress-policy.js";
+import type { EgressApprover, EgressEvent, VmSecret } from "../egress/egress-policy.js";
 import type { VmError } from "../errors.js";
 import type { GuestVm } from "../guest/guest-vm.js";
 import type { AcceleratorChoice, HostFacts, VmResources } from "../host/host-facts.js";
@@ -66,6 +66,11 @@ export interface StartVmOptions {
   logger?: VmLogger;
   /** Told of each egress decision and secret use of the guest (see `EgressEvent`); must not throw or block. */
   onEgress?: (event: EgressEvent) => void;
+  /**
+   * Asked about each request to a host off `allowedHosts`, which waits for its answer (see
+   * `EgressApprover`); absent: such requests are refused at once.
+   */
+  approveEgress?: EgressApprover;
   /** Cancels the boot (the VM is closed and the run discarded). */
   signal?: AbortSignal;
   /**

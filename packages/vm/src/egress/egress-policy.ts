@@ -95,26 +95,60 @@ export interface HostPortProxyHandle {
   close(): Promise<void>;
 }
 
+/** An HTTP(S) request of the guest as the policy decides it: where it goes, never its headers or body. */
+export interface EgressRequest {
+  /** The host name the request names (its URL or Host header; an IP literal as written), lower case. */
+  host: string;
+  port: number;
+  protocol: "http" | "https";
+  method: string;
+}
+
+/** Why an approver let a request through or not. */
+export type EgressApprovalRule =
+  /** The user allowed the host for this instance (now or earlier). */
+  | "approved for this instance"
+  /** The user allowed this one request. */
+  | "approved once"
+  /** The user said no. */
+  | "denied by the user"
+  /** Nobody who could answer was there: refused at once. */
+  | "nobody to ask"
+  /** Nobody answered in time. */
+  | "no answer in time";
+
+/** An approver's answer about one request. */
+export interface EgressVerdict {
+  allowed: boolean;
+  rule: EgressApprovalRule;
+}
+
+/**
+ * Asked about each request to a host off `allowedHosts`; the request is held until the promise
+ * settles (the approver bounds the wait). A rejection counts as a refusal.
+ */
+export type EgressApprover = (request: EgressRequest) => Promise<EgressVerdict>;
+
 /**
  * What the guest's way out did, for the caller's record: each HTTP(S) request's decision (`rule`
  * says why), and each secret put into a request (its name and the host; never the value).
  */
 export type EgressEvent =
-  | {
+  | (EgressRequest & {
       kind: "request";
-      host: string;
-      port: number;
-      protocol: "http" | "https";
-      method: string;
       allowed: boolean;
-      rule: "allowedHosts" | "not in allowedHosts" | "secret rules";
-    }
+      rule: "allowedHosts" | "not in allowedHosts" | "secret rules" | EgressApprovalRule;
+    })
   | { kind: "secret"; secret: string; host: string };
+
+type EgressEventRule = Extract<EgressEvent, { kind: "request" }>["rule"];
 
 /** Host patterns of an {@link EgressPolicy}. */
 export interface EgressPolicyOptions {
   /** Told of every decision and secret use (see {@link EgressEvent}); must not throw or block. */
   onEvent?: (event: EgressEvent) => void;
+  /** Asked about requests to hosts off `allowedHosts` (see {@link EgressApprover}); absent: refused at once. */
+  approve?: EgressApprover;
   /** Host patterns the guest may reach over HTTP(S); `*` wildcards; empty = nothing. */
   allowedHosts: readonly string[];
   /** Allowed patterns that may also resolve to internal addresses (e.g. a host-side test server). */
@@ -136,33 +170,47 @@ export function egressPolicy(
   gondolin: Pick<GondolinModule, "createHttpHooks">,
   options: EgressPolicyOptions,
 ): EgressPolicy {
-  let allowed: readonly string[] = [];
   const store = options.store ?? secretStore(options.secrets ?? {});
+  const allowed = [...options.allowedHosts, ...(options.allowedInternalHosts ?? [])];
+  // Names the approver let through at least once in this run (lower case): Gondolin's address
+  // check below passes them too. Each request is still decided by isRequestAllowed first.
+  const approved = new Set<string>();
+  const decideHost = async (request: EgressRequest): Promise<{ ok: boolean; rule: EgressEventRule }> => {
+    if (isHostAllowed(request.host, allowed)) return { ok: true, rule: "allowedHosts" };
+    if (!options.approve) return { ok: false, rule: "not in allowedHosts" };
+    const verdict = await options
+      .approve(request)
+      .catch((): EgressVerdict => ({ allowed: false, rule: "no answer in time" }));
+    if (verdict.allowed) approved.add(request.host);
+    return { ok: verdict.allowed, rule: verdict.rule };
+  };
   const policy = gondolin.createHttpHooks({
-    allowedHosts: [...options.allowedHosts],
+    // The host list is ours (isRequestAllowed, then isIpAllowed below), so that the hosts a user
+    // approves while the VM runs pass too; Gondolin still refuses internal addresses unless the
+    // name is on allowedInternalHosts.
+    allowedHosts: ["*"],
     ...(options.allowedInternalHosts ? { allowedInternalHosts: [...options.allowedInternalHosts] } : {}),
+    isIpAllowed: (info) => isHostAllowed(info.hostname, allowed) || approved.has(info.hostname.toLowerCase()),
     // Gondolin 0.12 resolves a request's host name with the host's resolver *before* it matches
     // the name against the list (both happen in isIpAllowed), so any name a guest writes into a
     // Host header or a URL would be looked up on the host: a DNS channel out of the sandbox. This
-    // check runs first and refuses a name off the list before any lookup; then the secret rules.
-    isRequestAllowed: (request) => {
+    // check runs first and refuses a name off the list (or holds it for the approver) before any
+    // lookup; then the secret rules. An IP literal is a name like any other here.
+    isRequestAllowed: async (request) => {
       const url = new URL(request.url);
-      const hostAllowed = isHostAllowed(url.hostname, allowed);
-      const ok =
-        hostAllowed && placeSecrets({ url: request.url, headers: request.headers }, store.all(), httpsDestination).ok;
-      options.onEvent?.({
-        kind: "request",
-        host: url.hostname,
+      const asked: EgressRequest = {
+        host: url.hostname.toLowerCase(),
         port: Number(url.port || (url.protocol === "https:" ? 443 : 80)),
         protocol: url.protocol === "https:" ? "https" : "http",
         method: request.method,
-        allowed: ok,
-        rule: !hostAllowed ? "not in allowedHosts" : ok ? "allowedHosts" : "secret rules",
-      });
+      };
+      const host = await decideHost(asked);
+      const ok =
+        host.ok && placeSecrets({ url: request.url, headers: request.headers }, store.all(), httpsDestination).ok;
+      options.onEvent?.({ kind: "request", ...asked, allowed: ok, rule: host.ok && !ok ? "secret rules" : host.rule });
       return ok;
     },
   });
-  allowed = policy.allowedHosts;
   const env = Object.fromEntries(store.all().map((secret) => [secret.name, secret.placeholder]));
   const updateSecret = (name: string, value: string, placeholder?: string): void => {
     const held = store.get(name);
