@@ -21,6 +21,8 @@ let call: Sandbox["call"];
 
 beforeAll(async () => {
   sandbox = await makeSandbox("ppk-");
+  // Parking waits a quiet spell after the suspend (30 s); what this file proves is the hand-over.
+  sandbox.env.PI_SANDBOX_DAEMON_IDLE_EXIT_MS = "5000";
   await sandbox.writeConfig(`profile: tiny
 diskGiB: 4
 idle:
