@@ -64,7 +64,7 @@ export { PROFILES, PROFILE_NAMES, DEFAULT_PROFILE } from "./profiles.js";
 export type { ProfileName, Resources } from "./profiles.js";
 
 // Names
-export { ENV_NAME_PATTERN } from "./schema.js";
+export { ENV_NAME_PATTERN, HOST_PATTERN } from "./schema.js";
 export {
   INSTANCE_NAME_PATTERN,
   IMAGE_NAME_PATTERN,
