@@ -79,9 +79,13 @@ afterEach(async () => {
   upstreams = [];
 });
 
+/** The secret uses the proxies told of (name and host), for the ledger. */
+let uses: { secret: string; host: string }[] = [];
+
 async function proxyFor(routes: Map<number, string[]>): Promise<HostPortProxies> {
   store = secretsStore();
-  proxies = await HostPortProxies.open(routes, store);
+  uses = [];
+  proxies = await HostPortProxies.open(routes, store, (use) => uses.push(use));
   return proxies!;
 }
 
@@ -141,6 +145,9 @@ test("the host service gets the value (Bearer and Basic) on a listed port; a req
   store.update("KEY", "rotated-value");
   await get(port, { authorization: `Bearer ${PLACEHOLDER}` });
   expect(upstream.seen[3]!.authorization).toBe("Bearer rotated-value");
+  // Each request that carried the secret out is told, by name and host port; the one without it is not.
+  expect(uses).toEqual(Array(3).fill({ secret: "KEY", host: `host.sandbox.internal:${upstream.port}` }));
+  expect(JSON.stringify(uses)).not.toContain(REAL);
 });
 
 test("a secret's own header gets its value; a placeholder in another header or for another port gets 403 and goes nowhere", async () => {
@@ -175,6 +182,8 @@ test("a secret's own header gets its value; a placeholder in another header or f
   expect(inUrl).toBe(403);
   expect(b.seen).toHaveLength(1);
   expect(a.seen).toHaveLength(0);
+  // Only the request that went out carried a secret.
+  expect(uses).toEqual([{ secret: "OTHER", host: `host.sandbox.internal:${b.port}` }]);
 });
 
 test("every answer comes back scrubbed: the value, its base64 and URL forms, in headers and in a compressed body", async () => {

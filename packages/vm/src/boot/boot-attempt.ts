@@ -149,7 +149,12 @@ export async function bootAttempt(
     });
     const { hostPorts = [], secrets = {} } = options.spec.network;
     const store = secretStore(secrets);
-    proxies = await HostPortProxies.open(hostPortRoutes(hostPorts, secrets), store);
+    const onEgress = options.onEgress;
+    proxies = await HostPortProxies.open(
+      hostPortRoutes(hostPorts, secrets),
+      store,
+      onEgress && ((use) => onEgress({ kind: "secret", ...use })),
+    );
     const policy = egressPolicy(gondolin, {
       allowedHosts: options.spec.network.allowedHosts,
       ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),

@@ -13,7 +13,7 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { pipeline } from "node:stream";
-import { secretHostPorts } from "@pi-sandbox/config";
+import { HOST_SERVICES_HOSTNAME, secretHostPorts } from "@pi-sandbox/config";
 import { VmError, messageOf } from "../errors.js";
 import { answerCodings, decoderFor, rawHeaderLines } from "./http-codings.js";
 import {
@@ -92,6 +92,9 @@ export function hostPortRoutes(
   return routes;
 }
 
+/** Told of each secret put into a request: its name and where it went, never the value. */
+export type SecretUse = (use: { secret: string; host: string }) => void;
+
 /** One host port's proxy: where it listens, and the secrets it puts in. */
 interface PortProxy {
   server: http.Server;
@@ -111,21 +114,24 @@ export class HostPortProxies {
   private constructor(
     private readonly routes: ReadonlyMap<number, readonly string[]>,
     private readonly store: SecretStore,
+    private readonly onUse: SecretUse | undefined,
   ) {}
 
   /**
    * Starts a proxy for each host port of `routes` (host port → names of the secrets sent there).
    * Undefined when no secret is sent to a host port. VM_START_FAILED if a proxy cannot listen.
+   * `onUse` is told of each secret a request carries out (as the HTTPS way out tells it).
    */
   static async open(
     routes: ReadonlyMap<number, readonly string[]>,
     store: SecretStore,
+    onUse?: SecretUse,
   ): Promise<HostPortProxies | undefined> {
     if (routes.size === 0) return undefined;
     for (const names of routes.values()) {
       for (const name of names) if (!store.get(name)) throw new Error(`host-port proxy: no secret named ${name}`);
     }
-    const proxies = new HostPortProxies(routes, store);
+    const proxies = new HostPortProxies(routes, store, onUse);
     try {
       for (const port of routes.keys()) proxies.proxies.set(port, await proxies.listen(port));
     } catch (error) {
@@ -234,6 +240,10 @@ export class HostPortProxies {
       // Node refuses a header it cannot send (never the value: messages name the header only).
       request.resume();
       return fail(400, `the request could not be forwarded (${(error as NodeJS.ErrnoException).code ?? "invalid"})`);
+    }
+    if (echoes.length > 0) {
+      for (const secret of placement.carried)
+        this.onUse?.({ secret: secret.name, host: `${HOST_SERVICES_HOSTNAME}:${port}` });
     }
     upstream.on("response", (answer) => this.answer(port, request.method ?? "GET", echoes, answer, response, fail));
     upstream.on("error", (error) => {
