@@ -16,6 +16,12 @@ import { Ledger, type LedgerKind } from "../state/ledger.js";
 import type { DaemonLogger } from "../log.js";
 import type { RuntimeVm } from "./runtime.js";
 
+/**
+ * For the bench only: a daemon started with PI_SANDBOX_BENCH_NO_LEDGER=1 writes no ledger, so the
+ * same calls can be timed with and without it side by side (bench/ledger-bench.mjs).
+ */
+const LEDGER_OFF = process.env.PI_SANDBOX_BENCH_NO_LEDGER === "1";
+
 /** The parts of a running instance. */
 export interface RunningParts {
   vm: RuntimeVm;
@@ -112,6 +118,7 @@ export class InstanceState {
    * records: a failure is logged (the entry directory removed, a full disk) and the work goes on.
    */
   record(kind: LedgerKind, data: Record<string, unknown>): void {
+    if (LEDGER_OFF) return;
     try {
       this.#ledger ??= Ledger.open(this.#ledgerDir ?? this.layout.ledgerDir(this.kind, this.name));
       this.#ledger.append(kind, data);
