@@ -39,6 +39,16 @@ export type ClientMessage =
       /** What the user was asked before this call was sent, and answered (for the ledger). */
       trust?: TrustNote[];
     }
+  | {
+      id: number;
+      /** A model's call the client refused before sending it: recorded in the ledger, never run. */
+      type: "refused";
+      action: Record<string, unknown>;
+      /** The code it was refused with (CONTROLLER_USER_DECLINED, …). */
+      error: string;
+      /** What the user was asked, and the no (or that nobody could be asked). */
+      trust?: TrustNote[];
+    }
   | { id: number; type: "ping" };
 
 /** Messages a daemon sends. */

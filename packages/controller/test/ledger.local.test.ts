@@ -130,6 +130,52 @@ test("a model's call is recorded as the model's, with the user's yes to it", asy
   }
 });
 
+test("a model's call refused before it is sent is recorded too: the user's no, nobody to ask, never for a model", async () => {
+  const outside = await mkdtemp(join(tmpdir(), "pisb-ledger-out-"));
+  try {
+    const note = `${(await call({ action: "exec", name: "web", cmd: "pwd" })).output.trim()}/note.txt`;
+    const download = { action: "download", name: "web", from: note, to: join(outside, "note.txt") };
+    const before = (await call({ action: "audit", name: "web", last: 1 })).cursor;
+    await expect(
+      callAction(download, { env, cwd: dir, caller: "model", confirm: async () => false }),
+    ).rejects.toMatchObject({ code: "CONTROLLER_USER_DECLINED" });
+    // No UI: nobody could be asked.
+    await expect(callAction(download, { env, cwd: dir, caller: "model" })).rejects.toMatchObject({
+      code: "CONTROLLER_CONFIRMATION_REQUIRED",
+    });
+    await expect(
+      callAction({ action: "shell", name: "web" }, { env, cwd: dir, caller: "model" }),
+    ).rejects.toMatchObject({
+      code: "CONTROLLER_USER_ONLY",
+    });
+    const entries = (await call({ action: "audit", name: "web", cursor: before })).entries as Loose[];
+    const seen = entries.map((e) =>
+      e.kind === "trust"
+        ? ["trust", e.data.action, e.data.answer, e.data.by]
+        : [e.kind, e.data.action, e.data.caller, e.data.outcome],
+    );
+    expect(seen).toEqual([
+      // The download reaches the daemon, which finds its plan needs a yes; the user then says no.
+      ["action", "download", "model", "CONTROLLER_CONFIRMATION_REQUIRED"],
+      ["trust", "download", "no", "the user, in Pi's dialog"],
+      ["action", "download", "model", "CONTROLLER_USER_DECLINED"],
+      ["action", "download", "model", "CONTROLLER_CONFIRMATION_REQUIRED"],
+      ["trust", "download", "no", "nobody: Pi has no UI here to ask the user"],
+      ["action", "download", "model", "CONTROLLER_CONFIRMATION_REQUIRED"],
+      ["trust", "shell", "no", "the controller: the action is for the user, never the model"],
+      ["action", "shell", "model", "CONTROLLER_USER_ONLY"],
+    ]);
+    // Nothing was written, and nothing ran.
+    expect(await readdir(outside)).toEqual([]);
+    expect(entries.some((e) => e.kind === "transfer")).toBe(false);
+    expect(entries.find((e) => e.kind === "trust")!.data.asked).toEqual(
+      expect.arrayContaining([expect.stringContaining(`Target: ${join(outside, "note.txt")}`)]),
+    );
+  } finally {
+    await rm(outside, { recursive: true, force: true });
+  }
+});
+
 test("audit verify holds, then names the entry that was changed", async () => {
   const ok = await call({ action: "audit-verify", name: "web" });
   expect(ok).toMatchObject({

@@ -15,6 +15,7 @@ import type { Caller, ProgressEvent, TrustNote } from "../wire.js";
 import type { HostGuard } from "../host-guard.js";
 import { callDaemon } from "./connection.js";
 import { guardModelCall, type ConfirmFn } from "./model-guard.js";
+import { noteRefusal } from "./refusals.js";
 import { ensureDaemon } from "./spawn.js";
 
 // Errors
@@ -116,16 +117,23 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
   const env = options.env ?? process.env;
   const cwd = options.cwd ?? process.cwd();
   const { spec, args } = validateAction(input);
+  const layout = StateLayout.fromEnv(env);
+  // What the user is asked for this call goes with it into the instance's ledger, and so does a
+  // model's call refused here.
+  const trust: TrustNote[] = [];
+  const refuse = async (error: unknown): Promise<never> => {
+    await noteRefusal(layout, entryKindOf(args), args, error, trust, env);
+    throw error;
+  };
   if (spec.userOnly && options.caller === "model") {
-    throw new ControllerError("CONTROLLER_USER_ONLY", `${spec.name} is for the user, not the model`, {
-      hint: `Ask the user to type /sandbox ${String(args.name ?? "<name>")} in Pi, or run pi-sandbox ssh ${String(args.name ?? "<name>")}.`,
-    });
+    await refuse(
+      new ControllerError("CONTROLLER_USER_ONLY", `${spec.name} is for the user, not the model`, {
+        hint: `Ask the user to type /sandbox ${String(args.name ?? "<name>")} in Pi, or run pi-sandbox ssh ${String(args.name ?? "<name>")}.`,
+      }),
+    );
   }
   const hostPaths = hostPathArgs(spec);
   for (const { name } of hostPaths) args[name] = resolveHostPaths(cwd, args[name]);
-  const layout = StateLayout.fromEnv(env);
-  // What the user is asked for this call goes with it into the instance's ledger.
-  const trust: TrustNote[] = [];
   const caller: Caller = options.caller === "model" ? "model" : (options.via ?? "library");
   const guarded =
     options.caller === "model" && (hostPaths.length > 0 || spec.irreversible)
@@ -135,7 +143,7 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
           { cwd, strict: options.attached === true, confirm: options.confirm, answered: (note) => trust.push(note) },
           layout,
           env,
-        )
+        ).catch(refuse)
       : undefined;
   const local = {
     layout,
@@ -165,7 +173,7 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
         if (!(await readRecord(layout, kind, args.name))) throw notFound(kind, args.name);
       }
       // A download whose plan needs the user's yes: asked once, then sent again with the answer.
-      if (!(await guarded?.askAgain(error))) throw error;
+      if (!(await guarded?.askAgain(error).catch(refuse))) throw error;
     }
   }
 }

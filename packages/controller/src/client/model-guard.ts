@@ -52,7 +52,10 @@ export interface ModelPolicy {
   strict: boolean;
   /** The user's prompt; absent where there is no UI. */
   confirm?: ConfirmFn;
-  /** Told of each answer the user gave (the ledger records the ones a call carries). */
+  /**
+   * Told of each answer: the user's yes or no, or the no of a call nobody could be asked about (the
+   * ledger records them with the call, or with its refusal).
+   */
   answered?: (note: TrustNote) => void;
 }
 
@@ -145,13 +148,6 @@ async function ask(
   concerns: HostConcern[],
 ): Promise<void> {
   const command = cliEquivalent(args);
-  if (!policy.confirm) {
-    const refused = confirmationRequired(concerns);
-    throw new ControllerError(refused.code, refused.message, {
-      hint: `Pi has no UI here to ask the user. Tell the user what you need; they can run it themselves: ${escapeControlChars(command)}`,
-      details: refused.details,
-    });
-  }
   // The resolved target first: a dialog cut short still shows where the call goes.
   const message = printable([
     ...target.slice(0, TARGETS_SHOWN).map((t) => `Target: ${t}`),
@@ -162,12 +158,18 @@ async function ask(
     "",
     `The model's call, as a command: ${command}`,
   ]);
+  const asked = message.split("\n").filter(Boolean);
+  if (!policy.confirm) {
+    // Nobody could answer: a no all the same, which the ledger records as such.
+    policy.answered?.({ asked, answer: "no", by: "nobody: Pi has no UI here to ask the user" });
+    const refused = confirmationRequired(concerns);
+    throw new ControllerError(refused.code, refused.message, {
+      hint: `Pi has no UI here to ask the user. Tell the user what you need; they can run it themselves: ${escapeControlChars(command)}`,
+      details: refused.details,
+    });
+  }
   const yes = await policy.confirm({ title: `Allow the model's sandbox ${String(args.action)}?`, message });
-  policy.answered?.({
-    asked: message.split("\n").filter(Boolean),
-    answer: yes ? "yes" : "no",
-    by: "the user, in Pi's dialog",
-  });
+  policy.answered?.({ asked, answer: yes ? "yes" : "no", by: "the user, in Pi's dialog" });
   if (!yes) {
     throw new ControllerError(
       "CONTROLLER_USER_DECLINED",

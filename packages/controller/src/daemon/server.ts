@@ -128,6 +128,23 @@ export async function runDaemon(
     readJsonLines<ClientMessage>(socket, (message) => void handle(socket, message, log));
   });
 
+  /**
+   * A model's call its client refused (the user's no, nobody to ask, a path it may never reach):
+   * its trust notes and the action with the refusal's code go into the ledger; nothing runs.
+   */
+  function refusedCall(message: Extract<ClientMessage, { type: "refused" }>): { recorded: boolean } {
+    let args: Record<string, unknown> & { action: string };
+    try {
+      args = validateAction(message.action).args;
+    } catch {
+      return { recorded: false };
+    }
+    if (args.name !== name || !/^[A-Z_]{1,64}$/.test(String(message.error))) return { recorded: false };
+    for (const note of message.trust ?? []) controller.record("trust", { action: args.action, ...note });
+    for (const r of ledger.records(args, "model", 0, { error: message.error })) controller.record(r.kind, r.data);
+    return { recorded: true };
+  }
+
   async function handle(socket: Socket, message: ClientMessage, logger: DaemonLogger): Promise<void> {
     lastActivity = Date.now();
     if (message.type === "ping") {
@@ -139,6 +156,10 @@ export async function runDaemon(
         state: controller.state,
         ...(idle ? { idle } : {}),
       });
+      return;
+    }
+    if (message.type === "refused") {
+      writeJsonLine(socket, { id: message.id, type: "result", result: refusedCall(message) });
       return;
     }
     if (message.type !== "call") return;

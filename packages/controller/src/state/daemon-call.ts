@@ -27,6 +27,8 @@ export interface DaemonCallOptions {
   /** Who makes the call, and what the user granted for it (for the ledger). */
   caller?: Caller;
   trust?: TrustNote[];
+  /** Sends a model's call the client refused, with this code, for the ledger only: nothing runs. */
+  refused?: string;
 }
 
 function lost(socketPath: string, cause?: unknown): ControllerError {
@@ -110,14 +112,20 @@ export function callDaemon(
             else if (message.type === "error")
               finish(() => reject(ControllerError.fromJSON(message.error as ControllerErrorJson)));
           });
-          writeJsonLine(socket, {
-            id: 1,
-            type: "call",
-            action,
-            ...(options.guard ? { guard: options.guard } : {}),
-            ...(options.caller ? { caller: options.caller } : {}),
-            ...(options.trust?.length ? { trust: options.trust } : {}),
-          });
+          const trust = options.trust?.length ? { trust: options.trust } : {};
+          writeJsonLine(
+            socket,
+            options.refused !== undefined
+              ? { id: 1, type: "refused", action, error: options.refused, ...trust }
+              : {
+                  id: 1,
+                  type: "call",
+                  action,
+                  ...(options.guard ? { guard: options.guard } : {}),
+                  ...(options.caller ? { caller: options.caller } : {}),
+                  ...trust,
+                },
+          );
         },
         // A socket removed since the connect is a daemon that is exiting: retried like no daemon.
         (error: NodeJS.ErrnoException) =>
