@@ -2,7 +2,8 @@
 // runtime: each call's action with its caller and outcome, lifecycle, execs and transfers; a
 // canary secret's value nowhere in it; `audit verify` holding, then naming a tampered entry; the
 // ledger of a destroyed instance still readable.
-import { readdir, readFile, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { mkdir, readdir, readFile, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction } from "../src/client/index.js";
@@ -18,6 +19,7 @@ let env: NodeJS.ProcessEnv;
 let layout: StateLayout;
 let daemons: InProcessDaemons;
 
+const sha256 = (text: string) => createHash("sha256").update(text).digest("hex");
 const call = (action: Loose) => callAction(action, { env, cwd: dir }) as Promise<Loose>;
 
 beforeAll(async () => {
@@ -48,7 +50,13 @@ test("every call, exec and transfer is recorded with its caller and outcome; the
   const note = `${(await call({ action: "exec", name: "web", cmd: "pwd" })).output.trim()}/note.txt`;
   await call({ action: "write", name: "web", path: note, content: "a note\n" });
   await call({ action: "download", name: "web", from: note, to: join(dir, "note.txt") });
+  await mkdir(join(dir, "tree"));
+  await writeFile(join(dir, "tree", "a.txt"), "first\n");
+  await writeFile(join(dir, "tree", "b.txt"), "second\n");
+  const tree = await call({ action: "upload", name: "web", from: join(dir, "tree"), to: "tree" });
   await expect(call({ action: "exec", name: "web", cmd: "exit 3" })).resolves.toMatchObject({ exitCode: 3 });
+  const kept = await call({ action: "checkpoint", name: "web", label: "before" });
+  await call({ action: "rewind", name: "web", checkpoint: "before" });
   await expect(call({ action: "read", name: "web", path: "missing.txt" })).rejects.toMatchObject({
     code: expect.any(String),
   });
@@ -62,15 +70,32 @@ test("every call, exec and transfer is recorded with its caller and outcome; the
     ["exec", "library", "ok"],
     ["write", "library", "ok"],
     ["download", "library", "ok"],
+    ["upload", "library", "ok"],
     ["exec", "library", "ok"],
+    ["checkpoint", "library", "ok"],
+    ["rewind", "library", "ok"],
     ["read", "library", expect.stringMatching(/^[A-Z_]+$/)],
+  ]);
+  expect(entries.filter((e) => e.kind === "lifecycle" && e.data.event).map((e) => e.data)).toEqual([
+    { event: "checkpoint kept", checkpoint: { id: kept.checkpoint.id, label: "before", kind: "disk" } },
+    expect.objectContaining({
+      event: "rewound",
+      checkpoint: { id: kept.checkpoint.id, label: "before", kind: "disk" },
+    }),
   ]);
   expect(entries.filter((e) => e.kind === "lifecycle").map((e) => e.data.state)).toEqual(
     expect.arrayContaining(["starting", "running"]),
   );
   const execs = entries.filter((e) => e.kind === "exec").map((e) => e.data);
   expect(execs).toEqual([
-    expect.objectContaining({ cmd: "printf hello; echo $API_TOKEN > token.txt", exitCode: 0, outputBytes: 5 }),
+    expect.objectContaining({
+      cmd: "printf hello; echo $API_TOKEN > token.txt",
+      cwd: null,
+      user: "root",
+      exitCode: 0,
+      outputBytes: 5,
+      durationMs: expect.any(Number),
+    }),
     expect.objectContaining({ cmd: "pwd", exitCode: 0 }),
     expect.objectContaining({ cmd: "exit 3", exitCode: 3 }),
   ]);
@@ -83,6 +108,15 @@ test("every call, exec and transfer is recorded with its caller and outcome; the
       sha256: expect.stringMatching(/^[0-9a-f]{64}$/),
     }),
     expect.objectContaining({ direction: "download", files: 1, bytes: 7, sha256: transfers[0]!.sha256 }),
+    // A tree: both ends, its files and bytes, and the sha256 of its files' list as sha256sum prints it.
+    {
+      direction: "upload",
+      from: join(dir, "tree"),
+      to: tree.to,
+      files: 2,
+      bytes: 13,
+      treeSha256: sha256(`${sha256("first\n")}  ${tree.to}/a.txt\n${sha256("second\n")}  ${tree.to}/b.txt\n`),
+    },
   ]);
   // The write's text is not kept, only its size and hash.
   expect(JSON.stringify(entries)).not.toContain("a note");

@@ -51,30 +51,39 @@ export interface AuditRead {
 
 const kindSchema = v.picklist(LEDGER_KINDS as LedgerKind[]);
 
-/** One entry as a line: sequence, time, kind and what happened, every guest or caller text escaped. */
-export function entryLine(entry: LedgerEntry): string {
+/** What an entry says happened, in words (one line once escaped; guest and caller text as written). */
+export function entryWhat(entry: LedgerEntry): string {
   const d = entry.data;
-  let what: string;
+  const s = (value: unknown) => String(value);
   switch (entry.kind) {
     case "action":
-      what = `${String(d.action)} by ${String(d.caller)}: ${String(d.outcome)} (${String(d.ms)} ms) ${JSON.stringify(d.args)}`;
-      break;
+      return `${s(d.action)} by ${s(d.caller)}: ${s(d.outcome)} (${s(d.ms)} ms) ${JSON.stringify(d.args)}`;
     case "lifecycle":
-      what = `${String(d.state)}${d.from ? ` (was ${String(d.from)})` : ""}`;
-      break;
+      if (d.event === "forked") return `forked into ${(d.forks as unknown[]).map(s).join(", ")}`;
+      if (typeof d.event === "string") return `${d.event} ${JSON.stringify(d.checkpoint)}`;
+      return `${s(d.state)}${d.from ? ` (was ${s(d.from)})` : ""}`;
     case "exec":
-      what = `exit ${String(d.exitCode)}${d.signal ? ` (${String(d.signal)})` : ""} after ${String(d.durationMs)} ms, ${String(d.outputBytes)} bytes of output: ${String(d.cmd)}`;
-      break;
-    case "transfer":
-      what = `${String(d.direction)} ${JSON.stringify(d.from)} -> ${JSON.stringify(d.to)}: ${String(d.files)} file(s), ${String(d.bytes)} bytes${d.sha256 ? `, sha256 ${String(d.sha256)}` : ""}`;
-      break;
+      return `exit ${s(d.exitCode)}${d.signal ? ` (${s(d.signal)})` : ""} after ${s(d.durationMs)} ms, ${s(d.outputBytes)} bytes of output, as ${s(d.user)}${d.cwd ? ` in ${s(d.cwd)}` : ""}: ${s(d.cmd)}`;
+    case "transfer": {
+      const hash = d.sha256 ? `, sha256 ${s(d.sha256)}` : d.treeSha256 ? `, tree sha256 ${s(d.treeSha256)}` : "";
+      return `${s(d.direction)} ${JSON.stringify(d.from)} -> ${JSON.stringify(d.to)}: ${s(d.files)} file(s), ${s(d.bytes)} bytes${hash}`;
+    }
+    case "trust":
+      return `${s(d.answer)} to ${s(d.action)}, answered by ${s(d.by)}: ${Array.isArray(d.asked) ? d.asked.map(s).join(" | ") : ""}`;
+    case "egress":
+      return `${d.allowed ? "allowed" : "denied"} ${s(d.protocol)} ${s(d.method)} ${s(d.host)}:${s(d.port)} (${s(d.rule)})`;
+    case "secret":
+      return `secret ${s(d.secret)} put into a request to ${s(d.host)}`;
     case "preview":
-      what = `${String(d.requests)} preview request(s) and WebSocket upgrade(s) in the minute from ${String(d.from)}`;
-      break;
+      return `${s(d.requests)} preview request(s) and WebSocket upgrade(s) in the minute from ${s(d.from)}`;
     default:
-      what = JSON.stringify(d);
+      return JSON.stringify(d);
   }
-  return oneLine(`${String(entry.seq).padStart(6)}  ${entry.at}  ${entry.kind.padEnd(9)}  ${what}`);
+}
+
+/** One entry as a line: sequence, time, kind and what happened, every guest or caller text escaped. */
+export function entryLine(entry: LedgerEntry): string {
+  return oneLine(`${String(entry.seq).padStart(6)}  ${entry.at}  ${entry.kind.padEnd(9)}  ${entryWhat(entry)}`);
 }
 
 export const audit = defineAction({

@@ -10,6 +10,7 @@
 // This module plans and runs a copy (steps, targets, progress, the result); copy-upload.ts and
 // copy-download.ts hold each direction's walking and file transfer.
 
+import { createHash } from "node:crypto";
 import { basename, posix } from "node:path";
 import { ControllerError } from "../errors.js";
 import type { ProgressEvent } from "../wire.js";
@@ -39,6 +40,11 @@ export interface CopyResult {
   bytes: number;
   /** sha256 of the file, when exactly one file was copied (verified on arrival). */
   sha256?: string;
+  /**
+   * When more than one file was copied: the sha256 of their list as `sha256sum` prints it (each
+   * file's sha256, two spaces, its destination path, a newline), in the order they were copied.
+   */
+  treeSha256?: string;
   /** Links and special files left out (the first 20), paths relative to their source. */
   skipped: { path: string; type: string }[];
   /** How many were left out in all. */
@@ -150,6 +156,7 @@ export async function runPlan(
   const total = plan.steps.reduce((sum, step) => sum + step.size, 0);
   const tick = ticker(progress, total);
   const result = emptyResult(name, direction, to, plan);
+  const tree = createHash("sha256");
   for (const step of plan.steps) {
     signal?.throwIfAborted();
     if (step.kind === "directory") {
@@ -160,9 +167,11 @@ export async function runPlan(
       result.files++;
       result.bytes += copied.bytes;
       result.sha256 = copied.sha256;
+      tree.update(`${copied.sha256}  ${step.to}\n`);
     }
   }
   tick.add(0, "done", true);
   if (result.files !== 1) delete result.sha256;
+  if (result.files > 1) result.treeSha256 = tree.digest("hex");
   return result;
 }

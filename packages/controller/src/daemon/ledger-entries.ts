@@ -1,6 +1,6 @@
 // What the daemon writes to an instance's ledger about each call it answers (state/ledger.ts): the
-// action with its caller and outcome, and from the results of execs and copies what ran and what
-// moved. Arguments are recorded as the caller sent them, except what could carry a secret or a
+// action with its caller and outcome, and from the results of execs, copies and branch actions what
+// ran, what moved and which checkpoint or fork was made. Arguments are recorded as the caller sent them, except what could carry a secret or a
 // file's whole text: an exec's environment (names only) and a write's content (its size and hash).
 import { createHash } from "node:crypto";
 import type { LedgerKind } from "../state/ledger.js";
@@ -58,6 +58,8 @@ export class CallLedger {
     if (exec) records.push({ kind: "exec", data: exec });
     const transfer = transferOf(args, result);
     if (transfer) records.push({ kind: "transfer", data: transfer });
+    const branch = branchOf(args, result);
+    if (branch) records.push({ kind: "lifecycle", data: branch });
     return records;
   }
 
@@ -74,6 +76,8 @@ export class CallLedger {
     return {
       pid,
       ...(ran ?? { cmd: null, cwd: null }),
+      // The guest agent runs every command as root (`exec -u` puts runuser into the command).
+      user: "root",
       exitCode: result.exitCode ?? null,
       ...(typeof result.signal === "string" ? { signal: result.signal } : {}),
       durationMs: result.durationMs ?? null,
@@ -109,5 +113,36 @@ function transferOf(
     files: result.files ?? null,
     bytes: result.bytes ?? null,
     ...(typeof result.sha256 === "string" ? { sha256: result.sha256 } : {}),
+    ...(typeof result.treeSha256 === "string" ? { treeSha256: result.treeSha256 } : {}),
   };
+}
+
+/**
+ * The branch an action made, beside the state transitions the lifecycle records: a checkpoint
+ * kept or removed, a rewind, the forks made.
+ */
+function branchOf(args: Record<string, unknown>, result: Record<string, unknown>): Record<string, unknown> | undefined {
+  const checkpoint = (view: unknown) => {
+    const c = (view ?? {}) as Record<string, unknown>;
+    return { id: c.id ?? null, ...(typeof c.label === "string" ? { label: c.label } : {}), kind: c.kind ?? null };
+  };
+  switch (args.action) {
+    case "checkpoint":
+      return { event: "checkpoint kept", checkpoint: checkpoint(result.checkpoint) };
+    case "checkpoint-rm":
+      return { event: "checkpoint removed", checkpoint: checkpoint(result.removed) };
+    case "rewind":
+      return {
+        event: "rewound",
+        checkpoint: checkpoint(result.rewound),
+        ...(result.before ? { before: checkpoint(result.before) } : {}),
+      };
+    case "fork":
+      return {
+        event: "forked",
+        forks: Array.isArray(result.forks) ? result.forks.map((f) => (f as { name?: unknown }).name) : [],
+      };
+    default:
+      return undefined;
+  }
 }
