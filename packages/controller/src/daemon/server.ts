@@ -1,8 +1,7 @@
 // The daemon process: takes the entry's pid file, serves calls on its Unix socket, and exits when
 // its entry is stopped, destroyed or idle.
-import { open, readFile, rm, stat, unlink } from "node:fs/promises";
 import { createServer, type Server, type Socket } from "node:net";
-import { mkdir } from "node:fs/promises";
+import { mkdir, rm } from "node:fs/promises";
 import { dirname } from "node:path";
 import { validateAction } from "../actions/kit/validate.js";
 import { ControllerError, isControllerError } from "../errors.js";
@@ -10,6 +9,7 @@ import { parseHostGuard } from "../host-guard.js";
 import { ensurePrivateDir, type EntryKind, type StateLayout } from "../state/layout.js";
 import { daemonLive, pidAlive } from "../state/liveness.js";
 import { listenPrivate } from "../private-socket.js";
+import { fileIdentity, removeIfOwn, takePidFile } from "../probes.js";
 import { readJsonLines, writeJsonLine, type ClientMessage } from "../wire.js";
 import { InstanceController, toControllerError } from "./instance.js";
 import { CallLedger } from "./ledger-entries.js";
@@ -23,57 +23,6 @@ import type { InstanceRuntime } from "./runtime.js";
 const IDLE_EXIT_MS = 30_000;
 /** After a park that failed (no waker, a port it could not bind), the daemon keeps the previews this long. */
 const PARK_RETRY_MS = 5 * 60_000;
-
-/**
- * Which file `path` is now (device, inode and change time, so a reused inode number differs), or
- * undefined when there is none.
- */
-async function fileIdentity(path: string): Promise<string | undefined> {
-  const s = await stat(path, { bigint: true }).catch(() => undefined);
-  return s && `${s.dev}:${s.ino}:${s.ctimeNs}`;
-}
-
-/**
- * Removes `path` if it is still the file `identity` names. An exiting daemon's pid file and socket
- * may already be a newer daemon's: a destroy removes the entry's directory before its answer, and
- * the client's next call (a create of the same name) spawns the next daemon while this one is
- * still winding down. Removing those left the new daemon running where no client could find it,
- * and the next call spawned a second owner of the entry.
- */
-async function removeIfOwn(path: string, identity: string | undefined): Promise<void> {
-  if (identity !== undefined && (await fileIdentity(path)) === identity) await rm(path, { force: true });
-}
-
-/**
- * Takes the entry's pid file exclusively. Returns false when another live daemon owns it; a stale
- * file (its pid is gone or not answering) is replaced.
- */
-async function takePidFile(layout: StateLayout, kind: EntryKind, name: string): Promise<boolean> {
-  const pidFile = layout.pidFile(kind, name);
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      const handle = await open(pidFile, "wx", 0o600);
-      await handle.writeFile(`${process.pid}\n`);
-      await handle.sync();
-      await handle.close();
-      return true;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-    }
-    const text = await readFile(pidFile, "utf8").catch(() => "");
-    const pid = Number.parseInt(text.trim(), 10);
-    if (Number.isInteger(pid) && pidAlive(pid)) {
-      // A live owner may still be opening its socket; give it a moment before judging it stale.
-      for (let i = 0; i < 50; i++) {
-        if ((await daemonLive(pidFile, layout.socketPath(kind, name))).live) return false;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      if (pidAlive(pid)) return false;
-    }
-    await unlink(pidFile).catch(() => undefined);
-  }
-  return false;
-}
 
 /**
  * Runs the daemon until its entry is stopped, destroyed or prepared; resolves with an exit code.
@@ -101,11 +50,17 @@ export async function runDaemon(
     if (isControllerError(error)) log.warn(`${error.code}: ${error.message}. ${error.hint ?? ""}`.trim());
     throw error;
   }
-  if (!(await takePidFile(layout, kind, name))) {
+  const pidFile = layout.pidFile(kind, name);
+  const owner = {
+    alive: pidAlive,
+    answers: async () => (await daemonLive(pidFile, socketPath)).live,
+    patienceMs: 5000,
+  };
+  if (!(await takePidFile(pidFile, owner))) {
     log.info("another controller owns this entry; exiting");
     return 0;
   }
-  const pidFileIdentity = await fileIdentity(layout.pidFile(kind, name));
+  const pidFileIdentity = await fileIdentity(pidFile);
   await rm(socketPath, { force: true });
   const controller = new InstanceController(layout, kind, name, log, options.runtime);
   const ledger = new CallLedger();
@@ -263,7 +218,7 @@ export async function runDaemon(
   // there, this one's handle is only unreferenced (the process is about to exit) instead.
   if ((await fileIdentity(socketPath)) === socketIdentity) server.close();
   else server.unref();
-  await removeIfOwn(layout.pidFile(kind, name), pidFileIdentity);
+  await removeIfOwn(pidFile, pidFileIdentity);
   for (let i = 0; i < 50 && inFlight > 0; i++) await new Promise((r) => setTimeout(r, 100));
   for (const socket of sockets) socket.end();
   await new Promise((r) => setTimeout(r, 100));

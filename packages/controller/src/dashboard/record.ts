@@ -3,7 +3,6 @@
 // exclusively, and a record whose process is gone is stale and replaced.
 import { randomBytes } from "node:crypto";
 import { open, readFile, unlink } from "node:fs/promises";
-import { connect } from "node:net";
 import { writeJsonAtomic } from "@pi-sandbox/config";
 import { isAlive, selfIdentity } from "@pi-sandbox/vm/host";
 import type { StateLayout } from "../state/layout.js";
@@ -36,21 +35,6 @@ export function recordAlive(record: DashboardRecord): boolean {
   return isAlive(
     record.startTime === undefined ? { pid: record.pid } : { pid: record.pid, startTime: record.startTime },
   );
-}
-
-/** True when something accepts a TCP connection on 127.0.0.1:`port` within `timeoutMs`. */
-export function portAnswers(port: number, timeoutMs = 1000): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ host: "127.0.0.1", port });
-    const done = (ok: boolean) => {
-      clearTimeout(timer);
-      socket.destroy();
-      resolve(ok);
-    };
-    const timer = setTimeout(() => done(false), timeoutMs);
-    socket.once("connect", () => done(true));
-    socket.once("error", () => done(false));
-  });
 }
 
 /**

@@ -1,51 +1,11 @@
 // Whether an entry's daemon is alive: its pid file, its process and whether its socket answers.
-import { readFile } from "node:fs/promises";
-import { connect, type Socket } from "node:net";
 import { pidAlive } from "@pi-sandbox/vm/host";
+import { probeSocket, readPidFile, socketAccepts } from "../probes.js";
 import { readJsonLines, writeJsonLine, type DaemonMessage } from "../wire.js";
 
 /** True when `pid` exists and is not a zombie (vm's reader of /proc/<pid>/stat). */
 export { pidAlive };
-
-/** Reads a pid file; undefined when missing or garbage. */
-export async function readPidFile(path: string): Promise<number | undefined> {
-  try {
-    const pid = Number.parseInt((await readFile(path, "utf8")).trim(), 10);
-    return Number.isInteger(pid) && pid > 0 ? pid : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * Connects to `path` and resolves false on an error or after `timeoutMs`; once connected,
- * `onConnect` gets the socket and a `done` to settle with.
- */
-function probeSocket(
-  path: string,
-  timeoutMs: number,
-  onConnect: (socket: Socket, done: (ok: boolean) => void) => void,
-): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(path);
-    const done = (ok: boolean) => {
-      clearTimeout(timer);
-      socket.destroy();
-      resolve(ok);
-    };
-    const timer = setTimeout(() => done(false), timeoutMs);
-    socket.once("connect", () => onConnect(socket, done));
-    socket.once("error", () => done(false));
-  });
-}
-
-/**
- * True when something accepts connections on the socket within `timeoutMs`. A pid alone can be
- * reused by an unrelated process after a crash; a listening socket in our state dir cannot.
- */
-export function socketAccepts(path: string, timeoutMs = 500): Promise<boolean> {
-  return probeSocket(path, timeoutMs, (_socket, done) => done(true));
-}
+export { readPidFile, socketAccepts };
 
 /** A daemon is live when its pid exists and its socket accepts connections. */
 export async function daemonLive(pidFile: string, socketPath: string): Promise<{ live: boolean; pid?: number }> {

@@ -6,12 +6,13 @@
 // the daemon that starts it names its files, and it starts daemons as the client does
 // (daemon-process.ts). It binds only loopback addresses, and answers on a socket in a private
 // directory, checked here again, as daemons do.
-import { lstat, open, readFile, rm, stat, unlink } from "node:fs/promises";
-import { connect, createServer, type Server, type Socket } from "node:net";
+import { lstat, rm } from "node:fs/promises";
+import { createServer, type Server, type Socket } from "node:net";
 import { dirname } from "node:path";
 import { isLoopbackV4 } from "@pi-sandbox/ingress/host-guard";
 import type { ParkedPreview, WakerReply, WakerRequest } from "../state/waker-call.js";
 import { listenPrivate } from "../private-socket.js";
+import { fileIdentity, removeIfOwn, socketAccepts, takePidFile } from "../probes.js";
 import { readJsonLines } from "../wire.js";
 import { HeldInstance } from "./held-instance.js";
 
@@ -45,21 +46,6 @@ const SOCKET_LOOK_MS = 60_000;
 /** Instance names as the config package allows them, roughly: the waker only keys and logs them. */
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
 
-/** True when something accepts connections on the Unix socket `path` within `timeoutMs`. */
-function socketAccepts(path: string, timeoutMs = 500): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(path);
-    const done = (ok: boolean) => {
-      clearTimeout(timer);
-      socket.destroy();
-      resolve(ok);
-    };
-    const timer = setTimeout(() => done(false), timeoutMs);
-    socket.once("connect", () => done(true));
-    socket.once("error", () => done(false));
-  });
-}
-
 /**
  * Refuses a socket directory that is a link, not this user's, or open to others (the daemon that
  * started the waker made it private; checked again, as whoever owns it can pose as the waker).
@@ -70,38 +56,6 @@ async function assertPrivate(dir: string): Promise<void> {
   if (!info.isDirectory() || info.uid !== process.getuid() || (info.mode & 0o077) !== 0) {
     throw new Error(`the socket directory ${dir} is not a private directory of this user`);
   }
-}
-
-/** Identity of the file at `path` (device, inode, change time), or undefined when there is none. */
-async function fileIdentity(path: string): Promise<string | undefined> {
-  const s = await stat(path, { bigint: true }).catch(() => undefined);
-  return s && `${s.dev}:${s.ino}:${s.ctimeNs}`;
-}
-
-/** Takes the waker's pid file exclusively; false when another waker answers on the socket. */
-async function takePidFile(paths: WakerPaths): Promise<boolean> {
-  const { pidFile } = paths;
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      const handle = await open(pidFile, "wx", 0o600);
-      await handle.writeFile(`${process.pid}\n`);
-      await handle.close();
-      return true;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-    }
-    const pid = Number.parseInt((await readFile(pidFile, "utf8").catch(() => "")).trim(), 10);
-    if (Number.isInteger(pid) && alive(pid)) {
-      // A live owner may still be opening its socket.
-      for (let i = 0; i < 20; i++) {
-        if (await socketAccepts(paths.socket)) return false;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      if (alive(pid)) return false;
-    }
-    await unlink(pidFile).catch(() => undefined);
-  }
-  return false;
 }
 
 /** True when process `pid` exists (a zombie counts; its socket then decides). */
@@ -138,7 +92,8 @@ export async function runWaker(paths: WakerPaths, options: WakerOptions): Promis
   const { log } = options;
   const socketPath = paths.socket;
   await assertPrivate(dirname(socketPath));
-  if (!(await takePidFile(paths))) return 0;
+  const owner = { alive, answers: () => socketAccepts(paths.socket), patienceMs: 2000 };
+  if (!(await takePidFile(paths.pidFile, owner))) return 0;
   const pidIdentity = await fileIdentity(paths.pidFile);
   await rm(socketPath, { force: true });
 
@@ -318,7 +273,7 @@ export async function runWaker(paths: WakerPaths, options: WakerOptions): Promis
   clearTimeout(emptySince);
   if ((await fileIdentity(socketPath)) === socketIdentity) server.close();
   else server.unref();
-  if ((await fileIdentity(paths.pidFile)) === pidIdentity) await rm(paths.pidFile, { force: true });
+  await removeIfOwn(paths.pidFile, pidIdentity);
   for (const instance of held.values()) instance.close();
   log(
     held.size > 0
