@@ -317,12 +317,30 @@ describe("a rewind killed at each of its steps leaves the disk before or after i
     await expectRecoverable("before");
   });
 
+  /** Stops the rewind where its memory's pending record would become current, right after the pointer flip. */
+  const rewindUpToSettle = () =>
+    crashAt(
+      "rename",
+      (from) => path.basename(from) === `${SUSPEND_STATE_FILE}.pending`,
+      () => rewindTo(dir, target.id),
+    );
+
   test("after the memory link, before the pointer flip", async () => {
-    // Rebuilt: the whole rewind, then the pointer as it was (its rename is the commit point).
+    // Rebuilt: the rewind up to its flip, then the pointer as it was (its rename is the commit point).
     const before = await fsp.readFile(path.join(dir, POINTER_FILE));
-    await rewindTo(dir, target.id);
+    await rewindUpToSettle();
     await fsp.writeFile(path.join(dir, POINTER_FILE), before);
+    // No record names the generation the flip would have made: once the disk's own checkpoints
+    // reach that number, no memory saved over another disk is there to resume.
+    const next = pointerOf().generation + 1;
+    expect((await checkSuspendState(dir, next, MACHINE))?.usable).not.toBe(true);
     await expectRecoverable("before");
+  });
+
+  test("after the pointer flip, before its memory's record became current: the next open makes it current", async () => {
+    await rewindUpToSettle();
+    await (await store.openRun(dir)).discard();
+    await expectRecoverable("after");
   });
 
   test("after the pointer flip, before the abandoned layers were removed", async () => {

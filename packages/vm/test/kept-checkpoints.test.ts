@@ -132,6 +132,37 @@ test("a fork shares the source's layers and memory; each side's writes stay its 
   expect(fs.existsSync(path.join(forkDir, MEMORY_FILE))).toBe(true);
 });
 
+test("a fork of a kept checkpoint reads the checkpoint, its memory too, while the source runs on", async () => {
+  await fsp.writeFile(path.join(dir, MEMORY_FILE), "memory bytes");
+  await fsp.writeFile(path.join(dir, SUSPEND_STATE_FILE), JSON.stringify(suspendState(pointerOf().generation)));
+  const withMemory = await store.keepCheckpoint(dir, { memory: true });
+  const diskOnly = await store.keepCheckpoint(dir, {});
+  await store.dropSavedMemory(dir);
+  const run = await store.openRun(dir);
+  qemuIo(run.layerPath, `write -P 0x22 0 ${MiB}`);
+  const [memoryFork, diskFork] = [path.join(root, "fork-memory"), path.join(root, "fork-disk")];
+  // The source holds its disk: a fork of it now is refused, one of its checkpoint is not.
+  await expect(store.fork(dir, path.join(root, "refused"))).rejects.toMatchObject({ code: "VM_DISK_BUSY" });
+  expect(await store.fork(dir, memoryFork, { checkpoint: withMemory.id })).toMatchObject({
+    generation: 0,
+    layers: withMemory.layers,
+    memoryBytes: expect.any(Number),
+  });
+  expect(await fsp.readFile(path.join(memoryFork, MEMORY_FILE), "utf8")).toBe("memory bytes");
+  expect(JSON.parse(await fsp.readFile(path.join(memoryFork, SUSPEND_STATE_FILE), "utf8")).generation).toBe(0);
+  expect((await store.fork(dir, diskFork, { checkpoint: diskOnly.id })).memoryBytes).toBe(0);
+  await run.checkpoint({ grown: true });
+  expect(reads(0, 0x22)).toBe(true);
+  for (const fork of [memoryFork, diskFork]) {
+    expect(reads(0, 0x11, fork)).toBe(true);
+    await stopAfterWriting(1, 0x33, fork);
+    expect(reads(1, 0x33, fork) && !reads(1, 0x33)).toBe(true);
+  }
+  await expect(store.fork(dir, path.join(root, "none"), { checkpoint: "0123456789ab" })).rejects.toMatchObject({
+    code: "VM_CHECKPOINT_NOT_FOUND",
+  });
+});
+
 test("removing a kept checkpoint frees its layers and merges the chain it held apart", async () => {
   const kept = await store.keepCheckpoint(dir, {});
   await stopAfterWriting(0, 0x22);

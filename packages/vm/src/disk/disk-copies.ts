@@ -23,7 +23,8 @@ import {
 } from "./disk-layout.js";
 import { newLayerName } from "../filenames.js";
 import type { QemuImg } from "./qemu-img.js";
-import { linkSuspendState, removeSuspendState } from "./vm-memory.js";
+import { keptDir, requireKept } from "./kept-checkpoints.js";
+import { linkSuspendState, removeSuspendState, settleSuspendState } from "./vm-memory.js";
 
 /**
  * Makes an immutable template from a stopped or suspended instance: its layers are hard-linked
@@ -40,6 +41,7 @@ export async function createTemplate(
   try {
     const source = await requirePointer(sourceDir);
     await requireLayers(sourceDir, source);
+    await settleSuspendState(sourceDir, source.generation);
     const lock = await prepareNewDir(templateDir, "create-template");
     try {
       await linkLayers(sourceDir, templateDir, source.layers, options.signal);
@@ -124,28 +126,38 @@ export async function createFromTemplate(
  * A new instance disk in `dir` that shares every layer of the instance disk in `sourceDir` (hard
  * links: O(1) in the disk's size) and its saved memory, if it has one for its current checkpoint:
  * the fork's first boot resumes it. Neither disk writes the shared layers again (a layer with
- * more than one link is never merged into). The source must not run (VM_DISK_BUSY).
+ * more than one link is never merged into). The source must not run (VM_DISK_BUSY), unless the
+ * fork is of its kept checkpoint `checkpoint`: then its layers (and memory, if kept) are the
+ * checkpoint's, which never change, and the source may run meanwhile.
  */
-export async function forkDisk(sourceDir: string, dir: string, options: { signal?: AbortSignal } = {}): Promise<void> {
-  const sourceLock = await acquireDiskLock(await requireDir(sourceDir), "fork");
+export async function forkDisk(
+  sourceDir: string,
+  dir: string,
+  options: { signal?: AbortSignal; checkpoint?: string } = {},
+): Promise<void> {
+  await requireDir(sourceDir);
+  const sourceLock = options.checkpoint === undefined ? await acquireDiskLock(sourceDir, "fork") : undefined;
   try {
-    const source = await requirePointer(sourceDir);
+    const kept = options.checkpoint === undefined ? undefined : await requireKept(sourceDir, options.checkpoint);
+    const from = kept ? keptDir(sourceDir, kept.id) : sourceDir;
+    const source = await requirePointer(from);
     if (source.kind !== "instance") {
       throw new VmError("VM_DISK_FAILED", `${sourceDir} holds a template; make an instance from it instead`, {
         details: { dir: sourceDir },
       });
     }
-    await requireLayers(sourceDir, source);
+    await requireLayers(from, source);
+    if (!kept) await settleSuspendState(from, source.generation);
     const lock = await prepareNewDir(dir, "fork");
     try {
-      await linkLayers(sourceDir, dir, source.layers, options.signal);
-      await linkSuspendState(sourceDir, dir, source.generation, 0);
+      await linkLayers(from, dir, source.layers, options.signal);
+      if (!kept || kept.memory) await linkSuspendState(from, dir, kept?.generation ?? source.generation, 0);
       await writePointer(dir, { ...source, generation: 0, updatedAt: new Date().toISOString() });
     } finally {
       await lock.release();
     }
   } finally {
-    await sourceLock.release();
+    await sourceLock?.release();
   }
 }
 

@@ -9,7 +9,7 @@ import { acquireDiskLock, reapStrayQemu } from "./disk-lock.js";
 import { recordImage, resolveImage, verifyRecordedImage, type GuestImage } from "../image/image.js";
 import { rootfsFormat } from "../image/image-assets.js";
 import { QemuImg } from "./qemu-img.js";
-import { removeSuspendState, suspendStateBytes } from "./vm-memory.js";
+import { removeSuspendState, settleSuspendState, suspendStateBytes } from "./vm-memory.js";
 import { LOCK_FILE, POINTER_FILE, newLayerName } from "../filenames.js";
 import {
   GiB,
@@ -237,6 +237,7 @@ export class DiskStore {
     try {
       const pointer = await requirePointer(dir);
       await requireLayers(dir, pointer);
+      await settleSuspendState(dir, pointer.generation);
       return await keepCheckpoint(dir, pointer, options);
     } finally {
       await lock.release();
@@ -283,8 +284,14 @@ export class DiskStore {
   /**
    * A new instance disk sharing every layer of a stopped or suspended instance and its saved memory
    * (see disk-copies.ts): the fork's first boot resumes it. VM_DISK_BUSY while the source runs.
+   * With `checkpoint`, of that kept checkpoint instead (its memory too, if kept), while the source
+   * runs or not; VM_CHECKPOINT_NOT_FOUND when it has none such.
    */
-  async fork(sourceDir: string, dir: string, options: { signal?: AbortSignal } = {}): Promise<DiskInfo> {
+  async fork(
+    sourceDir: string,
+    dir: string,
+    options: { signal?: AbortSignal; checkpoint?: string } = {},
+  ): Promise<DiskInfo> {
     await forkDisk(sourceDir, dir, options);
     return this.inspect(dir);
   }
@@ -309,6 +316,7 @@ export class DiskStore {
         });
       }
       await requireLayers(dir, pointer);
+      await settleSuspendState(dir, pointer.generation);
       await verifyRecordedImage(pointer.image, this.imageChecks());
       // After the reap (a layer is never judged while a QEMU may still write it) and before the
       // orphan sweep, which would otherwise delete the interrupted run's layer and its work.

@@ -12,7 +12,7 @@ import { VmError, messageOf } from "../errors.js";
 import { fsyncDir, readJsonIfExists } from "../fs-util.js";
 import { linkLayers, readPointer, removeRunRecord, writePointer, type DiskPointer } from "./disk-layout.js";
 import { MEMORY_FILE, TEMP_PREFIX } from "../filenames.js";
-import { linkSuspendState, removeSuspendState } from "./vm-memory.js";
+import { linkSuspendState, removeSuspendState, settleSuspendState } from "./vm-memory.js";
 
 /** The directory of kept checkpoints inside a disk directory. */
 export const CHECKPOINTS_DIR = "checkpoints";
@@ -207,7 +207,9 @@ export async function requireKept(dir: string, id: string): Promise<KeptCheckpoi
  * and the pointer flips to its chain with a new generation. What the disk held after it is
  * dropped: the previous saved memory and any interrupted run first (durably), its layers at the
  * next open (orphans). The pointer's rename is the commit point: before it the disk is as it was
- * (memory gone: the next start boots cold), after it the disk is the checkpoint.
+ * (memory gone: the next start boots cold), after it the disk is the checkpoint. The memory's
+ * record stays pending until after the flip, and the disk's next open finishes or drops it
+ * ({@link settleSuspendState}).
  */
 export async function rewindTo(dir: string, id: string): Promise<{ kept: KeptCheckpoint; pointer: DiskPointer }> {
   const kept = await requireKept(dir, id);
@@ -241,8 +243,9 @@ export async function rewindTo(dir: string, id: string): Promise<{ kept: KeptChe
     generation: current.generation + 1,
     updatedAt: new Date().toISOString(),
   };
-  if (kept.memory) await linkSuspendState(from, dir, kept.generation, pointer.generation);
+  if (kept.memory) await linkSuspendState(from, dir, kept.generation, pointer.generation, { pending: true });
   await writePointer(dir, pointer);
+  await settleSuspendState(dir, pointer.generation);
   return { kept, pointer };
 }
 

@@ -144,8 +144,17 @@ export async function writeSuspendState(dir: string, tempFile: string, state: Su
   await fsyncDir(dir);
 }
 
+/**
+ * The record of the saved memory a rewind links back, written before the rewind's pointer flip and
+ * renamed to {@link SUSPEND_STATE_FILE} after it ({@link settleSuspendState}): before the flip no
+ * record names the generation the flip creates, so no later checkpoint of that number can ever
+ * meet memory saved over another disk.
+ */
+const PENDING_SUSPEND_STATE_FILE = `${SUSPEND_STATE_FILE}.pending`;
+
 /** Deletes a saved memory state (record first, so a half-deleted state is never taken as whole). */
 export async function removeSuspendState(dir: string): Promise<void> {
+  await fsp.rm(path.join(dir, PENDING_SUSPEND_STATE_FILE), { force: true });
   await fsp.rm(path.join(dir, SUSPEND_STATE_FILE), { force: true });
   await fsp.rm(path.join(dir, MEMORY_FILE), { force: true });
 }
@@ -156,13 +165,15 @@ export async function removeSuspendState(dir: string): Promise<void> {
  * the template's bytes; resuming it later removes only its own link), the record rewritten. Also
  * the disk's MITM CA, which the saved guest already trusts. Nothing happens when `from` has no
  * saved memory for its checkpoint `fromGeneration`. Returns whether memory was linked; the caller
- * holds both disks.
+ * holds both disks. `pending`: the record is written as pending, for {@link settleSuspendState}
+ * to make it current once `to`'s pointer names `generation`.
  */
 export async function linkSuspendState(
   from: string,
   to: string,
   fromGeneration: number,
   generation: number,
+  options: { pending?: boolean } = {},
 ): Promise<boolean> {
   const raw = await readJsonIfExists(path.join(from, SUSPEND_STATE_FILE)).catch(() => undefined);
   const state = raw === undefined ? undefined : parseSuspendState(raw);
@@ -171,9 +182,28 @@ export async function linkSuspendState(
     if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
   });
   await linkLayers(from, to, [MEMORY_FILE]);
-  await writeFileAtomic(path.join(to, SUSPEND_STATE_FILE), JSON.stringify({ ...state, generation }));
+  const record = options.pending ? PENDING_SUSPEND_STATE_FILE : SUSPEND_STATE_FILE;
+  await writeFileAtomic(path.join(to, record), JSON.stringify({ ...state, generation }));
   await fsyncDir(to);
   return true;
+}
+
+/**
+ * Finishes or drops a rewind's pending memory record (see {@link PENDING_SUSPEND_STATE_FILE}) once
+ * the disk's pointer names `generation`: the record of that generation becomes current (the
+ * rewind's flip happened), any other is removed with the memory it names (the rewind died before
+ * its flip). The caller holds the disk.
+ */
+export async function settleSuspendState(dir: string, generation: number): Promise<void> {
+  const pending = path.join(dir, PENDING_SUSPEND_STATE_FILE);
+  const raw = await readJsonIfExists(pending).catch(() => null);
+  if (raw === undefined) return;
+  if (raw !== null && parseSuspendState(raw)?.generation === generation) {
+    await fsp.rename(pending, path.join(dir, SUSPEND_STATE_FILE));
+  } else {
+    await removeSuspendState(dir);
+  }
+  await fsyncDir(dir);
 }
 
 /** Host bytes of a saved memory state in `dir` (0 when there is none). */
