@@ -3,6 +3,8 @@
 // side, with diff stats asked for on demand. Every text from the server, a guest's preview titles and
 // log lines included, goes into the page as text (textContent, text nodes), never as HTML.
 
+import { showTimeline } from "./timeline.js";
+
 const $ = (selector) => document.querySelector(selector);
 
 /** An element with attributes and children (strings become text nodes). */
@@ -209,7 +211,7 @@ function instanceRow(view, history, depth = 0, branches = undefined) {
   } else {
     actions.append(button("Start", `start:${name}`, (e) => act({ op: "start", name }, e.currentTarget), {}, name));
   }
-  actions.append(button("Services & logs", `detail:${name}`, () => openDetail(name), {}, `of ${name}`));
+  actions.append(button("Details", `detail:${name}`, () => openDetail(name), {}, `of ${name}`));
   actions.append(destroyButton(view, "instances"));
   const accelerator = view.accelerator
     ? el("span", { text: view.accelerator, title: view.acceleratorReason ?? "" })
@@ -502,12 +504,13 @@ let detailName;
 async function openDetail(name) {
   detailName = name;
   $("#detail").hidden = false;
-  $("#detail-title").textContent = `${name}: services and logs`;
+  $("#detail-title").textContent = `${name}: services, logs and ledger`;
   const select = $("#log-select");
   select.replaceChildren(el("option", { value: "", text: "controller log" }));
   $("#services tbody").replaceChildren();
   $("#services-note").textContent = "";
   followLog(name, "");
+  showTimeline(name);
   $("#detail").scrollIntoView();
   $("#detail-title").setAttribute("tabindex", "-1");
   $("#detail-title").focus();

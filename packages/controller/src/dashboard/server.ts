@@ -1,9 +1,9 @@
 // The dashboard's HTTP server on 127.0.0.1: the page and its assets, a JSON snapshot and its live
-// updates (server-sent events), log following, the few actions the page offers, and diff stats of
-// forks and checkpoints on the page's demand (diff-stats.ts). Every request
-// passes the guard (guard.ts) first, against the sessions and used links this process remembers
-// (sessions.ts); everything else goes through the action layer (`callAction`), never to the state
-// files.
+// updates (server-sent events), log following, an instance's ledger as a timeline (timeline.ts),
+// the few actions the page offers, and diff stats of forks and checkpoints on the page's demand
+// (diff-stats.ts). Every request passes the guard (guard.ts) first, against the sessions and used
+// links this process remembers (sessions.ts); everything else goes through the action layer
+// (`callAction`), never to the state files.
 import { readFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -13,6 +13,7 @@ import { ControllerError } from "../errors.js";
 import type { DaemonLogger } from "../log.js";
 import { NEW_LINK_HINT, checkRequest, sessionCookie } from "./guard.js";
 import { followLog, type LogEvent } from "./log-stream.js";
+import { followLedger, type TimelineEvent } from "./timeline.js";
 import { DiffStats, diffRequest } from "./diff-stats.js";
 import { SnapshotPoller, errorJson, escapeDeep, type CallFn } from "./snapshot.js";
 import { SessionTable, UsedLinks } from "./sessions.js";
@@ -22,6 +23,7 @@ const ASSETS: Readonly<Record<string, { file: string; type: string }>> = {
   "/": { file: "index.html", type: "text/html; charset=utf-8" },
   "/app.js": { file: "app.js", type: "text/javascript; charset=utf-8" },
   "/app.css": { file: "app.css", type: "text/css; charset=utf-8" },
+  "/timeline.js": { file: "timeline.js", type: "text/javascript; charset=utf-8" },
 };
 
 /** Headers of every answer: no caching, no framing, no referrer (the links are previews), own scripts only. */
@@ -215,6 +217,22 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
       const readable = service === undefined ? undefined : () => isRunning(name);
       void followLog(call, { name, service }, (event: LogEvent) => send(event.type, event), abort.signal, {
         readable,
+      });
+      return;
+    }
+    if (url.pathname === "/api/audit" && req.method === "GET") {
+      const send = eventStream(req, res);
+      streams.add(res);
+      const release = sessions.holdStream(verdict.session);
+      const abort = new AbortController();
+      req.on("close", () => {
+        abort.abort();
+        release();
+        streams.delete(res);
+      });
+      const target = { name: url.searchParams.get("name") ?? "", kinds: url.searchParams.getAll("kind") };
+      void followLedger(call, target, (event: TimelineEvent) => send(event.type, event), abort.signal, {
+        pollMs: options.pollMs?.active,
       });
       return;
     }

@@ -1,0 +1,73 @@
+// The ledger of the instance whose details are open, as a timeline: newest first, filtered by kind,
+// each entry added as it is written (server-sent events from /api/audit). Entries go into the page
+// as text (textContent), never as HTML: a ledger holds what the model and the guest wrote.
+
+/** Entries kept on the page; older ones are dropped from the bottom. */
+const MAX_ENTRIES = 1000;
+
+let source;
+let name;
+/** The newest entry shown: a stream that reconnects starts over, and what is shown is skipped. */
+let newest = 0;
+
+const list = () => document.querySelector("#timeline");
+const kindSelect = () => document.querySelector("#timeline-kind");
+
+/** One entry: its time, kind and what happened. */
+function item(entry) {
+  const li = document.createElement("li");
+  li.dataset.kind = entry.kind;
+  li.dataset.seq = String(entry.seq);
+  const time = document.createElement("time");
+  time.dateTime = entry.at;
+  time.textContent = new Date(entry.at).toLocaleString();
+  const kind = document.createElement("span");
+  kind.className = "kind";
+  kind.textContent = entry.kind;
+  const what = document.createElement("span");
+  what.className = "what";
+  what.textContent = entry.text;
+  li.append(time, " ", kind, " ", what);
+  return li;
+}
+
+function follow() {
+  source?.close();
+  list().replaceChildren();
+  document.querySelector("#timeline-note").textContent = "";
+  newest = 0;
+  const query = new URLSearchParams({ name });
+  if (kindSelect().value) query.append("kind", kindSelect().value);
+  source = new EventSource(`/api/audit?${query}`);
+  source.addEventListener("kinds", (event) => {
+    const select = kindSelect();
+    if (select.options.length > 1) return;
+    for (const kind of JSON.parse(event.data).kinds) {
+      const option = document.createElement("option");
+      option.value = kind;
+      option.textContent = kind;
+      select.append(option);
+    }
+  });
+  source.addEventListener("entries", (event) => {
+    const shown = list();
+    for (const entry of JSON.parse(event.data).entries) {
+      if (entry.seq <= newest) continue;
+      newest = entry.seq;
+      shown.prepend(item(entry));
+    }
+    while (shown.children.length > MAX_ENTRIES) shown.lastElementChild.remove();
+  });
+  source.addEventListener("failure", (event) => {
+    const { error } = JSON.parse(event.data);
+    document.querySelector("#timeline-note").textContent = `${error.code}: ${error.message}`;
+  });
+}
+
+/** Shows the ledger of `instance`, following it until another is shown. */
+export function showTimeline(instance) {
+  name = instance;
+  follow();
+}
+
+kindSelect().addEventListener("change", () => name && follow());
