@@ -39,12 +39,15 @@ const controllerFloors = [
   // The waker (one small process per state root holding parked instances' previews) stands on
   // `state` and the shared leaves only, beside the dashboard.
   { target: controller("waker"), from: ["cli", "client", "daemon", "actions", "dashboard"] },
-  { target: controller("actions"), from: ["cli", "client", "daemon"] },
+  // `remote` (contexts: another machine over ssh) stands under `client`, which routes to it, and
+  // over `actions` and `state`.
+  { target: controller("remote"), from: ["cli", "client", "daemon", "dashboard", "waker"] },
+  { target: controller("actions"), from: ["cli", "client", "daemon", "remote"] },
   { target: controller("dashboard/!(main).ts"), from: ["cli", "client", "daemon", "actions"] },
-  { target: controller("state"), from: ["cli", "client", "daemon", "actions", "dashboard", "waker"] },
+  { target: controller("state"), from: ["cli", "client", "daemon", "actions", "dashboard", "waker", "remote"] },
   {
     target: controller("!(index|testing|testing-runtime).ts"),
-    from: ["cli", "client", "daemon", "actions", "dashboard", "state", "waker"],
+    from: ["cli", "client", "daemon", "actions", "dashboard", "state", "waker", "remote"],
   },
 ].map(({ target, from }) => ({
   target,

@@ -20,6 +20,7 @@ import { didYouMean } from "./suggest.js";
 import { followLogs, receivedStamper } from "./logs-follow.js";
 import { progressPrinter } from "./progress-bar.js";
 import { runSshSession } from "./shell-session.js";
+import { runSystem, takeContextFlag } from "./context-flag.js";
 
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
@@ -48,6 +49,8 @@ export type ParsedCommand =
    */
   | { kind: "help"; json: boolean; spec?: ActionSpec & { cli: CliMapping }; topic?: "actions" | "completion" }
   | { kind: "version" }
+  /** `system dial-stdio`: the far end of a context. */
+  | { kind: "system"; positionals: string[] }
   | { kind: "completion"; shell: (typeof COMPLETION_SHELLS)[number] };
 
 /** Parses a command line (without node and script); throws `UsageError` (or parseArgs' TypeError). */
@@ -65,6 +68,10 @@ export async function actionFromArgv(rawArgv: string[]): Promise<ParsedCommand> 
     if (values.help) return { kind: "action", action: { action: "help" }, json: true };
     if (input === undefined) throw new UsageError("call needs an action JSON");
     return { kind: "action", action: { json: input }, json: true };
+  }
+  if (command === "system") {
+    const { positionals } = parseCommand(command, argv, COMMON);
+    return { kind: "system", positionals: positionals.slice(1) };
   }
   if (command === "completion") {
     const { values, positionals } = parseCommand(command, argv, COMMON);
@@ -203,7 +210,9 @@ async function callOnce(
     progress.print(event);
   };
   try {
-    return { result: await callAction(input, { onProgress, caller: "user", via: "cli", signal: abort.signal }) };
+    return {
+      result: await callAction(input, { onProgress, caller: "user", via: "cli", signal: abort.signal, context }),
+    };
   } catch (error) {
     progress.end();
     if (abort.signal.aborted && typeof input !== "string") {
@@ -238,10 +247,15 @@ async function runEach(actions: Record<string, unknown>[], json: boolean): Promi
   return failed ? 1 : 0;
 }
 
+/** The `--context` of the command line being run (undefined: PI_SANDBOX_CONTEXT or the one in use). */
+let context: string | undefined;
+
 /** Runs the CLI with `argv` (without node and script); resolves with the exit code. */
-export async function runCli(argv: string[]): Promise<number> {
+export async function runCli(rawArgv: string[]): Promise<number> {
   let parsed: ParsedCommand;
+  let argv = rawArgv;
   try {
+    ({ argv, context } = takeContextFlag(rawArgv));
     parsed = await actionFromArgv(argv);
   } catch (error) {
     let joined = argv;
@@ -259,6 +273,12 @@ export async function runCli(argv: string[]): Promise<number> {
     case "completion":
       out(completionScript(parsed.shell));
       return 0;
+    case "system":
+      try {
+        return await runSystem(parsed.positionals);
+      } catch (error) {
+        return usageError(argv, error as Error);
+      }
     case "help":
       out(
         `${
@@ -284,7 +304,7 @@ export async function runCli(argv: string[]): Promise<number> {
         input as Record<string, unknown> & { name: string },
         { json, timeoutMs: run.timeoutMs },
         {
-          call: (action, signal) => callAction(action, { caller: "user", via: "cli", signal }),
+          call: (action, signal) => callAction(action, { caller: "user", via: "cli", signal, context }),
           out,
           err,
           interrupts: process,
@@ -293,7 +313,7 @@ export async function runCli(argv: string[]): Promise<number> {
     }
     if (run?.kind === "interactive" && typeof input !== "string") {
       return await execInteractive(input as unknown as InteractiveExec, run.tty, {
-        call: (action) => callAction(action, { caller: "user", via: "cli" }),
+        call: (action) => callAction(action, { caller: "user", via: "cli", context }),
         out,
         err,
         stdinIsTTY: process.stdin.isTTY === true,
@@ -304,7 +324,7 @@ export async function runCli(argv: string[]): Promise<number> {
       const stamp = run.stampReceived ? receivedStamper() : undefined;
       let reads = 0;
       return await followLogs(input, {
-        call: (action, signal) => callAction(action, { caller: "user", via: "cli", signal }),
+        call: (action, signal) => callAction(action, { caller: "user", via: "cli", signal, context }),
         // With --json, one compact JSON object per read (JSON lines).
         print: (result) => {
           const received = stamp && reads++ > 0 ? new Date() : undefined;

@@ -9,6 +9,7 @@ import { ACTIONS, COMMAND_GROUPS, findAction } from "../actions/kit/registry.js"
 export const EXTRA_COMMANDS = [
   { name: "call", usage: "call '<action JSON>'   run any action; prints its JSON result" },
   { name: "completion", usage: "completion bash|zsh|fish   print a shell completion script" },
+  { name: "system", usage: "system dial-stdio   serve a context on stdin and stdout (ssh runs it)" },
 ] as const;
 
 /** Every action with a subcommand, in help order. */

@@ -17,6 +17,8 @@ import { callDaemon } from "./connection.js";
 import { guardModelCall, type ConfirmFn } from "./model-guard.js";
 import { noteRefusal } from "./refusals.js";
 import { ensureDaemon } from "./spawn.js";
+import { callThroughContext, runsRemotely } from "../remote/route.js";
+import { selectContext } from "../state/contexts.js";
 
 // Errors
 export { ControllerError, isControllerError } from "../errors.js";
@@ -87,6 +89,8 @@ export interface CallActionOptions {
   attached?: boolean;
   /** For the user: what they use (`cli`, `dashboard`, Pi's `/sandbox`); the ledger says so. Default `library`. */
   via?: "cli" | "dashboard" | "pi";
+  /** The context (machine) to run on; default `PI_SANDBOX_CONTEXT`, else `pi-sandbox context use`'s, else local. */
+  context?: string;
 }
 
 function entryKindOf(args: Record<string, unknown>): EntryKind {
@@ -145,6 +149,16 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
           env,
         ).catch(refuse)
       : undefined;
+  // Another machine's: the action runs there, with what stays here done here (remote/route.ts).
+  const context = runsRemotely(spec) ? await selectContext(options.context, env) : undefined;
+  if (context) {
+    const remote = { env, caller, trust, model: options.caller === "model" };
+    return callThroughContext(spec, args, context, {
+      ...remote,
+      signal: options.signal,
+      onProgress: options.onProgress,
+    });
+  }
   const local = {
     layout,
     cwd,

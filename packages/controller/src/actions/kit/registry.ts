@@ -4,6 +4,7 @@ import type * as v from "valibot";
 import type { ActionSpec, DaemonAction, LocalAction } from "./define.js";
 import { audit, auditVerify } from "../audit.js";
 import { checkpoint, checkpointRm, checkpoints, rewind } from "../checkpoints.js";
+import { contextAdd, contextList, contextRm, contextUse } from "../context.js";
 import { dashboard } from "../dashboard.js";
 import { doctor } from "../doctor.js";
 import { exec, execKill, execStatus } from "../exec.js";
@@ -67,6 +68,10 @@ export const ACTIONS = [
   imageInspect,
   imageRm,
   imageImport,
+  contextAdd,
+  contextList,
+  contextUse,
+  contextRm,
 ] as const;
 
 type AnyAction = (typeof ACTIONS)[number];
@@ -101,4 +106,4 @@ export function findCliAction(command: string): ActionSpec | undefined {
 }
 
 /** Commands written as two words on the command line: `image build` is the action `image-build`. */
-export const COMMAND_GROUPS: readonly string[] = ["image", "checkpoint", "audit"];
+export const COMMAND_GROUPS: readonly string[] = ["image", "checkpoint", "audit", "context"];

@@ -1,0 +1,190 @@
+// An action sent to another machine (a context): what stays here is done here first (the model
+// guard's checks and the user's answers were made by the caller; the config and its secrets are
+// read here), the action runs there, and what comes back is made usable here: the previews it
+// names are forwarded to the same loopback address and port on this machine (so the Host guard
+// and each instance's cookie jar work as they do locally, and the printed URL is this machine's),
+// and a copy's bytes move with scp through the context's ssh master.
+
+import { stat } from "node:fs/promises";
+import { basename, join } from "node:path";
+import type { ActionSpec } from "../actions/kit/define.js";
+import { ControllerError } from "../errors.js";
+import type { SshTarget } from "../state/contexts.js";
+import type { Caller, ProgressEvent, TrustNote } from "../wire.js";
+import { connectContext, type RemoteConnection } from "./connection.js";
+import { shipConfig } from "./ship-config.js";
+import { ensureControlDir, forwardPort, remotePath, scp } from "./ssh.js";
+
+/** Actions that always run here: they concern this machine, or the contexts themselves. */
+const HERE = new Set(["help", "init", "context-add", "context-ls", "context-use", "context-rm"]);
+/** Actions that cannot go through a context yet, with what to do instead. */
+const NOT_YET: Record<string, string> = {
+  shell: "Open a shell there: ssh to the machine and run pi-sandbox shell NAME.",
+  dashboard: "Run pi-sandbox dashboard on that machine, or use its list here: pi-sandbox ls --context CONTEXT.",
+  apply: "Apply on that machine, or download the files with pi-sandbox cp NAME:/workspace/… ./",
+  "image-import": "Copy the image there with scp and import it on that machine.",
+  "workspace-export": "Export on that machine.",
+};
+
+/** True when `spec` runs on the context's machine rather than here. */
+export function runsRemotely(spec: Pick<ActionSpec, "name">): boolean {
+  return !HERE.has(spec.name);
+}
+
+/** What a remote call needs from the caller. */
+export interface RemoteCallOptions {
+  env: NodeJS.ProcessEnv;
+  caller: Caller;
+  trust: TrustNote[];
+  signal?: AbortSignal;
+  onProgress?: (event: ProgressEvent) => void;
+  /** The call is the model's (its host paths were checked here already). */
+  model: boolean;
+}
+
+async function isDirectory(path: string): Promise<boolean> {
+  return (await stat(path).catch(() => undefined))?.isDirectory() === true;
+}
+
+/** Runs `args` (a validated action) on context `context`. */
+export async function callThroughContext(
+  spec: ActionSpec,
+  args: Record<string, unknown>,
+  context: SshTarget & { name: string },
+  options: RemoteCallOptions,
+): Promise<unknown> {
+  const refuse = (message: string, hint: string) =>
+    new ControllerError("CONTROLLER_CONTEXT_REFUSED", message, {
+      hint,
+      details: { context: context.name, action: spec.name },
+    });
+  const notYet = NOT_YET[spec.name];
+  if (notYet) {
+    throw refuse(
+      `${spec.name} does not go through a context yet (context ${context.name})`,
+      notYet.replace("CONTEXT", context.name),
+    );
+  }
+  if (spec.name === "download" && options.model) {
+    throw refuse("a model's download does not go through a context", "Ask the user to run the pi-sandbox cp command.");
+  }
+  const { env } = options;
+  const connection = await connectContext(context.name, context, env);
+  const call = (
+    action: Record<string, unknown>,
+    extra: { config?: { text: string; name: string }; secrets?: Record<string, string> } = {},
+  ) =>
+    connection.request(
+      {
+        type: "call",
+        action,
+        caller: options.caller,
+        ...(options.trust.length ? { trust: options.trust } : {}),
+        ...extra,
+      },
+      {
+        ...(options.signal ? { signal: options.signal } : {}),
+        ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+      },
+    );
+  let result: unknown;
+  if (typeof args.config === "string") {
+    const { config, secrets } = await shipConfig(args.config, context.name, env);
+    result = await call(args, { config, secrets });
+  } else if (spec.name === "upload" || spec.name === "download") {
+    result = await copyThrough(connection, context, spec.name, args, call, env);
+  } else {
+    result = await call(args);
+  }
+  await forwardPreviews(result, context, env, options.onProgress);
+  return result;
+}
+
+/** `cp` through a context: scp to (or from) a private staging directory there, the copy itself there. */
+async function copyThrough(
+  connection: RemoteConnection,
+  context: SshTarget,
+  action: "upload" | "download",
+  args: Record<string, unknown>,
+  call: (action: Record<string, unknown>) => Promise<unknown>,
+  env: NodeJS.ProcessEnv,
+): Promise<unknown> {
+  const dir = await ensureControlDir(env);
+  const { dir: stage } = (await connection.request({ type: "stage" })) as { dir: string };
+  try {
+    if (action === "upload") {
+      const from = (Array.isArray(args.from) ? args.from : [args.from]).map(String);
+      await scp(
+        context,
+        dir,
+        from.map((p) => p.replace(/\/+$/, "") || "/"),
+        remotePath(context, `${stage}/`),
+        env,
+      );
+      const staged = from.map((p) => `${join(stage, basename(p))}${p.endsWith("/") ? "/" : ""}`);
+      return await call({ ...args, from: Array.isArray(args.from) ? staged : staged[0] });
+    }
+    const to = String(args.to);
+    const from = Array.isArray(args.from) ? args.from.map(String) : [String(args.from)];
+    const into = to.endsWith("/") || (await isDirectory(to));
+    // One source to a new name: it is copied there as `x`, then to exactly `to`.
+    const staged = into ? `${stage}/` : join(stage, "x");
+    const result = (await call({ ...args, to: staged })) as Record<string, unknown>;
+    const names = into ? from.map((p) => basename(p.replace(/\/+$/, ""))) : ["x"];
+    const sources = names.some((n) => n === "" || n === ".") ? [`${stage}/*`] : names.map((n) => join(stage, n));
+    await scp(
+      context,
+      dir,
+      sources.map((p) => remotePath(context, p)),
+      to,
+      env,
+    );
+    return { ...result, to };
+  } finally {
+    await connection.request({ type: "unstage", dir: stage }).catch(() => undefined);
+  }
+}
+
+/** A preview URL's address and port, when it is a loopback one. */
+const PREVIEW_URL = /^http:\/\/(127\.\d{1,3}\.\d{1,3}\.\d{1,3}):(\d{1,5})\//;
+
+/** Every preview URL in a result (lists, views, `started`), without repeats. */
+function previewUrls(value: unknown, found = new Set<string>()): Set<string> {
+  if (Array.isArray(value)) for (const item of value) previewUrls(item, found);
+  else if (value && typeof value === "object") {
+    for (const [key, inner] of Object.entries(value)) {
+      if (key === "url" && typeof inner === "string" && PREVIEW_URL.test(inner)) found.add(inner);
+      else previewUrls(inner, found);
+    }
+  }
+  return found;
+}
+
+/**
+ * Forwards each preview the result names from the same address and port here, through the
+ * context's master (the forward lives as long as it; any later command through the context
+ * forwards again). A port taken here is reported, not fatal.
+ */
+async function forwardPreviews(
+  result: unknown,
+  context: SshTarget & { name: string },
+  env: NodeJS.ProcessEnv,
+  onProgress?: (event: ProgressEvent) => void,
+): Promise<void> {
+  const urls = previewUrls(result);
+  if (urls.size === 0) return;
+  const dir = await ensureControlDir(env);
+  await Promise.all(
+    [...urls].map(async (url) => {
+      const [, address, port] = PREVIEW_URL.exec(url)!;
+      try {
+        await forwardPort(context, dir, `${address}:${port}`, `${address}:${port}`, env);
+      } catch (error) {
+        onProgress?.({
+          stage: "preview",
+          message: `${url} is not forwarded from context ${context.name}: ${(error as Error).message}`,
+        });
+      }
+    }),
+  );
+}
