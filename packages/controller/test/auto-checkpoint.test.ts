@@ -17,7 +17,7 @@ function fakeInstance(everyMs: number | null = 60_000) {
     running: true,
     /** Lifecycle work queued or running. */
     busy: false,
-    previews: { open: 0, seen: 0 } as PreviewActivity,
+    previews: { open: 0, seen: 0 } as Pick<PreviewActivity, "open" | "seen">,
     terminals: 0,
     cpuMs: 0,
     diskWrittenAt: 500_000 as number | undefined,

@@ -16,7 +16,7 @@ function fakeInstance(suspendAfterMs = 20_000) {
     starts: 0,
     /** Lifecycle work queued or running. */
     busy: false,
-    previews: { open: 0, seen: 0 } as PreviewActivity,
+    previews: { open: 0, seen: 0 } as Pick<PreviewActivity, "open" | "seen">,
     terminals: 0,
     cpuMs: 0,
     jobs: { runningJobs: 0 } as AgentActivity | undefined,

@@ -70,7 +70,10 @@ export class PreviewListener {
       options.guestPort === undefined
         ? undefined
         : new Upstream(options.guestPort, options.connector, options.upstream);
-    server.on("connection", (socket: Socket) => this.track(socket));
+    server.on("connection", (socket: Socket) => {
+      options.activity.connection(socket);
+      this.track(socket);
+    });
     server.on("request", (req: IncomingMessage, res: ServerResponse) => this.#onRequest(req, res));
     server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => this.#onUpgrade(req, socket, head));
   }
@@ -252,7 +255,7 @@ export class PreviewListener {
       return;
     }
     // An open WebSocket is activity for as long as its client stays connected.
-    socket.once("close", this.#options.activity.begin());
+    socket.once("close", this.#options.activity.begin("upgrade"));
     const waking = this.#wake();
     if (!waking) {
       this.#forwardUpgrade(req, socket, head);

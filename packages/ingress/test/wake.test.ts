@@ -54,15 +54,19 @@ test("a wake that fails is answered 503 with its reason, and nothing reaches the
 test("a refused request is no activity; an answered one is seen and no longer open", async () => {
   await using gateway = testGateway();
   const { origin, hostPort } = await gateway.open({ key: "web", guestPort: guest.port, links: [] });
-  expect(gateway.activity()).toEqual({ open: 0, seen: 0 });
+  expect(gateway.activity()).toEqual({ open: 0, seen: 0, requests: 0, upgrades: 0, bytesIn: 0, bytesOut: 0 });
   const refused = await fetchRaw(`${origin}/`, { headers: { host: `evil.example:${hostPort}` } });
   expect(refused.status).toBe(403);
-  expect(gateway.activity()).toEqual({ open: 0, seen: 0 });
-  await fetchRaw(`${origin}/`);
+  expect(gateway.activity()).toMatchObject({ open: 0, seen: 0, requests: 0, upgrades: 0 });
+  const before = gateway.activity();
+  const answer = await fetchRaw(`${origin}/`);
   await sleep(50);
   const after = gateway.activity();
-  expect(after.open).toBe(0);
+  expect(after).toMatchObject({ open: 0, requests: 1, upgrades: 0 });
   expect(after.seen).toBeGreaterThan(0);
+  // Its connection's bytes: at least the answer's body came out, and a request went in.
+  expect(after.bytesOut - before.bytesOut).toBeGreaterThan(answer.body.length);
+  expect(after.bytesIn).toBeGreaterThan(before.bytesIn);
 });
 
 describe("an open WebSocket", () => {
@@ -103,5 +107,6 @@ describe("an open WebSocket", () => {
     await sleep(100);
     expect(gateway.activity().open).toBe(0);
     expect(gateway.activity().seen).toBeGreaterThan(seen);
+    expect(gateway.activity()).toMatchObject({ requests: 0, upgrades: 1 });
   });
 });

@@ -8,7 +8,7 @@ import type { IdleLook } from "./idle-clock.js";
 /** What the daemon can see of an instance's use without asking the guest. */
 export interface UseSignals {
   /** The previews' traffic; undefined without previews. */
-  previews(): PreviewActivity | undefined;
+  previews(): Pick<PreviewActivity, "open" | "seen"> | undefined;
   /** Terminal sessions open now. */
   terminals(): number;
   /** CPU time the VM (its QEMU) has used so far, in ms; undefined when it cannot be read. */

@@ -27,7 +27,7 @@ export function entryWhat(entry: LedgerEntry): string {
     case "secret":
       return `secret ${s(d.secret)} put into a request to ${s(d.host)}`;
     case "preview":
-      return `${s(d.requests)} preview request(s) and WebSocket upgrade(s) in the minute from ${s(d.from)}`;
+      return `${s(d.requests)} preview request(s), ${s(d.upgrades)} WebSocket open(s), ${s(d.bytesIn)} bytes in and ${s(d.bytesOut)} out in the minute from ${s(d.from)}`;
     default:
       return JSON.stringify(d);
   }
