@@ -108,9 +108,16 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         else await rm(join(dir, LOCAL_SUSPEND_MARKER), { force: true });
         return kept;
       },
-      async fork(sourceDir, dir) {
+      async fork(sourceDir, dir, options = {}) {
+        const from =
+          options.checkpoint === undefined ? sourceDir : join(sourceDir, LOCAL_CHECKPOINTS, options.checkpoint);
+        if (!(await exists(from))) {
+          throw new VmError("VM_CHECKPOINT_NOT_FOUND", `no checkpoint ${options.checkpoint}`, {
+            details: { dir: sourceDir },
+          });
+        }
         await mkdir(dir, { recursive: true });
-        await cp(join(sourceDir, "root"), join(dir, "root"), { recursive: true, filter: notSocket });
+        await cp(join(from, "root"), join(dir, "root"), { recursive: true, filter: notSocket });
         await writeFile(join(dir, POINTER_FILE), JSON.stringify({ kind: "local" }));
         return { memoryBytes: 0 };
       },

@@ -142,6 +142,30 @@ test("fork copies the files into new instances with their own record; each start
   });
 });
 
+test("fork --from copies a kept checkpoint, not the instance now, and leaves the running source unpaused", async () => {
+  await call({ action: "create", name: "src", config: join(sandbox.dir, "sandbox.yaml") });
+  await exec("src", "printf 'then\\n' > work.txt");
+  const kept = (await call({ action: "checkpoint", name: "src", label: "then" })).checkpoint;
+  await exec("src", "printf 'now\\n' > work.txt");
+  const boots = sandbox.runtime.boots;
+  const progress: string[] = [];
+  const forked = await call({ action: "fork", name: "src", names: ["src-then"], from: "then" }, progress);
+  expect(forked).toMatchObject({ source: "src", forks: [{ name: "src-then", kind: "disk" }], from: { id: kept.id } });
+  expect(forked.pauseMs).toBeUndefined();
+  expect(progress.join("\n")).not.toContain("pausing");
+  // The source was neither suspended nor started again.
+  expect(sandbox.runtime.boots).toBe(boots);
+  expect(await exec("src", "cat work.txt")).toBe("now\n");
+  expect((await readRecord(sandbox.layout, "instances", "src-then"))?.forkedFrom).toMatchObject({ name: "src" });
+  await call({ action: "start", name: "src-then" });
+  expect(await exec("src-then", "cat work.txt")).toBe("then\n");
+  await expect(call({ action: "fork", name: "src", names: ["src-x"], from: "nope" })).rejects.toMatchObject({
+    code: "CONTROLLER_NOT_FOUND",
+    hint: expect.stringContaining('"action":"checkpoints"'),
+  });
+  expect(await readRecord(sandbox.layout, "instances", "src-x")).toBeUndefined();
+});
+
 test("a state directory removed under a running instance: its daemon notices, stops the VM and exits", async () => {
   await call({ action: "create", name: "gone", config: join(sandbox.dir, "sandbox.yaml") });
   const controller = await sandbox.daemons.daemon("gone");

@@ -211,6 +211,46 @@ describe("diff", () => {
     }
   });
 
+  test("a checkpoint's record leaves out files over 2 MiB and names them; diff since it leaves them out and says so, diff since the create has them", async () => {
+    await guestExec("demo", "head -c 2200000 /dev/urandom > big.bin && printf 'small\\n' > small.txt");
+    try {
+      const said: string[] = [];
+      const onProgress = (event: { message: string }) => said.push(event.message);
+      const taken = (await callAction(
+        { action: "checkpoint", name: "demo", label: "large" },
+        { env, cwd: project, onProgress },
+      )) as Loose;
+      const leftOut = { files: ["big.bin"], count: 1, overBytes: 2 * 1024 * 1024 };
+      expect(taken.checkpoint.leftOut).toEqual(leftOut);
+      expect(said).toContainEqual(
+        expect.stringContaining("left out 1 file over 2 MiB (diff --since leaves it out too): big.bin"),
+      );
+      const listed = await asUser({ action: "checkpoints", name: "demo" });
+      expect((listed.checkpoints as Loose[]).find((c) => c.id === taken.checkpoint.id)?.leftOut).toEqual(leftOut);
+      // Both change after it: only the small one can be compared.
+      await guestExec("demo", "head -c 1000 /dev/urandom >> big.bin && printf 'more\\n' >> small.txt");
+      said.length = 0;
+      const since = (await callAction(
+        { action: "diff", name: "demo", since: "large" },
+        { env, cwd: project, onProgress },
+      )) as Loose;
+      expect((since.files as Loose[]).map((f) => f.path)).toEqual(["small.txt"]);
+      expect(since.leftOut).toEqual(leftOut);
+      expect(since.patch).not.toContain("big.bin");
+      expect(said).toContainEqual(
+        expect.stringContaining("left out: 1 file over 2 MiB that the checkpoint did not record"),
+      );
+      const stat = await asUser({ action: "diff", name: "demo", since: "large", stat: true });
+      expect(diffAction.formatText!(stat as never)).toContain("big.bin");
+      // The create's record and diff's own snapshot of the workspace now hold every file.
+      const created = await asUser({ action: "diff", name: "demo", stat: true });
+      expect((created.files as Loose[]).map((f) => f.path)).toEqual(expect.arrayContaining(["big.bin", "small.txt"]));
+      expect(created.leftOut).toBeUndefined();
+    } finally {
+      await guestExec("demo", "rm -f big.bin small.txt");
+    }
+  });
+
   test("against another instance compares with its workspace, either way round", async () => {
     await createInstance("other");
     await guestExec("other", "printf 'only in other\\n' > other.txt");
@@ -518,7 +558,7 @@ describe("the workspace store", () => {
 
   test("a snapshot is a commit id named by its content, left out what git and node_modules leave out", async () => {
     const supervisor = hostSupervisor(root, workspace);
-    const first = await snapshotWorkspace(supervisor, workspace, { ref: CREATED_REF });
+    const { commit: first } = await snapshotWorkspace(supervisor, workspace, { ref: CREATED_REF });
     expect(first).toMatch(/^[0-9a-f]{40}$/);
     // Unchanged content: the same commit. node_modules, ignored files, a nested repository and the
     // workspace's own .git change nothing.
@@ -527,11 +567,11 @@ describe("the workspace store", () => {
       "mkdir -p node_modules/p sub && printf x > node_modules/p/i.js && git init -q && git -C sub init -q && printf y > sub/y",
     );
     await writeFile(join(workspace, ".git/info/exclude"), "sub/\n");
-    expect(await snapshotWorkspace(supervisor, workspace)).toBe(first);
+    expect((await snapshotWorkspace(supervisor, workspace)).commit).toBe(first);
     const store = join(root, "var/lib/pi-sandbox/workspace.git");
     expect(sh(root, `git --git-dir=${store} rev-parse ${CREATED_REF}`).trim()).toBe(first);
     sh(workspace, "printf 'changed\\n' > keep.txt");
-    expect(await snapshotWorkspace(supervisor, workspace)).not.toBe(first);
+    expect((await snapshotWorkspace(supervisor, workspace)).commit).not.toBe(first);
   });
 
   test("a guest without git gets a typed error saying the image needs it", async () => {

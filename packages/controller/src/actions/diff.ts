@@ -22,6 +22,7 @@ import {
   checkedPatch,
   checkpointTarget,
   guestPathArg,
+  leftOutOfPatch,
   pathArg,
   sinceArg,
   statLines,
@@ -32,10 +33,12 @@ import {
 export type { ApplyResult, PatchStat, WorkspaceDiff } from "./workspace-patch.js";
 
 function formatDiff(result: WorkspaceDiff): string {
+  // The patch alone: what the CLI prints is for git apply (the progress line names what it left out).
   if (result.patch !== undefined) return result.patch;
+  const left = result.leftOut ? `${leftOutOfPatch(result.leftOut)}\n` : "";
   if (result.files.length === 0)
-    return `no changes in ${oneLine(result.name)}'s workspace since ${baseText(result.base)}\n`;
-  return `${statLines(result.files, result.stat).join("\n")} since ${baseText(result.base)}\n`;
+    return `no changes in ${oneLine(result.name)}'s workspace since ${baseText(result.base)}\n${left}`;
+  return `${statLines(result.files, result.stat).join("\n")} since ${baseText(result.base)}\n${left}`;
 }
 
 /** True when `word` names an existing instance (for `diff a b`: compare two instances). */
@@ -153,6 +156,7 @@ function formatApply(result: ApplyResult): string {
       `${result.conflicts.length} file(s) with conflicts to resolve: ${result.conflicts.map(oneLine).join(", ")}`,
     );
   }
+  if (result.leftOut) lines.push(leftOutOfPatch(result.leftOut));
   return `${lines.join("\n")}\n`;
 }
 

@@ -1,12 +1,13 @@
 // `fork`: copies an instance into new ones. The source's daemon makes the copies (daemon/branches.ts:
-// a running source is suspended for the copy of its memory and resumed); the client then starts
-// each fork, in parallel, and each start gives its guest its own identity.
+// a running source is suspended for the copy of its memory and resumed; a fork of one of its kept
+// checkpoints pauses nothing); the client then starts each fork, in parallel, and each start gives
+// its guest its own identity.
 
 import * as v from "valibot";
 import { ControllerError } from "../errors.js";
 import type { ForkResult } from "./kit/context.js";
 import { defineAction } from "./kit/define.js";
-import { actionSchema, arg, intOption, name, nameArg, positional } from "./kit/parts.js";
+import { actionSchema, arg, intOption, name, nameArg, positional, text } from "./kit/parts.js";
 import { oneLine, table } from "./kit/text.js";
 
 /** Most forks one call makes. */
@@ -26,6 +27,12 @@ export const fork = defineAction({
     arg("names", "string[]", false, `names of the new instances (1-${FORKS_MAX}); or count`),
     arg("count", "integer", false, `make this many forks named <name>-1 … <name>-N (1-${FORKS_MAX})`),
     arg("start", "boolean", false, "start the forks (default true)"),
+    arg(
+      "from",
+      "string",
+      false,
+      "fork the source as one of its kept checkpoints was (id, or label: the newest with it) instead of as it is now; the source is not paused",
+    ),
   ],
   route: "spawn",
   lifecycle: "queued",
@@ -35,6 +42,7 @@ export const fork = defineAction({
     names: v.optional(v.pipe(v.array(name), v.minLength(1), v.maxLength(FORKS_MAX))),
     count: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(FORKS_MAX))),
     start: v.optional(v.boolean()),
+    from: v.optional(v.pipe(text, v.maxLength(100))),
   }),
   refine(args) {
     if ((args.names === undefined) === (args.count === undefined)) {
@@ -45,8 +53,13 @@ export const fork = defineAction({
     }
   },
   cli: {
-    usage: "fork <name> <new>… | --count N        copy an instance into new ones, started",
+    usage: "fork <name> <new>… | --count N [--from CP]   copy an instance into new ones, started",
     options: {
+      from: {
+        type: "string",
+        value: "checkpoint",
+        description: "copy a kept checkpoint (id or label) instead of the instance now; no pause",
+      },
       count: { type: "string", short: "n", value: "N", description: "make N forks named <name>-1 … <name>-N" },
       "no-start": { type: "boolean", description: "leave the forks suspended (or stopped); start them later" },
     },
@@ -58,15 +71,19 @@ export const fork = defineAction({
         name: positional(input, 0, "the instance to fork", "fork"),
         ...(count !== undefined ? { count } : { names }),
         ...(input.values["no-start"] === true ? { start: false } : {}),
+        ...(typeof input.values.from === "string" ? { from: input.values.from } : {}),
       };
     },
   },
-  run: (args, ctx) => ctx.branches.fork(args.names ?? forkNames(args.name, args.count!)),
+  run: (args, ctx) =>
+    ctx.branches.fork(args.names ?? forkNames(args.name, args.count!), {
+      ...(args.from !== undefined ? { from: args.from } : {}),
+    }),
   // Each fork is started by the client once the source's daemon has made them.
   startsAfter: (result, args) => (args.start === false ? [] : result.forks.map((f) => f.name)),
   formatText: (result: ForkResult) =>
     [
-      `forked ${oneLine(result.source)}${result.pauseMs !== undefined ? ` (paused ${(result.pauseMs / 1000).toFixed(1)} s)` : ""}`,
+      `forked ${oneLine(result.source)}${result.from ? ` as its checkpoint ${result.from.id}${result.from.label !== undefined ? ` (${oneLine(result.from.label)})` : ""} was` : ""}${result.pauseMs !== undefined ? ` (paused ${(result.pauseMs / 1000).toFixed(1)} s)` : ""}`,
       table([
         ["NAME", "COPIED", "STATE", "PREVIEWS"],
         ...result.forks.map((f) => {

@@ -10,6 +10,7 @@ import { ControllerError } from "../errors.js";
 import { findCheckpoint } from "../state/checkpoints.js";
 import { StateLayout } from "../state/layout.js";
 import type { WorkspaceBase, WorkspacePatchBytes } from "./kit/context.js";
+import type { WorkspaceLeftOut } from "../state/checkpoints.js";
 import type { DaemonContext } from "./kit/define.js";
 import { arg, GUEST_PATH, text } from "./kit/parts.js";
 import { oneLine } from "./kit/text.js";
@@ -45,6 +46,8 @@ export interface WorkspaceDiff {
   stat: PatchStat;
   /** The patch, for `git apply` (left out with `stat`). */
   patch?: string;
+  /** Large files the base checkpoint's record of the workspace left out, so the patch leaves them out too. */
+  leftOut?: WorkspaceLeftOut;
 }
 
 /** What `apply` did. */
@@ -135,8 +138,17 @@ export async function checkedPatch(
     ...(path !== undefined ? { path } : {}),
     files: parsed.files,
     stat,
+    ...(made.leftOut ? { leftOut: made.leftOut } : {}),
   };
+  if (made.leftOut) ctx.progress({ stage: "diff", message: leftOutOfPatch(made.leftOut) });
   return { bytes: made.patch, text, parsed, view };
+}
+
+/** The files a patch leaves out because its base checkpoint did not record them, in a line (names escaped). */
+export function leftOutOfPatch(left: WorkspaceLeftOut, shown = 10): string {
+  const names = left.files.slice(0, shown).map(oneLine);
+  const more = left.count > names.length ? `, and ${left.count - names.length} more` : "";
+  return `left out: ${left.count} file${left.count === 1 ? "" : "s"} over ${+(left.overBytes / 2 ** 20).toFixed(1)} MiB that the checkpoint did not record (copy ${left.count === 1 ? "it" : "them"} with pi-sandbox cp): ${names.join(", ")}${more}`;
 }
 
 /** The base in words: "its create", "checkpoint 0a1b2c3d4e5f (label)", "the workspace of web-2". */

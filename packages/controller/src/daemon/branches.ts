@@ -1,41 +1,38 @@
 // Branches of one instance's state: kept checkpoints (taken while it runs or not), a rewind to one,
-// and forks into new instances. Each runs alone in the instance's lifecycle queue (instance.ts).
+// and forks into new instances (forks.ts). Each runs alone in the instance's lifecycle queue (instance.ts).
 // The disk side (hard-linked layer chains, saved memory) is the vm package's; here is what the
 // instance around it needs: its status, previews and agent door, its record, and a pause (suspend,
 // then a warm start) where memory is copied from a running guest.
 
 import { randomBytes } from "node:crypto";
-import { mkdir, rm } from "node:fs/promises";
-import { isValidInstanceName, messageOf } from "@pi-sandbox/config";
-import type { AgentDoor } from "@pi-sandbox/supervisor";
+import { messageOf } from "@pi-sandbox/config";
 import type { BranchActions, CheckpointTaken, CheckpointView, ForkResult } from "../actions/kit/context.js";
 import { ControllerError } from "../errors.js";
-import { checkpointView, checkpointsToPrune, findCheckpoint } from "../state/checkpoints.js";
+import {
+  checkpointView,
+  checkpointsToPrune,
+  findCheckpoint,
+  leftOutText,
+  type WorkspaceLeftOut,
+} from "../state/checkpoints.js";
 import { notFound, type EntryView } from "../state/inspect.js";
 import {
   checkpointKeepOf,
   completePendingCreate,
   readRecord,
   readStatus,
-  writeRecord,
-  writeStatus,
   type EntryRecord,
   type PreviewLinkInfo,
 } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import { readAgentDoor, writeAgentDoor } from "./agent-door.js";
+import { checkForkNames, makeForks, type ForkOrigin, type KeptExtra } from "./forks.js";
 import type { Lifecycle } from "./lifecycle.js";
 import type { InstanceRuntime, KeepOptions, KeptCheckpoint, KeptCheckpointInfo } from "./runtime.js";
 import { checkpointRef, snapshotWorkspace } from "./workspace-snapshots.js";
 import { toControllerError, type InstanceState } from "./state.js";
 
 type Progress = (event: ProgressEvent) => void;
-
-/** What the controller keeps with a memory checkpoint: what a warm start of it reopens. */
-interface KeptExtra {
-  agentDoor?: AgentDoor;
-  previews?: PreviewLinkInfo[];
-}
 
 /** Kept checkpoints, rewind and fork of one instance. */
 export class Branches {
@@ -51,7 +48,7 @@ export class Branches {
       checkpoint: (options) => queue(() => this.checkpoint(options, progress)),
       removeCheckpoint: (target) => queue(() => this.removeCheckpoint(target, progress)),
       rewind: (target) => queue(() => this.rewind(target, progress)),
-      fork: (names) => queue(() => this.fork(names, progress)),
+      fork: (names, options) => queue(() => this.fork(names, progress, options?.from)),
     };
   }
 
@@ -111,13 +108,13 @@ export class Branches {
     let pauseMs: number | undefined;
     if (this.state.vm && options.memory) {
       const previews = this.state.status.previews;
-      const id = await this.namedInGuest(progress);
+      const { id, leftOut } = await this.namedInGuest(progress);
       const paused = await this.whileSuspended(progress, async () =>
         this.runtime.disks.keepCheckpoint(this.diskDir, {
           ...keep,
           id,
           memory: true,
-          extra: await this.extra(previews),
+          extra: { ...(await this.extra(previews)), ...(leftOut ? { leftOut } : {}) },
         }),
       );
       kept = paused.result;
@@ -168,27 +165,33 @@ export class Branches {
 
   /**
    * A new checkpoint id, under which the guest's workspace is recorded first (its own store, on the
-   * disk about to be kept: what `diff --since` compares with). A guest that cannot record it
-   * (no git) still gets its checkpoint; the progress says why diff will not have it.
+   * disk about to be kept: what `diff --since` compares with), with the large files the record
+   * left out. A guest that cannot record it (no git) still gets its checkpoint; the progress says
+   * why diff will not have it.
    */
-  private async namedInGuest(progress: Progress): Promise<string> {
+  private async namedInGuest(progress: Progress): Promise<{ id: string; leftOut?: WorkspaceLeftOut }> {
     const id = randomBytes(6).toString("hex");
     const supervisor = this.state.supervisor;
-    if (supervisor) {
-      await snapshotWorkspace(supervisor, supervisor.workspace, { ref: checkpointRef(id) }).catch((error: unknown) =>
-        progress({
-          stage: "checkpoint",
-          message: `the workspace was not recorded for diff --since: ${messageOf(error)}`,
-        }),
-      );
+    if (!supervisor) return { id };
+    try {
+      const { leftOut } = await snapshotWorkspace(supervisor, supervisor.workspace, { ref: checkpointRef(id) });
+      if (leftOut) progress({ stage: "checkpoint", message: leftOutText(leftOut) });
+      return { id, ...(leftOut ? { leftOut } : {}) };
+    } catch (error) {
+      progress({
+        stage: "checkpoint",
+        message: `the workspace was not recorded for diff --since: ${messageOf(error)}`,
+      });
+      return { id };
     }
-    return id;
   }
 
   /** Keeps a disk checkpoint of the running instance (its workspace recorded under it first). */
   private async keepRunning(keep: KeepOptions, progress: Progress): Promise<{ kept: KeptCheckpoint; stallMs: number }> {
-    const id = await this.namedInGuest(progress);
-    const outcome = await this.state.running().vm.checkpoint({ keep: { ...keep, id } });
+    const { id, leftOut } = await this.namedInGuest(progress);
+    const outcome = await this.state
+      .running()
+      .vm.checkpoint({ keep: { ...keep, id, ...(leftOut ? { extra: { leftOut } } : {}) } });
     if (!outcome.kept) throw new ControllerError("CONTROLLER_INTERNAL", "the VM took a checkpoint but did not keep it");
     return { kept: outcome.kept, stallMs: outcome.stallMs };
   }
@@ -260,88 +263,37 @@ export class Branches {
     };
   }
 
-  async fork(names: readonly string[], progress: Progress): Promise<ForkResult> {
-    const record = await this.record("be forked");
-    const { layout } = this.state;
-    const seen = new Set<string>();
-    for (const fork of names) {
-      if (!isValidInstanceName(fork)) {
-        throw new ControllerError("CONTROLLER_INVALID_NAME", `${JSON.stringify(fork)} is not a valid instance name`, {
-          hint: "Use a lowercase letter, then up to 39 of a-z, 0-9, '-'.",
-          details: { name: fork },
-        });
-      }
-      if (fork === this.name || seen.has(fork) || (await readRecord(layout, "instances", fork))) {
-        throw new ControllerError("CONTROLLER_ALREADY_EXISTS", `an instance named ${fork} already exists`, {
-          hint: "Pick names no instance has (pi-sandbox ls lists them).",
-          details: { name: fork },
-        });
-      }
-      seen.add(fork);
-    }
-    const copy = async (previews: readonly PreviewLinkInfo[] | undefined) => {
-      const made: ForkResult["forks"] = [];
-      try {
-        for (const fork of names) {
-          made.push({ name: fork, kind: await this.forkOne(fork, record, previews) });
-          progress({ stage: "disk", message: `forked ${this.name} into ${fork}` });
-        }
-      } catch (error) {
-        for (const { name } of [...made, { name: names[made.length]! }]) await this.removeFork(name);
-        throw error;
-      }
-      return made;
+  /**
+   * Forks the instance into `names`: as it is now (a running one is paused for the copy of its
+   * memory), or, with `from`, as its kept checkpoint of that id or label was (nothing is paused).
+   */
+  async fork(names: readonly string[], progress: Progress, from?: string): Promise<ForkResult> {
+    const origin: ForkOrigin = {
+      name: this.name,
+      layout: this.state.layout,
+      runtime: this.runtime,
+      record: await this.record("be forked"),
     };
+    await checkForkNames(origin, names);
     let result: ForkResult;
-    if (this.state.vm) {
+    if (from !== undefined) {
+      const kept = findCheckpoint(await this.runtime.disks.checkpoints(this.diskDir), from, this.name);
+      progress({ stage: "disk", message: `forking ${kept.memory ? "memory" : "disk"} checkpoint ${kept.id}` });
+      const forks = await makeForks(origin, names, { kind: "checkpoint", kept }, progress);
+      result = { source: this.name, forks, from: checkpointView(kept) };
+    } else if (this.state.vm) {
       const previews = this.state.status.previews;
-      const paused = await this.whileSuspended(progress, () => copy(previews));
+      const paused = await this.whileSuspended(progress, () =>
+        makeForks(origin, names, { kind: "now", previews }, progress),
+      );
       result = { source: this.name, forks: paused.result, pauseMs: paused.pauseMs };
     } else {
-      const status = await readStatus(layout, "instances", this.name);
-      result = { source: this.name, forks: await copy(status?.state === "suspended" ? status.previews : undefined) };
+      const status = await readStatus(this.state.layout, "instances", this.name);
+      const previews = status?.state === "suspended" ? status.previews : undefined;
+      result = { source: this.name, forks: await makeForks(origin, names, { kind: "now", previews }, progress) };
     }
-    this.state.log.info(`forked into ${names.join(", ")}`);
+    this.state.log.info(`forked into ${names.join(", ")}${result.from ? ` from checkpoint ${result.from.id}` : ""}`);
     return result;
-  }
-
-  /** One fork: its disk (memory too, when the source's is saved), record, status and agent door. */
-  private async forkOne(
-    fork: string,
-    record: EntryRecord,
-    previews: readonly PreviewLinkInfo[] | undefined,
-  ): Promise<"memory" | "disk"> {
-    const { layout } = this.state;
-    await mkdir(layout.entryDir("instances", fork), { recursive: true, mode: 0o700 });
-    const disk = await this.runtime.disks.fork(this.diskDir, layout.diskDir("instances", fork));
-    const memory = disk.memoryBytes > 0;
-    if (memory) {
-      await writeAgentDoor(layout, "instances", fork, await readAgentDoor(layout, "instances", this.name));
-    }
-    const at = new Date().toISOString();
-    const { pendingCreate: _none, forkedFrom: _theirs, template: _template, ...rest } = record;
-    await writeRecord(layout, {
-      ...rest,
-      name: fork,
-      createdAt: at,
-      forkedFrom: { name: this.name, at },
-      pendingCreate: { newIdentity: true, fork: true },
-    });
-    await writeStatus(layout, "instances", fork, {
-      state: memory ? "suspended" : "stopped",
-      updatedAt: at,
-      previews: memory ? [...(previews ?? [])] : [],
-    });
-    return memory ? "memory" : "disk";
-  }
-
-  /** Removes what a failed fork made of `fork` (nothing of an instance that existed before). */
-  private async removeFork(fork: string): Promise<void> {
-    const { layout } = this.state;
-    const record = await readRecord(layout, "instances", fork).catch(() => undefined);
-    if (record && record.forkedFrom?.name !== this.name) return;
-    await this.runtime.disks.destroy(layout.diskDir("instances", fork)).catch(() => undefined);
-    await rm(layout.entryDir("instances", fork), { recursive: true, force: true }).catch(() => undefined);
   }
 
   /**

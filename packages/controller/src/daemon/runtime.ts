@@ -114,7 +114,8 @@ export interface RuntimeDisks {
    * A new instance disk in `dir` sharing the layers of the disk in `sourceDir` (which must not run),
    * and its saved memory when it has one (`memoryBytes` > 0): the fork's first start resumes it.
    */
-  fork(sourceDir: string, dir: string): Promise<{ memoryBytes: number }>;
+   * With `checkpoint`, of that kept checkpoint (its memory too, if kept); the source may run.
+  fork(sourceDir: string, dir: string, options?: { checkpoint?: string }): Promise<{ memoryBytes: number }>;
 }
 
 /** How the daemon opens an instance's preview gateway. */

@@ -212,7 +212,12 @@ export async function workspacePatch(
   }
   if (made.bytes > options.maxBytes) throw tooLarge(made.bytes, options.maxBytes);
   const patch = await readGuest(supervisor, made.path, options.maxBytes, signal);
-  return { patch, commit: made.commit, baseCommit: made.base };
+  return {
+    patch,
+    commit: made.commit,
+    baseCommit: made.base,
+    ...(made.leftOut ? { leftOut: made.leftOut } : {}),
+  };
 }
 
 /**

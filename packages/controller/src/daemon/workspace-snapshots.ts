@@ -3,12 +3,17 @@
 // checkpoints and rewinds. The create's snapshot is `refs/pi-sandbox/created`, a kept checkpoint's
 // `refs/pi-sandbox/checkpoints/<id>`; `diff` compares the workspace now with one of them.
 // The work runs in the guest (workspace-store-program.ts); everything it answers is checked here.
+// A checkpoint's snapshot leaves out files over CHECKPOINT_FILE_MAX_BYTES and names them (hashing a
+// large changing file, a log or a database, would make every checkpoint as slow as its size), so
+// `diff --since` that checkpoint leaves them out and names them too. The create's snapshot and
+// diff's own snapshot of the workspace now record every file.
 
 import { posix } from "node:path";
 import { escapeControlChars, shellQuote } from "@pi-sandbox/config";
 import type { SupervisorClient } from "@pi-sandbox/supervisor";
 import * as v from "valibot";
 import { ControllerError } from "../errors.js";
+import type { WorkspaceLeftOut } from "../state/checkpoints.js";
 import type { ProgressEvent } from "../wire.js";
 import { STORE_ANSWER_MARK, WORKSPACE_STORE_PROGRAM } from "./workspace-store-program.js";
 
@@ -27,6 +32,15 @@ export function checkpointRef(id: string): string {
 const REF_PATTERN = /^refs\/pi-sandbox\/[A-Za-z0-9._-]+(\/[A-Za-z0-9._-]+)*$/;
 /** A full commit id. */
 const COMMIT_PATTERN = /^[0-9a-f]{40}$/;
+
+/**
+ * Largest workspace file a checkpoint's snapshot records, in bytes: a larger one is left out and
+ * named (what a checkpoint costs does not grow with such files). The guest's hashing under TCG
+ * runs at a few MiB/s.
+ */
+export const CHECKPOINT_FILE_MAX_BYTES = 2 * 1024 * 1024;
+/** Most left-out files an answer names (the guest's commit names them all). */
+const LEFT_OUT_SHOWN = 100;
 
 /** How long one store operation may run in the guest before it is ended, in ms (a large first snapshot under TCG). */
 const STORE_DEADLINE_MS = 15 * 60 * 1000;
@@ -49,11 +63,16 @@ export function storePath(supervisor: SupervisorClient): string {
 }
 
 const commitId = v.pipe(v.string(), v.regex(COMMIT_PATTERN));
+const leftOut = {
+  leftOut: v.pipe(v.array(v.pipe(v.string(), v.maxLength(4096))), v.maxLength(LEFT_OUT_SHOWN)),
+  leftOutCount: v.pipe(v.number(), v.integer(), v.minValue(0)),
+};
 const answers = {
-  snapshot: v.object({ ok: v.literal(true), commit: commitId }),
+  snapshot: v.object({ ok: v.literal(true), commit: commitId, ...leftOut }),
   resolve: v.object({ ok: v.literal(true), commit: v.nullable(commitId) }),
   diff: v.object({
     ok: v.literal(true),
+    ...leftOut,
     commit: commitId,
     base: commitId,
     patch: v.string(),
@@ -120,7 +139,9 @@ export async function runStore<Op extends StoreOp>(
   options: StoreOptions = {},
 ): Promise<v.InferOutput<(typeof answers)[Op]>> {
   const { signal } = options;
-  const command = `python3 -c ${shellQuote(WORKSPACE_STORE_PROGRAM)} ${op} ${shellQuote(JSON.stringify({ store: storePath(supervisor), ...args }))}`;
+  const command = `python3 -c ${shellQuote(WORKSPACE_STORE_PROGRAM)} ${op} ${shellQuote(
+    JSON.stringify({ store: storePath(supervisor), fileMax: CHECKPOINT_FILE_MAX_BYTES, ...args }),
+  )}`;
   const deadline = Date.now() + STORE_DEADLINE_MS;
   let run = await supervisor.exec(command, { cwd: "/", timeoutMs: WAIT_MS, separateStderr: true, signal });
   let stdout = run.output;
@@ -167,29 +188,45 @@ export async function runStore<Op extends StoreOp>(
   return parsed.output as v.InferOutput<(typeof answers)[Op]>;
 }
 
+/** The files an answer says the snapshot left out (larger than {@link CHECKPOINT_FILE_MAX_BYTES}). */
+function leftOutOf(answer: { leftOut: string[]; leftOutCount: number }): WorkspaceLeftOut | undefined {
+  if (answer.leftOutCount === 0) return undefined;
+  return {
+    files: answer.leftOut,
+    count: Math.max(answer.leftOutCount, answer.leftOut.length),
+    overBytes: CHECKPOINT_FILE_MAX_BYTES,
+  };
+}
+
 /**
  * Records the guest workspace `workspace` (absolute guest path) as a commit in the store and
  * returns its id (40 hex digits, checked). With `ref` (`refs/pi-sandbox/…`, e.g.
  * {@link checkpointRef}), the commit is kept under that name. The workspace's own `.git` and its
  * `.gitignore` rules count (ignored files are left out), and so does `node_modules/`; nested
- * repositories are left out. The same workspace content gives the same id. Throws
+ * repositories are left out. Files over {@link CHECKPOINT_FILE_MAX_BYTES} are left out (and
+ * returned) unless `full`. The same workspace content gives the same id. Throws
  * CONTROLLER_GUEST_GIT_MISSING when the guest has no git.
  */
 export async function snapshotWorkspace(
   supervisor: SupervisorClient,
   workspace: string,
-  options: StoreOptions & { ref?: string } = {},
-): Promise<string> {
+  options: StoreOptions & { ref?: string; full?: boolean } = {},
+): Promise<{ commit: string; leftOut?: WorkspaceLeftOut }> {
   if (options.ref !== undefined && !REF_PATTERN.test(options.ref)) {
     throw new ControllerError("CONTROLLER_INTERNAL", `${options.ref} is not a workspace store ref`);
   }
   const answer = await runStore(
     supervisor,
     "snapshot",
-    { workspace, ...(options.ref !== undefined ? { ref: options.ref } : {}) },
+    {
+      workspace,
+      ...(options.ref !== undefined ? { ref: options.ref } : {}),
+      ...(options.full ? { full: true } : {}),
+    },
     options,
   );
-  return answer.commit;
+  const left = leftOutOf(answer);
+  return { commit: answer.commit, ...(left ? { leftOut: left } : {}) };
 }
 
 /** The commit a store ref (or commit id) names, or undefined when the store has none. */
@@ -213,7 +250,7 @@ export async function takeCreatedSnapshot(
   progress: (event: ProgressEvent) => void,
 ): Promise<void> {
   try {
-    await snapshotWorkspace(supervisor, supervisor.workspace, { ref: CREATED_REF });
+    await snapshotWorkspace(supervisor, supervisor.workspace, { ref: CREATED_REF, full: true });
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     progress({ stage: "setup", message: `the workspace was not recorded for diff: ${message}` });
@@ -230,12 +267,15 @@ export interface StorePatch {
   path: string;
   /** Its size in bytes, as the guest reports it. */
   bytes: number;
+  /** Files the base left out (a checkpoint's large files): the patch leaves them out too. */
+  leftOut?: WorkspaceLeftOut;
 }
 
 /**
  * Snapshots the workspace and writes the patch from `base` (a store ref or commit id) to it into
  * the store (`git diff --binary -M --full-index`, restricted to `path`, relative to the workspace,
- * when given). CONTROLLER_DIFF_BASE_MISSING when the store has no `base`.
+ * when given). What `base` left out is left out of the patch and named. CONTROLLER_DIFF_BASE_MISSING
+ * when the store has no `base`.
  */
 export async function writeStorePatch(
   supervisor: SupervisorClient,
@@ -255,7 +295,14 @@ export async function writeStorePatch(
   if (posix.dirname(answer.patch) !== store) {
     throw snapshotFailed("the guest named a patch outside its workspace store", { op: "diff" });
   }
-  return { commit: answer.commit, base: answer.base, path: answer.patch, bytes: answer.bytes };
+  const left = leftOutOf(answer);
+  return {
+    commit: answer.commit,
+    base: answer.base,
+    path: answer.patch,
+    bytes: answer.bytes,
+    ...(left ? { leftOut: left } : {}),
+  };
 }
 
 /**

@@ -12,7 +12,7 @@ export const STORE_ANSWER_MARK = "PI_SANDBOX_STORE ";
  * is not printable UTF-8 text is diffed as binary, so the patch itself is printable text.
  */
 export const WORKSPACE_STORE_PROGRAM = String.raw`# pi-sandbox workspace store (see workspace-snapshots.ts); run as python3 -c PROGRAM OP JSON.
-import fcntl, json, os, re, shutil, subprocess, sys
+import fcntl, json, os, re, shutil, stat, subprocess, sys
 
 MARK = "PI_SANDBOX_STORE "
 INDEX = "pi-sandbox-index"
@@ -38,6 +38,9 @@ CONFIG = [
 # line-ending changes) and no diff driver of its choosing runs; each line after it makes one path binary.
 ATTRIBUTES = "* -text -filter -ident !eol !working-tree-encoding !diff\n"
 TEXT_MAX = 8 << 20
+# How many of a snapshot's left-out files its answer names (its commit names them all).
+LEFT_OUT_SHOWN = 100
+LEFT_OUT_HEAD = "left out, over %d bytes:"
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 REF = re.compile(r"^refs/pi-sandbox/[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -50,7 +53,7 @@ class Fail(Exception):
         self.detail = detail
 
 
-def git(store, args, work=None, config=(), stdin=None, check=True):
+def git(store, args, work=None, config=(), stdin=None, check=True, index=INDEX):
     env = {
         "PATH": os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin",
         "HOME": store,
@@ -60,7 +63,7 @@ def git(store, args, work=None, config=(), stdin=None, check=True):
         "GIT_CONFIG_GLOBAL": "/dev/null",
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_DIR": store,
-        "GIT_INDEX_FILE": os.path.join(store, INDEX),
+        "GIT_INDEX_FILE": os.path.join(store, index),
     }
     env.update(IDENTITY)
     if work is not None:
@@ -123,7 +126,29 @@ def clear_stale_locks(store):
                 os.unlink(os.path.join(root, name))
 
 
-def snapshot(store, work, ref=None):
+def over_limit(store, work, config, limit):
+    # The files add -A would record that are larger than limit bytes: untracked ones (not ignored)
+    # and tracked ones whose stat changed; only these are stat-ed, nothing is read. The index never
+    # keeps a large file (see snapshot), so one is untracked, and found again, at every snapshot.
+    others = git(store, ["ls-files", "-z", "--others", "--exclude-standard"], work=work, config=config).stdout
+    changed = git(store, ["diff-files", "--name-only", "-z"], work=work, config=config, check=False).stdout
+    found = []
+    for name in set(others.split(b"\0") + changed.split(b"\0")):
+        if not name:
+            continue
+        try:
+            info = os.lstat(os.path.join(os.fsencode(work), name))
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            found.append(name)
+    return sorted(found)
+
+
+def snapshot(store, work, limit, ref=None, full=False):
+    # Files larger than limit bytes are hashed only when full: a snapshot that is not (a checkpoint's)
+    # leaves them out and names them in its commit's message. The store's index never keeps them,
+    # so the next snapshot does not read them either.
     if not os.path.isdir(work):
         raise Fail("no-workspace", work)
     write_attributes(store, [])
@@ -131,18 +156,61 @@ def snapshot(store, work, ref=None):
     own = os.path.join(work, ".git", "info", "exclude")
     if os.path.isfile(own):
         config.append("core.excludesFile=" + own)
+    large = over_limit(store, work, config, limit)
     # A file that vanishes or cannot be read while a build runs is left out, not the whole snapshot.
-    git(store, ["add", "-A", "--ignore-errors", "--", "."], work=work, config=config, check=False)
+    spec = b"\0".join([b"."] + [b":(exclude,literal)" + name for name in large]) + b"\0"
+    git(store, ["add", "-A", "--ignore-errors", "--pathspec-from-file=-", "--pathspec-file-nul"], work=work,
+        config=config, stdin=spec, check=False)
     listed = git(store, ["ls-files", "-s", "-z"]).stdout.split(b"\0")
     nested = [entry.split(b"\t", 1)[1] for entry in listed if entry.startswith(b"160000 ")]
-    if nested:
-        # Another repository inside the workspace: its files are its own, a commit id here says nothing.
-        git(store, ["update-index", "--force-remove", "-z", "--stdin"], stdin=b"\0".join(nested) + b"\0")
-    tree = git(store, ["write-tree"]).stdout.decode().strip()
-    commit = git(store, ["commit-tree", tree, "-m", "pi-sandbox workspace snapshot"]).stdout.decode().strip()
+    # Another repository inside the workspace: its files are its own, a commit id here says nothing.
+    # A large file the index held (it was small then) goes too.
+    removed = nested + large
+    if removed:
+        git(store, ["update-index", "--force-remove", "-z", "--stdin"], work=work, stdin=b"\0".join(removed) + b"\0")
+    index = INDEX
+    if full and large:
+        # The large files too, through a copy of the index: hashed now, not kept for the next one.
+        index = INDEX + ".full"
+        shutil.copyfile(os.path.join(store, INDEX), os.path.join(store, index))
+        git(store, ["add", "--ignore-errors", "--pathspec-from-file=-", "--pathspec-file-nul"], work=work,
+            config=config, stdin=b"".join(b":(literal)" + name + b"\0" for name in large), check=False, index=index)
+    try:
+        tree = git(store, ["write-tree"], index=index).stdout.decode().strip()
+    finally:
+        if index != INDEX:
+            os.unlink(os.path.join(store, index))
+    left = [] if full else large
+    message = "pi-sandbox workspace snapshot\n"
+    if left:
+        message += "\n" + LEFT_OUT_HEAD % limit + "\n"
+        message += "".join(json.dumps(name.decode("utf-8", "surrogateescape")) + "\n" for name in left)
+    commit = git(store, ["commit-tree", tree, "-F", "-"], stdin=message.encode()).stdout.decode().strip()
     if ref is not None:
         git(store, ["update-ref", ref, commit])
-    return commit
+    return commit, [name.decode("utf-8", "surrogateescape") for name in left]
+
+
+def left_out_of(store, commit):
+    # The files a snapshot left out, as its message names them.
+    body = git(store, ["cat-file", "commit", commit]).stdout.decode("utf-8", "surrogateescape")
+    lines = body.split("\n\n", 1)[-1].split("\n")
+    names = []
+    for i, line in enumerate(lines):
+        if re.match(r"^left out, over \d+ bytes:$", line):
+            names = [json.loads(item) for item in lines[i + 1:] if item.startswith('"')]
+    return names
+
+
+def file_max(args):
+    limit = args.get("fileMax")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise Fail("bad-argument", "not a size: %r" % (limit,))
+    return limit
+
+
+def shown(names):
+    return {"leftOut": names[:LEFT_OUT_SHOWN], "leftOutCount": len(names)}
 
 
 def printable(data):
@@ -198,11 +266,27 @@ def op_snapshot(store, args):
     ref = args.get("ref")
     if ref is not None and not REF.match(ref):
         raise Fail("bad-argument", "not a store ref: %r" % ref)
-    return {"commit": snapshot(store, args["workspace"], ref)}
+    commit, left = snapshot(store, args["workspace"], file_max(args), ref, full=args.get("full") is True)
+    return dict(shown(left), commit=commit)
 
 
 def op_resolve(store, args):
     return {"commit": commit_of(store, args["ref"])}
+
+
+def without(store, work, commit, names):
+    # The tree of commit without names: what a base that left them out is compared with.
+    index = INDEX + ".compare"
+    try:
+        git(store, ["read-tree", commit], index=index)
+        listed = b"".join(os.fsencode(name) + b"\0" for name in names)
+        git(store, ["update-index", "--force-remove", "-z", "--stdin"], work=work, stdin=listed, index=index)
+        return git(store, ["write-tree"], index=index).stdout.decode().strip()
+    finally:
+        try:
+            os.unlink(os.path.join(store, index))
+        except FileNotFoundError:
+            pass
 
 
 def op_diff(store, args):
@@ -210,21 +294,25 @@ def op_diff(store, args):
     if base is None:
         raise Fail("no-base", args["base"])
     work = args["workspace"]
-    commit = snapshot(store, work)
-    spec = [":(literal)" + args["path"]] if args.get("path") else []
-    binary = binary_paths(store, base, commit, spec)
+    commit, _left = snapshot(store, work, file_max(args), full=True)
+    path = args.get("path")
+    spec = [":(literal)" + path] if path else []
+    # What the base left out (a checkpoint's large files) has no side to compare: left out here too.
+    left = [name for name in left_out_of(store, base) if not path or name == path or name.startswith(path + "/")]
+    compared = without(store, work, commit, left) if left else commit
+    binary = binary_paths(store, base, compared, spec)
     write_attributes(store, binary)
     out = os.path.join(store, PATCH)
     with open(out, "wb") as f:
         patch = git(store, ["diff", "--binary", "-M", "--full-index", "--no-ext-diff", "--no-textconv", "--no-color",
-                            "--src-prefix=a/", "--dst-prefix=b/", base, commit, "--"] + spec, work=work).stdout
+                            "--src-prefix=a/", "--dst-prefix=b/", base, compared, "--"] + spec, work=work).stdout
         f.write(patch)
     write_attributes(store, [])
-    return {"commit": commit, "base": base, "patch": out, "bytes": len(patch), "binary": len(binary)}
+    return dict(shown(left), commit=commit, base=base, patch=out, bytes=len(patch), binary=len(binary))
 
 
 def op_bundle(store, args):
-    commit = snapshot(store, args["workspace"], "refs/pi-sandbox/export")
+    commit, _left = snapshot(store, args["workspace"], file_max(args), "refs/pi-sandbox/export", full=True)
     known = args.get("known")
     known = commit_of(store, known) if known else None
     if known == commit:

@@ -1,8 +1,21 @@
 // An instance's kept checkpoints as actions report them: read from its disk directory's records
 // (no daemon, no VM machinery), the same view for `checkpoints` and for what the daemon took.
+import { escapeControlChars } from "@pi-sandbox/config";
 import { listKept, type KeptCheckpointInfo } from "@pi-sandbox/vm/host";
 import { ControllerError } from "../errors.js";
 import type { StateLayout } from "./layout.js";
+
+/**
+ * Workspace files a checkpoint's record of the workspace left out, being larger than `overBytes`
+ * (`diff --since` it leaves them out too). Names are the guest's: escape them before printing.
+ */
+export interface WorkspaceLeftOut {
+  /** The first 100, relative to the workspace. */
+  files: string[];
+  /** How many there are. */
+  count: number;
+  overBytes: number;
+}
 
 /** A kept checkpoint as actions report it. */
 export interface CheckpointView {
@@ -17,10 +30,32 @@ export interface CheckpointView {
   kind: "disk" | "memory";
   /** Host bytes that only kept checkpoints hold (not the instance's current disk). */
   bytes: number;
+  /** Large workspace files its record of the workspace left out. */
+  leftOut?: WorkspaceLeftOut;
+}
+
+/**
+ * The files left out, in a line: `the workspace record left out 2 files over 2 MiB (diff --since
+ * leaves them out too): a.db, logs/x.log`; guest names escaped.
+ */
+export function leftOutText(left: WorkspaceLeftOut, shown = 10): string {
+  const names = left.files.slice(0, shown).map((f) => escapeControlChars(f));
+  const more = left.count > names.length ? `, and ${left.count - names.length} more` : "";
+  const over = `${+(left.overBytes / 2 ** 20).toFixed(1)} MiB`;
+  return `the workspace record left out ${left.count} file${left.count === 1 ? "" : "s"} over ${over} (diff --since leaves ${left.count === 1 ? "it" : "them"} out too): ${names.join(", ")}${more}`;
+}
+
+/** The left-out files a checkpoint's record keeps in its `extra` (the controller's own JSON), when well formed. */
+function leftOutOf(extra: unknown): WorkspaceLeftOut | undefined {
+  const left = (extra as { leftOut?: Partial<WorkspaceLeftOut> } | null | undefined)?.leftOut;
+  if (!left || !Array.isArray(left.files) || !left.files.every((f) => typeof f === "string")) return undefined;
+  if (!Number.isSafeInteger(left.count) || !Number.isSafeInteger(left.overBytes)) return undefined;
+  return { files: left.files.slice(0, 100), count: left.count!, overBytes: left.overBytes! };
 }
 
 /** A kept checkpoint as actions report it (`bytes` 0 when not measured). */
 export function checkpointView(kept: Omit<KeptCheckpointInfo, "bytes"> & { bytes?: number }): CheckpointView {
+  const leftOut = leftOutOf(kept.extra);
   return {
     id: kept.id,
     ...(kept.label !== undefined ? { label: kept.label } : {}),
@@ -28,6 +63,7 @@ export function checkpointView(kept: Omit<KeptCheckpointInfo, "bytes"> & { bytes
     createdAt: kept.createdAt,
     kind: kept.memory ? "memory" : "disk",
     bytes: kept.bytes ?? 0,
+    ...(leftOut ? { leftOut } : {}),
   };
 }
 

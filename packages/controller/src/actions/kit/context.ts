@@ -4,7 +4,7 @@
 import type { AdHocServiceSpec, ServiceStatus, ServicesResult, SupervisorClient } from "@pi-sandbox/supervisor";
 import type { EntryView } from "../../state/inspect.js";
 import type { EntryKind } from "../../state/layout.js";
-import type { CheckpointView } from "../../state/checkpoints.js";
+import type { CheckpointView, WorkspaceLeftOut } from "../../state/checkpoints.js";
 import type { PreviewLinkInfo } from "../../state/records.js";
 
 export type { CheckpointView };
@@ -60,6 +60,8 @@ export interface ForkResult {
   /** Milliseconds the source was paused (running: suspended and resumed around the copy). */
   pauseMs?: number;
   /** Each fork's start, when the caller started them (the client does, after the daemon answers). */
+  /** The kept checkpoint the forks are of (none: of the source as it was). */
+  from?: CheckpointView;
   started?: EntryView[];
 }
 
@@ -74,8 +76,11 @@ export interface BranchActions {
    * is kept first as a checkpoint of its own (`before`).
    */
   rewind(target: string): Promise<EntryView & { rewound: CheckpointView; before?: CheckpointView }>;
-  /** Copies the instance (memory too while it runs or is suspended) into new instances, not started. */
-  fork(names: readonly string[]): Promise<ForkResult>;
+  /**
+   * Copies the instance (memory too while it runs or is suspended) into new instances, not started;
+   * with `from`, its kept checkpoint of that id or label (memory too, if kept), without a pause.
+   */
+  fork(names: readonly string[], options?: { from?: string }): Promise<ForkResult>;
 }
 
 /** A services result with the instance's preview links. */
@@ -99,6 +104,8 @@ export interface WorkspacePatchBytes {
   /** The snapshot it was compared with. */
   baseCommit: string;
 }
+  /** Large files the base's record left out: the patch leaves them out too. */
+  leftOut?: WorkspaceLeftOut;
 
 /** What `workspace-export` wrote for another instance's `diff --against`. */
 export interface WorkspaceExport {
