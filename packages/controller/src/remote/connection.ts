@@ -10,7 +10,7 @@ import type { SshTarget } from "../state/contexts.js";
 import type { ProgressEvent } from "../wire.js";
 import { hello, readLines, sameVersion, versionMismatch, writeLine, type Hello, type RemoteReply } from "./protocol.js";
 import type { RemoteCall, RemoteRequest } from "./protocol.js";
-import { ensureControlDir, sshArgs, sshProgram, unreachable } from "./ssh.js";
+import { ensureControlDir, masterPid, sshArgs, sshProgram, unreachable } from "./ssh.js";
 
 /** How long the hello may take (a first ssh login included). */
 const HELLO_TIMEOUT_MS = 60_000;
@@ -25,6 +25,11 @@ interface Waiting {
 /** A connection to one context over a pair of streams (ssh's stdio, or a test's). */
 export class RemoteConnection {
   readonly context: string;
+  /**
+   * Set when this connection started the context's ssh master: the previews forwarded by an
+   * earlier one went with it, and the first call forwards them again.
+   */
+  newMaster = false;
   #output: Writable;
   #waiting = new Map<number, Waiting>();
   #nextId = 1;
@@ -176,6 +181,7 @@ export async function connectContext(
   }
   const opening = (async () => {
     const dir = await ensureControlDir(env);
+    const newMaster = (await masterPid(target, dir, env)) === undefined;
     const child = spawn(sshProgram(env), [...sshArgs(target, dir, ["-T"]), ...remoteCommand(env)], {
       stdio: ["pipe", "pipe", "pipe"],
       env,
@@ -190,6 +196,7 @@ export async function connectContext(
       }
     };
     const connection = await RemoteConnection.open(name, child.stdout, child.stdin, { hold, why: () => stderr });
+    connection.newMaster = newMaster;
     return connection;
   })();
   open.set(name, opening);

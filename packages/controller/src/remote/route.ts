@@ -70,6 +70,17 @@ export async function callThroughContext(
   }
   const { env } = options;
   const connection = await connectContext(context.name, context, env);
+  if (connection.newMaster) {
+    // A new master (the first command, or after the connection was lost): forward every running
+    // instance's previews again, as the one that went away did.
+    connection.newMaster = false;
+    await forwardPreviews(
+      await connection.request({ type: "call", action: { action: "list" }, caller: options.caller }),
+      context,
+      env,
+      options.onProgress,
+    );
+  }
   const call = (
     action: Record<string, unknown>,
     extra: { config?: { text: string; name: string }; secrets?: Record<string, string> } = {},
