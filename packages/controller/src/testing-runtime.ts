@@ -12,7 +12,7 @@ import { cp, lstat, mkdir, readFile, readdir, readlink, rm, stat, writeFile } fr
 import { join } from "node:path";
 import { JsonFilePortLeaseStore, PreviewGateway, guestVmConnector } from "@pi-sandbox/ingress";
 import { DEFAULT_AGENT_PATH, DEFAULT_AGENT_STATE_DIR, SupervisorClient } from "@pi-sandbox/supervisor";
-import { POINTER_FILE, VmError } from "@pi-sandbox/vm";
+import { POINTER_FILE, VmError, type EgressApprover, type EgressEvent, type EgressRequest } from "@pi-sandbox/vm";
 import { createLocalGuestVm, type LocalGuestVm } from "@pi-sandbox/vm/testing";
 import type { InstanceRuntime, KeepOptions, KeptCheckpoint, KeptCheckpointInfo, RuntimeVm } from "./daemon/runtime.js";
 
@@ -51,13 +51,26 @@ export interface LocalRuntime extends InstanceRuntime {
   readonly identities: string[];
   /** The checkpoints taken of running VMs, in order: whose, and when (ms since the epoch). */
   readonly checkpoints: { name: string; at: number }[];
+  /**
+   * A guest request to a host off the instance's allowedHosts, decided as the VM's egress policy
+   * would (asked of the daemon's approver, the decision told to its egress record); resolves
+   * with whether it went through. Refused when the last boot of `name` had no approver.
+   */
+  guestRequest(name: string, request: EgressRequest): Promise<boolean>;
 }
 
 /** The local runtime. `hooks` may be changed later through the returned object. */
 export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime {
   const live = new Set<LocalRuntimeVm>();
   const suspended = new Map<string, LocalRuntimeVm>();
+  const egress = new Map<string, { approve?: EgressApprover; onEgress?: (event: EgressEvent) => void }>();
   const runtime: LocalRuntime = {
+    async guestRequest(name, request) {
+      const { approve, onEgress } = egress.get(name) ?? {};
+      const verdict = approve ? await approve(request) : { allowed: false, rule: "not in allowedHosts" as const };
+      onEgress?.({ kind: "request", ...request, ...verdict });
+      return verdict.allowed;
+    },
     boots: 0,
     identities: [],
     checkpoints: [],
@@ -122,8 +135,9 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
         return { memoryBytes: 0 };
       },
     },
-    async bootVm({ name, diskDir, secrets, onProgress }) {
+    async bootVm({ name, diskDir, secrets, onProgress, onEgress, approveEgress }) {
       runtime.boots++;
+      egress.set(name, { ...(approveEgress ? { approve: approveEgress } : {}), ...(onEgress ? { onEgress } : {}) });
       const started = performance.now();
       await runtime.hooks.beforeBoot?.(name, diskDir);
       if (!(await exists(join(diskDir, POINTER_FILE)))) {

@@ -18,6 +18,7 @@ export {
   type VmLogger,
 } from "./boot/boot.js";
 export type { UpstreamOverrides } from "./egress/secret-fetch.js";
+export { isHostAllowed } from "./egress/host-patterns.js";
 export type {
   EgressApprovalRule,
   EgressApprover,

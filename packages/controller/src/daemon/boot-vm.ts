@@ -48,6 +48,8 @@ export async function bootInstanceVm(
     seedAgent: freshDisk,
     logger: state.log.child("[vm]"),
     onEgress: (event) => state.recordEgress(event),
+    // Templates are prepared unattended: only an instance's requests wait for the user.
+    ...(state.kind === "instances" ? { approveEgress: (request) => state.egress.decide(request) } : {}),
     onProgress: (message) => {
       said.add(message);
       progress({ stage: "boot", message });

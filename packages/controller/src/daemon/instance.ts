@@ -9,7 +9,7 @@ import { ControllerError, isControllerError } from "../errors.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
 import type { LedgerKind } from "../state/ledger.js";
 import type { EntryState } from "../state/records.js";
-import type { IdleReading, ProgressEvent } from "../wire.js";
+import type { Caller, IdleReading, ProgressEvent } from "../wire.js";
 import { AgentReattach } from "./agent-reattach.js";
 import { AutoCheckpoint } from "./auto-checkpoint.js";
 import { AutoSuspend } from "./auto-suspend.js";
@@ -34,12 +34,14 @@ export interface CallContext {
   signal?: AbortSignal;
   /** The host-path limits of a model's call. */
   guard?: HostGuard;
+  /** Who makes the call (default `library`). */
+  caller?: Caller;
 }
 
 /** Whether an action needs the guest (an instance that suspended itself is resumed first). */
-function needsGuest(args: Record<string, unknown> & { action: string }): boolean {
+function needsGuest(args: Record<string, unknown> & { action: string }, spec: { hostOnly?: boolean }): boolean {
   // The controller log is on the host.
-  return !(args.action === "logs" && args.service === undefined);
+  return !spec.hostOnly && !(args.action === "logs" && args.service === undefined);
 }
 
 /**
@@ -225,6 +227,8 @@ export class InstanceController {
       lifecycle: this.#lifecycle.actions(ctx.progress, (work) => this.#enqueue(work)),
       branches: this.#branches.actions(ctx.progress, (work) => this.#enqueue(work)),
       guest: this.#guest,
+      egress: this.#state.egress,
+      caller: ctx.guard ? "model" : (ctx.caller ?? "library"),
     };
     // Counted before any wake it asks for: an auto-suspend deciding now sees it and stands down.
     const ended = this.#idle.callStarted();
@@ -235,7 +239,7 @@ export class InstanceController {
         if (spec.lifecycle === "start") this.#idle.started();
         return result;
       }
-      if (needsGuest(args)) await this.#wake(args.action, ctx.progress);
+      if (needsGuest(args, spec)) await this.#wake(args.action, ctx.progress);
       return await this.#duringLife(args.action, () => spec.run(args, context));
     } finally {
       ended();

@@ -15,6 +15,7 @@ import {
 import {
   DiskStore,
   startVm,
+  type EgressApprover,
   type EgressEvent,
   type GuestVm,
   type KeepOptions,
@@ -113,8 +114,8 @@ export interface RuntimeDisks {
   /**
    * A new instance disk in `dir` sharing the layers of the disk in `sourceDir` (which must not run),
    * and its saved memory when it has one (`memoryBytes` > 0): the fork's first start resumes it.
-   */
    * With `checkpoint`, of that kept checkpoint (its memory too, if kept); the source may run.
+   */
   fork(sourceDir: string, dir: string, options?: { checkpoint?: string }): Promise<{ memoryBytes: number }>;
 }
 
@@ -155,6 +156,8 @@ export interface InstanceRuntime {
     onProgress: (message: string) => void;
     /** Each egress decision and secret use of the guest, for the ledger. */
     onEgress?: (event: EgressEvent) => void;
+    /** Asked about each request to a host off allowedHosts; absent: refused at once. */
+    approveEgress?: EgressApprover;
   }): Promise<RuntimeVm>;
   /** Installs and starts the guest agent in `vm`, for the config's workspace. */
   startAgent(
@@ -191,7 +194,18 @@ export function createVmRuntime(options: {
   const disks = new DiskStore({ stateRoot: options.stateRoot });
   return {
     disks,
-    bootVm: async ({ name, diskDir, config, secrets, mounts, seedAgent, logger, onProgress, onEgress }) => {
+    bootVm: async ({
+      name,
+      diskDir,
+      config,
+      secrets,
+      mounts,
+      seedAgent,
+      logger,
+      onProgress,
+      onEgress,
+      approveEgress,
+    }) => {
       // The image's init starts the agent daemon startAgent attaches to, when the disk holds it or
       // (a new disk) from the seed shared read-only here. Not with secrets: Gondolin gives their
       // placeholders to each exec's environment, not to the guest's init, so only a daemon started
@@ -216,6 +230,7 @@ export function createVmRuntime(options: {
         diskStore: disks,
         onProgress,
         ...(onEgress ? { onEgress } : {}),
+        ...(approveEgress ? { approveEgress } : {}),
         ...(options.allowedInternalHosts ? { allowedInternalHosts: options.allowedInternalHosts } : {}),
         ...(options.upstream ? { upstream: options.upstream } : {}),
       });

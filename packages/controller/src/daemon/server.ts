@@ -150,6 +150,7 @@ export async function runDaemon(
             writeJsonLine(socket, { id: message.id, type: "progress", event });
           },
           signal: gone.signal,
+          caller,
         })
         .finally(() => socket.off("close", onClose))
         .catch((error: unknown) => {

@@ -1,8 +1,7 @@
 // The state one instance's daemon holds, shared by its lifecycle and guest operations: what runs
 // (VM, agent, previews), the status it last wrote, and the errors kept for inspect.
 
-import { mkdir, rename, rm } from "node:fs/promises";
-import { dirname } from "node:path";
+import { rm } from "node:fs/promises";
 import { isConfigError } from "@pi-sandbox/config";
 import { isImageError } from "@pi-sandbox/image";
 import { isIngressError, type PreviewGateway, type TcpConnectable } from "@pi-sandbox/ingress";
@@ -11,9 +10,11 @@ import { isVmError, type EgressEvent } from "@pi-sandbox/vm";
 import { ControllerError, isControllerError } from "../errors.js";
 import { inspectEntry, type EntryView } from "../state/inspect.js";
 import type { EntryKind, StateLayout } from "../state/layout.js";
-import { writeStatus, type EntryState, type EntryStatus, type RecordedError } from "../state/records.js";
+import { readRecord, writeStatus, type EntryState, type EntryStatus, type RecordedError } from "../state/records.js";
 import { Ledger, type LedgerKind } from "../state/ledger.js";
+import { keepDestroyedLedger } from "../state/ledger-keep.js";
 import type { DaemonLogger } from "../log.js";
+import { EgressApprovals } from "./egress-approvals.js";
 import type { RuntimeVm } from "./runtime.js";
 
 /**
@@ -95,12 +96,16 @@ export class InstanceState {
   readonly finished: Promise<void>;
   #finish!: () => void;
 
+  /** The guest's requests held for the user's answer, and the answers (instances only ask). */
+  readonly egress: EgressApprovals;
+
   constructor(
     readonly layout: StateLayout,
     readonly kind: EntryKind,
     readonly name: string,
     readonly log: DaemonLogger,
   ) {
+    this.egress = new EgressApprovals({ layout, name, record: (k, data) => this.record(k, data) });
     this.finished = new Promise((resolve) => {
       this.#finish = () => {
         this.exiting = true;
@@ -110,15 +115,15 @@ export class InstanceState {
   }
 
   #ledger: Ledger | undefined;
-  /** Where the ledger is: the entry's, or after a destroy where it was kept. */
-  #ledgerDir: string | undefined;
+  /** Where the ledger is: the entry's, or after a destroy where it was kept (null: not kept). */
+  #ledgerDir: string | null | undefined;
 
   /**
    * Appends to the entry's ledger (opened at its first entry). Recording never fails the work it
    * records: a failure is logged (the entry directory removed, a full disk) and the work goes on.
    */
   record(kind: LedgerKind, data: Record<string, unknown>): void {
-    if (LEDGER_OFF) return;
+    if (LEDGER_OFF || this.#ledgerDir === null) return;
     try {
       this.#ledger ??= Ledger.open(this.#ledgerDir ?? this.layout.ledgerDir(this.kind, this.name));
       this.#ledger.append(kind, data);
@@ -135,24 +140,18 @@ export class InstanceState {
   }
 
   /**
-   * Moves the ledger out of the entry directory before a destroy removes it, under the time of the
-   * destroy, its last entry saying so; returns where it went (undefined when there was none).
+   * Moves the ledger out of the entry directory before a destroy removes it, its last entry saying
+   * so, to be kept as long as the config says (state/ledger-keep.ts); returns where it went
+   * (undefined when it is not kept, or there was none).
    */
   async keepLedger(): Promise<string | undefined> {
-    const from = this.layout.ledgerDir(this.kind, this.name);
-    this.record("lifecycle", { state: "destroyed" });
+    const days = (await readRecord(this.layout, this.kind, this.name).catch(() => undefined))?.config.ledger
+      ?.keepDestroyedDays;
+    if (days !== 0) this.record("lifecycle", { state: "destroyed" });
     this.#ledger = undefined;
-    const stamp = new Date().toISOString().replace(/[-:.]/g, "");
-    const to = this.layout.keptLedgerDir(this.kind, this.name, stamp);
-    await mkdir(dirname(to), { recursive: true, mode: 0o700 });
-    try {
-      await rename(from, to);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-      throw error;
-    }
-    // What the daemon still records (the destroy's own answer) goes after it there.
-    this.#ledgerDir = to;
+    const to = await keepDestroyedLedger(this.layout, this.kind, this.name, days);
+    // What the daemon still records (the destroy's own answer) goes after it there, or nowhere.
+    this.#ledgerDir = to ?? null;
     return to;
   }
 

@@ -183,7 +183,30 @@ export class StateLayout {
   keptLedgerDir(kind: EntryKind, name: string, stamp: string): string {
     assertName(name);
     if (!/^[0-9TZ]+$/.test(stamp)) throw new ControllerError("CONTROLLER_BAD_INPUT", "not a ledger time stamp");
-    return join(this.root, "ledgers", kind, `${name}.${stamp}`);
+    return join(this.keptLedgersDir(kind), `${name}.${stamp}`);
+  }
+
+  /** Where the ledgers of destroyed entries of `kind` are kept (see keptLedgerDir). */
+  keptLedgersDir(kind: EntryKind): string {
+    return join(this.root, "ledgers", kind);
+  }
+
+  /**
+   * The hosts the user allowed an instance to reach beyond its allowedHosts (state/egress.ts):
+   * host state, never in any sandbox.yaml, written only on the user's answer.
+   */
+  egressGrantsFile(name: string): string {
+    return join(this.entryDir("instances", name), "egress-grants.json");
+  }
+
+  /** The requests an instance's daemon holds for the user's answer, rewritten as they come and go. */
+  egressAsksFile(name: string): string {
+    return join(this.entryDir("instances", name), "egress-asks.json");
+  }
+
+  /** Who can answer an instance's egress asks now: one file per Pi session or dashboard, touched while it looks. */
+  egressAnswerersDir(name: string): string {
+    return join(this.entryDir("instances", name), "egress-answerers");
   }
 
   /** Directory owned by the vm package's disk store. */

@@ -115,7 +115,11 @@ export type EgressApprovalRule =
   /** Nobody who could answer was there: refused at once. */
   | "nobody to ask"
   /** Nobody answered in time. */
-  | "no answer in time";
+  | "no answer in time"
+  /** So many other hosts wait for an answer already that this one is not asked about. */
+  | "too many waiting"
+  /** Not a host a user could be asked about (no plain name or address): refused as without an approver. */
+  | "not in allowedHosts";
 
 /** An approver's answer about one request. */
 export interface EgressVerdict {

@@ -6,6 +6,7 @@ import type { EntryView } from "../../state/inspect.js";
 import type { EntryKind } from "../../state/layout.js";
 import type { CheckpointView, WorkspaceLeftOut } from "../../state/checkpoints.js";
 import type { PreviewLinkInfo } from "../../state/records.js";
+import type { Caller } from "../../wire.js";
 
 export type { CheckpointView };
 
@@ -59,9 +60,9 @@ export interface ForkResult {
   forks: { name: string; kind: "memory" | "disk" }[];
   /** Milliseconds the source was paused (running: suspended and resumed around the copy). */
   pauseMs?: number;
-  /** Each fork's start, when the caller started them (the client does, after the daemon answers). */
   /** The kept checkpoint the forks are of (none: of the source as it was). */
   from?: CheckpointView;
+  /** Each fork's start, when the caller started them (the client does, after the daemon answers). */
   started?: EntryView[];
 }
 
@@ -103,9 +104,9 @@ export interface WorkspacePatchBytes {
   commit: string;
   /** The snapshot it was compared with. */
   baseCommit: string;
-}
   /** Large files the base's record left out: the patch leaves them out too. */
   leftOut?: WorkspaceLeftOut;
+}
 
 /** What `workspace-export` wrote for another instance's `diff --against`. */
 export interface WorkspaceExport {
@@ -161,4 +162,25 @@ export interface GuestActions {
   }): Promise<WorkspacePatchBytes>;
   /** Writes a git bundle of the workspace now to new host file `to`, leaving out what commit `known` holds. */
   exportWorkspace(to: string, options: { known?: string; signal?: AbortSignal }): Promise<WorkspaceExport>;
+}
+
+/** The user's answer to a held egress request: this request, this host for this instance, or no. */
+export type EgressAnswer = "once" | "instance" | "deny";
+
+/** What an egress answer did. */
+export interface EgressAnswered {
+  name: string;
+  /** The host or `*.` pattern answered about, lower case. */
+  host: string;
+  answer: EgressAnswer;
+  /** The hosts whose held requests it settled, with how many requests each. */
+  answered: { host: string; requests: number }[];
+  /** Set when the host is now allowed for this instance (kept in its host state). */
+  granted?: true;
+}
+
+/** Egress approvals of the running instance (daemon/egress-approvals.ts). */
+export interface EgressActions {
+  /** The user's answer about `host` (a name or `*.` pattern); `by` is who gave it. */
+  answer(host: string, answer: EgressAnswer, by: Caller): Promise<EgressAnswered>;
 }

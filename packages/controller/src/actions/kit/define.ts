@@ -10,8 +10,8 @@ import { ControllerError, type ControllerErrorOptions } from "../../errors.js";
 import type { EntryView } from "../../state/inspect.js";
 import type { EntryKind, StateLayout } from "../../state/layout.js";
 import type { HostGuard } from "../../host-guard.js";
-import type { ProgressEvent } from "../../wire.js";
-import type { BranchActions, GuestActions, LifecycleActions } from "./context.js";
+import type { Caller, ProgressEvent } from "../../wire.js";
+import type { BranchActions, EgressActions, GuestActions, LifecycleActions } from "./context.js";
 
 /** One argument of an action, as documented in help. */
 export interface ArgumentDoc {
@@ -89,6 +89,10 @@ export interface DaemonContext {
   branches: BranchActions;
   /** Guest actions; each throws CONTROLLER_NOT_RUNNING when no VM runs. */
   guest: GuestActions;
+  /** Answers to the guest's held egress requests. */
+  egress: EgressActions;
+  /** Who makes the call (a model's call carries a guard, whatever its client says). */
+  caller: Caller;
 }
 
 /** Parsed command-line input of one subcommand. */
@@ -179,6 +183,8 @@ interface ActionBase<Name extends string, Schema extends v.GenericSchema, Result
   long?: boolean;
   /** Refused to models; reachable from the CLI and `/sandbox` only. */
   userOnly?: boolean;
+  /** Answered by the daemon on the host alone: never resumes an instance that suspended itself. */
+  hostOnly?: boolean;
   /** A model's call needs the user's yes: it cannot be undone (destroy). */
   irreversible?: boolean;
   /**

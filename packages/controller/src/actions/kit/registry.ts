@@ -7,6 +7,7 @@ import { checkpoint, checkpointRm, checkpoints, rewind } from "../checkpoints.js
 import { contextAdd, contextList, contextRm, contextUse } from "../context.js";
 import { dashboard } from "../dashboard.js";
 import { doctor } from "../doctor.js";
+import { egress, egressApprove, egressDeny, egressRevoke } from "../egress.js";
 import { exec, execKill, execStatus } from "../exec.js";
 import { fork } from "../fork.js";
 import { download, upload } from "../copy.js";
@@ -43,6 +44,10 @@ export const ACTIONS = [
   rewind,
   audit,
   auditVerify,
+  egress,
+  egressApprove,
+  egressDeny,
+  egressRevoke,
   exec,
   execStatus,
   execKill,
@@ -106,4 +111,4 @@ export function findCliAction(command: string): ActionSpec | undefined {
 }
 
 /** Commands written as two words on the command line: `image build` is the action `image-build`. */
-export const COMMAND_GROUPS: readonly string[] = ["image", "checkpoint", "audit", "context"];
+export const COMMAND_GROUPS: readonly string[] = ["image", "checkpoint", "audit", "context", "egress"];

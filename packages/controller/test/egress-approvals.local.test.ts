@@ -1,0 +1,188 @@
+// Egress approvals through the client and a real (in-process) daemon over the local runtime: a
+// guest request to a host off allowedHosts is refused at once with nobody to ask, held while an
+// answerer (a Pi session, a dashboard) looks, and let through or refused by the user's answer;
+// a host allowed for the instance is kept on the host (never in YAML), revoked, and the model can
+// answer nothing. Every decision and answer is in the ledger; `egress` counts them per host.
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { callAction } from "../src/client/index.js";
+import { EgressApprovals, EGRESS_HELD_HOSTS_MAX } from "../src/daemon/egress-approvals.js";
+import { dropAnswerer, markAnswerer, readAsks } from "../src/state/egress.js";
+import { StateLayout } from "../src/state/layout.js";
+import { createLocalRuntime, type LocalRuntime } from "../src/testing.js";
+import { inProcessDaemons, type InProcessDaemons } from "./support/in-process-daemon.js";
+import type { Loose } from "./support/local-daemon.js";
+
+let dir: string;
+let env: NodeJS.ProcessEnv;
+let layout: StateLayout;
+let daemons: InProcessDaemons;
+let runtime: LocalRuntime;
+
+const call = (action: Loose, via: "cli" | "pi" | "dashboard" = "cli") =>
+  callAction(action, { env, cwd: dir, via }) as Promise<Loose>;
+const request = (host: string) => ({ host, port: 443, protocol: "https" as const, method: "GET" });
+
+/** Resolves once the daemon has published an ask for `host`. */
+async function asked(host: string): Promise<Loose> {
+  for (;;) {
+    const ask = (await readAsks(layout, "web")).find((a) => a.host === host);
+    if (ask) return ask as unknown as Loose;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), "pisb-egress-"));
+  env = { ...process.env, PI_SANDBOX_HOME: join(dir, "state") };
+  layout = new StateLayout(env.PI_SANDBOX_HOME!);
+  await layout.ensurePrivate();
+  await writeFile(
+    join(dir, "sandbox.yaml"),
+    "version: 1\nprofile: tiny\ndiskGiB: 4\nnetwork:\n  allowedHosts: [api.example.com]\n",
+  );
+  daemons = inProcessDaemons(layout);
+  runtime = createLocalRuntime();
+  await daemons.start("web", runtime);
+  await call({ action: "create", name: "web", config: "sandbox.yaml" });
+});
+
+afterAll(async () => {
+  await call({ action: "stop", name: "web" }).catch(() => undefined);
+  await daemons.exited();
+  await rm(dir, { recursive: true, force: true });
+});
+
+test("with nobody to ask a request is refused at once; with Pi looking it waits for the user's answer", async () => {
+  const started = Date.now();
+  await expect(runtime.guestRequest("web", request("nobody.example.org"))).resolves.toBe(false);
+  expect(Date.now() - started).toBeLessThan(2000);
+
+  await markAnswerer(layout, "web", "pi", "session-1");
+  const once = runtime.guestRequest("web", request("once.example.org"));
+  const second = runtime.guestRequest("web", request("once.example.org"));
+  const ask = await asked("once.example.org");
+  expect(ask).toMatchObject({ host: "once.example.org", port: 443, protocol: "https", method: "GET" });
+  await expect(call({ action: "egress", name: "web" })).resolves.toMatchObject({
+    waiting: [{ host: "once.example.org", waiting: 2 }],
+  });
+  // Answering a host nothing waits for once is an error that says what to do.
+  await expect(
+    call({ action: "egress-approve", name: "web", host: "other.example.org", once: true }),
+  ).rejects.toMatchObject({
+    code: "CONTROLLER_EGRESS_NOT_WAITING",
+  });
+  const answered = await call({ action: "egress-approve", name: "web", host: "once.example.org", once: true }, "pi");
+  expect(answered).toMatchObject({ answer: "once", answered: [{ host: "once.example.org", requests: 2 }] });
+  expect(answered.granted).toBeUndefined();
+  await expect(once).resolves.toBe(true);
+  await expect(second).resolves.toBe(true);
+  expect(await readAsks(layout, "web")).toEqual([]);
+
+  // Once is once: the next request waits again, and a deny refuses it (and the host for a minute).
+  const denied = runtime.guestRequest("web", request("once.example.org"));
+  await asked("once.example.org");
+  await call({ action: "egress-deny", name: "web", host: "once.example.org" }, "dashboard");
+  await expect(denied).resolves.toBe(false);
+  await expect(runtime.guestRequest("web", request("once.example.org"))).resolves.toBe(false);
+  await dropAnswerer(layout, "web", "pi", "session-1");
+});
+
+test("allowed for the instance, a host is kept on the host (never in YAML) until revoked", async () => {
+  await markAnswerer(layout, "web", "dashboard", "d1");
+  const held = runtime.guestRequest("web", request("registry.example.net"));
+  await asked("registry.example.net");
+  await call({ action: "egress-approve", name: "web", host: "registry.example.net" }, "dashboard");
+  await expect(held).resolves.toBe(true);
+  await dropAnswerer(layout, "web", "dashboard", "d1");
+  // With nobody to ask now, the grant still lets it through; a wildcard granted ahead of time too.
+  await expect(runtime.guestRequest("web", request("registry.example.net"))).resolves.toBe(true);
+  await call({ action: "egress-approve", name: "web", host: "*.cdn.example.net" });
+  await expect(runtime.guestRequest("web", request("a.cdn.example.net"))).resolves.toBe(true);
+  const view = await call({ action: "egress", name: "web" });
+  expect(view.grants).toEqual([
+    { host: "registry.example.net", at: expect.any(String), by: "dashboard" },
+    { host: "*.cdn.example.net", at: expect.any(String), by: "cli" },
+  ]);
+  const yaml = await readFile(join(dir, "sandbox.yaml"), "utf8");
+  expect(yaml).not.toContain("registry.example.net");
+  const record = await readFile(layout.recordFile("instances", "web"), "utf8");
+  expect(record).not.toContain("registry.example.net");
+
+  await expect(call({ action: "egress-revoke", name: "web", host: "registry.example.net" })).resolves.toMatchObject({
+    revoked: true,
+  });
+  await expect(runtime.guestRequest("web", request("registry.example.net"))).resolves.toBe(false);
+  await expect(call({ action: "egress-revoke", name: "web", host: "registry.example.net" })).rejects.toMatchObject({
+    code: "CONTROLLER_EGRESS_NO_GRANT",
+  });
+});
+
+test("the model can answer nothing, and a host the user could not type is never asked about", async () => {
+  for (const action of [
+    { action: "egress-approve", name: "web", host: "evil.example.org" },
+    { action: "egress-deny", name: "web", host: "evil.example.org" },
+    { action: "egress-revoke", name: "web", host: "*.cdn.example.net" },
+  ]) {
+    await expect(callAction(action, { env, cwd: dir, caller: "model" })).rejects.toMatchObject({
+      code: "CONTROLLER_USER_ONLY",
+    });
+  }
+  await markAnswerer(layout, "web", "pi", "session-2");
+  await expect(runtime.guestRequest("web", request("under_score.example.org"))).resolves.toBe(false);
+  await expect(runtime.guestRequest("web", request("x".repeat(300)))).resolves.toBe(false);
+  expect(await readAsks(layout, "web")).toEqual([]);
+  await dropAnswerer(layout, "web", "pi", "session-2");
+});
+
+test("egress counts each host's decisions from the ledger, which holds every answer with who gave it", async () => {
+  const view = await call({ action: "egress", name: "web" });
+  const byHost = Object.fromEntries((view.hosts as Loose[]).map((t) => [t.host, [t.allowed, t.denied, t.lastRule]]));
+  expect(byHost).toMatchObject({
+    "nobody.example.org": [0, 1, "nobody to ask"],
+    "once.example.org": [2, 2, "denied by the user"],
+    "registry.example.net": [2, 1, "nobody to ask"],
+    "a.cdn.example.net": [1, 0, "approved for this instance"],
+  });
+  const audit = await call({ action: "audit", name: "web", kind: ["trust"], last: 100 });
+  // (The model's refused calls are trust entries too: the controller's no.)
+  const answers = (audit.entries as Loose[])
+    .filter((e) => String(e.data.asked[0]).startsWith("let web reach"))
+    .map((e) => [e.data.answer, e.data.by, e.data.couldAnswer]);
+  expect(answers).toEqual([
+    ["approved once", "pi", ["pi"]],
+    ["denied by the user", "dashboard", ["pi"]],
+    ["approved for this instance", "dashboard", ["dashboard"]],
+    ["approved for this instance", "cli", undefined],
+  ]);
+});
+
+test("a request nobody answers is refused at the deadline; too many hosts at once are not all asked", async () => {
+  const records: Loose[] = [];
+  let now = 0;
+  const approvals = new EgressApprovals({
+    layout,
+    name: "web",
+    record: (kind, data) => records.push({ kind, data }),
+    holdMs: 50,
+    now: () => now,
+  });
+  await markAnswerer(layout, "web", "pi", "session-3");
+  now = Date.now();
+  await expect(approvals.decide(request("late.example.org"))).resolves.toEqual({
+    allowed: false,
+    rule: "no answer in time",
+  });
+  expect(records).toEqual([{ kind: "trust", data: expect.objectContaining({ answer: "none", by: "nobody" }) }]);
+  const patient = new EgressApprovals({ layout, name: "web", record: () => undefined });
+  const held = Array.from({ length: EGRESS_HELD_HOSTS_MAX }, (_, i) => patient.decide(request(`h${i}.example.org`)));
+  while ((await readAsks(layout, "web")).length < EGRESS_HELD_HOSTS_MAX) await new Promise((r) => setTimeout(r, 10));
+  await expect(patient.decide(request("one-more.example.org"))).resolves.toEqual({
+    allowed: false,
+    rule: "too many waiting",
+  });
+  patient.close();
+  await expect(Promise.all(held)).resolves.toEqual(held.map(() => ({ allowed: false, rule: "no answer in time" })));
+  await dropAnswerer(layout, "web", "pi", "session-3");
+});
