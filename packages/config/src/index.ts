@@ -23,6 +23,7 @@ export type {
   MountConfig,
   IdleConfig,
   CheckpointConfig,
+  LedgerConfig,
   Platform,
 } from "./types.js";
 

@@ -66,6 +66,8 @@ export const LIMITS = Object.freeze({
   checkpointKeepMax: 500,
   /** Largest `checkpoint.keepGiB`. */
   checkpointKeepGiBMax: 4096,
+  /** Most days `ledger.keepDestroyed` may keep a destroyed instance's ledger (100 years; `forever` has no end). */
+  ledgerKeepDaysMax: 36_500,
 } as const);
 
 /** The shape of {@link LIMITS}. */

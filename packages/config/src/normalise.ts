@@ -124,6 +124,8 @@ export function normaliseConfig(input: SandboxConfigInput, sourcePath: string | 
   };
   if (input.image !== undefined) config.image = imageRef(input.image, sourcePath);
   if (input.idle !== undefined) config.idle = { suspendAfterMs: parseDuration(input.idle.suspendAfter) ?? 0 };
+  const keep = input.ledger?.keepDestroyed;
+  if (keep !== undefined) config.ledger = { keepDestroyedDays: keep === "forever" ? null : keep === "off" ? 0 : keep };
   return config;
 }
 

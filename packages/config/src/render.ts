@@ -80,6 +80,8 @@ export function renderConfig(config: SandboxConfig): string {
   if (checkpoint?.keep !== undefined) rendered.keep = checkpoint.keep;
   if (checkpoint?.keepGiB !== undefined) rendered.keepGiB = checkpoint.keepGiB;
   if (Object.keys(rendered).length > 0) out.checkpoint = rendered;
+  const keep = config.ledger?.keepDestroyedDays;
+  if (keep !== undefined) out.ledger = { keepDestroyed: keep === null ? "forever" : keep === 0 ? "off" : keep };
   const services = Object.values(config.services);
   if (services.length > 0)
     out.services = Object.fromEntries(services.map((service) => [service.name, renderService(service)]));

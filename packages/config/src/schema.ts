@@ -19,6 +19,7 @@ import { markedKeys, marksOf, reaches, reachesNothing, type ConfigReach, type Ho
 import type { SandboxConfig } from "./types.js";
 import { checkpointSchema } from "./schema-checkpoint.js";
 import { idleSchema } from "./schema-idle.js";
+import { ledgerSchema } from "./schema-ledger.js";
 import { mountSchema, secretName, secretSchema } from "./schema-secrets-mounts.js";
 
 export { AMP_EMAIL_PLACEHOLDER, ENV_NAME_PATTERN, HOST_PATTERN, PREVIEW_URL_PATTERN } from "./schema-checks.js";
@@ -338,6 +339,7 @@ export const sandboxConfigSchema = v.pipe(
     ),
     idle: v.optional(idleSchema),
     checkpoint: v.optional(checkpointSchema),
+    ledger: v.optional(ledgerSchema),
     services: v.optional(
       v.pipe(
         v.record(

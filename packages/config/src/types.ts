@@ -144,6 +144,12 @@ export interface CheckpointConfig {
   keepGiB?: number;
 }
 
+/** `ledger`: what becomes of the instance's ledger. */
+export interface LedgerConfig {
+  /** Days a destroyed instance's ledger is kept; null: forever; 0: not kept (`off`). */
+  keepDestroyedDays: number | null;
+}
+
 /** A validated sandbox.yaml with every default applied. Plain data: safe to serialise. */
 export interface SandboxConfig {
   /** Schema version; always 1. */
@@ -173,6 +179,8 @@ export interface SandboxConfig {
   idle?: IdleConfig;
   /** Automatic disk checkpoints while it runs (default every 5 min of activity). */
   checkpoint: CheckpointConfig;
+  /** `ledger` when written; absent: a destroyed instance's ledger is kept forever. */
+  ledger?: LedgerConfig;
   /** Declared services by name, in declaration order. */
   services: Record<string, ServiceConfig>;
   /** Names of the services that run on the guest, in the order to start them. */

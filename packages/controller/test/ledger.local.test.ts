@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { callAction } from "../src/client/index.js";
 import { entryLine } from "../src/actions/audit.js";
 import { StateLayout } from "../src/state/layout.js";
+import { pruneKeptLedgers } from "../src/state/ledger-keep.js";
 import { createLocalRuntime } from "../src/testing.js";
 import { inProcessDaemons, type InProcessDaemons } from "./support/in-process-daemon.js";
 import type { Loose } from "./support/local-daemon.js";
@@ -242,4 +243,38 @@ test("a destroyed instance's ledger is kept: audit reads it, its last entry the 
   ]);
   expect(await readdir(layout.kindDir("instances")).catch(() => [])).toEqual([]);
   expect((await call({ action: "audit-verify", name: "web" })).ok).toBe(true);
+});
+
+test("ledger.keepDestroyed: off keeps nothing after the destroy; a number of days keeps it until a later destroy after that", async () => {
+  const config = (keep: string) => {
+    const path = join(dir, `keep-${keep}.yaml`);
+    return writeFile(path, `version: 1\nprofile: tiny\ndiskGiB: 4\nledger:\n  keepDestroyed: ${keep}\n`).then(
+      () => path,
+    );
+  };
+  await daemons.start("brief", createLocalRuntime());
+  await call({ action: "create", name: "brief", config: await config("off") });
+  await call({ action: "exec", name: "brief", cmd: "true" });
+  await call({ action: "destroy", name: "brief", confirm: "brief" });
+  await expect(call({ action: "audit", name: "brief" })).rejects.toMatchObject({ code: "CONTROLLER_NOT_FOUND" });
+  expect((await readdir(layout.keptLedgersDir("instances"))).filter((n) => n.startsWith("brief."))).toEqual([]);
+
+  await daemons.start("week", createLocalRuntime());
+  await call({ action: "create", name: "week", config: await config("7") });
+  await call({ action: "destroy", name: "week", confirm: "week" });
+  const kept = (await call({ action: "audit", name: "week" })) as Loose;
+  expect(kept.entries.at(-1).data).toMatchObject({ action: "destroy", outcome: "ok" });
+  const [keptDir] = (await readdir(layout.keptLedgersDir("instances"))).filter((n) => n.startsWith("week."));
+  const until = Date.parse(
+    await readFile(join(layout.keptLedgersDir("instances"), keptDir!, "keep-until"), "utf8").then((t) => t.trim()),
+  );
+  expect(until - Date.now()).toBeGreaterThan(6.9 * 24 * 3_600_000);
+  expect(until - Date.now()).toBeLessThanOrEqual(7 * 24 * 3_600_000);
+  // Eight days later, the next destroy removes it; one kept forever (web's, above) stays.
+  expect(await pruneKeptLedgers(layout, "instances", new Date(until - 1000))).toEqual([]);
+  expect(await pruneKeptLedgers(layout, "instances", new Date(until + 24 * 3_600_000))).toEqual([
+    join(layout.keptLedgersDir("instances"), keptDir!),
+  ]);
+  await expect(call({ action: "audit", name: "week" })).rejects.toMatchObject({ code: "CONTROLLER_NOT_FOUND" });
+  expect((await call({ action: "audit", name: "web" })).destroyed).toBeDefined();
 });

@@ -2,7 +2,6 @@
 // lifecycle, execs, file transfers), `audit-verify` checks its hash chain. Both read the files on
 // the host (state/ledger.ts); a destroyed instance's ledger is kept and read the same way.
 import { readdir } from "node:fs/promises";
-import { join } from "node:path";
 import * as v from "valibot";
 import { ControllerError } from "../errors.js";
 import type { StateLayout } from "../state/layout.js";
@@ -22,7 +21,7 @@ const DEFAULT_LAST = 50;
  */
 async function ledgerOf(layout: StateLayout, instance: string): Promise<{ dir: string; destroyed?: string }> {
   if (await readRecord(layout, "instances", instance)) return { dir: layout.ledgerDir("instances", instance) };
-  const keptRoot = join(layout.root, "ledgers", "instances");
+  const keptRoot = layout.keptLedgersDir("instances");
   const kept = (await readdir(keptRoot).catch(() => [] as string[]))
     .filter((n) => n.startsWith(`${instance}.`) && /^[0-9TZ]+$/.test(n.slice(instance.length + 1)))
     .sort();
