@@ -3,11 +3,11 @@
 // upload), the instance's disk is kept as a checkpoint labelled with the run's user message
 // (branch-points.ts says what a label means and how a point finds its checkpoint). /tree to another
 // point keeps the state at the tip it leaves and offers to rewind the instance to that point's
-// checkpoint; /fork and /clone offer to fork the attached instance for the new session, which is
-// then attached to the fork. Without a UI (print and JSON modes) nothing is asked, rewound or
-// forked, and only the attached instance gets checkpoints.
+// checkpoint; /fork and /clone offer to fork the attached instance for the new session, as it was at
+// the point that session starts from (session-forks.ts), which is then attached to the fork.
+// Without a UI (print and JSON modes) nothing is asked, rewound or forked, and only the attached
+// instance gets checkpoints.
 
-import { randomBytes } from "node:crypto";
 import type {
   ExtensionAPI,
   ExtensionContext,
@@ -30,12 +30,13 @@ import {
   type TreeEntry,
 } from "./branch-points.js";
 import { peekAction } from "./input.js";
+import { SessionForks } from "./session-forks.js";
 import type { SandboxDependencies } from "./tool.js";
+
+export { FORK_CHOICES } from "./session-forks.js";
 
 /** The choices /tree offers when the point it goes to has a checkpoint. */
 export const REWIND_CHOICES = ["rewind the environment", "keep the environment as it is"] as const;
-/** The choices /fork and /clone offer while attached. */
-export const FORK_CHOICES = ["fork the environment", "keep the environment as it is"] as const;
 
 /** Pi's tools that may change an attached instance (read, grep, find and ls only look). */
 const CHANGING_TOOLS = new Set(["bash", "write", "edit"]);
@@ -61,18 +62,6 @@ const LOOKING_ACTIONS = new Set([
 ]);
 /** Most instances /tree looks at (the attached one first). */
 const TREE_INSTANCES_MAX = 8;
-/** How long a fork made for /fork waits for the new session to take it over. */
-const HANDOFF_MS = 10 * 60_000;
-const HANDOFF_KEY = Symbol.for("pi-sandbox.fork-handoff");
-
-/** A fork made for the session /fork or /clone is making; the new runtime attaches to it. */
-interface ForkHandoff {
-  source: string;
-  fork: string;
-  at: number;
-}
-
-const handoffs = globalThis as unknown as Record<typeof HANDOFF_KEY, ForkHandoff | undefined>;
 
 /** What the extension knows about one instance's state against its checkpoints. */
 interface Track {
@@ -86,11 +75,6 @@ interface Track {
   failure?: string;
 }
 
-/** A fork name: `<name>-<6 hex>`, within the 40 characters an instance name may have. */
-export function forkNameFor(name: string): string {
-  return `${name.slice(0, 33)}-${randomBytes(3).toString("hex")}`;
-}
-
 function entriesOf(ctx: ExtensionContext): TreeEntry[] {
   return ctx.sessionManager.getEntries() as unknown as TreeEntry[];
 }
@@ -102,12 +86,26 @@ export class EnvironmentBranches {
   #runStart: string | null | undefined;
   /** Instances already handled in the current run (one checkpoint per run and instance). */
   #runDone = new Set<string>();
+  /** /fork and /clone (session-forks.ts). */
+  readonly #forks: SessionForks;
 
   constructor(
-    private readonly pi: ExtensionAPI,
+    pi: ExtensionAPI,
     private readonly deps: SandboxDependencies,
     private readonly attachments: Attachments,
-  ) {}
+  ) {
+    this.#forks = new SessionForks(pi, attachments, this);
+  }
+
+  /** /fork and /clone: asks whether the new session gets a fork of the attached instance. */
+  beforeFork(event: SessionBeforeForkEvent, ctx: ExtensionContext): Promise<SessionBeforeForkResult | undefined> {
+    return this.#forks.beforeFork(event, ctx);
+  }
+
+  /** On session_start: a session /fork or /clone made gets its fork; true when that took the attach over. */
+  sessionStarted(event: SessionStartEvent, ctx: ExtensionContext): Promise<boolean> {
+    return this.#forks.sessionStarted(event, ctx);
+  }
 
   #track(name: string): Track {
     let track = this.#tracks.get(name);
@@ -327,49 +325,32 @@ export class EnvironmentBranches {
     }
   }
 
-  /** /fork and /clone: asks whether the new session gets a fork of the attached instance. */
-  async beforeFork(event: SessionBeforeForkEvent, ctx: ExtensionContext): Promise<SessionBeforeForkResult | undefined> {
-    const name = this.attachments.name;
-    if (!ctx.hasUI || name === undefined) return undefined;
-    const now = event.position === "at" ? "" : " (as it is now, with what later turns changed)";
-    const choice = await ctx.ui.select(
-      escapeControlChars(
-        `Fork the environment ${name} for the new session${now}? Without a fork, both sessions work in ${name}.`,
-      ),
-      [...FORK_CHOICES],
-    );
-    if (choice !== FORK_CHOICES[0]) return undefined;
-    const fork = forkNameFor(name);
-    tellUser(ctx, `Forking ${name} into ${fork} for the new session…`, "info");
+  /**
+   * The checkpoint holding `name` at `point` (a leaf id; null: before the first entry), for /fork:
+   * undefined when the instance is there now (the leaf, or nothing ran since that checkpoint), null
+   * when no checkpoint holds it or the list cannot be read.
+   */
+  async checkpointAt(
+    name: string,
+    point: string | null,
+    ctx: ExtensionContext,
+  ): Promise<{ id: string; what: string } | null | undefined> {
+    if (point === ctx.sessionManager.getLeafId()) return undefined;
+    let found;
     try {
-      await this.attachments.holding(name, () => this.#call({ action: "fork", name, names: [fork] }, ctx));
-    } catch (error) {
-      tellUser(ctx, `${describeError(error)}\nNo new session was made.`, "error");
-      return { cancel: true };
+      found = resolvePoint(entriesOf(ctx), await this.#list(name, ctx), point);
+    } catch {
+      return null;
     }
-    handoffs[HANDOFF_KEY] = { source: name, fork, at: Date.now() };
-    return undefined;
+    if (!found) return null;
+    const track = this.#track(name);
+    if (!track.changed && track.last === found.checkpoint.id) return undefined;
+    return { id: found.checkpoint.id, what: describeLabel(entriesOf(ctx), found.checkpoint.label) };
   }
 
-  /**
-   * On session_start: a session that /fork or /clone made with a forked environment attaches to
-   * the fork. Returns true when it took the session's attach over (nothing else to restore).
-   */
-  async sessionStarted(event: SessionStartEvent, ctx: ExtensionContext): Promise<boolean> {
-    const handoff = handoffs[HANDOFF_KEY];
-    handoffs[HANDOFF_KEY] = undefined;
-    if (event.reason !== "fork" || !handoff || Date.now() - handoff.at > HANDOFF_MS) return false;
-    try {
-      await this.attachments.attach(handoff.fork, ctx, { note: `a fork of ${handoff.source} made for this session` });
-    } catch (error) {
-      this.pi.appendEntry(ATTACH_ENTRY, { name: null });
-      tellUser(
-        ctx,
-        `The fork ${handoff.fork} was made, but this session could not attach to it; the tools stay on the host.\n${describeError(error)}`,
-        "warning",
-      );
-    }
-    return true;
+  /** Calls a controller action for the user, as Pi's /sandbox does. */
+  call<T>(action: Record<string, unknown>, ctx: ExtensionContext): Promise<T> {
+    return this.#call(action, ctx);
   }
 
   /** `/sandbox checkpoints [name]`: the instance's checkpoints, each by the turn it belongs to. */

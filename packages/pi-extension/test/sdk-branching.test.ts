@@ -2,14 +2,15 @@
 // a fake controller client and a UI that answers selects: one checkpoint per run that changes the
 // attached instance, labelled with the run's user message; none for a run that only looks; none
 // when nothing ran since a rewind to the same point; /tree asking, keeping the tip it leaves and
-// rewinding; /fork forking and the new session attaching to the fork; print mode asking nothing;
-// a failing checkpoint told once without failing the turn.
+// rewinding; /fork forking (the checkpoint of the point it goes to, made only once the new session
+// starts: a /fork another extension cancels leaves nothing) and the new session attaching to the
+// fork; print mode asking nothing; a failing checkpoint told once without failing the turn.
 
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fauxAssistantMessage, fauxToolCall } from "@earendil-works/pi-ai";
-import type { ExtensionUIContext } from "@earendil-works/pi-coding-agent";
+import type { ExtensionFactory, ExtensionUIContext } from "@earendil-works/pi-coding-agent";
 import { ControllerError, type CallActionOptions } from "@pi-sandbox/controller/client";
 import type { CheckpointInfo } from "../src/branch-points.js";
 import { FORK_CHOICES, REWIND_CHOICES } from "../src/branching.js";
@@ -161,8 +162,12 @@ async function start(
   responses: Parameters<typeof startSdkSession>[1],
   answers?: (string | undefined)[],
   attach = true,
+  extensions: ExtensionFactory[] = [],
 ) {
-  const s = await startSdkSession(controller.callAction, responses, { env: { PI_SANDBOX_HOME: stateRoot } });
+  const s = await startSdkSession(controller.callAction, responses, {
+    env: { PI_SANDBOX_HOME: stateRoot },
+    extensions,
+  });
   sessions.push(s);
   const ui = answers ? fakeUI(answers) : undefined;
   await s.session.bindExtensions(ui ? { uiContext: ui.ui, mode: "rpc" } : {});
@@ -296,7 +301,7 @@ test("with a UI, the sandbox tool's changes get checkpoints too, and /tree offer
   expect(of(c, "rewind")).toEqual([]);
 });
 
-test("/fork while attached forks the instance and the new session attaches to the fork; keep and failure", async () => {
+test("/fork while attached: the fork is made when the new session starts, which attaches to it; keep and failure", async () => {
   const c = fakeController();
   const answers: (string | undefined)[] = [FORK_CHOICES[1]];
   const { s, shown } = await start(c, [], answers);
@@ -308,30 +313,91 @@ test("/fork while attached forks the instance and the new session attaches to th
     title: "Fork the environment demo for the new session? Without a fork, both sessions work in demo.",
     options: [...FORK_CHOICES],
   });
+  await runner.emit({ type: "session_start", reason: "fork" });
   expect(of(c, "fork")).toEqual([]);
 
-  // Fork: one new instance; the next session_start of a fork attaches to it.
+  // Fork: nothing is made until the new session starts; then one new instance, which it attaches to.
   answers.push(FORK_CHOICES[0]);
   expect(await runner.emit({ type: "session_before_fork", entryId: leaf, position: "before" })).toBeUndefined();
   expect(shown!.selects[1]!.title).toContain("(as it is now, with what later turns changed)");
+  expect(of(c, "fork")).toEqual([]);
+  await runner.emit({ type: "session_start", reason: "fork" });
   const [fork] = of(c, "fork");
   expect(fork).toEqual({ action: "fork", name: "demo", names: [expect.stringMatching(/^demo-[0-9a-f]{6}$/)] });
   const forkName = (fork!.names as string[])[0]!;
-  await runner.emit({ type: "session_start", reason: "fork" });
   expect(of(c, "exec").at(-1)).toMatchObject({ name: forkName });
   expect(shown!.notes.at(-1)!.message).toMatch(
     new RegExp(`^Attached to ${forkName} \\(a fork of demo made for this session\\): read, bash`),
   );
-  // A later fork-start without a fork made for it restores as usual (nothing is handed over twice).
+  // A later fork-start without a fork asked for restores as usual (nothing is handed over twice).
   await runner.emit({ type: "session_start", reason: "fork" });
   expect(of(c, "fork")).toHaveLength(1);
 
-  // A fork that fails cancels the new session.
+  // A fork that fails leaves the new session unattached, saying why.
   c.state.failFork = true;
   answers.push(FORK_CHOICES[0]);
-  expect(await runner.emit({ type: "session_before_fork", entryId: leaf, position: "at" })).toEqual({ cancel: true });
+  expect(await runner.emit({ type: "session_before_fork", entryId: leaf, position: "at" })).toBeUndefined();
+  await runner.emit({ type: "session_start", reason: "fork" });
   expect(shown!.notes.at(-1)).toMatchObject({ level: "error" });
-  expect(shown!.notes.at(-1)!.message).toMatch(/^CONTROLLER_ALREADY_EXISTS: .*\nNo new session was made\.$/s);
+  expect(shown!.notes.at(-1)!.message).toMatch(
+    /^CONTROLLER_ALREADY_EXISTS: .*\nNo fork was made; this session is not attached to an instance/s,
+  );
+});
+
+test("/fork to an earlier message forks the checkpoint of that point; /clone at the tip forks the instance now", async () => {
+  const c = fakeController();
+  const answers: (string | undefined)[] = [];
+  const { s, shown } = await start(c, [bash("echo 1 > f"), done, bash("echo 2 > f"), done], answers);
+  await s.session.prompt("first");
+  await s.session.prompt("second");
+  const runner = s.session.extensionRunner;
+  // /fork at "second": the new session starts before it, which the checkpoint taken before that turn holds.
+  const second = c.state.checkpoints.find((k) => k.label === `pi:${userEntry(s, "second").id}`)!;
+  answers.push(FORK_CHOICES[0]);
+  await runner.emit({ type: "session_before_fork", entryId: userEntry(s, "second").id, position: "before" });
+  expect(shown!.selects.at(-1)!.title).toBe(
+    `Fork the environment demo for the new session as it was at this point (checkpoint ${second.id}, before "second")? Without a fork, both sessions work in demo.`,
+  );
+  await runner.emit({ type: "session_start", reason: "fork" });
+  expect(of(c, "fork")).toEqual([
+    { action: "fork", name: "demo", names: [expect.stringMatching(/^demo-[0-9a-f]{6}$/)], from: second.id },
+  ]);
+  expect(shown!.notes.map((n) => n.message)).toContainEqual(
+    expect.stringMatching(
+      new RegExp(
+        `^Forking demo into demo-[0-9a-f]{6} for this session as it was at checkpoint ${second.id} \\(before "second"\\)`,
+      ),
+    ),
+  );
+  // /clone: at the tip, the instance as it is now (this runtime went on with the fork attached).
+  const attached = (of(c, "fork")[0]!.names as string[])[0]!;
+  answers.push(FORK_CHOICES[0]);
+  await runner.emit({ type: "session_before_fork", entryId: s.session.sessionManager.getLeafId()!, position: "at" });
+  expect(shown!.selects.at(-1)!.title).toBe(
+    `Fork the environment ${attached} for the new session? Without a fork, both sessions work in ${attached}.`,
+  );
+  await runner.emit({ type: "session_start", reason: "fork" });
+  expect(of(c, "fork").at(-1)).toEqual({ action: "fork", name: attached, names: [expect.any(String)] });
+});
+
+test("a /fork another extension cancels after ours answered leaves no fork behind", async () => {
+  const c = fakeController();
+  let cancel = true;
+  const canceller: ExtensionFactory = (pi) => {
+    pi.on("session_before_fork", () => (cancel ? { cancel: true } : undefined));
+  };
+  const answers: (string | undefined)[] = [FORK_CHOICES[0]];
+  const { s } = await start(c, [], answers, true, [canceller]);
+  const runner = s.session.extensionRunner;
+  const leaf = s.session.sessionManager.getLeafId()!;
+  expect(await runner.emit({ type: "session_before_fork", entryId: leaf, position: "at" })).toEqual({ cancel: true });
+  // No session started, so nothing was made; the next /fork (kept this time) hands nothing over.
+  expect(of(c, "fork")).toEqual([]);
+  cancel = false;
+  answers.push(FORK_CHOICES[1]);
+  expect(await runner.emit({ type: "session_before_fork", entryId: leaf, position: "at" })).toBeUndefined();
+  await runner.emit({ type: "session_start", reason: "fork" });
+  expect(of(c, "fork")).toEqual([]);
 });
 
 test("without a UI: checkpoints only for the attached instance, no question, no rewind", async () => {

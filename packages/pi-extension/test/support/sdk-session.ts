@@ -12,6 +12,7 @@ import {
   SessionManager,
   SettingsManager,
   type AgentSession,
+  type ExtensionFactory,
 } from "@earendil-works/pi-coding-agent";
 import { createSandboxExtension, type CallActionFn } from "../../src/index.js";
 import type { Json } from "./pi-harness.js";
@@ -37,11 +38,14 @@ export function callSandbox(args: unknown, id?: string): FauxResponseStep {
 /** A faux reply that ends the turn. */
 export const done: FauxResponseStep = fauxAssistantMessage("done");
 
-/** Starts a session whose model replays `responses`; `env` is the extension's environment. */
+/**
+ * Starts a session whose model replays `responses`; `env` is the extension's environment,
+ * `extensions` more extensions loaded after this package's.
+ */
 export async function startSdkSession(
   callAction: CallActionFn,
   responses: FauxResponseStep[],
-  options: { env?: NodeJS.ProcessEnv } = {},
+  options: { env?: NodeJS.ProcessEnv; extensions?: ExtensionFactory[] } = {},
 ): Promise<SdkSession> {
   const dir = await mkdtemp(join(tmpdir(), "pss-"));
   const cwd = join(dir, "work");
@@ -65,7 +69,10 @@ export async function startSdkSession(
     noPromptTemplates: true,
     noThemes: true,
     noContextFiles: true,
-    extensionFactories: [createSandboxExtension({ callAction, ...(options.env ? { env: options.env } : {}) })],
+    extensionFactories: [
+      createSandboxExtension({ callAction, ...(options.env ? { env: options.env } : {}) }),
+      ...(options.extensions ?? []),
+    ],
   });
   await resourceLoader.reload();
   const { session } = await createAgentSession({
