@@ -1,7 +1,8 @@
 // Checkpoints, rewind and fork on real VMs through the client API, one instance shared by the
 // file's tests in order: a disk checkpoint while it serves, a memory one, rewinds to each (files,
 // processes and previews as they were), then forks of the running instance that resume where it
-// was, each with its own identity, randomness, previews and disk, while the source runs on.
+// was, each with its own identity, randomness, previews and disk, while the source runs on, and a
+// fork of a fork's kept memory checkpoint, which pauses nothing.
 import { readdir } from "node:fs/promises";
 import { StateLayout } from "../src/client/index.js";
 import { fetchText, makeSandbox, teardown, type Sandbox } from "../src/testing.js";
@@ -105,10 +106,18 @@ test("fork of the running instance: two copies resume where it was, each its own
   expect(await page("src-1")).toBe("200 mine\n");
   expect(await page("src")).toBe("200 forked\n");
   expect(await page("src-2")).toBe("200 forked\n");
-  // A fork of a fork works.
-  const again = await call({ action: "fork", name: "src-1", names: ["src-1-b"] });
+  // A fork of a fork works, and one of a kept checkpoint: src-1 as its memory checkpoint holds it
+  // (its processes too), while src-1, which has moved on since, is not paused.
+  const kept = await call({ action: "checkpoint", name: "src-1", label: "mine", memory: true });
+  await exec("src-1", "printf 'later\\n' > /workspace/index.html");
+  const again = await call({ action: "fork", name: "src-1", names: ["src-1-b"], from: "mine" });
+  expect(again).toMatchObject({ forks: [{ name: "src-1-b", kind: "memory" }], from: { id: kept.checkpoint.id } });
+  expect(again.pauseMs).toBeUndefined();
   expect(again.started[0].state).toBe("running");
   expect(await page("src-1-b")).toBe("200 mine\n");
+  expect(await exec("src-1-b", `kill -0 ${pid} && echo alive`)).toBe("alive\n");
+  expect(await exec("src-1-b", "hostname")).toBe("src-1-b\n");
+  expect(await page("src-1")).toBe("200 later\n");
 });
 
 test("destroy leaves no checkpoint or layer files behind", async () => {
