@@ -1,0 +1,153 @@
+// A walkthrough through a context: another account with its own pi-sandbox, reached over a real
+// sshd (support/ssh-remote.ts). The laptop's CLI adds the context, creates an instance there from
+// a sandbox.yaml read here (its file: secret read here, never written there), runs commands with
+// their exit codes, copies files both ways, opens the preview through the address and port
+// forwarded here (the far side's Host guard answers), refuses a config that mounts a directory of
+// this machine, survives a killed connection mid-exec (the instance goes on, the next command
+// reconnects and forwards the preview again) and stops it. One boot for the file.
+import { execFile, spawn } from "node:child_process";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { request } from "node:http";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { testImage } from "./support/vm-suite.js";
+import { CLI, sshRemote, type SshRemote } from "./support/ssh-remote.js";
+
+const run = promisify(execFile);
+
+let dir: string;
+let remote: SshRemote;
+const SECRET = "s3cret-from-the-laptop";
+
+beforeAll(async () => {
+  dir = await mkdtemp("/tmp/psx-");
+  remote = await sshRemote(dir, testImage());
+  await writeFile(join(dir, "token.txt"), `${SECRET}\n`);
+  await writeFile(
+    join(dir, "sandbox.yaml"),
+    [
+      "version: 1",
+      `image: ${remote.remoteImage}`,
+      "profile: tiny",
+      "diskGiB: 4",
+      "network:",
+      "  allowedHosts: [example.com]",
+      "  secrets:",
+      "    TOKEN:",
+      "      from: file:./token.txt",
+      "      hosts: [example.com]",
+      "setup:",
+      "  - printf 'Hello from the guest\\n' > /workspace/index.html",
+      "services:",
+      "  web:",
+      "    command: python3 -m http.server $PORT --bind 127.0.0.1",
+      "    health: /",
+      "    preview: true",
+      "",
+    ].join("\n"),
+  );
+  await writeFile(
+    join(dir, "mount.yaml"),
+    `version: 1\nimage: ${remote.remoteImage}\nmounts:\n  - host: ./\n    guest: /mnt/here\n`,
+  );
+}, 120_000);
+
+afterAll(async () => {
+  await cli(["destroy", "-f", "demo"]).catch(() => undefined);
+  await remote?.close();
+  await rm(dir, { recursive: true, force: true });
+}, 120_000);
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** `pi-sandbox args…` on the laptop side, in `dir`, through the context in use. */
+function cli(args: string[]): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { cwd: dir, env: remote.env, timeout: 300_000 }, (err, stdout, stderr) =>
+      resolve({ code: err ? (typeof err.code === "number" ? err.code : -1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+async function ok(args: string[]): Promise<string> {
+  const done = await cli(args);
+  if (done.code !== 0) throw new Error(`pi-sandbox ${args.join(" ")} exited ${done.code}:\n${done.stderr}`);
+  return done.stdout;
+}
+
+/** A GET of `url` (with another `Host` header when given; fetch would not send one), "status body". */
+function get(url: string, host?: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { headers: host ? { host } : {}, timeout: 30_000 }, (res) => {
+      let body = "";
+      res.setEncoding("utf8").on("data", (c: string) => (body += c));
+      res.on("end", () => resolve(`${res.statusCode} ${body}`));
+    });
+    req.once("error", reject);
+    req.end();
+  });
+}
+
+test("create, exec, cp, preview, a killed connection and stop, all through a context", async () => {
+  await ok(["context", "add", "far", `ssh://${remote.host}`]);
+  await ok(["context", "use", "far"]);
+  expect(await ok(["context", "ls"])).toMatch(/^far \*\s+ssh:\/\/far$/m);
+
+  // A mount of a directory here is refused before anything reaches the other machine.
+  const mount = await cli(["create", "mounted", "-c", "mount.yaml"]);
+  expect(mount.code).toBe(1);
+  expect(mount.stderr).toMatch(/CONTROLLER_CONTEXT_REFUSED: .*mount\.yaml mounts a directory of this machine/);
+
+  const created = await ok(["create", "demo", "-c", "sandbox.yaml"]);
+  expect(created).toMatch(/^state:\s+running$/m);
+  expect(created).toMatch(/^secret:\s+TOKEN → example\.com/m);
+  const url = /^preview:\s+(http:\/\/(127(?:\.\d{1,3}){3}:\d+)\/)/m.exec(created);
+  expect(url).not.toBeNull();
+  // The preview answers here, at the address the far side printed; its Host guard still holds.
+  expect(await get(url![1]!)).toBe("200 Hello from the guest\n");
+  expect(await get(url![1]!, `evil.example:${url![2]!.split(":")[1]}`)).toMatch(/^4\d\d Refused: Host/);
+  // The laptop's secret is in no file of the other account (state, logs, disks, temp).
+  const { stdout: found } = await run("grep", ["-rlF", SECRET, remote.remoteDir]).catch((e: { stdout: string }) => e);
+  expect(found).toBe("");
+
+  expect(await ok(["exec", "demo", "--", "python3", "-c", "print(6*7)"])).toBe("42\n");
+  expect((await cli(["exec", "demo", "--", "sh", "-c", "exit 3"])).code).toBe(3);
+
+  await writeFile(join(dir, "up.txt"), "from the laptop\n");
+  expect(await ok(["cp", "up.txt", "demo:/workspace/up.txt"])).toMatch(
+    /^copied 1 file, 16 bytes to demo:\/workspace\/up\.txt$/m,
+  );
+  await ok(["exec", "demo", "--", "sh", "-c", "echo from the guest > /workspace/down.txt"]);
+  await ok(["cp", "demo:/workspace/down.txt", "down.txt"]);
+  expect(await readFile(join(dir, "down.txt"), "utf8")).toBe("from the guest\n");
+
+  // The connection dies under a running exec: a clear error, the instance goes on.
+  const child = spawn(process.execPath, [CLI, "exec", "demo", "--", "sh", "-c", "echo started; sleep 30"], {
+    cwd: dir,
+    env: remote.env,
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
+  child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once("close", resolve));
+  while (!stdout.includes("started")) await new Promise((r) => setTimeout(r, 100));
+  const master = await remote.masterPid();
+  expect(master).toBeGreaterThan(0);
+  process.kill(master!, "SIGKILL");
+  expect(await exited).toBe(125);
+  expect(stderr).toMatch(/CONTROLLER_CONTEXT_LOST: the connection to context far was lost/);
+  expect(stderr).toMatch(/goes on/);
+  // The next command reconnects; the preview is forwarded again.
+  expect(await ok(["ls"])).toMatch(/^demo\s+running\b/m);
+  expect(await get(url![1]!)).toBe("200 Hello from the guest\n");
+
+  expect(await ok(["stop", "demo"])).toMatch(/^state:\s+stopped$/m);
+  expect(await ok(["ls"])).toMatch(/^demo\s+stopped\b/m);
+  // And the local context is this machine, which has no such instance.
+  expect(await ok(["ls", "--context", "local"])).not.toMatch(/demo/);
+});
