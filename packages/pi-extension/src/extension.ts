@@ -2,12 +2,14 @@
 // no daemon, socket, timer or VM starts here. A session with a UI refreshes the footer on a timer
 // that session_start starts and session_shutdown stops; environments outlive Pi either way. The
 // environment follows the conversation (branching.ts): checkpoints before turns that change it,
-// a rewind offered on /tree, a fork offered on /fork and /clone.
+// a rewind offered on /tree, a fork offered on /fork and /clone. The instances a session uses ask
+// its user before their guests reach a host off allowedHosts (egress-prompts.ts).
 
 import type { ExtensionAPI, ExtensionFactory } from "@earendil-works/pi-coding-agent";
 import { Attachments } from "./attach.js";
 import { EnvironmentBranches } from "./branching.js";
 import { createSandboxCommand } from "./command.js";
+import { EgressPrompts } from "./egress-prompts.js";
 import { SandboxStatus } from "./status.js";
 import { createSandboxTool, type SandboxDependencies } from "./tool.js";
 
@@ -17,6 +19,7 @@ export function createSandboxExtension(deps: SandboxDependencies): ExtensionFact
     const attachments = new Attachments(pi, deps);
     const status = new SandboxStatus(deps, attachments);
     const branches = new EnvironmentBranches(pi, deps, attachments);
+    const egress = new EgressPrompts(deps, () => attachments.name);
     attachments.onChange = (ctx) => {
       status.showAttach(ctx);
       void status.refresh(ctx);
@@ -25,6 +28,7 @@ export function createSandboxExtension(deps: SandboxDependencies): ExtensionFact
       createSandboxTool({
         ...deps,
         afterCall: (ctx) => void status.refresh(ctx),
+        beforeCall: (name) => egress.use(name),
         isAttached: () => attachments.name !== undefined,
       }),
     );
@@ -39,9 +43,13 @@ export function createSandboxExtension(deps: SandboxDependencies): ExtensionFact
 
     pi.on("session_start", async (event, ctx) => {
       status.start(ctx);
+      egress.start(ctx);
       if (!(await branches.sessionStarted(event, ctx))) await attachments.restore(ctx);
     });
-    pi.on("session_shutdown", () => status.stop());
+    pi.on("session_shutdown", () => {
+      status.stop();
+      egress.stop();
+    });
     pi.on("user_bash", () => {
       const operations = attachments.userBashOperations();
       if (operations) branches.userBash();

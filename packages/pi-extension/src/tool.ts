@@ -25,6 +25,8 @@ export interface SandboxDependencies {
   env?: NodeJS.ProcessEnv;
   /** Called after each tool call, whatever its outcome (the extension refreshes the footer). */
   afterCall?: (ctx: ExtensionContext) => void;
+  /** Awaited before each tool call that names an instance (the extension watches its egress asks). */
+  beforeCall?: (name: string) => Promise<void>;
   /** True while Pi's tools are attached to an instance: every host path then needs the user's yes. */
   isAttached?: () => boolean;
 }
@@ -104,6 +106,7 @@ export function createSandboxTool(deps: SandboxDependencies): ToolDefinition<typ
         if (!signal?.aborted) onUpdate?.(progressResult(peek, events));
       };
       try {
+        if (peek.name !== undefined && peek.kind !== "templates") await deps.beforeCall?.(peek.name);
         const work = deps.callAction(params.input, {
           cwd: ctx.cwd,
           env: deps.env,

@@ -2,7 +2,8 @@
 // it with its preview URL, /sandbox offers a pick list, /sandbox attach routes Pi's own tools
 // into the guest (bash, write, edit, read, grep, find, ls, Pi's truncation, abort killing the
 // guest command), /sandbox detach returns them to the host, and an instance that stops detaches
-// Pi with a message while a new attach to it is refused with the start hint.
+// Pi with a message while a new attach to it is refused with the start hint. Attached, a guest
+// request to a host off allowedHosts waits for the user's answer in a select.
 
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
@@ -172,6 +173,46 @@ test("bash in the guest: Pi's truncation of long output, and abort ends the gues
     cmd: "pgrep -f 'slee[p] 97' || echo none; ls /tmp/finished 2>&1",
   });
   expect(left.output).toMatch(/^none\n.*No such file/s);
+});
+
+test("attached, a guest request to a host off allowedHosts waits for the user's answer in Pi's select", async () => {
+  // The name never resolves (.invalid): let out, the host's lookup of it fails (Gondolin's 400); refused, its 403.
+  const curl = (path: string) =>
+    call({
+      action: "exec",
+      name: "dev",
+      cmd: `curl -s -o /dev/null -w '%{http_code}' --max-time 90 http://approve-me.invalid/${path}`,
+      timeoutMs: 60_000,
+    });
+  const question = "dev wants to reach approve-me.invalid:80 (HTTP GET), which its allowedHosts do not list. Let it?";
+  const answer = async (from: number, value: string) => {
+    const pick = await rpc.waitFor(
+      (e) => rpc.events.indexOf(e) >= from && ui("select", (s) => s.title === question)(e),
+    );
+    expect(pick.options).toEqual(["Allow once", "Allow for this instance", "Deny"]);
+    rpc.send({ type: "extension_ui_response", id: pick.id, value });
+  };
+  let from = rpc.events.length;
+  const allowed = curl("first");
+  await answer(from, "Allow once");
+  expect((await allowed).output).toBe("400");
+  from = rpc.events.length;
+  const refused = curl("second");
+  await answer(from, "Deny");
+  expect((await refused).output).toBe("403");
+  // Nothing reached the model: no request went to it while the guest waited.
+  expect(JSON.stringify(fake.requests)).not.toContain("approve-me.invalid");
+
+  const view = await call({ action: "egress", name: "dev" });
+  expect(view.hosts).toContainEqual(
+    expect.objectContaining({ host: "approve-me.invalid", allowed: 1, denied: 1, lastRule: "denied by the user" }),
+  );
+  expect(view.grants).toEqual([]);
+  const trust = (await call({ action: "audit", name: "dev", kind: ["trust"], last: 10 })).entries as Json[];
+  expect(trust.map((e) => [e.data.answer, e.data.by, e.data.couldAnswer])).toEqual([
+    ["approved once", "pi", ["pi"]],
+    ["denied by the user", "pi", ["pi"]],
+  ]);
 });
 
 test("detach returns the tools to the host; a stopped instance detaches Pi and refuses a new attach", async () => {

@@ -44,6 +44,16 @@ export type { CopyResult } from "../actions/copy-tree.js";
 export { entryLine as ledgerEntryLine } from "../actions/audit.js";
 export type { AuditRead, AuditVerdict } from "../actions/audit.js";
 export type { LedgerEntry, LedgerKind } from "../state/ledger.js";
+export type { EgressTally, EgressView } from "../actions/egress.js";
+export type { EgressAnswer, EgressAnswered } from "../actions/kit/context.js";
+// Egress approvals: who can answer an instance's waiting requests, and what waits
+export {
+  ANSWERER_FRESH_MS,
+  dropAnswerer as dropEgressAnswerer,
+  markAnswerer as markEgressAnswerer,
+  readAsks as readEgressAsks,
+} from "../state/egress.js";
+export type { EgressAnswerer, EgressAsk, EgressGrant } from "../state/egress.js";
 export type { CheckpointTaken, CheckpointView, ForkResult } from "../actions/kit/context.js";
 export type { ServicesView } from "../actions/kit/context.js";
 export type { DashboardInfo } from "../dashboard/launch.js";
