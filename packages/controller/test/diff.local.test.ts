@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { hasControlChars } from "@pi-sandbox/config";
 import type { SupervisorClient } from "@pi-sandbox/supervisor";
+import { checkpoint as checkpointAction, checkpoints as checkpointsAction } from "../src/actions/checkpoints.js";
 import { apply as applyAction, diff as diffAction } from "../src/actions/diff.js";
 import { applyPatch, checkPatchPaths, hostGit } from "../src/actions/patch-apply.js";
 import { parsePatch, patchText } from "../src/actions/patch-parse.js";
@@ -227,6 +228,10 @@ describe("diff", () => {
       );
       const listed = await asUser({ action: "checkpoints", name: "demo" });
       expect((listed.checkpoints as Loose[]).find((c) => c.id === taken.checkpoint.id)?.leftOut).toEqual(leftOut);
+      expect(checkpointsAction.formatText!(listed as never)).toContain(
+        `${taken.checkpoint.id}: the workspace record left out 1 file over 2 MiB`,
+      );
+      expect(checkpointAction.formatText!(taken as never)).toContain("left out 1 file over 2 MiB");
       // Both change after it: only the small one can be compared.
       await guestExec("demo", "head -c 1000 /dev/urandom >> big.bin && printf 'more\\n' >> small.txt");
       said.length = 0;

@@ -4,7 +4,7 @@
 // list is read from the disk directory here.
 
 import * as v from "valibot";
-import { listCheckpoints } from "../state/checkpoints.js";
+import { leftOutText, listCheckpoints } from "../state/checkpoints.js";
 import { notFound } from "../state/inspect.js";
 import { readRecord } from "../state/records.js";
 import type { CheckpointView } from "./kit/context.js";
@@ -81,6 +81,7 @@ export const checkpoint = defineAction({
       `kept ${checkpointLine(result.checkpoint)} of ${oneLine(result.name)}`,
       ...(result.stallMs !== undefined ? [`the guest's disk waited ${Math.round(result.stallMs)} ms`] : []),
       ...(result.pauseMs !== undefined ? [`paused ${(result.pauseMs / 1000).toFixed(1)} s`] : []),
+      ...(result.checkpoint.leftOut ? [leftOutText(result.checkpoint.leftOut)] : []),
       ...result.pruned.map((c) => `removed the older ${checkpointLine(c)}`),
     ]
       .map(oneLine)
@@ -124,7 +125,12 @@ export const checkpoints = defineAction({
             bytesText(c.bytes),
             c.label ?? "",
           ]),
-        ]) + `${bytesText(result.bytes)} held beyond the current disk\n`,
+        ]) +
+        `${bytesText(result.bytes)} held beyond the current disk\n` +
+        result.checkpoints
+          .filter((c) => c.leftOut)
+          .map((c) => `${c.id}: ${leftOutText(c.leftOut!, 3)}\n`)
+          .join(""),
   brief: (result) => `${result.checkpoints.length} checkpoint(s)`,
 });
 
