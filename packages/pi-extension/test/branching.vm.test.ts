@@ -2,8 +2,8 @@
 // environment with the conversation: two turns that each write a guest file leave one checkpoint
 // each, labelled with the turn's message; going back in the tree to the end of the first turn,
 // with the select answered "rewind", brings the file back to what that turn wrote, and going
-// forward to the old tip brings the second turn's file back; /clone, answered "fork", makes a fork
-// the new session is attached to. RPC has no tree command: a test-only extension's /goto calls
+// forward to the old tip brings the second turn's file back; /fork to the second turn, answered
+// "fork", makes a fork of the checkpoint before that turn, which the new session is attached to. RPC has no tree command: a test-only extension's /goto calls
 // Pi's own navigateTree, so session_before_tree reaches the extension exactly as /tree does.
 
 import { rm, writeFile } from "node:fs/promises";
@@ -155,24 +155,30 @@ test("a checkpoint per turn; /tree back to the first turn's end rewinds the gues
   expect(String((await after(from, ui("notify"))).message)).toMatch(/after "look again"$/);
 });
 
-test("/clone answered 'fork' forks the instance and the new session works in the fork", async () => {
+test("/fork to the second turn answered 'fork' forks the checkpoint of that point; the new session works in the fork", async () => {
+  const u2 = userMessage(await entries(), "second turn");
+  const kept = ((await call({ action: "checkpoints", name: "dev" })).checkpoints as Json[]).find(
+    (c) => c.label === `pi:${u2.id}`,
+  )!;
   const from = rpc.events.length;
-  rpc.send({ id: "clone", type: "clone" });
+  rpc.send({ id: "fork", type: "fork", entryId: u2.id });
   const question = await after(from, ui("select"));
   expect(question.title).toBe(
-    "Fork the environment dev for the new session? Without a fork, both sessions work in dev.",
+    `Fork the environment dev for the new session as it was at this point (checkpoint ${kept.id}, before "second turn")? Without a fork, both sessions work in dev.`,
   );
   expect(question.options).toEqual([...FORK_CHOICES]);
   rpc.send({ type: "extension_ui_response", id: question.id, value: FORK_CHOICES[0] });
-  const cloned = await rpc.waitFor((e) => e.id === "clone" && e.type === "response", SLOW);
-  expect(cloned).toMatchObject({ success: true, data: { cancelled: false } });
+  const forked = await rpc.waitFor((e) => e.id === "fork" && e.type === "response", SLOW);
+  expect(forked).toMatchObject({ success: true, data: { cancelled: false } });
   const attached = await after(
     from,
     ui("notify", (n) => /^Attached to dev-[0-9a-f]{6} /.test(n.message)),
   );
   forkName = /^Attached to (dev-[0-9a-f]{6})/.exec(attached.message)![1];
-  expect(attached.message).toContain("(a fork of dev made for this session)");
+  expect(attached.message).toContain(`(a fork of dev at checkpoint ${kept.id} made for this session)`);
   expect((await call({ action: "inspect", name: forkName })).state).toBe("running");
+  // The fork holds the guest as it was before the second turn; dev stays at its tip.
+  expect(await guestFile(forkName)).toBe("one\n");
 
   const [write] = await run("in the fork", { tool: "write", args: { path: "notes.txt", content: "fork\n" } });
   expect(write!.result.details.sandbox).toBe(forkName);
