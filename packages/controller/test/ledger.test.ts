@@ -52,7 +52,7 @@ test("entries chain across rotated files, and a reopened ledger goes on from its
   );
 });
 
-test("one entry changed, inserted or deleted at a random place is found at that place", () => {
+test("one entry changed, inserted or deleted at a random place is found at that place, the end included (only the very last entry deleted is not: its hash kept elsewhere tells)", () => {
   const source = filled(200, 4_000);
   const original = lines(source);
   let seed = 7;
@@ -60,22 +60,26 @@ test("one entry changed, inserted or deleted at a random place is found at that 
   for (let trial = 0; trial < 60; trial++) {
     const copy = join(dir, `trial-${trial}`);
     cpSync(source, copy, { recursive: true });
-    const at = random(original.length - 1);
-    const all = original.map((l) => ({ ...l }));
     const how = (["change", "insert", "delete"] as const)[trial % 3];
+    // Anywhere: the first three at the end (a change of the last entry, a copy of it appended, the
+    // one before it deleted), the others at random.
+    const last = { change: original.length - 1, insert: original.length, delete: original.length - 2 }[how];
+    const at = trial < 3 ? last : random(last + 1);
+    const all = original.map((l) => ({ ...l }));
     if (how === "change") {
       const entry = JSON.parse(all[at]!.line) as LedgerEntry;
       entry.data = { ...entry.data, forged: true };
       all[at]!.line = JSON.stringify(entry);
     } else if (how === "insert") {
-      all.splice(at, 0, { file: all[at]!.file, line: all[at]!.line });
+      const copied = all[Math.min(at, all.length - 1)]!;
+      all.splice(at, 0, { file: copied.file, line: copied.line });
     } else {
       all.splice(at, 1);
     }
     rewrite(copy, all);
     const verdict = verifyLedger(copy);
-    // An inserted copy of an entry passes for it; the one after it no longer fits.
-    const expected = how === "insert" ? at + 2 : at + 1;
+    // An inserted copy of an entry passes for it; the one after it no longer fits (appended: itself).
+    const expected = how === "insert" && at < original.length ? at + 2 : at + 1;
     expect({ trial, how, broken: verdict.broken?.seq }).toEqual({ trial, how, broken: expected });
     expect(verdict.entries).toBe(expected - 1);
     rmSync(copy, { recursive: true });
