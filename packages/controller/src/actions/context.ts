@@ -13,7 +13,17 @@ const nameDoc = arg("context", "string", true, "context name (letters, digits, '
 export const contextAdd = defineAction({
   name: "context-add",
   summary: "add a context: another machine with pi-sandbox, reached over ssh",
-  args: [nameDoc, arg("url", "string", true, "ssh://[user@]host[:port]; your ssh config (keys, Host aliases) applies")],
+  args: [
+    nameDoc,
+    arg(
+      "url",
+      "string",
+      true,
+      "ssh://[user@]host[:port]; your ssh config (keys, Host aliases) applies",
+      // Another machine, reached by ssh when a command uses the context: no path, port or credential here.
+      "none",
+    ),
+  ],
   route: "local",
   userOnly: true,
   schema: actionSchema("context-add", { context: text, url: text }),

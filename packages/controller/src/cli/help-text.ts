@@ -9,7 +9,6 @@ import { ACTIONS, COMMAND_GROUPS, findAction } from "../actions/kit/registry.js"
 export const EXTRA_COMMANDS = [
   { name: "call", usage: "call '<action JSON>'   run any action; prints its JSON result" },
   { name: "completion", usage: "completion bash|zsh|fish   print a shell completion script" },
-  { name: "system", usage: "system dial-stdio   serve a context on stdin and stdout (ssh runs it)" },
 ] as const;
 
 /** Every action with a subcommand, in help order. */
@@ -67,8 +66,17 @@ const OVERVIEW_GROUPS: readonly { title: string; commands: readonly (string | re
       "secrets",
     ],
   },
-  { title: "Setting up, and this CLI", commands: ["init", "doctor", "image", "help", "call", "completion"] },
+  {
+    title: "Setting up, and this CLI",
+    commands: ["init", "doctor", ["image", "context"], "help", "call", "completion"],
+  },
 ];
+
+/** What a group word without a command of its own is about, in the overview. */
+const GROUP_TEXT: Record<string, string> = {
+  image: "guest images",
+  context: "other machines (--context NAME)",
+};
 
 /** The description after a usage line's synopsis (two or more spaces start it). */
 function usageDescription(usage: string): string {
@@ -95,7 +103,7 @@ function overviewRows(): Map<string, [string, string]> {
     const own = rows.get(group);
     // A group word that is a command itself (`checkpoint`) names its subcommands after its own line.
     if (own) rows.set(group, [own[0], `${own[1]} (${subs.map((sub) => `${group} ${sub}`).join(", ")})`]);
-    else rows.set(group, [group, `guest images: ${group} ${subs.join("|")}`]);
+    else rows.set(group, [group, `${GROUP_TEXT[group] ?? group}: ${group} ${subs.join("|")}`]);
   }
   return rows;
 }
