@@ -95,10 +95,19 @@ test("the page's actions reach the action layer; anything else, or from another 
   expect(refused.status).toBe(409);
   expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("CONTROLLER_BAD_INPUT");
   expect((await post({ op: "stop", name: "web" }, { origin: "http://127.0.0.2:4000" })).status).toBe(403);
-  const acted = calls.filter((c) => c.action !== "list");
+  // The answers to a waiting egress request: the user's, through the page.
+  expect((await post({ op: "egress-once", name: "web", host: "a.example.org" })).status).toBe(200);
+  expect((await post({ op: "egress-instance", name: "web", host: "b.example.org" })).status).toBe(200);
+  expect((await post({ op: "egress-deny", name: "web", host: "c.example.org" })).status).toBe(200);
+  expect((await post({ op: "egress-deny", name: "web" })).status).toBe(409);
+  // (`list` and `egress` with waiting are the snapshot's polls.)
+  const acted = calls.filter((c) => c.action !== "list" && !(c.action === "egress" && c.waiting === true));
   expect(acted).toEqual([
     { action: "stop", name: "web" },
     { action: "services", name: "web", op: "restart", service: "api" },
+    { action: "egress-approve", name: "web", host: "a.example.org", once: true },
+    { action: "egress-approve", name: "web", host: "b.example.org" },
+    { action: "egress-deny", name: "web", host: "c.example.org" },
   ]);
 });
 
@@ -246,5 +255,40 @@ test("a session unused for 8 hours ends, while one whose page stays open (its ev
     expect(status).toBe(403);
   } finally {
     await timed.close();
+  }
+});
+
+test("the state carries each running instance's waiting egress requests; only while a page listens does the dashboard say it can answer", async () => {
+  const present: string[][] = [];
+  const ask = { host: "new.example.org", port: 443, protocol: "https", method: "GET", waiting: 1 };
+  const asking = async (input: Record<string, unknown>): Promise<unknown> =>
+    input.action === "egress" ? { name: input.name, grants: [], waiting: [ask], hosts: [] } : call(input);
+  const egressServer = await startDashboardServer({
+    call: asking,
+    key,
+    log,
+    pollMs: { active: 50, idle: 50 },
+    present: async (names) => void present.push(names),
+  });
+  try {
+    const at = `http://127.0.0.1:${egressServer.port}`;
+    const login = await fetch(`${at}/?token=${mintToken(key)}`, { redirect: "manual" });
+    const session = login.headers.get("set-cookie")!.split(";")[0]!;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const state = (await (await fetch(`${at}/api/state`, { headers: { cookie: session } })).json()) as {
+      egress: Record<string, unknown[]>;
+    };
+    // The suspended instance is not asked (that would wake it), and nobody listened yet.
+    expect(state.egress).toEqual({ web: [ask] });
+    expect(present).toEqual([]);
+    const stream = new AbortController();
+    const events = await fetch(`${at}/api/events`, { headers: { cookie: session }, signal: stream.signal });
+    expect(events.status).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    stream.abort();
+    expect(present.length).toBeGreaterThan(0);
+    expect(new Set(present.map((names) => names.join(",")))).toEqual(new Set(["web"]));
+  } finally {
+    await egressServer.close();
   }
 });

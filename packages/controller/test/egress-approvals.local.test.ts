@@ -8,6 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction } from "../src/client/index.js";
 import { EgressApprovals, EGRESS_HELD_HOSTS_MAX } from "../src/daemon/egress-approvals.js";
+import type { HostGuard } from "../src/host-guard.js";
+import { callDaemon } from "../src/state/daemon-call.js";
 import { dropAnswerer, markAnswerer, readAsks } from "../src/state/egress.js";
 import { StateLayout } from "../src/state/layout.js";
 import { createLocalRuntime, type LocalRuntime } from "../src/testing.js";
@@ -129,6 +131,17 @@ test("the model can answer nothing, and a host the user could not type is never 
       code: "CONTROLLER_USER_ONLY",
     });
   }
+  // Sent to the daemon past the client (a client that claims to be the user, with a model's guard): refused there too.
+  await expect(
+    callDaemon(
+      layout.socketPath("instances", "web"),
+      { action: "egress-approve", name: "web", host: "evil.example.org" },
+      { guard: {} as HostGuard, caller: "cli" },
+    ),
+  ).rejects.toMatchObject({ code: "CONTROLLER_USER_ONLY" });
+  expect((await call({ action: "egress", name: "web" })).grants).not.toContainEqual(
+    expect.objectContaining({ host: "evil.example.org" }),
+  );
   await markAnswerer(layout, "web", "pi", "session-2");
   await expect(runtime.guestRequest("web", request("under_score.example.org"))).resolves.toBe(false);
   await expect(runtime.guestRequest("web", request("x".repeat(300)))).resolves.toBe(false);

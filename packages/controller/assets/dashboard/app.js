@@ -1,7 +1,8 @@
 // The pi-sandbox dashboard page: renders the snapshot the server pushes (server-sent events), runs
 // the page's actions, follows logs, and shows each instance's forks and kept checkpoints side by
-// side, with diff stats asked for on demand. Every text from the server, a guest's preview titles and
-// log lines included, goes into the page as text (textContent, text nodes), never as HTML.
+// side, with diff stats asked for on demand, and the egress requests waiting for the user's answer.
+// Every text from the server, a guest's preview titles, log lines and host names included, goes
+// into the page as text (textContent, text nodes), never as HTML.
 
 import { showTimeline } from "./timeline.js";
 
@@ -454,9 +455,41 @@ function replaceRows(tbody, rows) {
   if (focused) tbody.querySelector(`[data-key="${CSS.escape(focused)}"]`)?.focus();
 }
 
+/** The choices for one waiting host, as Pi's select offers them. */
+const EGRESS_CHOICES = [
+  ["Allow once", "egress-once"],
+  ["Allow for this instance", "egress-instance"],
+  ["Deny", "egress-deny"],
+];
+
+/** One waiting egress request: what the guest asked for, and the user's three answers. */
+function egressItem(name, ask) {
+  const what = `${name} wants to reach ${ask.host}:${ask.port} (${ask.protocol.toUpperCase()} ${ask.method})`;
+  const more = ask.waiting > 1 ? `, ${ask.waiting} requests` : "";
+  const until = ` — refused at ${new Date(ask.until).toLocaleTimeString()} without an answer`;
+  const item = el("li", { class: "egress-ask" }, el("span", { text: `${what}${more}${until}` }));
+  for (const [label, op] of EGRESS_CHOICES) {
+    item.append(
+      " ",
+      button(label, `${op} ${name} ${ask.host}`, (event) => act({ op, name, host: ask.host }, event.currentTarget), {
+        class: op === "egress-deny" ? "danger" : undefined,
+        "aria-label": `${label}: ${name} to ${ask.host}`,
+      }),
+    );
+  }
+  return item;
+}
+
+function renderEgress(egress) {
+  const items = Object.entries(egress ?? {}).flatMap(([name, asks]) => asks.map((ask) => egressItem(name, ask)));
+  replaceRows($("#egress-asks"), items);
+  $("#egress").hidden = items.length === 0;
+}
+
 let latest;
 function render(snapshot) {
   latest = snapshot;
+  renderEgress(snapshot.egress);
   const branches = snapshot.branches ?? {};
   replaceRows(
     $("#instances tbody"),

@@ -85,19 +85,21 @@ export const egress = defineAction({
   name: "egress",
   summary:
     "what an instance's guest reached and was refused (requests per host and the rule), the hosts the user allowed it beyond allowedHosts, and the requests waiting for the user's answer",
-  args: [nameArg],
+  args: [nameArg, arg("waiting", "boolean", false, "only the requests waiting now (no counts; default false)")],
   route: "local",
-  schema: actionSchema("egress", { name }),
+  schema: actionSchema("egress", { name, waiting: v.optional(v.boolean()) }),
   cli: {
     usage: "egress <name>   hosts the guest asked for, grants, and what waits (egress approve|deny|revoke)",
     toAction: (input) => ({ action: "egress", name: positional(input, 0, "a name", "egress") }),
   },
   run: async (args, ctx): Promise<EgressView> => {
     await inspectEntry(ctx.layout, "instances", args.name);
+    const waiting = await readAsks(ctx.layout, args.name);
+    if (args.waiting) return { name: args.name, grants: [], waiting, hosts: [] };
     return {
       name: args.name,
       grants: await readGrants(ctx.layout, args.name),
-      waiting: await readAsks(ctx.layout, args.name),
+      waiting,
       hosts: tallies(ctx.layout.ledgerDir("instances", args.name)),
     };
   },

@@ -120,7 +120,7 @@ export async function runDaemon(
     if (message.type !== "call") return;
     inFlight++;
     try {
-      const { args } = validateAction(message.action);
+      const { spec, args } = validateAction(message.action);
       if (args.name !== name) {
         throw new ControllerError("CONTROLLER_BAD_INPUT", `this controller serves ${name}, not ${String(args.name)}`);
       }
@@ -134,6 +134,10 @@ export async function runDaemon(
       const started = performance.now();
       // As the client says; a model's call carries a guard whatever it says.
       const caller = message.guard ? "model" : (message.caller ?? "library");
+      // The model's client refuses what is the user's only (egress answers, shell); so does the daemon.
+      if (caller === "model" && spec.userOnly) {
+        throw new ControllerError("CONTROLLER_USER_ONLY", `${spec.name} is for the user, not the model`);
+      }
       for (const note of message.trust ?? []) controller.record("trust", { action: args.action, ...note });
       const record = (outcome: { result: unknown } | { error: string }) => {
         // A poll that found nothing new is not an action of its own; what it reports (an exec's end) is.

@@ -4,7 +4,7 @@
 import { mkdir } from "node:fs/promises";
 import { dirname } from "node:path";
 import { parseArgs } from "node:util";
-import { callAction, findAction } from "../client/index.js";
+import { callAction, findAction, markEgressAnswerer } from "../client/index.js";
 import { createFileLogger } from "../log.js";
 import { StateLayout } from "../state/layout.js";
 import { claimDashboard, publishPort, releaseDashboard } from "./record.js";
@@ -31,6 +31,9 @@ try {
     key: record.key,
     log,
     diff: findAction("diff") !== undefined,
+    present: async (names) => {
+      await Promise.all(names.map((name) => markEgressAnswerer(layout, name, "dashboard", String(process.pid))));
+    },
   });
   await publishPort(layout, record, server.port);
   log.info(`serving http://127.0.0.1:${server.port}/ (pid ${process.pid})`);

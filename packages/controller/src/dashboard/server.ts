@@ -55,6 +55,8 @@ export interface DashboardServerOptions {
   now?: () => number;
   /** Whether the action layer has `diff`: the page offers diff stats of forks and checkpoints then. */
   diff?: boolean;
+  /** Says the dashboard can answer these running instances' egress asks (while a page listens). */
+  present?: (names: string[]) => Promise<void>;
 }
 
 /** A running dashboard server. */
@@ -99,13 +101,16 @@ async function readBody(req: IncomingMessage): Promise<unknown> {
   }
 }
 
-/** Maps the page's request onto an action; the page may start, stop, suspend, destroy and restart a service. */
+/**
+ * Maps the page's request onto an action; the page may start, stop, suspend, destroy, restart a
+ * service, and answer a waiting egress request (allow once, allow for the instance, deny).
+ */
 export function pageAction(body: unknown): Record<string, unknown> {
   const input = (body ?? {}) as Record<string, unknown>;
-  const { op, name, kind, service, confirm } = input;
+  const { op, name, kind, service, confirm, host } = input;
   const bad = (message: string) =>
     new ControllerError("CONTROLLER_BAD_INPUT", message, {
-      hint: "The page sends start, stop, suspend, destroy or restart-service with a name.",
+      hint: "The page sends start, stop, suspend, destroy, restart-service or egress-once|instance|deny with a name.",
     });
   if (typeof name !== "string") throw bad("the action names no instance");
   switch (op) {
@@ -118,6 +123,13 @@ export function pageAction(body: unknown): Record<string, unknown> {
     case "restart-service":
       if (typeof service !== "string") throw bad("restart-service names no service");
       return { action: "services", name, op: "restart", service };
+    case "egress-once":
+    case "egress-instance":
+      if (typeof host !== "string") throw bad(`${op} names no host`);
+      return { action: "egress-approve", name, host, ...(op === "egress-once" ? { once: true } : {}) };
+    case "egress-deny":
+      if (typeof host !== "string") throw bad("egress-deny names no host");
+      return { action: "egress-deny", name, host };
     default:
       throw bad(`${JSON.stringify(op)} is not an action of the dashboard`);
   }
@@ -153,6 +165,7 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     activeMs: options.pollMs?.active,
     idleMs: options.pollMs?.idle,
     diff: options.diff === true,
+    ...(options.present ? { present: options.present } : {}),
   });
   const diffStats = new DiffStats(call, { now });
   const streams = new Set<ServerResponse>();

@@ -1,12 +1,15 @@
 // What the dashboard page shows, polled through the action layer (`list`, as the CLI calls it):
 // every instance and template, and a short history of each running instance's CPU and memory for
-// its sparkline, and each instance's forks and kept checkpoints (branches.ts). `list` and
+// its sparkline, each instance's forks and kept checkpoints (branches.ts), and the requests a
+// running instance's guest holds for the user's answer (egress). `list` and
 // `checkpoints` read /proc, the state files and disk directories only, so polling wakes no
 // instance and starts no daemon. Every string goes out with its control characters escaped:
 // preview titles, checkpoint labels, error messages and log lines may be written by a guest.
 import { escapeControlChars } from "@pi-sandbox/config";
 import type { ControllerErrorJson } from "../errors.js";
 import { isControllerError } from "../errors.js";
+import type { EgressView } from "../actions/egress.js";
+import type { EgressAsk } from "../state/egress.js";
 import type { EntryView } from "../state/inspect.js";
 import { BranchReader, type InstanceBranches } from "./branches.js";
 import type { CallFn } from "./call.js";
@@ -36,6 +39,8 @@ export interface DashboardSnapshot {
   branches: Record<string, InstanceBranches>;
   /** Whether the page may ask for diff stats (the action layer has `diff`). */
   diff: boolean;
+  /** The requests each running instance's guest holds for the user's answer (only instances with any). */
+  egress: Record<string, EgressAsk[]>;
   /** When the snapshot was taken, ISO time. */
   at: string;
   /** Why the last poll failed, if it did (the previous lists are kept). */
@@ -72,6 +77,11 @@ export interface PollerOptions {
   idleMs?: number;
   /** Whether the action layer has `diff` (the page offers diff stats then). */
   diff?: boolean;
+  /**
+   * Says, at each poll while a page listens, that the dashboard can answer the egress asks of
+   * these running instances (their guests' requests then wait for the page instead of failing).
+   */
+  present?: (names: string[]) => Promise<void>;
 }
 
 /**
@@ -87,6 +97,7 @@ export class SnapshotPoller {
   readonly #history = new Map<string, UsageSample[]>();
   readonly #branches: BranchReader;
   readonly #diff: boolean;
+  readonly #present: PollerOptions["present"];
   #snapshot: DashboardSnapshot;
   #timer: NodeJS.Timeout | undefined;
   #inFlight: Promise<void> | undefined;
@@ -98,12 +109,14 @@ export class SnapshotPoller {
     this.#idleMs = options.idleMs ?? 10_000;
     this.#branches = new BranchReader(call);
     this.#diff = options.diff === true;
+    this.#present = options.present;
     this.#snapshot = {
       instances: [],
       templates: [],
       history: {},
       branches: {},
       diff: this.#diff,
+      egress: {},
       at: new Date(0).toISOString(),
     };
   }
@@ -153,18 +166,34 @@ export class SnapshotPoller {
       ])) as [{ instances: EntryView[] }, { templates: EntryView[] }];
       this.#record(instances.instances, now);
       const branches = await this.#branches.read(instances.instances);
+      const egress = await this.#egress(instances.instances);
       this.#snapshot = escapeDeep({
         instances: instances.instances,
         templates: templates.templates,
         history: Object.fromEntries(this.#history),
         branches,
         diff: this.#diff,
+        egress,
         at: new Date(now).toISOString(),
       });
     } catch (error) {
       this.#snapshot = { ...this.#snapshot, at: new Date(now).toISOString(), error: errorJson(error) };
     }
     for (const listener of this.#listeners) listener(this.#snapshot);
+  }
+
+  /** The asks of the running instances; while a page listens, first says the dashboard can answer them. */
+  async #egress(views: EntryView[]): Promise<Record<string, EgressAsk[]>> {
+    const running = views.filter((view) => view.state === "running").map((view) => view.name);
+    if (this.#listeners.size > 0) await this.#present?.(running).catch(() => undefined);
+    const asks = await Promise.all(
+      running.map(async (name) => {
+        const view = (await this.#call({ action: "egress", name, waiting: true }).catch(() => undefined)) as
+          EgressView | undefined;
+        return [name, view?.waiting ?? []] as const;
+      }),
+    );
+    return Object.fromEntries(asks.filter(([, waiting]) => waiting.length > 0));
   }
 
   #record(views: EntryView[], now: number): void {
