@@ -6,7 +6,8 @@
 // (each instance's previews have a loopback address of their own) cannot read or overwrite the
 // cookies of a host app on 127.0.0.1 or of the other instance. A kept checkpoint and a fork show
 // in their instance's group, the fork also under its source in the list (with its diff stat when
-// the controller has `diff`).
+// the controller has `diff`). A guest request to a host off allowedHosts waits on the page until
+// Allow once lets it out.
 import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import http from "node:http";
@@ -355,6 +356,30 @@ test("an instance's kept checkpoint and a fork show side by side in its group, t
   await sandbox.call({ action: "destroy", name: "idle-copy", confirm: "idle-copy" });
   await page.waitForSelector('#instances tr[data-name="idle-copy"]', { state: "detached", timeout: 30_000 });
 }, 600_000);
+
+test("a guest request to a host off allowedHosts waits on the page; Allow once there lets it out, as egress and the ledger then say", async () => {
+  // The page listens: the dashboard counts as someone who can answer for the running instance.
+  await page.goto(`${origin}/`);
+  await waitForText("#updated", "Updated");
+  // The name never resolves (.invalid): let out, the host's lookup of it fails (Gondolin's 400); refused, its 403.
+  const curl = sandbox.call({
+    action: "exec",
+    name: "web",
+    cmd: "curl -s -o /dev/null -w '%{http_code}' --max-time 90 http://approve-me.invalid/",
+    timeoutMs: 60_000,
+  });
+  await waitForText("#egress-asks", "web wants to reach approve-me.invalid:80 (HTTP GET)");
+  await page.getByRole("button", { name: "Allow once: web to approve-me.invalid" }).click();
+  expect((await curl).output).toBe("400");
+  await page.waitForSelector("#egress", { state: "hidden", timeout: 30_000 });
+  const view = await cliJson("egress", "web");
+  expect(view.hosts).toContainEqual(
+    expect.objectContaining({ host: "approve-me.invalid", allowed: 1, denied: 0, lastRule: "approved once" }),
+  );
+  const trust = (await cliJson("audit", "web", "--kind", "trust")).entries as LooseResult[];
+  expect(trust.at(-1)!.data).toMatchObject({ answer: "approved once", by: "dashboard", couldAnswer: ["dashboard"] });
+  expect(await page.locator("#errors .error").count()).toBe(0);
+}, 300_000);
 
 test("Stop on the page stops the instance, as the CLI then reports", async () => {
   if (process.env.UPDATE_SCREENSHOTS === "1") {
