@@ -13,7 +13,7 @@ import http from "node:http";
 import net from "node:net";
 import path from "node:path";
 import { HOST_SERVICES_HOSTNAME } from "@pi-sandbox/config";
-import { DiskStore, runInGuest, startVm, type RunningVm } from "../src/index.js";
+import { DiskStore, runInGuest, startVm, type EgressEvent, type RunningVm } from "../src/index.js";
 import { tempDir } from "./support/helpers.js";
 import { httpsEcho, type HttpsEcho } from "./support/https-echo.js";
 import { loopbackLookup, memoryLogger, sh, testImage, vmOptions } from "./support/vm-support.js";
@@ -36,6 +36,9 @@ const received: { host: string; authorization: string | undefined; token: string
 const originalLookup = dns.lookup;
 let mountDir: string;
 let diskDir: string;
+
+/** The secret uses the VM told of (for the controller's ledger): name and host, never the value. */
+const uses: EgressEvent[] = [];
 
 beforeAll(async () => {
   ({ dir: root, cleanup } = await tempDir("pisb-secrets-"));
@@ -67,6 +70,7 @@ beforeAll(async () => {
   });
   vm = await startVm({
     ...options,
+    onEgress: (event) => void (event.kind === "secret" && uses.push(event)),
     spec: {
       ...options.spec,
       network: {
@@ -113,6 +117,7 @@ test("over HTTPS the API gets the value in authorization only; nothing the guest
     `curl -k -sS -i -m 30 -H "Authorization: Bearer $API_TOKEN" http://${API}:8080/clear`,
     `curl -k -sS -i -m 30 -H "Authorization: Bearer $API_TOKEN" http://${API}/clear80`,
   ].join(" ; echo ; ");
+  uses.length = 0;
   const out = await sh(vm, `(${fetchAll}) > /tmp/received 2>&1; cat /tmp/received`);
   // The API saw the value in the two credential requests, the body as written, nothing else.
   expect(api.received.map((r) => [r.url, r.headers.authorization ?? null, r.body])).toEqual([
@@ -120,6 +125,8 @@ test("over HTTPS the API gets the value in authorization only; nothing the guest
     ["/basic", `Basic ${Buffer.from(`x-access-token:${VALUE}`).toString("base64")}`, ""],
     ["/body", null, `{"key":"${PLACEHOLDER}"}`],
   ]);
+  // Each request the value went out in was told of, by name and host; the refused ones were not.
+  expect(uses).toEqual(Array(2).fill({ kind: "secret", secret: "API_TOKEN", host: API }));
   // The echoes came back with the placeholder; the refusals are the host's 403s.
   expect(out).toContain(`"authorization":"Bearer ${PLACEHOLDER}"`);
   expect(out).toContain(`"authorization":"Basic ${Buffer.from(`x-access-token:${PLACEHOLDER}`).toString("base64")}"`);
@@ -130,8 +137,10 @@ test("over HTTPS the API gets the value in authorization only; nothing the guest
 
 test("a host port listed for the secret gets it over plain HTTP in a credential header, and its answer is scrubbed", async () => {
   received.length = 0;
+  uses.length = 0;
   const echoed = await sh(vm, `curl -sS -m 30 -H "X-Api-Key: $API_TOKEN" http://${HOST_SERVICES_HOSTNAME}:${port}/hp`);
   expect(received.at(-1)).toMatchObject({ token: VALUE });
+  expect(uses).toEqual([{ kind: "secret", secret: "API_TOKEN", host: `${HOST_SERVICES_HOSTNAME}:${port}` }]);
   expect(echoed).toContain(PLACEHOLDER);
   expect(echoed).not.toContain(VALUE);
   expect(await curl(`-A "$API_TOKEN" http://${HOST_SERVICES_HOSTNAME}:${port}/hp-ua`)).toBe("403");
