@@ -1,14 +1,13 @@
 // What the dashboard page shows, polled through the action layer (`list`, as the CLI calls it):
 // every instance and template, and a short history of each running instance's CPU and memory for
 // its sparkline, each instance's forks and kept checkpoints (branches.ts), and the requests a
-// running instance's guest holds for the user's answer (egress). `list` and
-// `checkpoints` read /proc, the state files and disk directories only, so polling wakes no
+// running instance's guest holds for the user's answer (`egress`). `list`, `checkpoints` and
+// `egress` read /proc, the state files and disk directories only, so polling wakes no
 // instance and starts no daemon. Every string goes out with its control characters escaped:
 // preview titles, checkpoint labels, error messages and log lines may be written by a guest.
 import { escapeControlChars } from "@pi-sandbox/config";
 import type { ControllerErrorJson } from "../errors.js";
 import { isControllerError } from "../errors.js";
-import type { EgressView } from "../actions/egress.js";
 import type { EgressAsk } from "../state/egress.js";
 import type { EntryView } from "../state/inspect.js";
 import { BranchReader, type InstanceBranches } from "./branches.js";
@@ -189,7 +188,7 @@ export class SnapshotPoller {
     const asks = await Promise.all(
       running.map(async (name) => {
         const view = (await this.#call({ action: "egress", name, waiting: true }).catch(() => undefined)) as
-          EgressView | undefined;
+          { waiting?: EgressAsk[] } | undefined;
         return [name, view?.waiting ?? []] as const;
       }),
     );
