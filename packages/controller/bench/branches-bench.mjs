@@ -360,6 +360,24 @@ try {
   await call({ action: "checkpoint", name: SRC, label: "mem", memory: true });
   await exec(SRC, "printf 'disk\\n' > /workspace/index.html");
   await call({ action: "checkpoint", name: SRC, label: "disk" });
+  // A fork of the kept memory checkpoint while src serves: nothing of src is paused.
+  const fromPoller = poll(srcUrl);
+  await sleep(2_000);
+  const fromStart = performance.now();
+  const fromFork = await call({ action: "fork", name: SRC, names: ["from-mem"], from: "mem" });
+  await firstByte(fromFork.started[0].previews[0].url, "memory\n");
+  const fromServing = performance.now() - fromStart;
+  await sleep(2_000);
+  const fromAnswers = (await fromPoller.stop()).answers;
+  row(
+    "fork --from a memory checkpoint of the serving instance: its preview's longest stretch unanswered",
+    longestUnanswered(fromAnswers, fromStart, fromStart + fromServing),
+    undefined,
+    "ms",
+    "<= 1500",
+    `the fork answered its preview after ${fromServing.toFixed(0)} ms (${fromFork.started[0].restore?.warm ? "resumed warm" : "booted"}); the source was not paused`,
+  );
+  await call({ action: "destroy", name: "from-mem", confirm: "from-mem" });
   /** `action` until its preview serves `body`; the last run's progress messages with their times are kept. */
   const phases = {};
   const timed = async (action, body) => {

@@ -1,8 +1,8 @@
 // Branches of one instance's state: kept checkpoints (taken while it runs or not), a rewind to one,
-// and forks into new instances (forks.ts). Each runs alone in the instance's lifecycle queue (instance.ts).
-// The disk side (hard-linked layer chains, saved memory) is the vm package's; here is what the
-// instance around it needs: its status, previews and agent door, its record, and a pause (suspend,
-// then a warm start) where memory is copied from a running guest.
+// and forks into new instances (forks.ts). Each runs alone in the instance's lifecycle queue
+// (instance.ts). The disk side (hard-linked layer chains, saved memory) is the vm package's; here
+// is what the instance around it needs: its status, previews and agent door, its record, and a
+// pause (suspend, then a warm start) where memory is copied from a running guest.
 
 import { randomBytes } from "node:crypto";
 import { messageOf } from "@pi-sandbox/config";

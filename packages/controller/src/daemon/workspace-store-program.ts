@@ -130,10 +130,10 @@ def over_limit(store, work, config, limit):
     # The files add -A would record that are larger than limit bytes: untracked ones (not ignored)
     # and tracked ones whose stat changed; only these are stat-ed, nothing is read. The index never
     # keeps a large file (see snapshot), so one is untracked, and found again, at every snapshot.
-    others = git(store, ["ls-files", "-z", "--others", "--exclude-standard"], work=work, config=config).stdout
-    changed = git(store, ["diff-files", "--name-only", "-z"], work=work, config=config, check=False).stdout
+    listed = git(store, ["ls-files", "-z", "--others", "--modified", "--exclude-standard"], work=work,
+                 config=config).stdout
     found = []
-    for name in set(others.split(b"\0") + changed.split(b"\0")):
+    for name in set(listed.split(b"\0")):
         if not name:
             continue
         try:
