@@ -6,8 +6,8 @@
 // (each instance's previews have a loopback address of their own) cannot read or overwrite the
 // cookies of a host app on 127.0.0.1 or of the other instance. A kept checkpoint and a fork show
 // in their instance's group, the fork also under its source in the list (with its diff stat when
-// the controller has `diff`). A guest request to a host off allowedHosts waits on the page until
-// Allow once lets it out.
+// the controller has `diff`). The instance's ledger shows as a live timeline, as text.
+// A guest request to a host off allowedHosts waits on the page until Allow once lets it out.
 import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import http from "node:http";
@@ -234,6 +234,33 @@ test("a log line the guest writes appears on the page within 2 s, its escape seq
   const shownAfterMs = Date.now() - written;
   expect(shownAfterMs).toBeLessThanOrEqual(2_000);
   expect(await page.textContent("#log")).toContain(`dash-mark ${id} \\x1b[31mred`);
+});
+
+test("the instance's ledger shows as a timeline, newest first: a new exec appears live, its markup as text, and the kind filter narrows it", async () => {
+  // web's details are open (the test before): its ledger follows below its log.
+  await waitForText("#timeline", "create by library: ok");
+  const cmd = `echo '<img src=x onerror=window.pwned=2>' ${Date.now()}`;
+  await sandbox.call({ action: "exec", name: "web", cmd });
+  await waitForText("#timeline", cmd, 10_000);
+  const seqs = await page
+    .locator("#timeline li")
+    .evaluateAll((items) => items.map((item) => Number((item as unknown as { dataset: { seq: string } }).dataset.seq)));
+  expect(seqs).toEqual([...seqs].sort((a, b) => b - a));
+  // Its call's entry, then the exec's (command, exit code, duration, output bytes) above it.
+  const withCmd = await page
+    .locator("#timeline li", { hasText: cmd })
+    .evaluateAll((items) => items.map((item) => (item as unknown as { dataset: { kind: string } }).dataset.kind));
+  expect(withCmd).toEqual(["exec", "action"]);
+  expect(await page.locator("#timeline img").count()).toBe(0);
+  expect(await page.evaluate("window.pwned")).toBeUndefined();
+  await page.selectOption("#timeline-kind", "exec");
+  await waitForText("#timeline", cmd);
+  const kinds = await page
+    .locator("#timeline li")
+    .evaluateAll((items) => items.map((item) => (item as unknown as { dataset: { kind: string } }).dataset.kind));
+  expect(kinds.length).toBeGreaterThan(0);
+  expect(new Set(kinds)).toEqual(new Set(["exec"]));
+  await page.selectOption("#timeline-kind", "");
 });
 
 test("a guest's preview page can neither act through the dashboard nor open a WebSocket to it", async () => {
