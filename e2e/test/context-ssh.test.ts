@@ -1,10 +1,11 @@
 // A walkthrough through a context: another account with its own pi-sandbox, reached over a real
 // sshd (support/ssh-remote.ts). The laptop's CLI adds the context, creates an instance there from
 // a sandbox.yaml read here (its file: secret read here, never written there), runs commands with
-// their exit codes, copies files both ways, opens the preview through the address and port
-// forwarded here (the far side's Host guard answers), refuses a config that mounts a directory of
-// this machine, survives a killed connection mid-exec (the instance goes on, the next command
-// reconnects and forwards the preview again) and stops it. One boot for the file.
+// their exit codes, stdin (exec -i) and Ctrl-C, follows a log, copies files both ways, opens the
+// preview through the address and port forwarded here (the far side's Host guard answers),
+// refuses a config that mounts a directory of this machine, survives a killed connection mid-exec
+// (the instance goes on, the next command reconnects and forwards the preview again) and stops
+// it. One boot for the file.
 import { execFile, spawn } from "node:child_process";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { request } from "node:http";
@@ -65,16 +66,42 @@ interface Run {
 }
 
 /** `pi-sandbox args…` on the laptop side, in `dir`, through the context in use. */
-function cli(args: string[]): Promise<Run> {
+function cli(args: string[], input?: string): Promise<Run> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { cwd: dir, env: remote.env, timeout: 300_000 }, (err, stdout, stderr) =>
-      resolve({ code: err ? (typeof err.code === "number" ? err.code : -1) : 0, stdout, stderr }),
+    const child = execFile(
+      process.execPath,
+      [CLI, ...args],
+      { cwd: dir, env: remote.env, timeout: 300_000 },
+      (err, stdout, stderr) =>
+        resolve({ code: err ? (typeof err.code === "number" ? err.code : -1) : 0, stdout, stderr }),
     );
+    child.stdin?.end(input);
   });
 }
 
-async function ok(args: string[]): Promise<string> {
-  const done = await cli(args);
+/** A CLI that keeps running: wait for its output, signal it, read how it ended. */
+function follow(args: string[]) {
+  const child = spawn(process.execPath, [CLI, ...args], { cwd: dir, env: remote.env });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
+  child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once("close", resolve));
+  return {
+    child,
+    exited,
+    stderr: () => stderr,
+    async saw(text: string) {
+      while (!stdout.includes(text)) {
+        if (child.exitCode !== null) throw new Error(`pi-sandbox ${args.join(" ")} ended: ${stderr}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    },
+  };
+}
+
+async function ok(args: string[], input?: string): Promise<string> {
+  const done = await cli(args, input);
   if (done.code !== 0) throw new Error(`pi-sandbox ${args.join(" ")} exited ${done.code}:\n${done.stderr}`);
   return done.stdout;
 }
@@ -125,23 +152,31 @@ test("create, exec, cp, preview, a killed connection and stop, all through a con
   await ok(["cp", "demo:/workspace/down.txt", "down.txt"]);
   expect(await readFile(join(dir, "down.txt"), "utf8")).toBe("from the guest\n");
 
+  // exec -i: this stdin to the command there.
+  expect(await ok(["exec", "-i", "demo", "--", "tr", "a-z", "A-Z"], "piped here\n")).toBe("PIPED HERE\n");
+
+  // Ctrl-C ends the command there (exec-kill), and logs -f follows a log until Ctrl-C.
+  const interrupted = follow(["exec", "demo", "--", "sh", "-c", "echo started; exec sleep 60"]);
+  await interrupted.saw("started");
+  interrupted.child.kill("SIGINT");
+  expect(await interrupted.exited).toBe(130);
+  expect((await cli(["exec", "demo", "--", "pgrep", "-x", "sleep"])).code).toBe(1);
+  const logs = follow(["logs", "demo", "web", "-f", "-n", "1"]);
+  await logs.saw("GET /");
+  await get(`${url![1]!}followed`);
+  await logs.saw("GET /followed");
+  logs.child.kill("SIGINT");
+  expect(await logs.exited).toBe(130);
+
   // The connection dies under a running exec: a clear error, the instance goes on.
-  const child = spawn(process.execPath, [CLI, "exec", "demo", "--", "sh", "-c", "echo started; sleep 30"], {
-    cwd: dir,
-    env: remote.env,
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
-  child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
-  const exited = new Promise<number | null>((resolve) => child.once("close", resolve));
-  while (!stdout.includes("started")) await new Promise((r) => setTimeout(r, 100));
+  const cut = follow(["exec", "demo", "--", "sh", "-c", "echo started; sleep 30"]);
+  await cut.saw("started");
   const master = await remote.masterPid();
   expect(master).toBeGreaterThan(0);
   process.kill(master!, "SIGKILL");
-  expect(await exited).toBe(125);
-  expect(stderr).toMatch(/CONTROLLER_CONTEXT_LOST: the connection to context far was lost/);
-  expect(stderr).toMatch(/goes on/);
+  expect(await cut.exited).toBe(125);
+  expect(cut.stderr()).toMatch(/CONTROLLER_CONTEXT_LOST: the connection to context far was lost/);
+  expect(cut.stderr()).toMatch(/goes on/);
   // The next command reconnects; the preview is forwarded again.
   expect(await ok(["ls"])).toMatch(/^demo\s+running\b/m);
   expect(await get(url![1]!)).toBe("200 Hello from the guest\n");

@@ -20,7 +20,7 @@ import { didYouMean } from "./suggest.js";
 import { followLogs, receivedStamper } from "./logs-follow.js";
 import { progressPrinter } from "./progress-bar.js";
 import { runSshSession } from "./shell-session.js";
-import { runSystem, takeContextFlag } from "./context-flag.js";
+import { runSessionThroughContext, runSystem, takeContextFlag } from "./context-flag.js";
 
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
@@ -299,6 +299,17 @@ export async function runCli(rawArgv: string[]): Promise<number> {
   const input = "json" in parsed.action ? (parsed.action.json as string) : dropUndefined(parsed.action);
   const actionName = typeof input === "string" ? "call" : String(input.action);
   try {
+    // exec -i/-it and a shell on a terminal: through another context, the session runs there.
+    const session =
+      run?.kind === "interactive"
+        ? run.tty
+        : run?.kind === "session" && !json && process.stdout.isTTY
+          ? true
+          : undefined;
+    if (session !== undefined) {
+      const code = await runSessionThroughContext(argv, session, context);
+      if (code !== undefined) return code;
+    }
     if (run?.kind === "follow" && typeof input !== "string") {
       return await followExec(
         input as Record<string, unknown> & { name: string },

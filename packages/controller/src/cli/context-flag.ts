@@ -4,6 +4,8 @@
 import { UsageError } from "../actions/kit/define.js";
 import { callAction } from "../client/index.js";
 import { serveStdio } from "../remote/dial-stdio.js";
+import { runOverSsh } from "../remote/ssh.js";
+import { selectContext } from "../state/contexts.js";
 
 /** `argv` without `--context`, and its value; words after `--` are the command's own. */
 export function takeContextFlag(argv: readonly string[]): { argv: string[]; context?: string } {
@@ -39,4 +41,18 @@ export async function runSystem(positionals: readonly string[]): Promise<number>
     callAction(action, { ...options, caller: "user", context: "local" }),
   );
   return 0;
+}
+
+/**
+ * exec -i/-it and shell through another context: the whole command line runs there, over the
+ * context's ssh with this terminal (`tty`), as local to that machine. Undefined for local.
+ */
+export async function runSessionThroughContext(
+  argv: readonly string[],
+  tty: boolean,
+  context: string | undefined,
+): Promise<number | undefined> {
+  const target = await selectContext(context, process.env);
+  if (!target) return undefined;
+  return runOverSsh(target, process.env, ["--context=local", ...argv], tty);
 }

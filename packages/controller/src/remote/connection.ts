@@ -10,7 +10,7 @@ import type { SshTarget } from "../state/contexts.js";
 import type { ProgressEvent } from "../wire.js";
 import { hello, readLines, sameVersion, versionMismatch, writeLine, type Hello, type RemoteReply } from "./protocol.js";
 import type { RemoteCall, RemoteRequest } from "./protocol.js";
-import { ensureControlDir, masterPid, sshArgs, sshProgram, unreachable } from "./ssh.js";
+import { ensureControlDir, masterPid, remoteProgram, sshArgs, sshProgram, unreachable } from "./ssh.js";
 
 /** How long the hello may take (a first ssh login included). */
 const HELLO_TIMEOUT_MS = 60_000;
@@ -159,9 +159,9 @@ export class RemoteConnection {
   }
 }
 
-/** The remote command: `pi-sandbox system dial-stdio` (PI_SANDBOX_REMOTE_COMMAND replaces `pi-sandbox`). */
+/** The remote command: `pi-sandbox system dial-stdio`. */
 function remoteCommand(env: NodeJS.ProcessEnv): string[] {
-  return [env.PI_SANDBOX_REMOTE_COMMAND || "pi-sandbox", "system", "dial-stdio"];
+  return [remoteProgram(env), "system", "dial-stdio"];
 }
 
 /** This process's open connections, by context. */

@@ -7,6 +7,7 @@
 
 import { stat } from "node:fs/promises";
 import { basename, join } from "node:path";
+import { imageCacheRoot, inspectImage } from "@pi-sandbox/image";
 import type { ActionSpec } from "../actions/kit/define.js";
 import { ControllerError } from "../errors.js";
 import type { SshTarget } from "../state/contexts.js";
@@ -19,7 +20,7 @@ import { ensureControlDir, forwardPort, remotePath, scp } from "./ssh.js";
 const HERE = new Set(["help", "init", "context-add", "context-ls", "context-use", "context-rm"]);
 /** Actions that cannot go through a context yet, with what to do instead. */
 const NOT_YET: Record<string, string> = {
-  shell: "Open a shell there: ssh to the machine and run pi-sandbox shell NAME.",
+  shell: "Run pi-sandbox shell NAME --context CONTEXT on a terminal: the session then runs there over ssh.",
   dashboard: "Run pi-sandbox dashboard on that machine, or use its list here: pi-sandbox ls --context CONTEXT.",
   apply: "Apply on that machine, or download the files with pi-sandbox cp NAME:/workspace/… ./",
   "image-import": "Copy the image there with scp and import it on that machine.",
@@ -60,10 +61,9 @@ export async function callThroughContext(
     });
   const notYet = NOT_YET[spec.name];
   if (notYet) {
-    throw refuse(
-      `${spec.name} does not go through a context yet (context ${context.name})`,
-      notYet.replace("CONTEXT", context.name),
-    );
+    const what =
+      spec.name === "shell" ? "goes through a context only on a terminal" : "does not go through a context yet";
+    throw refuse(`${spec.name} ${what} (context ${context.name})`, notYet.replace("CONTEXT", context.name));
   }
   if (spec.name === "download" && options.model) {
     throw refuse("a model's download does not go through a context", "Ask the user to run the pi-sandbox cp command.");
@@ -104,6 +104,8 @@ export async function callThroughContext(
     result = await call(args, { config, secrets });
   } else if (spec.name === "upload" || spec.name === "download") {
     result = await copyThrough(connection, context, spec.name, args, call, env);
+  } else if (spec.name === "image-push") {
+    result = await pushImage(connection, context, String(args.name), call, env);
   } else {
     result = await call(args);
   }
@@ -151,6 +153,25 @@ async function copyThrough(
       env,
     );
     return { ...result, to };
+  } finally {
+    await connection.request({ type: "unstage", dir: stage }).catch(() => undefined);
+  }
+}
+
+/** `image push`: the image's directory here, by scp to a staging directory there, imported there. */
+async function pushImage(
+  connection: RemoteConnection,
+  context: SshTarget,
+  name: string,
+  call: (action: Record<string, unknown>) => Promise<unknown>,
+  env: NodeJS.ProcessEnv,
+): Promise<unknown> {
+  const image = await inspectImage(imageCacheRoot(env), name);
+  const dir = await ensureControlDir(env);
+  const { dir: stage } = (await connection.request({ type: "stage" })) as { dir: string };
+  try {
+    await scp(context, dir, [image.dir], remotePath(context, `${stage}/`), env);
+    return await call({ action: "image-import", dir: join(stage, basename(image.dir)), name: image.name ?? name });
   } finally {
     await connection.request({ type: "unstage", dir: stage }).catch(() => undefined);
   }

@@ -5,7 +5,8 @@
 
 import { spawn } from "node:child_process";
 import { mkdir } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { constants, tmpdir } from "node:os";
+import { shellQuote } from "@pi-sandbox/config";
 import { join } from "node:path";
 import { ControllerError } from "../errors.js";
 import { assertPrivateDir } from "../state/layout.js";
@@ -17,6 +18,41 @@ const CONTROL_PERSIST = "10m";
 /** The ssh program (tests and odd installs set PI_SANDBOX_SSH). */
 export function sshProgram(env: NodeJS.ProcessEnv): string {
   return env.PI_SANDBOX_SSH || "ssh";
+}
+
+/** pi-sandbox on the other machine (PI_SANDBOX_REMOTE_COMMAND replaces the name on its PATH). */
+export function remoteProgram(env: NodeJS.ProcessEnv): string {
+  return env.PI_SANDBOX_REMOTE_COMMAND || "pi-sandbox";
+}
+
+/**
+ * Runs the pi-sandbox command line `words` on the context's machine with this terminal (`tty`:
+ * ssh -t) or this stdin, through the master: exec -i/-it and shell, whose sessions are ssh's
+ * there. Resolves with its exit code (ssh's 255 when ssh itself failed).
+ */
+export async function runOverSsh(
+  target: SshTarget,
+  env: NodeJS.ProcessEnv,
+  words: readonly string[],
+  tty: boolean,
+): Promise<number> {
+  const dir = await ensureControlDir(env);
+  const command = [remoteProgram(env), ...words].map((word) => shellQuote(word)).join(" ");
+  return new Promise((resolve) => {
+    // Ctrl-C belongs to the session (ssh passes it on once it has the terminal).
+    const ignore = () => undefined;
+    process.on("SIGINT", ignore);
+    const child = spawn(sshProgram(env), sshArgs(target, dir, [tty ? "-t" : "-T"]).concat(command), {
+      stdio: "inherit",
+      env,
+    });
+    const done = (code: number) => {
+      process.off("SIGINT", ignore);
+      resolve(code);
+    };
+    child.once("error", () => done(255));
+    child.once("exit", (code, signal) => done(code ?? 128 + (signal ? (constants.signals[signal] ?? 0) : 0)));
+  });
 }
 
 /** The private directory of the master sockets: `$XDG_RUNTIME_DIR/pi-sandbox-ssh`, else under the temp dir. */

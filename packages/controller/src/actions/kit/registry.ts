@@ -15,6 +15,7 @@ import { apply, diff, workspaceExport } from "../diff.js";
 import { read, write } from "../files.js";
 import { helpAction } from "../help.js";
 import { imageBuild, imageImport, imageInspect, imageList, imageRm } from "../image.js";
+import { imagePush } from "../image-push.js";
 import { init } from "../init.js";
 import { inspect } from "../inspect.js";
 import { create, destroy, prepare, start, stop } from "../lifecycle.js";
@@ -73,6 +74,7 @@ export const ACTIONS = [
   imageInspect,
   imageRm,
   imageImport,
+  imagePush,
   contextAdd,
   contextList,
   contextUse,
