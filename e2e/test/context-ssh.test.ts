@@ -4,8 +4,8 @@
 // their exit codes, stdin (exec -i) and Ctrl-C, follows a log, copies files both ways, opens the
 // preview through the address and port forwarded here (the far side's Host guard answers),
 // refuses a config that mounts a directory of this machine, survives a killed connection mid-exec
-// (the instance goes on, the next command reconnects and forwards the preview again) and stops
-// it. One boot for the file.
+// (the instance goes on, the next command reconnects and forwards the preview again), stops it
+// and starts it again (the secret read here again). One boot and one start for the file.
 import { execFile, spawn } from "node:child_process";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { request } from "node:http";
@@ -183,6 +183,9 @@ test("create, exec, cp, preview, a killed connection and stop, all through a con
 
   expect(await ok(["stop", "demo"])).toMatch(/^state:\s+stopped$/m);
   expect(await ok(["ls"])).toMatch(/^demo\s+stopped\b/m);
+  // A start reads the secret here again (its controller there got it from the create's call only).
+  expect(await ok(["start", "demo"])).toMatch(/^state:\s+running$/m);
+  expect(await get(url![1]!)).toBe("200 Hello from the guest\n");
   // And the local context is this machine, which has no such instance.
   expect(await ok(["ls", "--context", "local"])).not.toMatch(/demo/);
 });

@@ -14,6 +14,8 @@ import type { SshTarget } from "../state/contexts.js";
 import type { Caller, ProgressEvent, TrustNote } from "../wire.js";
 import { connectContext, type RemoteConnection } from "./connection.js";
 import { shipConfig } from "./ship-config.js";
+import { forgetSources, readSources, rememberSources, sourcesOf, type SecretSources } from "./secret-sources.js";
+import type { EntryKind } from "../state/layout.js";
 import { ensureControlDir, forwardPort, remotePath, scp } from "./ssh.js";
 
 /** Actions that always run here: they concern this machine, or the contexts themselves. */
@@ -81,6 +83,15 @@ export async function callThroughContext(
       options.onProgress,
     );
   }
+  // The entry's secrets, read here again: a controller the call starts there reads them from it.
+  const entry = typeof args.name === "string" ? { kind: kindOf(args), name: args.name } : undefined;
+  let sources =
+    spec.name === "create" && typeof args.template === "string"
+      ? await sourcesOf(env, context.name, "templates", args.template)
+      : entry
+        ? await sourcesOf(env, context.name, entry.kind, entry.name)
+        : {};
+  const secrets = await readSources(env, sources);
   const call = (
     action: Record<string, unknown>,
     extra: { config?: { text: string; name: string }; secrets?: Record<string, string> } = {},
@@ -91,6 +102,7 @@ export async function callThroughContext(
         action,
         caller: options.caller,
         ...(options.trust.length ? { trust: options.trust } : {}),
+        ...(Object.keys(secrets).length > 0 ? { secrets } : {}),
         ...extra,
       },
       {
@@ -100,8 +112,9 @@ export async function callThroughContext(
     );
   let result: unknown;
   if (typeof args.config === "string") {
-    const { config, secrets } = await shipConfig(args.config, context.name, env);
-    result = await call(args, { config, secrets });
+    const shipped = await shipConfig(args.config, context.name, env);
+    sources = shipped.sources;
+    result = await call(args, { config: shipped.config, secrets: shipped.secrets });
   } else if (spec.name === "upload" || spec.name === "download") {
     result = await copyThrough(connection, context, spec.name, args, call, env);
   } else if (spec.name === "image-push") {
@@ -109,8 +122,32 @@ export async function callThroughContext(
   } else {
     result = await call(args);
   }
+  if (entry) await keepSources(spec.name, entry, sources, result, context.name, env);
   await forwardPreviews(result, context, env, options.onProgress);
   return result;
+}
+
+/** The namespace an action's `name` is in. */
+function kindOf(args: Record<string, unknown>): EntryKind {
+  if (args.action === "prepare") return "templates";
+  return args.kind === "templates" ? "templates" : "instances";
+}
+
+/** After a call: the sources of what it made are kept here, a destroyed entry's forgotten. */
+async function keepSources(
+  action: string,
+  entry: { kind: EntryKind; name: string },
+  sources: SecretSources,
+  result: unknown,
+  context: string,
+  env: NodeJS.ProcessEnv,
+): Promise<void> {
+  if (action === "create" || action === "prepare") await rememberSources(env, context, entry.kind, entry.name, sources);
+  else if (action === "destroy") await forgetSources(env, context, entry.kind, entry.name);
+  else if (action === "fork") {
+    for (const fork of (result as { forks?: { name: string }[] }).forks ?? [])
+      await rememberSources(env, context, "instances", fork.name, sources);
+  }
 }
 
 /** `cp` through a context: scp to (or from) a private staging directory there, the copy itself there. */

@@ -22,7 +22,10 @@ import { ControllerError } from "../errors.js";
 /** What goes with a call. */
 export interface ShippedConfig {
   config: { text: string; name: string };
+  /** The values, by the variable the shipped text names. */
   secrets: Record<string, string>;
+  /** Where each value was read here (`env:NAME`, `file:/abs`), to read again for a later start. */
+  sources: Record<string, string>;
 }
 
 /** Where a shipped secret's value waits on the far side. */
@@ -36,7 +39,12 @@ function refused(context: string, message: string, hint: string, key?: ConfigRea
 }
 
 /** A secret's value from this machine (the daemon's rules: one line, within the size limit). */
-async function readSecret(source: string, env: NodeJS.ProcessEnv, yamlPath: string, name: string): Promise<string> {
+export async function readSecret(
+  source: string,
+  env: NodeJS.ProcessEnv,
+  yamlPath: string,
+  name: string,
+): Promise<string> {
   const parsed = parseSecretSource(source);
   let value: string | undefined;
   if (parsed.kind === "env") value = env[parsed.name];
@@ -65,6 +73,7 @@ export async function shipConfig(path: string, context: string, env: NodeJS.Proc
   const config = parseConfig(text, { sourcePath });
   const doc = parseDocument(text);
   const secrets: Record<string, string> = {};
+  const sources: Record<string, string> = {};
   let n = 0;
   for (const reach of configReaches(config)) {
     const raw = doc.getIn(reach.key);
@@ -76,10 +85,12 @@ export async function shipConfig(path: string, context: string, env: NodeJS.Proc
         reach.key,
       );
     }
-    if (reach.value === "source" && typeof raw === "string") {
+    if (reach.value === "source" && typeof raw === "string" && typeof reach.given === "string") {
       const name = String(reach.group.at(-1));
       const variable = `${SECRET_ENV}${n++}`;
-      secrets[variable] = await readSecret(raw, env, sourcePath, name);
+      // The parsed value: a file's path made absolute against the YAML's directory.
+      sources[variable] = reach.given;
+      secrets[variable] = await readSecret(reach.given, env, sourcePath, name);
       doc.setIn(reach.key, `env:${variable}`);
       continue;
     }
@@ -100,5 +111,5 @@ export async function shipConfig(path: string, context: string, env: NodeJS.Proc
       );
     }
   }
-  return { config: { text: doc.toString(), name: basename(sourcePath) }, secrets };
+  return { config: { text: doc.toString(), name: basename(sourcePath) }, secrets, sources };
 }

@@ -4,7 +4,7 @@
 // Names and URLs are checked before anything touches the disk, and an ssh destination that could
 // be read as an ssh option is refused.
 
-import { mkdir } from "node:fs/promises";
+import { mkdir, rm } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { writeJsonAtomic } from "@pi-sandbox/config";
@@ -160,6 +160,8 @@ export async function removeContext(name: string, env: NodeJS.ProcessEnv = proce
   delete file.contexts[name];
   if (file.current === name) delete file.current;
   await writeFileOf(env, file);
+  // What was kept here for its entries (where their secrets are read: remote/secret-sources.ts).
+  await rm(join(configDir(env), "contexts", name), { recursive: true, force: true });
   return { name, url: entry.url };
 }
 
