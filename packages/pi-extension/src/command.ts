@@ -8,6 +8,7 @@
 //   /sandbox fork [name] [N]  copy an instance (the attached one) into N running forks (default 1)
 //   /sandbox rewind <checkpoint> [name]  back to a kept checkpoint (its id or label)
 //   /sandbox audit [name]     the last entries of an instance's ledger
+//   /sandbox context [name]   which machine the calls go to; switch this session to another
 
 import type { ExtensionCommandContext, RegisteredCommand } from "@earendil-works/pi-coding-agent";
 import type { AutocompleteItem } from "@earendil-works/pi-tui";
@@ -20,6 +21,7 @@ import {
 } from "@pi-sandbox/controller/client";
 import { describeError, tellUser, type Attachments } from "./attach.js";
 import type { EnvironmentBranches } from "./branching.js";
+import { contextCommand } from "./context-command.js";
 import { SandboxExtensionError } from "./errors.js";
 import type { SandboxDependencies } from "./tool.js";
 
@@ -31,7 +33,7 @@ interface ShellAccess {
 }
 
 const USAGE =
-  "Usage: /sandbox <name> [user] (terminal; user defaults to root), /sandbox attach [name], /sandbox detach, /sandbox dashboard, /sandbox checkpoints [name], /sandbox fork [name] [N], /sandbox rewind <checkpoint> [name], /sandbox audit [name]. Without a name, pick from a list.";
+  "Usage: /sandbox <name> [user] (terminal; user defaults to root), /sandbox attach [name], /sandbox detach, /sandbox dashboard, /sandbox checkpoints [name], /sandbox fork [name] [N], /sandbox rewind <checkpoint> [name], /sandbox audit [name], /sandbox context [name]. Without a name, pick from a list.";
 const SUBCOMMANDS = ["attach", "detach"] as const;
 /** Subcommands that take an instance name after them. */
 const NAMED_SUBCOMMANDS = new Set(["attach", "checkpoints", "fork", "audit"]);
@@ -204,6 +206,7 @@ export function createSandboxCommand(
           "fork",
           "rewind",
           "audit",
+          "context",
           ...(options.branches ? ["checkpoints"] : []),
         ])
           if (sub.startsWith(word)) items.push({ value: `${sub} `, label: sub });
@@ -221,6 +224,7 @@ export function createSandboxCommand(
       const words = args.trim().split(/\s+/).filter(Boolean);
       try {
         if (words[0] === "dashboard" && words.length === 1) return await dashboard(deps, ctx, options);
+        if (words[0] === "context" && words.length <= 2) return await contextCommand(deps, ctx, words[1]);
         if (options.branches && words[0] === "checkpoints") {
           if (words.length > 2) return usageError(ctx, "/sandbox checkpoints takes one instance name");
           const name = words[1] ?? attachments?.name;

@@ -1,7 +1,7 @@
-// The footer: which instances run and their preview URLs, the dashboard's link once it runs, and
-// what Pi is attached to. Refreshed every few seconds while a session with a UI is open (the timer
-// starts in session_start and ends in session_shutdown), after each sandbox call and after attach,
-// detach and /sandbox. A state root that does not exist yet is left alone: looking never creates
+// The footer: which instances run and their preview URLs, the dashboard's link once it runs, what
+// Pi is attached to, and the context when the calls go to another machine. Refreshed every few
+// seconds while a session with a UI is open (the timer starts in session_start and ends in
+// session_shutdown), after each sandbox call and after attach, detach and /sandbox. A state root that does not exist yet is left alone: looking never creates
 // sandbox state, and never starts a dashboard.
 
 import { existsSync } from "node:fs";
@@ -15,10 +15,13 @@ import {
   type EntryView,
 } from "@pi-sandbox/controller/client";
 import { ATTACH_STATUS, type Attachments } from "./attach.js";
+import { contextStatus } from "./context-command.js";
 import type { SandboxDependencies } from "./tool.js";
 
 /** Footer status key of the running instances. */
 export const INSTANCES_STATUS = "pi-sandbox.instances";
+/** Footer status key of the context (another machine) the calls go to. */
+export const CONTEXT_STATUS = "pi-sandbox.context";
 /** Footer status key of the dashboard's link. */
 export const DASHBOARD_STATUS = "pi-sandbox.dashboard";
 /** How often the footer looks again, in ms. */
@@ -95,10 +98,13 @@ export class SandboxStatus {
   async #look(ctx: ExtensionContext): Promise<void> {
     let instances: EntryView[] | undefined;
     let dashboard: string | undefined;
+    let context: string | undefined;
     const began = Date.now();
     try {
       const root = resolveStateRoot(this.deps.env ?? process.env);
-      if (existsSync(join(root, "instances"))) {
+      context = await contextStatus(this.deps).catch(() => undefined);
+      // Another machine's instances are looked at there; this machine's only once it has any.
+      if (context !== undefined || existsSync(join(root, "instances"))) {
         // Best effort apart from the instances: an older controller without the action shows none.
         dashboard = await this.#dashboardUrl().catch(() => undefined);
         const listed = (await this.deps.callAction({ action: "list" }, { env: this.deps.env })) as {
@@ -121,6 +127,7 @@ export class SandboxStatus {
       }
     }
     try {
+      ctx.ui.setStatus(CONTEXT_STATUS, context);
       ctx.ui.setStatus(INSTANCES_STATUS, instancesStatus(instances));
       ctx.ui.setStatus(DASHBOARD_STATUS, dashboard === undefined ? undefined : `dashboard: ${dashboard}`);
       this.showAttach(ctx);
