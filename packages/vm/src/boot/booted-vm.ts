@@ -7,6 +7,7 @@ import type { Duplex } from "node:stream";
 import type { VM } from "@earendil-works/gondolin";
 import type { CheckpointResult, DiskRun, KeepOptions, RunRecovery } from "../disk/disk-store.js";
 import { keepCheckpoint } from "../disk/kept-checkpoints.js";
+import { keepLiveMemoryCheckpoint, type LiveMemoryVm } from "../disk/live-memory.js";
 import { VmError, isVmError, messageOf } from "../errors.js";
 import { runInGuest } from "../guest/exec-util.js";
 import type { GondolinGuest } from "../guest/gondolin-guest.js";
@@ -150,6 +151,7 @@ export class BootedVm implements RunningVm {
       const prior = this.live?.catch(() => undefined);
       const kept = (async () => {
         await prior;
+        if (keep.memory) return this.keepWithMemory(keep);
         const result = await this.checkpointOnce(timeoutMs);
         return { ...result, kept: await keepCheckpoint(this.run.dir, this.run.pointer, keep) };
       })();
@@ -163,6 +165,27 @@ export class BootedVm implements RunningVm {
       this.live = undefined;
     });
     return this.live;
+  }
+
+  /** A kept memory checkpoint of the running guest (disk/live-memory.ts): paused for the last pages only. */
+  private async keepWithMemory(keep: KeepOptions): Promise<LiveCheckpointResult> {
+    if (!this.memory) {
+      throw new VmError("VM_UNSUPPORTED", `the VM ${this.name} was started without what a memory checkpoint records`, {
+        details: { name: this.name },
+      });
+    }
+    const started = performance.now();
+    const vm: LiveMemoryVm = {
+      monitor: this.monitor,
+      runtimeDir: this.runtimeDir,
+      run: this.run,
+      grown: this.grown,
+      switchLayer: (file) => switchRootLayer(this.monitor, file),
+      recordOf: (generation, saved) => this.suspendState(generation, saved),
+      vfs: () => vfsInodesOf(this.guest.gondolin),
+    };
+    const { disk, kept, pausedMs, memoryBytes } = await keepLiveMemoryCheckpoint(vm, keep, SAVE_MEMORY_TIMEOUT_MS);
+    return { ...disk, syncMs: 0, totalMs: performance.now() - started, kept, pauseMs: pausedMs, memoryBytes };
   }
 
   private async checkpointOnce(syncTimeoutMs: number): Promise<LiveCheckpointResult> {

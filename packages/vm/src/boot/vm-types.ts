@@ -137,6 +137,10 @@ export interface LiveCheckpointResult {
   bytes: number;
   /** The kept checkpoint, when `keep` asked for one (see `DiskStore.checkpoints`). */
   kept?: KeptCheckpoint;
+  /** With `keep.memory`: milliseconds the guest was paused (the last memory pages and the layer switch). */
+  pauseMs?: number;
+  /** With `keep.memory`: bytes of the saved memory. */
+  memoryBytes?: number;
 }
 
 /** How a suspend went: the disk checkpoint and the saved memory. */
@@ -214,7 +218,10 @@ export interface RunningVm extends GuestVm {
    * guest did not confirm its sync, or QEMU refused). `VM_CLOSED` once stopping or closed.
    * Single-flight; a `stop()`, `suspend()` or `close()` waits for one under way. With `keep`, the
    * checkpoint (new or unchanged) is also kept under an id, to rewind to or fork from (`kept`); a
-   * checkpoint under way without `keep` is waited for, then a new one is taken.
+   * checkpoint under way without `keep` is waited for, then a new one is taken. With
+   * `keep.memory`, the guest's memory is kept too, saved while it runs: QEMU pauses it only for
+   * the last pages and the layer switch (`pauseMs`), and QEMU runs on (VM_UNSUPPORTED for a VM
+   * started without what a suspend records).
    */
   checkpoint(options?: { syncTimeoutMs?: number; keep?: KeepOptions }): Promise<LiveCheckpointResult>;
   /**

@@ -169,12 +169,13 @@ export interface DiskRun {
    * While QEMU runs: makes everything written so far a completed checkpoint. Creates the next
    * layer over the active one, has `switchLayer` move QEMU's writes to it, then publishes the
    * layers QEMU no longer writes (fsync, pointer flip). Nothing to publish (QEMU wrote nothing
-   * since the last one): `changed` false, no new layer. The run stays open.
+   * since the last one): `changed` false, no new layer, unless `force`. The run stays open.
    */
   liveCheckpoint(options: {
     grown: boolean;
     switchLayer: LayerSwitch;
     signal?: AbortSignal;
+    force?: boolean;
   }): Promise<LiveDiskCheckpoint>;
   /** Milliseconds since the epoch of QEMU's last write to the active layer (its mtime); undefined when unreadable. */
   activeWrittenAtMs(): number | undefined;

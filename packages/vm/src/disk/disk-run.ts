@@ -113,6 +113,8 @@ export class OpenRun implements DiskRun {
     grown: boolean;
     switchLayer: LayerSwitch;
     signal?: AbortSignal;
+    /** Switch even when QEMU wrote nothing since the last one (the caller needs the disk as of the switch). */
+    force?: boolean;
   }): Promise<LiveDiskCheckpoint> {
     this.assertOpen();
     if (this.checkpointing) {
@@ -123,7 +125,7 @@ export class OpenRun implements DiskRun {
     this.checkpointing = true;
     try {
       let stallMs = 0;
-      const changed = writeMark(this.activeLayerPath) !== this.activeMark;
+      const changed = options.force === true || writeMark(this.activeLayerPath) !== this.activeMark;
       if (changed) stallMs = await this.switchToNewLayer(options.switchLayer, options.signal);
       return { ...(await this.publishInactive(options.grown)), stallMs };
     } finally {

@@ -65,6 +65,38 @@ export async function saveMemory(
   timeoutMs: number,
 ): Promise<{ bytes: number; ms: number }> {
   const started = performance.now();
+  let sink: MigrationSink | undefined;
+  try {
+    sink = await migrationSink(runtimeDir, file);
+    await monitor.command("stop");
+    // QEMU limits migration to 128 MiB/s by default; a local file has no reason for a limit.
+    await monitor.command("migrate-set-parameters", { "max-bandwidth": 64 * 1024 ** 3 });
+    await monitor.command("migrate", { uri: sink.uri });
+    await waitForMigration(monitor, started + timeoutMs);
+    const bytes = await sink.written();
+    return { bytes, ms: performance.now() - started };
+  } catch (error) {
+    await fsp.rm(file, { force: true }).catch(() => undefined);
+    throw new VmError("VM_SUSPEND_FAILED", `QEMU could not save the guest's memory: ${messageOf(error)}`, {
+      cause: error,
+      details: { reason: messageOf(error) },
+    });
+  } finally {
+    sink?.close();
+  }
+}
+
+/** Where QEMU's outgoing migration goes: a unix socket in `runtimeDir` whose one stream is written to `file`. */
+export interface MigrationSink {
+  /** The `migrate` URI. */
+  uri: string;
+  /** Once QEMU reported the migration complete: waits for the stream's end, fsyncs `file`, returns its size. */
+  written(): Promise<number>;
+  close(): void;
+}
+
+/** Listens for one migration stream into new file `file` (0600, never an existing one). */
+export async function migrationSink(runtimeDir: string, file: string): Promise<MigrationSink> {
   const socketPath = path.join(runtimeDir, MIGRATE_SOCKET);
   const server = net.createServer();
   let received: Promise<void> | undefined;
@@ -75,30 +107,20 @@ export async function saveMemory(
     }
     received = pipeline(socket, fs.createWriteStream(file, { flags: "wx", mode: 0o600 }));
   });
-  try {
-    await new Promise<void>((resolve, reject) => {
-      server.once("error", reject);
-      server.listen(socketPath, () => resolve());
-    });
-    await monitor.command("stop");
-    // QEMU limits migration to 128 MiB/s by default; a local file has no reason for a limit.
-    await monitor.command("migrate-set-parameters", { "max-bandwidth": 64 * 1024 ** 3 });
-    await monitor.command("migrate", { uri: `unix:${socketPath}` });
-    await waitForMigration(monitor, started + timeoutMs);
-    if (!received) throw new Error("QEMU reported the migration complete without connecting");
-    await received;
-    await fsyncFile(file);
-    const { size } = await fsp.stat(file);
-    return { bytes: size, ms: performance.now() - started };
-  } catch (error) {
-    await fsp.rm(file, { force: true }).catch(() => undefined);
-    throw new VmError("VM_SUSPEND_FAILED", `QEMU could not save the guest's memory: ${messageOf(error)}`, {
-      cause: error,
-      details: { reason: messageOf(error) },
-    });
-  } finally {
-    server.close();
-  }
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(socketPath, () => resolve());
+  });
+  return {
+    uri: `unix:${socketPath}`,
+    async written() {
+      if (!received) throw new Error("QEMU reported the migration complete without connecting");
+      await received;
+      await fsyncFile(file);
+      return (await fsp.stat(file)).size;
+    },
+    close: () => void server.close(),
+  };
 }
 
 /**
@@ -125,10 +147,11 @@ export async function restoreMemory(monitor: QmpMonitor, timeoutMs: number, befo
   }
 }
 
-async function waitForMigration(monitor: QmpMonitor, deadline: number): Promise<void> {
+/** Waits until QEMU's migration reaches `status` (default `completed`); throws when it fails or is cancelled. */
+export async function waitForMigration(monitor: QmpMonitor, deadline: number, status = "completed"): Promise<void> {
   for (;;) {
     const info = (await monitor.command("query-migrate")) as { status?: unknown; "error-desc"?: unknown };
-    if (info.status === "completed") return;
+    if (info.status === status) return;
     if (info.status === "failed" || info.status === "cancelled") {
       throw new Error(typeof info["error-desc"] === "string" ? info["error-desc"] : `migration ${info.status}`);
     }
