@@ -186,19 +186,17 @@ try {
   }
   const unanswered = longestUnanswered(answers, forkStart, forkStart + allServing);
   const at = (pattern) => said.find((e) => pattern.test(e.message))?.at;
-  const paused = at(/^pausing /);
+  const saving = at(/^saving .* memory while it runs/);
   const copied = said.filter((e) => /^forked /.test(e.message)).at(-1)?.at;
-  const resuming = at(/^resuming /);
-  const resumed = said.find((e) => e.at > (resuming ?? Infinity) && e.message === `${SRC} is running`)?.at;
   row(
     `fork --count ${FORKS} of a serving instance: its preview's longest stretch unanswered`,
     unanswered,
     undefined,
     "ms",
     "<= 1500",
-    `paused ${forked.pauseMs?.toFixed(0)} ms: suspend and copy ${(copied - paused).toFixed(0)} ms, ` +
-      `resume ${(resumed - resuming).toFixed(0)} ms (its warm start to running, previews reopened); ` +
-      `meanwhile ${failedInFork} requests answered with an error (${refusals} refusals logged), none waited`,
+    `QEMU paused it ${forked.pauseMs?.toFixed(0)} ms (the last memory pages and the disk's layer switch); ` +
+      `its memory saved while it ran and the ${FORKS} copies made ${(copied - saving).toFixed(0)} ms; ` +
+      `meanwhile ${failedInFork} requests answered with an error (${refusals} refusals logged)`,
   );
   row(
     `fork --count ${FORKS} until all ${FORKS} answer their previews vs one cold create to its first preview byte`,

@@ -119,11 +119,14 @@ test("pruning by bytes removes the oldest unpinned ones until both limits hold",
 test("fork copies the files into new instances with their own record; each start gives its own identity", async () => {
   await call({ action: "create", name: "src", config: join(sandbox.dir, "sandbox.yaml") });
   await exec("src", "printf 'work\\n' > work.txt");
+  const boots = sandbox.runtime.boots;
   const forked = await call({ action: "fork", name: "src", names: ["src-a", "src-b"] });
   expect(forked).toMatchObject({ source: "src", forks: [{ name: "src-a" }, { name: "src-b" }] });
-  // The source ran before: it was paused (suspended, resumed) and runs on.
-  expect(forked.pauseMs).toEqual(expect.any(Number));
+  // The source ran before: its memory was kept while it ran on, never stopped or booted again;
+  // the checkpoint the forks were made of is not kept.
+  expect(sandbox.runtime.boots).toBe(boots);
   expect((await readStatus(sandbox.layout, "instances", "src"))?.state).toBe("running");
+  expect((await list("src")).checkpoints).toEqual([]);
   const record = await readRecord(sandbox.layout, "instances", "src-a");
   expect(record).toMatchObject({ forkedFrom: { name: "src" }, pendingCreate: { newIdentity: true, fork: true } });
   expect((await inspectEntry(sandbox.layout, "instances", "src-a")).forkedFrom).toMatchObject({ name: "src" });
@@ -190,7 +193,7 @@ test("a state directory removed under a running instance: its daemon notices, st
   expect(stderr.join("")).toContain("the state directory of instance gone");
 });
 
-test("a preview request made while a fork has the source paused waits for it, and is answered", async () => {
+test("a fork of a serving instance never stops it: a preview request while its memory is kept is answered", async () => {
   await writeFile(
     join(sandbox.dir, "web.yaml"),
     `version: 1
@@ -208,21 +211,24 @@ services:
   const created = await call({ action: "create", name: "web", config: join(sandbox.dir, "web.yaml") });
   const url = created.previews[0].url as string;
   expect(await fetchText(url)).toBe("200 hello\n");
-  // Hold the source's resume until a request is under way.
+  // Hold the checkpoint the fork is made of until a request was answered.
   let release!: () => void;
   let held!: () => void;
   const holding = new Promise<void>((resolve) => (held = resolve));
-  sandbox.runtime.hooks.beforeBoot = async (name) => {
+  sandbox.runtime.hooks.onCheckpoint = async (name) => {
     if (name !== "web") return;
     held();
     await new Promise<void>((resolve) => (release = resolve));
   };
+  const boots = sandbox.runtime.boots;
   const forked = call({ action: "fork", name: "web", names: ["web-b"] });
   await holding;
-  const during = fetchText(url);
-  await new Promise((r) => setTimeout(r, 300));
+  expect(await fetchText(url)).toBe("200 hello\n");
+  expect((await readStatus(sandbox.layout, "instances", "web"))?.state).toBe("running");
   release();
-  sandbox.runtime.hooks.beforeBoot = undefined;
+  sandbox.runtime.hooks.onCheckpoint = undefined;
   await forked;
-  expect(await during).toBe("200 hello\n");
+  // The source ran on: never booted again.
+  expect(sandbox.runtime.boots).toBe(boots);
+  expect(await fetchText(url)).toBe("200 hello\n");
 });

@@ -30,7 +30,7 @@ function checkpointLine(c: CheckpointView): string {
 export const checkpoint = defineAction({
   name: "checkpoint",
   summary:
-    "keep the instance's state now as a checkpoint to rewind to or fork from: its disk (the guest's disk waits a few ms), or with memory its processes too (the instance pauses for a suspend and resume)",
+    "keep the instance's state now as a checkpoint to rewind to or fork from: its disk (the guest's disk waits a few ms), or with memory its processes too (saved while the guest runs, which pauses only for the last of it)",
   args: [
     nameArg,
     arg("label", "string", false, "a name for it (up to 100 characters); rewind takes it instead of the id"),

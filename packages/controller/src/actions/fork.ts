@@ -1,7 +1,7 @@
 // `fork`: copies an instance into new ones. The source's daemon makes the copies (daemon/branches.ts:
-// a running source is suspended for the copy of its memory and resumed; a fork of one of its kept
-// checkpoints pauses nothing); the client then starts each fork, in parallel, and each start gives
-// its guest its own identity.
+// a running source's memory is saved while it runs; a fork of one of its kept checkpoints pauses
+// nothing); the client then starts each fork, in parallel, and each start gives its guest its own
+// identity.
 
 import * as v from "valibot";
 import { ControllerError } from "../errors.js";
@@ -21,7 +21,7 @@ export function forkNames(source: string, count: number): string[] {
 export const fork = defineAction({
   name: "fork",
   summary:
-    "copy a running, suspended or stopped instance into new instances (disk shared copy-on-write; memory too unless stopped) and start them: each resumes where the source was, with its own machine-id, hostname, ssh host keys, random pool, previews and disk. The source keeps running after a short pause",
+    "copy a running, suspended or stopped instance into new instances (disk shared copy-on-write; memory too unless stopped) and start them: each resumes where the source was, with its own machine-id, hostname, ssh host keys, random pool, previews and disk. The source keeps running (paused only for the last of its memory)",
   args: [
     nameArg,
     arg("names", "string[]", false, `names of the new instances (1-${FORKS_MAX}); or count`),

@@ -1,8 +1,8 @@
 // Branches of one instance's state: kept checkpoints (taken while it runs or not), a rewind to one,
 // and forks into new instances (forks.ts). Each runs alone in the instance's lifecycle queue
 // (instance.ts). The disk side (hard-linked layer chains, saved memory) is the vm package's; here
-// is what the instance around it needs: its status, previews and agent door, its record, and a
-// pause (suspend, then a warm start) where memory is copied from a running guest.
+// is what the instance around it needs: its status, previews and agent door, and its record. The
+// memory of a running guest is kept while it runs (QEMU pauses it for the last pages only).
 
 import { randomBytes } from "node:crypto";
 import { messageOf } from "@pi-sandbox/config";
@@ -30,7 +30,7 @@ import { checkForkNames, makeForks, type ForkOrigin, type KeptExtra } from "./fo
 import type { Lifecycle } from "./lifecycle.js";
 import type { InstanceRuntime, KeepOptions, KeptCheckpoint, KeptCheckpointInfo } from "./runtime.js";
 import { checkpointRef, snapshotWorkspace } from "./workspace-snapshots.js";
-import { toControllerError, type InstanceState } from "./state.js";
+import type { InstanceState } from "./state.js";
 
 type Progress = (event: ProgressEvent) => void;
 
@@ -107,18 +107,9 @@ export class Branches {
     let stallMs: number | undefined;
     let pauseMs: number | undefined;
     if (this.state.vm && options.memory) {
-      const previews = this.state.status.previews;
-      const { id, leftOut } = await this.namedInGuest(progress);
-      const paused = await this.whileSuspended(progress, async () =>
-        this.runtime.disks.keepCheckpoint(this.diskDir, {
-          ...keep,
-          id,
-          memory: true,
-          extra: { ...(await this.extra(previews)), ...(leftOut ? { leftOut } : {}) },
-        }),
-      );
-      kept = paused.result;
-      pauseMs = paused.pauseMs;
+      progress({ stage: "checkpoint", message: "saving the guest's memory while it runs, then switching its disk" });
+      const extra = await this.extra(this.state.status.previews);
+      ({ kept, pauseMs } = await this.keepRunning({ ...keep, memory: true, extra }, progress));
     } else if (this.state.vm) {
       progress({ stage: "checkpoint", message: "syncing the guest and switching its disk to a new layer" });
       ({ kept, stallMs } = await this.keepRunning(keep, progress));
@@ -186,14 +177,30 @@ export class Branches {
     }
   }
 
-  /** Keeps a disk checkpoint of the running instance (its workspace recorded under it first). */
-  private async keepRunning(keep: KeepOptions, progress: Progress): Promise<{ kept: KeptCheckpoint; stallMs: number }> {
-    const { id, leftOut } = await this.namedInGuest(progress);
-    const outcome = await this.state
-      .running()
-      .vm.checkpoint({ keep: { ...keep, id, ...(leftOut ? { extra: { leftOut } } : {}) } });
+  /**
+   * Keeps a checkpoint of the running instance, its workspace recorded under it first (unless not
+   * `workspace`: one only forks are made of): of its disk, or with `keep.memory` of its memory
+   * too, saved while it runs (paused `pauseMs` for the last of it). `keep.extra` is the
+   * controller's own (see {@link KeptExtra}).
+   */
+  private async keepRunning(
+    keep: KeepOptions & { extra?: KeptExtra },
+    progress: Progress,
+    options: { workspace: boolean } = { workspace: true },
+  ): Promise<{ kept: KeptCheckpoint; stallMs: number; pauseMs?: number }> {
+    const { id, leftOut } = options.workspace
+      ? await this.namedInGuest(progress)
+      : { id: undefined, leftOut: undefined };
+    const extra: KeptExtra = { ...keep.extra, ...(leftOut ? { leftOut } : {}) };
+    const outcome = await this.state.running().vm.checkpoint({
+      keep: { ...keep, ...(id !== undefined ? { id } : {}), ...(Object.keys(extra).length > 0 ? { extra } : {}) },
+    });
     if (!outcome.kept) throw new ControllerError("CONTROLLER_INTERNAL", "the VM took a checkpoint but did not keep it");
-    return { kept: outcome.kept, stallMs: outcome.stallMs };
+    return {
+      kept: outcome.kept,
+      stallMs: outcome.stallMs,
+      ...(outcome.pauseMs !== undefined ? { pauseMs: outcome.pauseMs } : {}),
+    };
   }
 
   /** Removes the oldest unpinned checkpoints beyond `checkpoint.keep`/`keepGiB`, never `keep`. */
@@ -282,11 +289,17 @@ export class Branches {
       const forks = await makeForks(origin, names, { kind: "checkpoint", kept }, progress);
       result = { source: this.name, forks, from: checkpointView(kept) };
     } else if (this.state.vm) {
-      const previews = this.state.status.previews;
-      const paused = await this.whileSuspended(progress, () =>
-        makeForks(origin, names, { kind: "now", previews }, progress),
-      );
-      result = { source: this.name, forks: paused.result, pauseMs: paused.pauseMs };
+      // Its memory saved while it runs, as a kept checkpoint the forks are made of, then dropped
+      // (the forks hold its files by their own links).
+      progress({ stage: "checkpoint", message: `saving ${this.name}'s memory while it runs` });
+      const extra = await this.extra(this.state.status.previews);
+      const { kept, pauseMs } = await this.keepRunning({ memory: true, extra }, progress, { workspace: false });
+      try {
+        const forks = await makeForks(origin, names, { kind: "checkpoint", kept }, progress);
+        result = { source: this.name, forks, ...(pauseMs !== undefined ? { pauseMs } : {}) };
+      } finally {
+        await this.runtime.disks.removeCheckpoint(this.diskDir, kept.id).catch(() => undefined);
+      }
     } else {
       const status = await readStatus(this.state.layout, "instances", this.name);
       const previews = status?.state === "suspended" ? status.previews : undefined;
@@ -294,44 +307,5 @@ export class Branches {
     }
     this.state.log.info(`forked into ${names.join(", ")}${result.from ? ` from checkpoint ${result.from.id}` : ""}`);
     return result;
-  }
-
-  /**
-   * Runs `work` while the running instance is suspended (memory and disk saved, previews kept
-   * bound, the daemon kept), then resumes it. Returns how long the guest was paused. A suspend that
-   * fails leaves the instance failed, as a suspend would; the resume runs whether `work` failed or not.
-   */
-  private async whileSuspended<T>(progress: Progress, work: () => Promise<T>): Promise<{ result: T; pauseMs: number }> {
-    const { state } = this;
-    const started = performance.now();
-    const previews = state.status.previews ?? [];
-    progress({ stage: "suspend", message: `pausing ${this.name} to copy its memory (preview requests wait)` });
-    let resumed!: () => void;
-    state.paused = new Promise<void>((resolve) => (resumed = resolve));
-    const unpause = () => {
-      state.paused = undefined;
-      resumed();
-    };
-    try {
-      await state.setState("suspending");
-      await this.lifecycle.teardown({ checkpoint: true, keepMemory: true, keepPreviews: true });
-      await state.setState("suspended", { previews });
-    } catch (error) {
-      const e = toControllerError(error);
-      state.recordError(e.code, e.message, e.hint ?? "The previous checkpoint is kept; start reopens it.");
-      await this.lifecycle.closePreviews();
-      await state.setState("failed").catch(() => undefined);
-      unpause();
-      state.finish();
-      throw e;
-    }
-    let result: T;
-    try {
-      result = await work();
-    } finally {
-      progress({ stage: "boot", message: `resuming ${this.name}` });
-      await this.lifecycle.start(progress).finally(unpause);
-    }
-    return { result, pauseMs: performance.now() - started };
   }
 }

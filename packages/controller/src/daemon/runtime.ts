@@ -60,7 +60,9 @@ export interface RuntimeVm extends GuestVm {
    * nothing was written since the last one. The VM runs on, also when it fails. With `keep`, the
    * checkpoint is also kept (see `RuntimeDisks.keepCheckpoint`), written or not.
    */
-  checkpoint(options?: { keep?: KeepOptions }): Promise<CheckpointOutcome & { kept?: KeptCheckpoint }>;
+  checkpoint(options?: {
+    keep?: KeepOptions;
+  }): Promise<CheckpointOutcome & { kept?: KeptCheckpoint; pauseMs?: number }>;
   /** When QEMU last wrote the disk, in ms since the epoch (a `stat`: cheap); undefined when unknown. */
   readonly diskWrittenAtMs: number | undefined;
   /**
