@@ -60,7 +60,7 @@ test("one entry changed, inserted or deleted at a random place is found at that 
   for (let trial = 0; trial < 60; trial++) {
     const copy = join(dir, `trial-${trial}`);
     cpSync(source, copy, { recursive: true });
-    const how = (["change", "insert", "delete"] as const)[trial % 3];
+    const how = (["change", "insert", "delete"] as const)[trial % 3]!;
     // Anywhere: the first three at the end (a change of the last entry, a copy of it appended, the
     // one before it deleted), the others at random.
     const last = { change: original.length - 1, insert: original.length, delete: original.length - 2 }[how];
