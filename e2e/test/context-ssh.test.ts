@@ -1,5 +1,5 @@
 // A walkthrough through a context: another account with its own pi-sandbox, reached over a real
-// sshd (support/ssh-remote.ts). The laptop's CLI adds the context, creates an instance there from
+// sshd (the controller's testing-ssh.ts). The laptop's CLI adds the context, creates an instance there from
 // a sandbox.yaml read here (its file: secret read here, never written there), runs commands with
 // their exit codes, stdin (exec -i) and Ctrl-C, follows a log, copies files both ways, opens the
 // preview through the address and port forwarded here (the far side's Host guard answers),
@@ -12,7 +12,7 @@ import { request } from "node:http";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { testImage } from "./support/vm-suite.js";
-import { CLI, sshRemote, type SshRemote } from "./support/ssh-remote.js";
+import { CLI, sshRemote, type SshRemote } from "@pi-sandbox/controller/testing";
 
 const run = promisify(execFile);
 

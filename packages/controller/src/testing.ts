@@ -19,6 +19,7 @@ export { createVmRuntime } from "./daemon/runtime.js";
 export { selfSignedCert } from "@pi-sandbox/vm/testing";
 export { runDaemon } from "./daemon/server.js";
 export { createFileLogger } from "./log.js";
+export { CLI, REMOTE_USER, sshRemote, type SshRemote } from "./testing-ssh.js";
 
 /** Loose JSON result of an action, as tests read it. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests

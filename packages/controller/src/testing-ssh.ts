@@ -1,4 +1,4 @@
-// A second machine for context tests, on this one: a Unix account with a pi-sandbox of its own
+// A second machine for context tests and benchmarks, on this one: a Unix account with a pi-sandbox of its own
 // (this checkout's build, its own state root, temp dir and a hard-linked copy of the test image),
 // reached over a real sshd with a key-only login. The sshd runs in inetd mode (`sshd -i`) inside
 // a network namespace of its own, started by ssh's ProxyCommand, so the account's loopback is
@@ -16,8 +16,10 @@ const run = promisify(execFile);
 /** The account that plays the other machine. */
 export const REMOTE_USER = "pisb-remote";
 
-/** The built CLI of this checkout, which both sides run. */
-export const CLI = fileURLToPath(new URL("../../../packages/controller/dist/cli/main.js", import.meta.url));
+/** The built CLI of this checkout, which both sides run (from the sources too: tests import them). */
+export const CLI = fileURLToPath(
+  new URL(import.meta.url.endsWith(".ts") ? "../dist/cli/main.js" : "./cli/main.js", import.meta.url),
+);
 
 export interface SshRemote {
   /** Host alias of the ssh config (`ssh://far`). */
