@@ -18,10 +18,12 @@ import { EgressApprovals } from "./egress-approvals.js";
 import type { RuntimeVm } from "./runtime.js";
 
 /**
- * For the bench only: a daemon started with PI_SANDBOX_BENCH_NO_LEDGER=1 writes no ledger, so the
- * same calls can be timed with and without it side by side (bench/ledger-bench.mjs).
+ * For the bench only: a daemon started with PI_SANDBOX_BENCH_NO_LEDGER=toggle writes its ledger
+ * until a SIGUSR2 turns it off (the next turns it on again), so the same calls to the same instance
+ * can be timed with and without it side by side (bench/ledger-bench.mjs).
  */
-const LEDGER_OFF = process.env.PI_SANDBOX_BENCH_NO_LEDGER === "1";
+let ledgerOff = false;
+if (process.env.PI_SANDBOX_BENCH_NO_LEDGER === "toggle") process.on("SIGUSR2", () => (ledgerOff = !ledgerOff));
 
 /** The parts of a running instance. */
 export interface RunningParts {
@@ -123,7 +125,7 @@ export class InstanceState {
    * records: a failure is logged (the entry directory removed, a full disk) and the work goes on.
    */
   record(kind: LedgerKind, data: Record<string, unknown>): void {
-    if (LEDGER_OFF || this.#ledgerDir === null) return;
+    if (ledgerOff || this.#ledgerDir === null) return;
     try {
       this.#ledger ??= Ledger.open(this.#ledgerDir ?? this.layout.ledgerDir(this.kind, this.name));
       this.#ledger.append(kind, data);
