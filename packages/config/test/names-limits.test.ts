@@ -80,6 +80,7 @@ describe("LIMITS", () => {
       checkpointEveryMaxMs: 86400000,
       checkpointKeepMax: 500,
       checkpointKeepGiBMax: 4096,
+      ledgerKeepDaysMax: 36_500,
     });
   });
 
