@@ -3,7 +3,7 @@
 // answerer (a Pi session, a dashboard) looks, and let through or refused by the user's answer;
 // a host allowed for the instance is kept on the host (never in YAML), revoked, and the model can
 // answer nothing. Every decision and answer is in the ledger; `egress` counts them per host.
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction } from "../src/client/index.js";
@@ -26,10 +26,10 @@ const call = (action: Loose, via: "cli" | "pi" | "dashboard" = "cli") =>
   callAction(action, { env, cwd: dir, via }) as Promise<Loose>;
 const request = (host: string) => ({ host, port: 443, protocol: "https" as const, method: "GET" });
 
-/** Resolves once the daemon has published an ask for `host`. */
-async function asked(host: string): Promise<Loose> {
+/** Resolves once the daemon has published an ask for `host` with `waiting` requests. */
+async function asked(host: string, waiting = 1): Promise<Loose> {
   for (;;) {
-    const ask = (await readAsks(layout, "web")).find((a) => a.host === host);
+    const ask = (await readAsks(layout, "web")).find((a) => a.host === host && a.waiting >= waiting);
     if (ask) return ask as unknown as Loose;
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
@@ -64,7 +64,7 @@ test("with nobody to ask a request is refused at once; with Pi looking it waits 
   await markAnswerer(layout, "web", "pi", "session-1");
   const once = runtime.guestRequest("web", request("once.example.org"));
   const second = runtime.guestRequest("web", request("once.example.org"));
-  const ask = await asked("once.example.org");
+  const ask = await asked("once.example.org", 2);
   expect(ask).toMatchObject({ host: "once.example.org", port: 443, protocol: "https", method: "GET" });
   await expect(call({ action: "egress", name: "web" })).resolves.toMatchObject({
     waiting: [{ host: "once.example.org", waiting: 2 }],
@@ -172,30 +172,42 @@ test("egress counts each host's decisions from the ledger, which holds every ans
 });
 
 test("a request nobody answers is refused at the deadline; too many hosts at once are not all asked", async () => {
+  // An instance of its own: these approvals publish their asks beside no daemon's.
+  await mkdir(layout.entryDir("instances", "unit"), { recursive: true });
   const records: Loose[] = [];
   let now = 0;
   const approvals = new EgressApprovals({
     layout,
-    name: "web",
+    name: "unit",
     record: (kind, data) => records.push({ kind, data }),
     holdMs: 50,
     now: () => now,
   });
-  await markAnswerer(layout, "web", "pi", "session-3");
+  await markAnswerer(layout, "unit", "pi", "session-3");
   now = Date.now();
   await expect(approvals.decide(request("late.example.org"))).resolves.toEqual({
     allowed: false,
     rule: "no answer in time",
   });
   expect(records).toEqual([{ kind: "trust", data: expect.objectContaining({ answer: "none", by: "nobody" }) }]);
-  const patient = new EgressApprovals({ layout, name: "web", record: () => undefined });
+  const patient = new EgressApprovals({ layout, name: "unit", record: () => undefined });
   const held = Array.from({ length: EGRESS_HELD_HOSTS_MAX }, (_, i) => patient.decide(request(`h${i}.example.org`)));
-  while ((await readAsks(layout, "web")).length < EGRESS_HELD_HOSTS_MAX) await new Promise((r) => setTimeout(r, 10));
+  while ((await readAsks(layout, "unit")).length < EGRESS_HELD_HOSTS_MAX) await new Promise((r) => setTimeout(r, 10));
   await expect(patient.decide(request("one-more.example.org"))).resolves.toEqual({
     allowed: false,
     rule: "too many waiting",
   });
   patient.close();
   await expect(Promise.all(held)).resolves.toEqual(held.map(() => ({ allowed: false, rule: "no answer in time" })));
-  await dropAnswerer(layout, "web", "pi", "session-3");
+  await dropAnswerer(layout, "unit", "pi", "session-3");
+});
+
+test("a stop refuses what is held: the requests go with the run, and nothing is listed as waiting", async () => {
+  await markAnswerer(layout, "web", "pi", "session-4");
+  const held = runtime.guestRequest("web", request("held.example.org"));
+  await asked("held.example.org");
+  await call({ action: "stop", name: "web" });
+  await expect(held).resolves.toBe(false);
+  expect(await readAsks(layout, "web")).toEqual([]);
+  await dropAnswerer(layout, "web", "pi", "session-4");
 });

@@ -300,6 +300,8 @@ export class Lifecycle {
     const { supervisor, vm } = state;
     state.supervisor = undefined;
     state.vm = undefined;
+    // Requests held for the user's answer go with the run: nobody is asked about them any more.
+    state.egress.close();
     if (!options.keepPreviews) await this.closePreviews();
     if (supervisor && options.keepMemory) {
       await supervisor.detach().catch((e: unknown) => state.log.warn(`detaching the agent: ${String(e)}`));
