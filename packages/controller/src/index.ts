@@ -45,6 +45,17 @@ export type {
 } from "./client/index.js";
 // Reading a ledger
 export { ledgerEntryLine } from "./client/index.js";
+// Egress approvals
+export { ANSWERER_FRESH_MS, dropEgressAnswerer, markEgressAnswerer, readEgressAsks } from "./client/index.js";
+export type {
+  EgressAnswer,
+  EgressAnswered,
+  EgressAnswerer,
+  EgressAsk,
+  EgressGrant,
+  EgressTally,
+  EgressView,
+} from "./client/index.js";
 // State views
 export { StateLayout, resolveStateRoot } from "./client/index.js";
 export type {

@@ -22,7 +22,8 @@ const host = v.pipe(
   ),
   v.transform((value: string) => value.toLowerCase()),
 );
-const hostArg = arg("host", "string", true, "the host (or *.wildcard) the guest asked for, as egress lists it");
+// An internet host's name: the guest's way out, never this machine (host.sandbox.internal is hostPorts').
+const hostArg = arg("host", "string", true, "the host (or *.wildcard) the guest asked for, as egress lists it", "none");
 
 /** What the guest's requests to one host came to, from the ledger. */
 export interface EgressTally {
