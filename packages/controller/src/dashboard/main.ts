@@ -27,7 +27,8 @@ if (!record) {
 const env = { ...process.env, PI_SANDBOX_HOME: layout.root };
 try {
   const server = await startDashboardServer({
-    call: (input) => callAction(input, { env, cwd: layout.root, via: "dashboard" }),
+    // This machine's state root, whatever context the user's commands go to (`context use`).
+    call: (input) => callAction(input, { env, cwd: layout.root, via: "dashboard", context: "local" }),
     key: record.key,
     log,
     diff: findAction("diff") !== undefined,
