@@ -188,7 +188,10 @@ export async function connectContext(
     });
     let stderr = "";
     child.stderr.setEncoding("utf8").on("data", (c: string) => (stderr = (stderr + c).slice(-4000)));
-    child.once("error", (error) => child.stdout.destroy(error));
+    child.once("error", (error) => {
+      stderr += `could not run ${sshProgram(env)}: ${error.message}`;
+      child.stdout.destroy();
+    });
     const hold = (held: boolean) => {
       for (const handle of [child, child.stdout, child.stderr, child.stdin] as { ref(): void; unref(): void }[]) {
         if (held) handle.ref();

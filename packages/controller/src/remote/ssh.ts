@@ -37,7 +37,8 @@ export async function runOverSsh(
   tty: boolean,
 ): Promise<number> {
   const dir = await ensureControlDir(env);
-  const command = [remoteProgram(env), ...words].map((word) => shellQuote(word)).join(" ");
+  // The program as the user gave it (it may be a command line); the words quoted for the far shell.
+  const command = [remoteProgram(env), ...words.map((word) => shellQuote(word))].join(" ");
   return new Promise((resolve) => {
     // Ctrl-C belongs to the session (ssh passes it on once it has the terminal).
     const ignore = () => undefined;
