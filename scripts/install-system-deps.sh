@@ -14,8 +14,10 @@ if ! command -v python3 >/dev/null 2>&1 || ! python3 -c "import ensurepip, venv"
 if ! command -v chromium-headless-shell >/dev/null 2>&1 && ! command -v chromium >/dev/null 2>&1; then
   missing+=(chromium-headless-shell)
 fi
-# e2e/test/context-ssh.test.ts runs a real sshd (in inetd mode, started by the test) for a context.
+# e2e/test/context-ssh.test.ts runs a real sshd (in inetd mode, started by the test) for a context,
+# in a network namespace of its own (ip netns).
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 # The controller's node-floor test runs the pi-sandbox command on the distribution's own Node
 # (/usr/bin/node, older than the CLI's floor) to check the one-line refusal.
 [ -x /usr/bin/node ] || missing+=(nodejs)
