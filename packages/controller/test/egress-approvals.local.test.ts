@@ -6,6 +6,7 @@
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { EGRESS_HOSTS_SHOWN } from "../src/actions/egress.js";
 import { callAction } from "../src/client/index.js";
 import { EgressApprovals, EGRESS_HELD_HOSTS_MAX } from "../src/daemon/egress-approvals.js";
 import type { HostGuard } from "../src/host-guard.js";
@@ -169,6 +170,15 @@ test("egress counts each host's decisions from the ledger, which holds every ans
     ["approved for this instance", "dashboard", ["dashboard"]],
     ["approved for this instance", "cli", undefined],
   ]);
+});
+
+test("egress lists at most 200 hosts, the busiest first, and says how many more the guest asked for", async () => {
+  const before = ((await call({ action: "egress", name: "web" })).hosts as Loose[]).length;
+  for (let i = 0; i < EGRESS_HOSTS_SHOWN + 5; i++) await runtime.guestRequest("web", request(`flood-${i}.example.org`));
+  const view = await call({ action: "egress", name: "web" });
+  expect(view.hosts).toHaveLength(EGRESS_HOSTS_SHOWN);
+  expect(view.hosts[0].host).toBe("once.example.org");
+  expect(view.hostsLeftOut).toBe(before + 5);
 });
 
 test("a request nobody answers is refused at the deadline; too many hosts at once are not all asked", async () => {

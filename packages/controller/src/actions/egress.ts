@@ -44,9 +44,14 @@ export interface EgressView {
   grants: EgressGrant[];
   /** Requests held for an answer now. */
   waiting: EgressAsk[];
-  /** Every host the guest asked for, most requests first. */
+  /** The hosts the guest asked for, most requests first (at most {@link EGRESS_HOSTS_SHOWN}). */
   hosts: EgressTally[];
+  /** How many more hosts the ledger names (a guest may ask for any number of names). */
+  hostsLeftOut?: number;
 }
+
+/** Most hosts `egress` lists. */
+export const EGRESS_HOSTS_SHOWN = 200;
 
 /** The ledger's egress decisions, one tally per host. */
 function tallies(dir: string): EgressTally[] {
@@ -78,6 +83,7 @@ function formatView(view: EgressView): string {
       `${String(t.allowed).padStart(5)} allowed ${String(t.denied).padStart(5)} denied  ${t.host}  (last: ${t.lastRule}, ${t.last})`,
     );
   }
+  if (view.hostsLeftOut) lines.push(`(${view.hostsLeftOut} hosts with fewer requests left out)`);
   if (lines.length === 0) lines.push(`${view.name}'s guest has asked for no host yet`);
   return lines.map((line) => `${oneLine(line)}\n`).join("");
 }
@@ -97,11 +103,13 @@ export const egress = defineAction({
     await inspectEntry(ctx.layout, "instances", args.name);
     const waiting = await readAsks(ctx.layout, args.name);
     if (args.waiting) return { name: args.name, grants: [], waiting, hosts: [] };
+    const hosts = tallies(ctx.layout.ledgerDir("instances", args.name));
     return {
       name: args.name,
       grants: await readGrants(ctx.layout, args.name),
       waiting,
-      hosts: tallies(ctx.layout.ledgerDir("instances", args.name)),
+      hosts: hosts.slice(0, EGRESS_HOSTS_SHOWN),
+      ...(hosts.length > EGRESS_HOSTS_SHOWN ? { hostsLeftOut: hosts.length - EGRESS_HOSTS_SHOWN } : {}),
     };
   },
   formatText: formatView,
