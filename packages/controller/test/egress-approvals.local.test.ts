@@ -3,7 +3,8 @@
 // answerer (a Pi session, a dashboard) looks, and let through or refused by the user's answer;
 // a host allowed for the instance is kept on the host (never in YAML), revoked, and the model can
 // answer nothing. Every decision and answer is in the ledger; `egress` counts them per host.
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, readFile, rm, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { EGRESS_HOSTS_SHOWN } from "../src/actions/egress.js";
@@ -210,6 +211,17 @@ test("a request nobody answers is refused at the deadline; too many hosts at onc
   patient.close();
   await expect(Promise.all(held)).resolves.toEqual(held.map(() => ({ allowed: false, rule: "no answer in time" })));
   await dropAnswerer(layout, "unit", "pi", "session-3");
+});
+
+test("a session that ended without saying so stops counting at once, and its file goes after an hour", async () => {
+  await markAnswerer(layout, "web", "pi", "crashed");
+  const file = join(layout.egressAnswerersDir("web"), "pi.crashed");
+  await utimes(file, new Date(Date.now() - 20_000), new Date(Date.now() - 20_000));
+  await expect(runtime.guestRequest("web", request("late-pi.example.org"))).resolves.toBe(false);
+  expect(existsSync(file)).toBe(true);
+  await utimes(file, new Date(Date.now() - 2 * 3600_000), new Date(Date.now() - 2 * 3600_000));
+  await expect(runtime.guestRequest("web", request("late-pi.example.org"))).resolves.toBe(false);
+  expect(existsSync(file)).toBe(false);
 });
 
 test("a stop refuses what is held: the requests go with the run, and nothing is listed as waiting", async () => {

@@ -39,6 +39,8 @@ export type EgressAnswerer = "pi" | "dashboard";
 
 /** How long an answerer's last look counts: it looks every few seconds while it can answer. */
 export const ANSWERER_FRESH_MS = 15_000;
+/** When an answerer's file is removed as stale, in ms. */
+const STALE_ANSWERER_MS = 60 * 60_000;
 
 /** The instance's grants, oldest first (none when the file is missing). */
 export async function readGrants(layout: StateLayout, name: string): Promise<EgressGrant[]> {
@@ -112,6 +114,8 @@ export async function answerersNow(layout: StateLayout, name: string, now = Date
     if (who !== "pi" && who !== "dashboard") continue;
     const info = await stat(join(dir, file)).catch(() => undefined);
     if (info && now - info.mtimeMs < ANSWERER_FRESH_MS) present.add(who);
+    // Left by a session that ended without saying so (Pi killed): gone after an hour.
+    else if (info && now - info.mtimeMs > STALE_ANSWERER_MS) await rm(join(dir, file), { force: true });
   }
   return [...present].sort();
 }
