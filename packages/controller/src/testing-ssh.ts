@@ -166,5 +166,14 @@ export async function sshRemote(dir: string, testImage: string): Promise<SshRemo
       await rm(remoteDir, { recursive: true, force: true });
     },
   };
+  // The account runs this checkout's build and Node: both must be readable by other users.
+  try {
+    await remote.ssh("pi-sandbox --version");
+  } catch (error) {
+    await remote.close();
+    throw new Error(
+      `${REMOTE_USER} cannot run ${CLI} with ${process.execPath} over ssh (the checkout and Node must be readable by other users): ${(error as Error).message}`,
+    );
+  }
   return remote;
 }
