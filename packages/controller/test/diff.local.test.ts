@@ -18,7 +18,7 @@ import { callAction, type CallActionOptions, type ConfirmRequest } from "../src/
 import { CREATED_REF, checkpointRef, snapshotWorkspace } from "../src/daemon/workspace-snapshots.js";
 import { StateLayout } from "../src/state/layout.js";
 import { createLocalRuntime, type LocalRuntime, type LocalRuntimeVm } from "../src/testing.js";
-import { inProcessDaemons, type InProcessDaemons } from "./support/in-process-daemon.js";
+import { inProcessDaemons, stopLive, type InProcessDaemons } from "./support/in-process-daemon.js";
 import { CHANGES, INITIAL, NOT_IN_PATCH, hostSupervisor, readTree, sh } from "./support/workspace-trees.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- results are loose JSON in tests
@@ -108,7 +108,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const name of ["demo", "other", "bare"]) await asUser({ action: "stop", name }).catch(() => undefined);
+  await stopLive(layout, ["demo", "other", "bare"], (name) => asUser({ action: "stop", name }));
   await daemons.exited();
   for (const vm of [...runtime.live]) await vm.close();
   await rm(dir, { recursive: true, force: true });

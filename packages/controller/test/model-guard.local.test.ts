@@ -9,9 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction, type CallActionOptions, type ConfirmRequest } from "../src/client/index.js";
 import { StateLayout } from "../src/state/layout.js";
-import { daemonLive } from "../src/state/liveness.js";
 import { createLocalRuntime, type LocalRuntime } from "../src/testing.js";
-import { inProcessDaemons, type InProcessDaemons } from "./support/in-process-daemon.js";
+import { inProcessDaemons, stopLive, type InProcessDaemons } from "./support/in-process-daemon.js";
 
 let dir: string;
 let project: string;
@@ -87,12 +86,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  // Only what still runs (in this process): a stop of a stopped instance would spawn a real daemon,
-  // still writing its log and ledger in the state root while it is removed below.
-  for (const name of ["demo", "trusted"]) {
-    const { live } = await daemonLive(layout.pidFile("instances", name), layout.socketPath("instances", name));
-    if (live) await asUser({ action: "stop", name }).catch(() => undefined);
-  }
+  await stopLive(layout, ["demo", "trusted"], (name) => asUser({ action: "stop", name }));
   delete process.env.AWS_SECRET_ACCESS_KEY;
   await daemons.exited();
   for (const vm of [...runtime.live]) await vm.close();

@@ -31,6 +31,22 @@ export function inProcessDaemons(layout: StateLayout): InProcessDaemons {
   };
 }
 
+/**
+ * Stops those of `names` whose daemon is live (in this process), through `stop`. A stop of an
+ * instance with no daemon would spawn a real one, still writing its log and ledger into the state
+ * root while the test removes it.
+ */
+export async function stopLive(
+  layout: StateLayout,
+  names: readonly string[],
+  stop: (name: string) => Promise<unknown>,
+): Promise<void> {
+  for (const name of names) {
+    const { live } = await daemonLive(layout.pidFile("instances", name), layout.socketPath("instances", name));
+    if (live) await stop(name).catch(() => undefined);
+  }
+}
+
 /** Resolves once the daemon `run` of instance `name` answers on its socket; fails, with its log, if it exits first. */
 export async function untilAnswers(layout: StateLayout, name: string, run: Promise<number>): Promise<void> {
   let ended = false;
