@@ -169,6 +169,22 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   });
   const diffStats = new DiffStats(call, { now });
   const streams = new Set<ServerResponse>();
+  /**
+   * Opens a server-sent event stream held by the browser session `session` (which stays alive while
+   * it is open); `signal` aborts when the page closes it.
+   */
+  const openStream = (req: IncomingMessage, res: ServerResponse, session: string) => {
+    const send = eventStream(req, res);
+    streams.add(res);
+    const release = sessions.holdStream(session);
+    const closed = new AbortController();
+    req.on("close", () => {
+      closed.abort();
+      release();
+      streams.delete(res);
+    });
+    return { send, signal: closed.signal };
+  };
   let port = 0;
   // Only a running instance is asked about its guest: one that suspended itself keeps a daemon,
   // and a question to it would wake it.
@@ -202,49 +218,27 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     }
     if (url.pathname === "/api/state" && req.method === "GET") return sendJson(res, 200, poller.snapshot);
     if (url.pathname === "/api/events" && req.method === "GET") {
-      const send = eventStream(req, res);
-      streams.add(res);
-      const release = sessions.holdStream(verdict.session);
+      const { send, signal } = openStream(req, res, verdict.session);
       const unsubscribe = poller.subscribe((snapshot) => send("state", snapshot));
+      signal.addEventListener("abort", unsubscribe);
       send("state", poller.snapshot);
-      req.on("close", () => {
-        unsubscribe();
-        release();
-        streams.delete(res);
-      });
       return;
     }
     if (url.pathname === "/api/logs" && req.method === "GET") {
       const name = url.searchParams.get("name") ?? "";
       const service = url.searchParams.get("service") ?? undefined;
-      const send = eventStream(req, res);
-      streams.add(res);
-      const release = sessions.holdStream(verdict.session);
-      const abort = new AbortController();
-      req.on("close", () => {
-        abort.abort();
-        release();
-        streams.delete(res);
-      });
+      const { send, signal } = openStream(req, res, verdict.session);
       // The controller log is a host file; a service log is read by the daemon, only while running.
       const readable = service === undefined ? undefined : () => isRunning(name);
-      void followLog(call, { name, service }, (event: LogEvent) => send(event.type, event), abort.signal, {
+      void followLog(call, { name, service }, (event: LogEvent) => send(event.type, event), signal, {
         readable,
       });
       return;
     }
     if (url.pathname === "/api/audit" && req.method === "GET") {
-      const send = eventStream(req, res);
-      streams.add(res);
-      const release = sessions.holdStream(verdict.session);
-      const abort = new AbortController();
-      req.on("close", () => {
-        abort.abort();
-        release();
-        streams.delete(res);
-      });
+      const { send, signal } = openStream(req, res, verdict.session);
       const target = { name: url.searchParams.get("name") ?? "", kinds: url.searchParams.getAll("kind") };
-      void followLedger(call, target, (event: TimelineEvent) => send(event.type, event), abort.signal, {
+      void followLedger(call, target, (event: TimelineEvent) => send(event.type, event), signal, {
         pollMs: options.pollMs?.active,
       });
       return;
