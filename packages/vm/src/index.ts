@@ -17,7 +17,8 @@ export {
   type VmMount,
   type VmLogger,
 } from "./boot/boot.js";
-export type { UpstreamOverrides } from "./egress/secret-fetch.js";
+export type { UpstreamOverrides } from "./egress/upstream-dispatchers.js";
+export type { EgressBytes } from "./egress/counting-fetch.js";
 export { isHostAllowed } from "./egress/host-patterns.js";
 export type {
   EgressApprovalRule,

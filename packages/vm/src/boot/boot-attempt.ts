@@ -196,7 +196,8 @@ export async function bootAttempt(
         virtioSshSocketPath: path.join(runtimeDir, SSH_SOCKET),
         virtioIngressSocketPath: path.join(runtimeDir, INGRESS_SOCKET),
         netSocketPath: path.join(runtimeDir, NET_SOCKET),
-        // With secrets: substitution under the header rules and scrubbed responses (secret-fetch.ts).
+        // Byte counts (counting-fetch.ts); with secrets, substitution under the header rules and
+        // scrubbed responses (secret-fetch.ts).
         ...(policy.fetch ? { fetch: policy.fetch as NonNullable<VMOptions["fetch"]> } : {}),
         ...(options.debug ? { debug: ["protocol"] as const } : {}),
       },

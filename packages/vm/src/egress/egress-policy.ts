@@ -5,8 +5,10 @@ import { ENV_NAME_PATTERN, HOST_SERVICES_HOSTNAME, secretHttpHosts } from "@pi-s
 import { VmError } from "../errors.js";
 import type { GondolinModule } from "../gondolin-loader.js";
 import { isHostAllowed } from "./host-patterns.js";
-import { createSecretFetch, type SecretFetch, type UpstreamOverrides } from "./secret-fetch.js";
+import { countingFetch, type EgressBytes, type HopFetch } from "./counting-fetch.js";
+import { createSecretFetch, type UpstreamOverrides } from "./secret-fetch.js";
 import { SecretStore, httpsDestination, placeSecrets } from "./secret-rules.js";
+import { guardedFetch } from "./upstream-dispatchers.js";
 
 export { isHostAllowed };
 
@@ -61,6 +63,10 @@ export interface VmSecret {
  * in a body reaches the server as written. WebSocket handshakes bypass that fetch: they get no
  * value (a placeholder in one passes as it is), so nothing comes back to scrub.
  *
+ * With `onEvent`, every request hop also goes through counting-fetch.ts, which reports the bytes
+ * of its bodies each way once the exchange ends; without secrets the fetch under it is undici's
+ * through the same address guard as Gondolin's own (upstream-dispatchers.ts).
+ *
  * A secret that lists `host.sandbox.internal` (every host port) or `host.sandbox.internal:<port>`
  * goes to those host ports through the HTTP/1.1 proxies of `HostPortProxies`
  * (host-port-proxy.ts): `tcp.hosts` maps such a port to its proxy's loopback port, which applies
@@ -70,8 +76,8 @@ export interface VmSecret {
 export interface EgressPolicy {
   /** Gondolin's HTTP hooks. */
   httpHooks: HttpHooks;
-  /** Gondolin's `fetch` (substitution and scrubbing): present only with secrets. */
-  fetch?: SecretFetch["fetch"];
+  /** Gondolin's `fetch` (counting; substitution and scrubbing): present only with secrets or `onEvent`. */
+  fetch?: HopFetch;
   /** Environment for guest processes: each secret's name with its placeholder. */
   env: Record<string, string>;
   /**
@@ -135,7 +141,8 @@ export type EgressApprover = (request: EgressRequest) => Promise<EgressVerdict>;
 
 /**
  * What the guest's way out did, for the caller's record: each HTTP(S) request's decision (`rule`
- * says why), and each secret put into a request (its name and the host; never the value).
+ * says why), each secret put into a request (its name and the host; never the value), and the
+ * body bytes each way of each allowed request hop once it ends (see `EgressBytes`).
  */
 export type EgressEvent =
   | (EgressRequest & {
@@ -143,7 +150,8 @@ export type EgressEvent =
       allowed: boolean;
       rule: "allowedHosts" | "not in allowedHosts" | "secret rules" | EgressApprovalRule;
     })
-  | { kind: "secret"; secret: string; host: string };
+  | { kind: "secret"; secret: string; host: string }
+  | ({ kind: "bytes" } & EgressBytes);
 
 type EgressEventRule = Extract<EgressEvent, { kind: "request" }>["rule"];
 
@@ -229,22 +237,30 @@ export function egressPolicy(
     if (next !== held.placeholder) checkPlaceholder(name, next, store);
     store.update(name, value, next);
   };
-  const secretFetch = store.empty
-    ? undefined
-    : createSecretFetch({
+  const isIpAllowed = policy.httpHooks.isIpAllowed!;
+  const onEvent = options.onEvent;
+  const upstreamFetch = !store.empty
+    ? createSecretFetch({
         store,
-        isIpAllowed: policy.httpHooks.isIpAllowed!,
+        isIpAllowed,
         ...(options.upstream ? { upstream: options.upstream } : {}),
-        ...(options.onEvent ? { onUse: (use) => options.onEvent!({ kind: "secret", ...use }) } : {}),
-      });
+        ...(onEvent ? { onUse: (use) => onEvent({ kind: "secret", ...use }) } : {}),
+      })
+    : onEvent
+      ? guardedFetch(isIpAllowed)
+      : undefined;
+  const fetch =
+    upstreamFetch && onEvent
+      ? countingFetch(upstreamFetch.fetch, (bytes) => onEvent({ kind: "bytes", ...bytes }))
+      : upstreamFetch?.fetch;
   const proxies = options.proxies;
   const close = async (): Promise<void> => {
-    await Promise.all([proxies?.close(), secretFetch?.close()]);
+    await Promise.all([proxies?.close(), upstreamFetch?.close()]);
   };
   const tcp = hostPortsTcp(options.hostPorts ?? [], proxies?.targets());
   return {
     httpHooks: policy.httpHooks,
-    ...(secretFetch ? { fetch: secretFetch.fetch } : {}),
+    ...(fetch ? { fetch } : {}),
     env,
     updateSecret,
     dns: tcp ? { mode: "synthetic", syntheticHostMapping: "per-host" } : { mode: "synthetic" },

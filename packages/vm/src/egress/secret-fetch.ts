@@ -17,15 +17,11 @@
 //   does not know (`identity, gzip`, `gzip,`) and never looks at transfer codings: a dispatcher
 //   interceptor hides `content-encoding` from fetch under CODINGS_HEADER. Gondolin always gave the
 //   guest decoded bodies; a body in a coding the host cannot decode is answered with 502 instead.
-// Gondolin connects through a dispatcher that checks each resolved address against the policy
-// (no DNS rebinding to an internal address) only with its own fetch; this one builds the same
-// guard from the policy's `isIpAllowed`.
-import dns, { type LookupAddress, type LookupAllOptions } from "node:dns";
+// Upstream connections go through the guarded pools of upstream-dispatchers.ts.
 import { Readable, pipeline } from "node:stream";
 import type { ReadableStream as NodeReadableStream } from "node:stream/web";
-import tls from "node:tls";
 import type { HttpHooks } from "@earendil-works/gondolin";
-import { Agent, DecoratorHandler, Headers, Response, fetch, type Dispatcher, type RequestInit } from "undici";
+import { DecoratorHandler, Headers, Response, fetch, type Dispatcher, type RequestInit } from "undici";
 import { answerCodings, decoderFor } from "./http-codings.js";
 import {
   httpsDestination,
@@ -44,22 +40,15 @@ import {
   type ScrubPattern,
   type ScrubbedSecret,
 } from "./secret-scrubber.js";
+import { upstreamDispatchers, type UpstreamOverrides } from "./upstream-dispatchers.js";
+
+export { guardedLookup, type UpstreamOverrides } from "./upstream-dispatchers.js";
 
 /** The codings the host decodes, asked of every upstream. */
 const ACCEPT_ENCODING = "gzip, deflate, br";
 /** Where the upstream's `content-encoding` reaches this file, out of undici fetch's sight. */
 const CODINGS_HEADER = "x-pi-sandbox-content-encoding";
-/** Upstream origins with a connection pool kept at once; the oldest is closed beyond it. */
-const MAX_ORIGINS = 64;
 const NULL_BODY_STATUS = new Set([101, 204, 205, 304]);
-
-/** Test seam: how the host reaches HTTPS upstreams (a host-side fake API). */
-export interface UpstreamOverrides {
-  /** A CA (PEM) trusted besides the system's. */
-  ca?: string;
-  /** Dial this port for an HTTPS request to port 443. */
-  httpsPort?: number;
-}
 
 /** What {@link createSecretFetch} needs. */
 export interface SecretFetchOptions {
@@ -83,24 +72,7 @@ export interface SecretFetch {
 
 /** Builds the fetch described above. */
 export function createSecretFetch(options: SecretFetchOptions): SecretFetch {
-  const dispatchers = new Map<string, Dispatcher>();
-  const dispatcherFor = (url: URL, policyPort: number): Dispatcher => {
-    const key = `${url.protocol}//${url.hostname}:${url.port}`;
-    let agent = dispatchers.get(key);
-    if (!agent) {
-      const protocol = url.protocol === "https:" ? "https" : "http";
-      const lookup = guardedLookup({ hostname: url.hostname, port: policyPort, protocol }, options.isIpAllowed);
-      const ca = options.upstream?.ca ? { ca: [...tls.rootCertificates, options.upstream.ca] } : {};
-      agent = new Agent({ connect: { lookup, ...ca } }).compose(hideContentEncoding);
-      dispatchers.set(key, agent);
-      if (dispatchers.size > MAX_ORIGINS) {
-        const [oldest, old] = dispatchers.entries().next().value!;
-        dispatchers.delete(oldest);
-        void old.close().catch(() => undefined);
-      }
-    }
-    return agent;
-  };
+  const pools = upstreamDispatchers(options.isIpAllowed, options.upstream, hideContentEncoding);
   const secretFetch = async (input: string, init: RequestInit = {}): Promise<Response> => {
     const headers = new Headers(init.headers);
     const secrets = options.store.all();
@@ -132,7 +104,7 @@ export function createSecretFetch(options: SecretFetchOptions): SecretFetch {
       ...init,
       headers,
       redirect: "manual",
-      dispatcher: dispatcherFor(url, policyPort),
+      dispatcher: pools.dispatcherFor(url, policyPort),
     });
     const stored = options.store.patterns();
     const patterns = echoes.length > 0 ? mergePatterns(echoPatterns(echoes), stored) : stored;
@@ -140,11 +112,7 @@ export function createSecretFetch(options: SecretFetchOptions): SecretFetch {
   };
   return {
     fetch: secretFetch,
-    close: async () => {
-      const agents = [...dispatchers.values()];
-      dispatchers.clear();
-      await Promise.all(agents.map((agent) => agent.close().catch(() => undefined)));
-    },
+    close: () => pools.close(),
   };
 }
 
@@ -234,47 +202,4 @@ function textResponse(status: number, statusText: string, text: string): Respons
 async function cancelBody(body: RequestInit["body"]): Promise<void> {
   const stream = body as { cancel?: () => Promise<void> } | null | undefined;
   if (typeof stream?.cancel === "function") await stream.cancel().catch(() => undefined);
-}
-
-type LookupCallback = (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
-
-/**
- * A `lookup` for the upstream connection that keeps only the addresses the policy allows for
- * `info` (as Gondolin's own dispatcher does), so a name that resolves differently at connect time
- * cannot reach an internal address. Reads `dns.lookup` at each call (tests put in their own).
- */
-export function guardedLookup(
-  info: { hostname: string; port: number; protocol: "http" | "https" },
-  isIpAllowed: NonNullable<HttpHooks["isIpAllowed"]>,
-): (hostname: string, options: LookupAllOptions | { all?: boolean }, callback: LookupCallback) => void {
-  return (hostname, lookupOptions, callback) => {
-    const all = Boolean((lookupOptions as { all?: boolean }).all);
-    dns.lookup(hostname, { ...lookupOptions, all: true }, (error, addresses) => {
-      if (error) return callback(error, all ? [] : "", 4);
-      void allowedAddresses(addresses, info, isIpAllowed).then(
-        (allowed) => {
-          if (allowed.length === 0) {
-            const refused = Object.assign(new Error(`blocked by policy: ${info.hostname}`), { code: "EACCES" });
-            return callback(refused, all ? [] : "", 4);
-          }
-          if (all) callback(null, allowed);
-          else callback(null, allowed[0]!.address, allowed[0]!.family);
-        },
-        (failure: Error) => callback(failure, all ? [] : "", 4),
-      );
-    });
-  };
-}
-
-async function allowedAddresses(
-  addresses: LookupAddress[],
-  info: { hostname: string; port: number; protocol: "http" | "https" },
-  isIpAllowed: NonNullable<HttpHooks["isIpAllowed"]>,
-): Promise<LookupAddress[]> {
-  const allowed: LookupAddress[] = [];
-  for (const entry of addresses) {
-    const family = entry.family === 6 ? 6 : 4;
-    if (await isIpAllowed({ ...info, ip: entry.address, family })) allowed.push({ address: entry.address, family });
-  }
-  return allowed;
 }
