@@ -13,7 +13,7 @@ import fs from "node:fs";
 import http from "node:http";
 import net from "node:net";
 import path from "node:path";
-import { DiskStore, runInGuest, startVm, type RunningVm } from "../src/index.js";
+import { DiskStore, runInGuest, startVm, type EgressEvent, type RunningVm } from "../src/index.js";
 import { tempDir } from "./support/helpers.js";
 import { sh, testImage, vmOptions } from "./support/vm-support.js";
 
@@ -32,6 +32,7 @@ let cleanup: () => Promise<void>;
 let vm: RunningVm;
 const originalLookup = dns.lookup;
 const seen = { tcpAccepts: 0, udpMessages: [] as string[], httpRequests: [] as string[], lookups: [] as string[] };
+const egress: EgressEvent[] = [];
 let tcpServer: net.Server;
 let udpServer: dgram.Socket;
 let httpServer: http.Server;
@@ -73,7 +74,16 @@ beforeAll(async () => {
   udpPort = udpServer.address().port;
   httpServer = http.createServer((req, res) => {
     seen.httpRequests.push(req.url ?? "");
-    res.end("host server");
+    // /bytes/N: N bytes in pieces, after reading the request body whole.
+    const size = /^\/bytes\/(\d+)$/.exec(req.url ?? "")?.[1];
+    if (size === undefined) return void res.end("host server");
+    req.resume();
+    req.on("end", () => {
+      const piece = Buffer.alloc(65536, 0x62);
+      for (let left = Number(size); left > 0; left -= piece.length)
+        res.write(piece.subarray(0, Math.min(left, piece.length)));
+      res.end();
+    });
   });
   await new Promise<void>((resolve) => httpServer.listen(0, "127.0.0.1", resolve));
   httpPort = (httpServer.address() as net.AddressInfo).port;
@@ -86,6 +96,7 @@ beforeAll(async () => {
     vmOptions("egress", diskDir, stateRoot, {
       allowedHosts: ["127.0.0.1", "pisb-allowed.test", "pisb-internal.test"],
       allowedInternalHosts: ["127.0.0.1", "pisb-allowed.test"],
+      onEgress: (event) => egress.push(event),
     }),
   );
   await vm.writeFile("/tmp/egress-probe.py", fs.readFileSync(new URL("./support/egress-probe.py", import.meta.url)));
@@ -243,4 +254,50 @@ test("the gateway serves DHCP, DNS and ICMP echo only; its other ports are close
   // Gondolin answers every ICMP echo itself, even for an address where nothing exists: a ping
   // from the guest says nothing about what it can reach.
   expect((await runInGuest(vm, ["busybox", "ping", "-c", "1", "-W", "5", "192.0.2.77"])).exitCode).toBe(0);
+});
+
+test("a guest download and upload through egress are reported with their body bytes each way, counted on the host", async () => {
+  const upload = 5000;
+  const download = 3 * 1024 * 1024 + 7;
+  const url = `http://pisb-allowed.test:${httpPort}/bytes/${download}`;
+  await vm.writeFile("/tmp/upload.bin", Buffer.alloc(upload, 0x63));
+  const result = await runInGuest(vm, [
+    "curl",
+    "-sS",
+    "-m",
+    "60",
+    "--data-binary",
+    "@/tmp/upload.bin",
+    "-o",
+    "/tmp/download.bin",
+    "-w",
+    "%{size_download}",
+    url,
+  ]);
+  expect(result.stdout.trim()).toBe(String(download));
+  // The report comes once Gondolin has read the body to its end, which may be just after curl is done.
+  const deadline = Date.now() + 10_000;
+  const isOurs = (event: EgressEvent) =>
+    event.kind === "bytes" && event.host === "pisb-allowed.test" && event.method === "POST";
+  while (!egress.some(isOurs) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+  expect(egress.filter(isOurs)).toEqual([
+    {
+      kind: "bytes",
+      host: "pisb-allowed.test",
+      port: httpPort,
+      protocol: "http",
+      method: "POST",
+      bytesOut: upload,
+      bytesIn: download,
+    },
+  ]);
+  expect(egress).toContainEqual({
+    kind: "request",
+    host: "pisb-allowed.test",
+    port: httpPort,
+    protocol: "http",
+    method: "POST",
+    allowed: true,
+    rule: "allowedHosts",
+  });
 });
