@@ -54,9 +54,10 @@ export interface LocalRuntime extends InstanceRuntime {
   /**
    * A guest request to a host off the instance's allowedHosts, decided as the VM's egress policy
    * would (asked of the daemon's approver, the decision told to its egress record); resolves
-   * with whether it went through. Refused when the last boot of `name` had no approver.
+   * with whether it went through. Refused when the last boot of `name` had no approver. With
+   * `bytes`, a request that went through is then reported as an exchange that carried them.
    */
-  guestRequest(name: string, request: EgressRequest): Promise<boolean>;
+  guestRequest(name: string, request: EgressRequest, bytes?: { bytesOut: number; bytesIn: number }): Promise<boolean>;
 }
 
 /** The local runtime. `hooks` may be changed later through the returned object. */
@@ -65,10 +66,11 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
   const suspended = new Map<string, LocalRuntimeVm>();
   const egress = new Map<string, { approve?: EgressApprover; onEgress?: (event: EgressEvent) => void }>();
   const runtime: LocalRuntime = {
-    async guestRequest(name, request) {
+    async guestRequest(name, request, bytes) {
       const { approve, onEgress } = egress.get(name) ?? {};
       const verdict = approve ? await approve(request) : { allowed: false, rule: "not in allowedHosts" as const };
       onEgress?.({ kind: "request", ...request, ...verdict });
+      if (verdict.allowed && bytes) onEgress?.({ kind: "bytes", ...request, ...bytes });
       return verdict.allowed;
     },
     boots: 0,

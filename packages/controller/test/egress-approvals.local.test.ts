@@ -7,7 +7,7 @@ import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, rm, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { EGRESS_HOSTS_SHOWN } from "../src/actions/egress.js";
+import { EGRESS_HOSTS_SHOWN, egress as egressAction } from "../src/actions/egress.js";
 import { callAction } from "../src/client/index.js";
 import { EgressApprovals, EGRESS_HELD_HOSTS_MAX } from "../src/daemon/egress-approvals.js";
 import type { HostGuard } from "../src/host-guard.js";
@@ -224,6 +224,17 @@ test("a session that ended without saying so stops counting at once, and its fil
   expect(existsSync(file)).toBe(false);
 });
 
+test("the body bytes of the guest's exchanges wait to be summarised per host (a minute at most)", async () => {
+  const cdn = (path: string) => ({ ...request("a.cdn.example.net"), method: path });
+  await expect(runtime.guestRequest("web", cdn("GET"), { bytesOut: 0, bytesIn: 3_145_735 })).resolves.toBe(true);
+  await expect(runtime.guestRequest("web", cdn("POST"), { bytesOut: 5000, bytesIn: 10 })).resolves.toBe(true);
+  const view = await call({ action: "egress", name: "web" });
+  expect((view.hosts as Loose[]).find((t) => t.host === "a.cdn.example.net")).toMatchObject({
+    bytesOut: 0,
+    bytesIn: 0,
+  });
+});
+
 test("a stop refuses what is held: the requests go with the run, and nothing is listed as waiting", async () => {
   await markAnswerer(layout, "web", "pi", "session-4");
   const held = runtime.guestRequest("web", request("held.example.org"));
@@ -232,4 +243,26 @@ test("a stop refuses what is held: the requests go with the run, and nothing is 
   await expect(held).resolves.toBe(false);
   expect(await readAsks(layout, "web")).toEqual([]);
   await dropAnswerer(layout, "web", "pi", "session-4");
+});
+
+test("a stop writes the summary: egress lists each host's bytes each way, audit says them in words", async () => {
+  const view = await call({ action: "egress", name: "web" });
+  expect((view.hosts as Loose[]).find((t) => t.host === "a.cdn.example.net")).toMatchObject({
+    allowed: 3,
+    bytesOut: 5000,
+    bytesIn: 3_145_745,
+  });
+  const text = egressAction.formatText!(view as never);
+  expect(text).toMatch(/\s3 allowed\s+0 denied\s+4\.9 KiB out\s+3\.0 MiB in {2}a\.cdn\.example\.net /);
+  const audit = await call({ action: "audit", name: "web", kind: ["egress-bytes"], last: 10 });
+  expect((audit.entries as Loose[]).map((e) => e.data)).toEqual([
+    expect.objectContaining({
+      host: "a.cdn.example.net",
+      port: 443,
+      protocol: "https",
+      exchanges: 2,
+      bytesOut: 5000,
+      bytesIn: 3_145_745,
+    }),
+  ]);
 });

@@ -31,6 +31,9 @@ export interface EgressTally {
   /** Requests let through, and refused. */
   allowed: number;
   denied: number;
+  /** Body bytes the guest sent to it and got from it, counted on the host (headers not counted). */
+  bytesOut: number;
+  bytesIn: number;
   /** The rule of the last decision (allowedHosts, approved once, nobody to ask, …). */
   lastRule: string;
   /** When the last request came (ISO time). */
@@ -53,21 +56,47 @@ export interface EgressView {
 /** Most hosts `egress` lists. */
 export const EGRESS_HOSTS_SHOWN = 200;
 
-/** The ledger's egress decisions, one tally per host. */
+/** The ledger's egress decisions and byte summaries, one tally per host. */
 function tallies(dir: string): EgressTally[] {
   const byHost = new Map<string, EgressTally>();
   for (const entry of readLedger(dir)) {
-    if (entry.kind !== "egress") continue;
+    if (entry.kind !== "egress" && entry.kind !== "egress-bytes") continue;
     const d = entry.data;
     const key = String(d.host);
-    const tally = byHost.get(key) ?? { host: key, allowed: 0, denied: 0, lastRule: "", last: entry.at };
+    const tally = byHost.get(key) ?? {
+      host: key,
+      allowed: 0,
+      denied: 0,
+      bytesOut: 0,
+      bytesIn: 0,
+      lastRule: "",
+      last: entry.at,
+    };
+    byHost.set(key, tally);
+    if (entry.kind === "egress-bytes") {
+      tally.bytesOut += Number(d.bytesOut) || 0;
+      tally.bytesIn += Number(d.bytesIn) || 0;
+      continue;
+    }
     if (d.allowed === true) tally.allowed += 1;
     else tally.denied += 1;
     tally.lastRule = String(d.rule);
     tally.last = entry.at;
-    byHost.set(key, tally);
   }
   return [...byHost.values()].sort((a, b) => b.allowed + b.denied - (a.allowed + a.denied));
+}
+
+/** A byte count in B, KiB, MiB or GiB (one decimal above B). */
+function bytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  const units = ["KiB", "MiB", "GiB", "TiB"];
+  let value = n / 1024;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${value.toFixed(1)} ${units[unit]}`;
 }
 
 function formatView(view: EgressView): string {
@@ -80,7 +109,7 @@ function formatView(view: EgressView): string {
   for (const grant of view.grants) lines.push(`granted  ${grant.host} by ${grant.by} at ${grant.at}`);
   for (const t of view.hosts) {
     lines.push(
-      `${String(t.allowed).padStart(5)} allowed ${String(t.denied).padStart(5)} denied  ${t.host}  (last: ${t.lastRule}, ${t.last})`,
+      `${String(t.allowed).padStart(5)} allowed ${String(t.denied).padStart(5)} denied ${bytes(t.bytesOut).padStart(9)} out ${bytes(t.bytesIn).padStart(9)} in  ${t.host}  (last: ${t.lastRule}, ${t.last})`,
     );
   }
   if (view.hostsLeftOut) lines.push(`(${view.hostsLeftOut} hosts with fewer requests left out)`);
@@ -91,7 +120,7 @@ function formatView(view: EgressView): string {
 export const egress = defineAction({
   name: "egress",
   summary:
-    "what an instance's guest reached and was refused (requests per host and the rule), the hosts the user allowed it beyond allowedHosts, and the requests waiting for the user's answer",
+    "what an instance's guest reached and was refused (requests per host, the rule, body bytes each way), the hosts the user allowed it beyond allowedHosts, and the requests waiting for the user's answer",
   args: [nameArg, arg("waiting", "boolean", false, "only the requests waiting now (no counts; default false)")],
   route: "local",
   schema: actionSchema("egress", { name, waiting: v.optional(v.boolean()) }),

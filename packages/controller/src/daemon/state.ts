@@ -15,6 +15,7 @@ import { Ledger, type LedgerKind } from "../state/ledger.js";
 import { keepDestroyedLedger } from "../state/ledger-keep.js";
 import type { DaemonLogger } from "../log.js";
 import { EgressApprovals } from "./egress-approvals.js";
+import { EgressBytesTally } from "./egress-bytes.js";
 import type { RuntimeVm } from "./runtime.js";
 
 /**
@@ -135,10 +136,18 @@ export class InstanceState {
     }
   }
 
-  /** Records what the guest's way out did: a request's decision, or a secret put into one (its name only). */
+  /** Body bytes of the guest's exchanges, one entry per destination per minute at most. */
+  readonly #egressBytes = new EgressBytesTally((summary) => this.record("egress-bytes", summary));
+
+  /**
+   * Records what the guest's way out did: a request's decision, or a secret put into one (its name
+   * only); an exchange's bytes go into the per-minute summary (written at the latest when the
+   * instance changes state).
+   */
   recordEgress(event: EgressEvent): void {
     const { kind, ...data } = event;
-    this.record(kind === "secret" ? "secret" : "egress", data);
+    if (event.kind === "bytes") this.#egressBytes.add(event);
+    else this.record(kind === "secret" ? "secret" : "egress", data);
   }
 
   /**
@@ -165,12 +174,16 @@ export class InstanceState {
 
   /** Marks the daemon as done. */
   finish(): void {
+    this.#egressBytes.flush();
     this.#finish();
   }
 
   /** Records a transition in status.json (atomically), with the errors and the QEMU pid. */
   async setState(state: EntryState, patch: Partial<EntryStatus> = {}): Promise<void> {
-    if (state !== this.status.state) this.record("lifecycle", { state, from: this.status.state });
+    if (state !== this.status.state) {
+      this.#egressBytes.flush();
+      this.record("lifecycle", { state, from: this.status.state });
+    }
     this.status = {
       ...this.status,
       ...patch,

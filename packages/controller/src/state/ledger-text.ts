@@ -24,6 +24,8 @@ export function entryWhat(entry: LedgerEntry): string {
       return `${s(d.answer)} to ${s(d.action)}, answered by ${s(d.by)}: ${Array.isArray(d.asked) ? d.asked.map(s).join(" | ") : ""}`;
     case "egress":
       return `${d.allowed ? "allowed" : "denied"} ${s(d.protocol)} ${s(d.method)} ${s(d.host)}:${s(d.port)} (${s(d.rule)})`;
+    case "egress-bytes":
+      return `${s(d.bytesOut)} bytes out and ${s(d.bytesIn)} in (bodies) over ${s(d.exchanges)} ${s(d.protocol)} exchange(s) with ${s(d.host)}:${s(d.port)} from ${s(d.from)}`;
     case "secret":
       return `secret ${s(d.secret)} put into a request to ${s(d.host)}`;
     case "preview":

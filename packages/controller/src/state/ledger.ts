@@ -22,6 +22,8 @@ export type LedgerKind =
   | "trust"
   /** An egress decision: host, port, protocol, allowed or denied, the rule. */
   | "egress"
+  /** Body bytes each way of the guest's exchanges with one host, port and protocol, summarised per minute. */
+  | "egress-bytes"
   /** A secret substituted into a request: its name and the host, never the value. */
   | "secret"
   /** Preview traffic, summarised per minute. */
@@ -34,6 +36,7 @@ export const LEDGER_KINDS: readonly LedgerKind[] = [
   "transfer",
   "trust",
   "egress",
+  "egress-bytes",
   "secret",
   "preview",
 ];
