@@ -20,7 +20,10 @@ export class EgressBytesTally {
   #open = new Map<string, EgressBytesSummary>();
   #timer: NodeJS.Timeout | undefined;
 
-  constructor(readonly write: (summary: EgressBytesSummary) => void) {}
+  constructor(
+    readonly write: (summary: EgressBytesSummary) => void,
+    readonly everyMs = EGRESS_BYTES_MS,
+  ) {}
 
   /** Adds one ended exchange. */
   add(bytes: EgressBytes, now = new Date()): void {
@@ -38,7 +41,7 @@ export class EgressBytesTally {
     summary.bytesOut += bytes.bytesOut;
     summary.bytesIn += bytes.bytesIn;
     this.#open.set(key, summary);
-    this.#timer ??= setTimeout(() => this.flush(), EGRESS_BYTES_MS).unref();
+    this.#timer ??= setTimeout(() => this.flush(), this.everyMs).unref();
   }
 
   /** Writes what was added up (one summary per destination) and starts anew. */
