@@ -166,14 +166,18 @@ export class Lifecycle {
     // Its services run on in the resumed memory: previews waiting for this wake may go on now.
     if (warm) state.guestResumed();
     const supervisor = await this.startAgent(vm, config, progress, warm);
-    if (pendingCreate?.newIdentity) {
-      progress({ stage: "boot", message: IDENTITY_PROGRESS });
-      await this.runtime.giveOwnIdentity(supervisor, this.name);
-    }
+    if (pendingCreate?.newIdentity) progress({ stage: "boot", message: IDENTITY_PROGRESS });
+    const identity = pendingCreate?.newIdentity ? this.runtime.giveOwnIdentity(supervisor, this.name) : undefined;
     if (warm) {
-      options.setupDone = true;
-      return finishWarmStart(state, this.guest, options.suspended, progress, started);
+      // The identity's exec runs beside the previews' reopening (its services run on in the
+      // resumed memory, which keeps the template's identity whatever is done); a failed one still
+      // rolls a create back.
+      return finishWarmStart(state, this.guest, options.suspended, progress, started, async () => {
+        await identity;
+        options.setupDone = true;
+      });
     }
+    await identity;
     const configText = pendingCreate?.configText;
     if (configText !== undefined) {
       await installGuestConfig(supervisor, configText);

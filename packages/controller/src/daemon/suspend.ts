@@ -124,7 +124,8 @@ export async function noteRestore(state: InstanceState, vm: RuntimeVm, progress:
 /**
  * The rest of a warm start, once the agent is reattached: its services and processes ran on, so
  * no setup or resume hooks; services ensure reopens the declared previews on their leased ports
- * (and starts only what is missing), then the suspended run's other previews are reopened.
+ * (and starts only what is missing), then the suspended run's other previews are reopened;
+ * `alongside` (a new guest's identity) runs meanwhile, and the start is running once both are done.
  */
 export async function finishWarmStart(
   state: InstanceState,
@@ -132,10 +133,17 @@ export async function finishWarmStart(
   suspended: EntryStatus | undefined,
   progress: Progress,
   started: number,
+  alongside: () => Promise<void> = async () => undefined,
 ): Promise<void> {
   progress({ stage: "services", message: "reopening previews" });
-  await guest.ensureWithProgress(progress);
-  await guest.reopenPreviews(suspended?.previews ?? [], progress);
+  const reopened = (async () => {
+    await guest.ensureWithProgress(progress);
+    await guest.reopenPreviews(suspended?.previews ?? [], progress);
+  })();
+  // Both settle before a failure is reported: the failed start's teardown must not race the other.
+  for (const outcome of await Promise.allSettled([alongside(), reopened])) {
+    if (outcome.status === "rejected") throw outcome.reason;
+  }
   const resumePid = suspended?.resumePid;
   await state.setState("running", { ...(resumePid ? { resumePid } : {}), lastStart: lastStart(started, true) });
   progress({ stage: "done", message: `${state.name} is running` });
