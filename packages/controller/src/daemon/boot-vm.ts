@@ -69,10 +69,12 @@ export async function bootInstanceVm(
   // A warning the boot already said as progress (a fall-back to TCG, a recovered run) is not repeated.
   for (const warning of vm.warnings) if (!said.has(warning)) progress({ stage: "boot", message: warning });
   progress({ stage: "boot", message: `guest ready in ${(vm.bootMs / 1000).toFixed(1)} s (${vm.accelerator.accel})` });
+  // One write for what the boot found: each is an fsync on the way to a warm start's first byte.
   await state.setState("starting", {
     accelerator: vm.accelerator.accel,
     acceleratorReason: vm.accelerator.reason,
     ...(previewAddress ? { previewAddress } : {}),
+    ...(vm.restore ? { restore: vm.restore } : {}),
   });
   return vm;
 }

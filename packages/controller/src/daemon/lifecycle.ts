@@ -162,7 +162,7 @@ export class Lifecycle {
       options.pendingCreate?.freshDisk === true,
     );
     const pendingCreate = await noteRecovery(state, vm, options, progress);
-    const warm = await noteRestore(state, vm, progress);
+    const warm = noteRestore(vm, progress);
     // Its services run on in the resumed memory: previews waiting for this wake may go on now.
     if (warm) state.guestResumed();
     const supervisor = await this.startAgent(vm, config, progress, warm);

@@ -105,15 +105,13 @@ export async function dropSuspendedMemory(state: InstanceState, runtime: Instanc
 }
 
 /**
- * Records how a boot used saved memory (for inspect) and tells the user; true when the guest
- * resumed, its agent, services and processes running on. A cold fall-back's reason was already
- * reported by the boot.
+ * Tells the user how a boot used saved memory (the boot's status recorded it, boot-vm.ts); true
+ * when the guest resumed, its agent, services and processes running on. A cold fall-back's reason
+ * was already reported by the boot.
  */
-export async function noteRestore(state: InstanceState, vm: RuntimeVm, progress: Progress): Promise<boolean> {
+export function noteRestore(vm: RuntimeVm, progress: Progress): boolean {
   const restore = vm.restore;
-  if (!restore) return false;
-  await state.setState("starting", { restore });
-  if (!restore.warm) return false;
+  if (!restore?.warm) return false;
   progress({
     stage: "boot",
     message: `resumed from saved memory in ${(restore.restoreMs / 1000).toFixed(1)} s; services and processes run on`,
