@@ -1,6 +1,8 @@
 // The pi-sandbox dashboard page: renders the snapshot the server pushes (server-sent events), runs
 // the page's actions, follows logs, and shows each instance's forks and kept checkpoints side by
 // side, with diff stats asked for on demand, and the egress requests waiting for the user's answer.
+// Other contexts' instances (machines reached over ssh) are listed under their context's name, with
+// their preview links (forwarded here) and no actions: those go through pi-sandbox --context NAME.
 // Every text from the server, a guest's preview titles, log lines and host names included, goes
 // into the page as text (textContent, text nodes), never as HTML.
 
@@ -486,10 +488,60 @@ function renderEgress(egress) {
   $("#egress").hidden = items.length === 0;
 }
 
+/** Another context's instance: what it is and its previews; its actions are the CLI's. */
+function contextRow(view) {
+  const resources = `${view.resources.cpus} cpu, ${view.resources.memoryGiB} GiB, ${view.diskGiB} GiB disk`;
+  return el(
+    "tr",
+    { "data-name": view.name, "data-context": view.context },
+    el("th", { scope: "row" }, el("span", { class: "name", text: view.name })),
+    stateCell(view),
+    el("td", { text: resources }),
+    el("td", { text: formatAge(view.createdAt), title: view.createdAt }),
+    el("td", { class: "previews" }, previewList(view.previews ?? [])),
+  );
+}
+
+/** Each other context: a heading with its name and URL, then its instances or why it could not be listed. */
+function renderContexts(contexts) {
+  const groups = contexts.map(({ context, url, instances, error }) => {
+    const group = el("div", { class: "context", "data-context": context });
+    group.append(el("h3", { text: `${context} (${url})` }));
+    if (error) {
+      group.append(
+        el("p", { class: "context-error", text: `Could not list context ${context}: ${error.code}: ${error.message}` }),
+      );
+      if (error.hint) group.append(el("p", { class: "muted", text: error.hint }));
+      return group;
+    }
+    if (instances.length === 0) {
+      group.append(el("p", { class: "muted", text: `No instances on ${context}.` }));
+      return group;
+    }
+    const head = el(
+      "tr",
+      {},
+      ...["Name", "State", "Resources", "Age", "Previews"].map((h) => el("th", { scope: "col", text: h })),
+    );
+    group.append(el("table", {}, el("thead", {}, head), el("tbody", {}, ...instances.map(contextRow))));
+    group.append(
+      el("p", {
+        class: "muted",
+        text: `Start, stop, details and destroy: use pi-sandbox --context ${context}, e.g. pi-sandbox stop NAME --context ${context}`,
+      }),
+    );
+    return group;
+  });
+  replaceRows($("#context-list"), groups);
+  $("#contexts").hidden = contexts.length === 0;
+  $("#instances-title").textContent = contexts.length === 0 ? "Instances" : "Instances on this machine (local)";
+}
+
 let latest;
 function render(snapshot) {
   latest = snapshot;
   renderEgress(snapshot.egress);
+  renderContexts(snapshot.contexts ?? []);
   const branches = snapshot.branches ?? {};
   replaceRows(
     $("#instances tbody"),

@@ -2,3 +2,6 @@
 // tests): the one thing its pieces share, kept apart so none imports another for it.
 /** Calls one action (the dashboard's `callAction`, bound to its state root). */
 export type CallFn = (input: Record<string, unknown>) => Promise<unknown>;
+
+/** Calls one action in context `context` (another machine, over ssh). */
+export type CallInFn = (context: string, input: Record<string, unknown>) => Promise<unknown>;

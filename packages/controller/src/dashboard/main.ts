@@ -29,6 +29,8 @@ try {
   const server = await startDashboardServer({
     // This machine's state root, whatever context the user's commands go to (`context use`).
     call: (input) => callAction(input, { env, cwd: layout.root, via: "dashboard", context: "local" }),
+    // The other machines' lists, each through its own context (its previews forwarded here).
+    callIn: (context, input) => callAction(input, { env, cwd: layout.root, via: "dashboard", context }),
     key: record.key,
     log,
     diff: findAction("diff") !== undefined,

@@ -15,6 +15,8 @@ import { NEW_LINK_HINT, checkRequest, sessionCookie } from "./guard.js";
 import { followLog, type LogEvent } from "./log-stream.js";
 import { followLedger, type TimelineEvent } from "./timeline.js";
 import { DiffStats, diffRequest } from "./diff-stats.js";
+import type { CallInFn } from "./call.js";
+import { ContextPoller } from "./contexts.js";
 import { SnapshotPoller, errorJson, escapeDeep, type CallFn } from "./snapshot.js";
 import { SessionTable, UsedLinks } from "./sessions.js";
 
@@ -43,6 +45,10 @@ const MAX_BODY_BYTES = 16 * 1024;
 export interface DashboardServerOptions {
   /** Runs one action (bound to the dashboard's state root). */
   call: CallFn;
+  /** Runs one action in another context (over ssh); without it the page lists this machine's instances only. */
+  callIn?: CallInFn;
+  /** How long another context may take to answer `list`, in ms (tests shorten it). */
+  contextTimeoutMs?: number;
   /** Hex key the links' tokens are signed with. */
   key: string;
   /** Where refusals and failures are logged. */
@@ -166,6 +172,9 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     idleMs: options.pollMs?.idle,
     diff: options.diff === true,
     ...(options.present ? { present: options.present } : {}),
+    ...(options.callIn
+      ? { contexts: new ContextPoller(call, options.callIn, { timeoutMs: options.contextTimeoutMs }) }
+      : {}),
   });
   const diffStats = new DiffStats(call, { now });
   const streams = new Set<ServerResponse>();

@@ -1,7 +1,8 @@
 // What the dashboard page shows, polled through the action layer (`list`, as the CLI calls it):
 // every instance and template, and a short history of each running instance's CPU and memory for
 // its sparkline, each instance's forks and kept checkpoints (branches.ts), and the requests a
-// running instance's guest holds for the user's answer (`egress`). `list`, `checkpoints` and
+// running instance's guest holds for the user's answer (`egress`), and the instances of the other
+// contexts (contexts.ts: polled beside, never before, the local list). `list`, `checkpoints` and
 // `egress` read /proc, the state files and disk directories only, so polling wakes no
 // instance and starts no daemon. Every string goes out with its control characters escaped:
 // preview titles, checkpoint labels, error messages and log lines may be written by a guest.
@@ -26,10 +27,27 @@ export interface UsageSample {
   rss: number;
 }
 
+/** An instance as the page gets it: its view and the context it is in. */
+export type ContextView = EntryView & { context: string };
+
+/** Another context's instances, or why they could not be listed. */
+export interface ContextInstances {
+  /** The context's name. */
+  context: string;
+  /** Its `ssh://` URL. */
+  url: string;
+  /** Its instances, as `list` there returns them (empty when `error` is set). */
+  instances: ContextView[];
+  /** Why the context could not be listed (unreachable, too slow, refused). */
+  error?: ControllerErrorJson;
+}
+
 /** What the page gets on each refresh. */
 export interface DashboardSnapshot {
-  /** Instances, as `list` returns them. */
-  instances: EntryView[];
+  /** This machine's instances (context `local`), as `list` returns them. */
+  instances: ContextView[];
+  /** Every other context's instances, by name, as last polled (only while a page listens). */
+  contexts: ContextInstances[];
   /** Templates, as `list --templates` returns them. */
   templates: EntryView[];
   /** The last 10 minutes of samples per running instance. */
@@ -81,6 +99,8 @@ export interface PollerOptions {
    * these running instances (their guests' requests then wait for the page instead of failing).
    */
   present?: (names: string[]) => Promise<void>;
+  /** Lists the other contexts' instances (contexts.ts); each poll starts it without waiting for it. */
+  contexts?: { poll(): Promise<ContextInstances[] | undefined> };
 }
 
 /**
@@ -97,6 +117,7 @@ export class SnapshotPoller {
   readonly #branches: BranchReader;
   readonly #diff: boolean;
   readonly #present: PollerOptions["present"];
+  readonly #contexts: PollerOptions["contexts"];
   #snapshot: DashboardSnapshot;
   #timer: NodeJS.Timeout | undefined;
   #inFlight: Promise<void> | undefined;
@@ -109,8 +130,10 @@ export class SnapshotPoller {
     this.#branches = new BranchReader(call);
     this.#diff = options.diff === true;
     this.#present = options.present;
+    this.#contexts = options.contexts;
     this.#snapshot = {
       instances: [],
+      contexts: [],
       templates: [],
       history: {},
       branches: {},
@@ -158,6 +181,8 @@ export class SnapshotPoller {
 
   async #poll(): Promise<void> {
     const now = Date.now();
+    // Another machine is asked only while a page is open: an idle dashboard keeps no ssh going.
+    if (this.#listeners.size > 0) void this.#pollContexts();
     try {
       const [instances, templates] = (await Promise.all([
         this.#call({ action: "list" }),
@@ -167,7 +192,8 @@ export class SnapshotPoller {
       const branches = await this.#branches.read(instances.instances);
       const egress = await this.#egress(instances.instances);
       this.#snapshot = escapeDeep({
-        instances: instances.instances,
+        instances: instances.instances.map((view) => ({ ...view, context: "local" })),
+        contexts: this.#snapshot.contexts,
         templates: templates.templates,
         history: Object.fromEntries(this.#history),
         branches,
@@ -178,6 +204,14 @@ export class SnapshotPoller {
     } catch (error) {
       this.#snapshot = { ...this.#snapshot, at: new Date(now).toISOString(), error: errorJson(error) };
     }
+    for (const listener of this.#listeners) listener(this.#snapshot);
+  }
+
+  /** Lists the other contexts; when they answer (or time out), the page gets them at once. */
+  async #pollContexts(): Promise<void> {
+    const contexts = await this.#contexts?.poll();
+    if (!contexts || this.#closed) return;
+    this.#snapshot = { ...this.#snapshot, contexts };
     for (const listener of this.#listeners) listener(this.#snapshot);
   }
 

@@ -1,0 +1,76 @@
+// The other contexts' instances (machines reached over ssh): `list` through each context, all at
+// once and each within a time limit, apart from the local poll, which never waits for ssh. A context
+// that cannot be reached, or does not answer in time, is a row saying so. Polled only while a page
+// listens (snapshot.ts), so an idle dashboard holds no ssh connection. What comes back is
+// escaped like the rest of the snapshot; the previews it names are forwarded here by the call.
+import { ControllerError } from "../errors.js";
+import type { EntryView } from "../state/inspect.js";
+import type { CallFn, CallInFn } from "./call.js";
+import { errorJson, escapeDeep, type ContextInstances } from "./snapshot.js";
+
+/** How long a context may take to answer `list`, in ms. */
+export const CONTEXT_TIMEOUT_MS = 8_000;
+
+/** Options of {@link ContextPoller}. */
+export interface ContextPollerOptions {
+  /** How long a context may take to answer, in ms. */
+  timeoutMs?: number | undefined;
+}
+
+/** Lists the instances of every context but `local`; one poll at a time, one call per context at a time. */
+export class ContextPoller {
+  readonly #call: CallFn;
+  readonly #callIn: CallInFn;
+  readonly #timeoutMs: number;
+  /** A context's `list` still under way (a slow one is not asked again until it answers). */
+  readonly #pending = new Map<string, Promise<unknown>>();
+  #inFlight: Promise<ContextInstances[]> | undefined;
+
+  constructor(call: CallFn, callIn: CallInFn, options: ContextPollerOptions = {}) {
+    this.#call = call;
+    this.#callIn = callIn;
+    this.#timeoutMs = options.timeoutMs ?? CONTEXT_TIMEOUT_MS;
+  }
+
+  /** Polls every context (joining a poll under way); undefined when the contexts could not be read. */
+  poll(): Promise<ContextInstances[] | undefined> {
+    this.#inFlight ??= this.#poll().finally(() => (this.#inFlight = undefined));
+    return this.#inFlight.catch(() => undefined);
+  }
+
+  async #poll(): Promise<ContextInstances[]> {
+    const { contexts } = (await this.#call({ action: "context-ls" })) as { contexts: { name: string; url: string }[] };
+    const others = contexts.filter((context) => context.name !== "local");
+    return escapeDeep(await Promise.all(others.map((context) => this.#list(context))));
+  }
+
+  async #list(context: { name: string; url: string }): Promise<ContextInstances> {
+    const { name, url } = context;
+    let pending = this.#pending.get(name);
+    if (!pending) {
+      pending = this.#callIn(name, { action: "list" }).finally(() => this.#pending.delete(name));
+      this.#pending.set(name, pending);
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const seconds = this.#timeoutMs / 1000;
+        reject(
+          new ControllerError("CONTROLLER_CONTEXT_UNREACHABLE", `context ${name} did not answer within ${seconds} s`, {
+            hint: `Check the machine and its ssh: pi-sandbox ls --context ${name}`,
+            details: { context: name },
+          }),
+        );
+      }, this.#timeoutMs);
+    });
+    try {
+      const listed = (await Promise.race([pending, late])) as { instances?: EntryView[] };
+      const instances = (listed.instances ?? []).map((view) => ({ ...view, context: name }));
+      return { context: name, url, instances };
+    } catch (error) {
+      return { context: name, url, instances: [], error: errorJson(error) };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}

@@ -1,0 +1,149 @@
+// The dashboard lists every context's instances without a VM or ssh: a fake action layer answers
+// per context. The local list never waits for another machine; one that fails, or does not answer
+// in time, is a row with its error; text from the far side arrives escaped, and the page offers no
+// action for another machine's instance (it names the --context command instead).
+import { startDashboardServer } from "../src/dashboard/server.js";
+import { ContextPoller } from "../src/dashboard/contexts.js";
+import { SnapshotPoller, type DashboardSnapshot } from "../src/dashboard/snapshot.js";
+import { mintToken } from "../src/dashboard/tokens.js";
+import { ControllerError } from "../src/errors.js";
+import type { DaemonLogger } from "../src/log.js";
+import { runningView } from "./support/views.js";
+
+const log: DaemonLogger = { info: () => undefined, warn: () => undefined, child: () => log };
+const local = runningView({ name: "here" });
+const far = runningView({
+  name: "there",
+  previews: [{ service: "web", url: "http://127.0.0.3:4100/", title: "<img src=x onerror=alert(1)>\u001b[2J" }],
+});
+
+/** This machine: `local` plus three ssh contexts. */
+async function call(input: Record<string, unknown>): Promise<unknown> {
+  if (input.action === "context-ls") {
+    return {
+      current: "local",
+      contexts: [
+        { name: "local", url: "" },
+        { name: "big", url: "ssh://me@big.lan" },
+        { name: "down", url: "ssh://down.lan" },
+        { name: "slow", url: "ssh://slow.lan" },
+      ],
+    };
+  }
+  if (input.action === "list") return input.kind === "templates" ? { templates: [] } : { instances: [local] };
+  return {};
+}
+
+/** The contexts: big answers, down refuses the connection, slow never answers. */
+const asked: string[] = [];
+async function callIn(context: string, input: Record<string, unknown>): Promise<unknown> {
+  asked.push(`${context}:${String(input.action)}`);
+  if (context === "big") return { instances: [far] };
+  if (context === "down") {
+    throw new ControllerError(
+      "CONTROLLER_CONTEXT_UNREACHABLE",
+      "ssh: connect to host down.lan: <b>refused</b>\u001b[31m",
+      {
+        hint: "Check that ssh down.lan works.",
+      },
+    );
+  }
+  return new Promise(() => undefined);
+}
+
+test("the local list comes at once; the other contexts follow, each with its instances or its error", async () => {
+  asked.length = 0;
+  const contexts = new ContextPoller(call, callIn, { timeoutMs: 200 });
+  const poller = new SnapshotPoller(call, { idleMs: 60_000, contexts });
+  const seen: DashboardSnapshot[] = [];
+  const unsubscribe = poller.subscribe((snapshot) => seen.push(snapshot));
+  const started = Date.now();
+  await poller.refresh();
+  expect(Date.now() - started).toBeLessThan(150);
+  expect(poller.snapshot.instances.map((v) => [v.context, v.name])).toEqual([["local", "here"]]);
+  expect(poller.snapshot.contexts).toEqual([]);
+  await new Promise((resolve) => setTimeout(resolve, 400));
+  unsubscribe();
+  poller.close();
+  const [big, down, slow] = poller.snapshot.contexts;
+  expect(big).toMatchObject({ context: "big", url: "ssh://me@big.lan" });
+  expect(big!.instances.map((v) => [v.context, v.name, v.previews[0]!.url])).toEqual([
+    ["big", "there", "http://127.0.0.3:4100/"],
+  ]);
+  expect(big!.instances[0]!.previews[0]!.title).toBe("<img src=x onerror=alert(1)>\\x1b[2J");
+  expect(down!.instances).toEqual([]);
+  expect(down!.error).toMatchObject({
+    code: "CONTROLLER_CONTEXT_UNREACHABLE",
+    message: "ssh: connect to host down.lan: <b>refused</b>\\x1b[31m",
+  });
+  expect(slow!.error).toMatchObject({
+    code: "CONTROLLER_CONTEXT_UNREACHABLE",
+    message: "context slow did not answer within 0.2 s",
+  });
+  // The page heard of the contexts as soon as they settled, with the local list kept.
+  expect(seen.at(-1)!.contexts.map((c) => c.context)).toEqual(["big", "down", "slow"]);
+  expect(seen.at(-1)!.instances.map((v) => v.name)).toEqual(["here"]);
+  // Only `list` went to the other machines; `local` was never asked through a context.
+  expect(new Set(asked)).toEqual(new Set(["big:list", "down:list", "slow:list"]));
+});
+
+test("with no page listening, no other machine is asked", async () => {
+  asked.length = 0;
+  const poller = new SnapshotPoller(call, { idleMs: 60_000, contexts: new ContextPoller(call, callIn) });
+  await poller.refresh();
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  poller.close();
+  expect(asked).toEqual([]);
+  expect(poller.snapshot.instances.map((v) => v.name)).toEqual(["here"]);
+});
+
+test("a context still silent is not asked again until it answers; its row keeps saying so", async () => {
+  asked.length = 0;
+  const contexts = new ContextPoller(call, callIn, { timeoutMs: 50 });
+  await contexts.poll();
+  const again = await contexts.poll();
+  expect(asked.filter((a) => a.startsWith("slow:"))).toEqual(["slow:list"]);
+  expect(asked.filter((a) => a.startsWith("big:"))).toEqual(["big:list", "big:list"]);
+  expect(again!.find((c) => c.context === "slow")!.error!.code).toBe("CONTROLLER_CONTEXT_UNREACHABLE");
+});
+
+test("the served state and page: other machines by name, their errors as text, no actions for their instances", async () => {
+  const key = "ab".repeat(32);
+  const server = await startDashboardServer({
+    call,
+    callIn,
+    key,
+    log,
+    pollMs: { active: 100, idle: 100 },
+    contextTimeoutMs: 100,
+  });
+  try {
+    const origin = `http://127.0.0.1:${server.port}`;
+    const login = await fetch(`${origin}/?token=${mintToken(key)}`, { redirect: "manual" });
+    const cookie = login.headers.get("set-cookie")!.split(";")[0]!;
+    // Other machines are asked only while a page listens (its event stream).
+    const stream = new AbortController();
+    const events = await fetch(`${origin}/api/events`, { headers: { cookie }, signal: stream.signal });
+    expect(events.status).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    stream.abort();
+    const state = (await (await fetch(`${origin}/api/state`, { headers: { cookie } })).json()) as DashboardSnapshot;
+    expect(state.instances.map((v) => [v.context, v.name])).toEqual([["local", "here"]]);
+    expect(state.contexts.map((c) => [c.context, c.instances.map((v) => v.name), c.error?.code])).toEqual([
+      ["big", ["there"], undefined],
+      ["down", [], "CONTROLLER_CONTEXT_UNREACHABLE"],
+      ["slow", [], "CONTROLLER_CONTEXT_UNREACHABLE"],
+    ]);
+    const page = await (await fetch(`${origin}/`, { headers: { cookie } })).text();
+    expect(page).toContain('<section id="contexts"');
+    expect(page).toContain("Other machines");
+    const script = await (await fetch(`${origin}/app.js`, { headers: { cookie } })).text();
+    // Far-side text goes in as text, and remote rows name the CLI instead of offering buttons.
+    const contextCode = script.slice(script.indexOf("function contextRow"), script.indexOf("let latest;"));
+    expect(contextCode).not.toMatch(/innerHTML|insertAdjacentHTML|button\(/);
+    expect(contextCode).toContain("use pi-sandbox --context ${context}");
+    expect(contextCode).toContain("Could not list context ${context}: ${error.code}: ${error.message}");
+  } finally {
+    await server.close();
+  }
+});
