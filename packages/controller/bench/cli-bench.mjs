@@ -16,7 +16,8 @@ import { callAction } from "../dist/client/index.js";
 import { daemonsFor, qemuFor, wakersFor } from "../dist/testing.js";
 import { benchImage, median, printRows, row, rssOf, sleep } from "./kit.mjs";
 
-const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
+// The command as npm links it (its compile cache on), not dist/cli/main.js.
+const CLI = fileURLToPath(new URL("../bin/pi-sandbox.js", import.meta.url));
 const ROUNDS = Number(process.env.PI_SANDBOX_BENCH_ROUNDS ?? 2);
 const image = benchImage();
 const dir = mkdtempSync(join(tmpdir(), "clib-"));

@@ -2,12 +2,14 @@
 // socket, and exits after stop, destroy or prepare (or when idle with nothing running).
 
 import { parseArgs } from "node:util";
-import type { EntryKind } from "../state/layout.js";
-import { StateLayout } from "../state/layout.js";
+import { enableOwnCompileCache } from "../compile-cache.js";
 import { forgetDaemonMalloc } from "../daemon-malloc.js";
-import { runDaemon } from "./server.js";
+import type { EntryKind } from "../state/layout.js";
 
 forgetDaemonMalloc();
+// Before the daemon's modules load (imported below, not above): they stand between a start and its boot.
+enableOwnCompileCache();
+const [{ StateLayout }, { runDaemon }] = await Promise.all([import("../state/layout.js"), import("./server.js")]);
 
 const { values } = parseArgs({
   options: { root: { type: "string" }, kind: { type: "string" }, name: { type: "string" } },
