@@ -166,8 +166,11 @@ export class Lifecycle {
     // Its services run on in the resumed memory: previews waiting for this wake may go on now.
     if (warm) state.guestResumed();
     const supervisor = await this.startAgent(vm, config, progress, warm);
-    if (pendingCreate?.newIdentity) progress({ stage: "boot", message: IDENTITY_PROGRESS });
-    const identity = pendingCreate?.newIdentity ? this.runtime.giveOwnIdentity(supervisor, this.name) : undefined;
+    let identity: Promise<void> | undefined;
+    if (pendingCreate?.newIdentity) {
+      progress({ stage: "boot", message: IDENTITY_PROGRESS });
+      identity = this.runtime.giveOwnIdentity(supervisor, this.name);
+    }
     if (warm) {
       // The identity's exec runs beside the previews' reopening (its services run on in the
       // resumed memory, which keeps the template's identity whatever is done); a failed one still
