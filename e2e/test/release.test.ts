@@ -233,7 +233,7 @@ const COMMAND_RULES: { pattern: RegExp; skip?: string }[] = [
   },
   {
     pattern:
-      /^pi-sandbox (create|start|stop|suspend|exec|exec-status|exec-kill|shell|cp|logs|prepare|destroy|secrets|inspect|read|write|services|preview|fork|checkpoint|checkpoints|rewind|diff|apply|audit) /,
+      /^pi-sandbox (create|start|stop|suspend|exec|exec-status|exec-kill|shell|cp|logs|prepare|destroy|secrets|inspect|read|write|services|preview|fork|checkpoint|checkpoints|rewind|diff|apply|audit|egress) /,
     skip: "needs a VM or an existing instance: the newcomer test runs create, list and destroy",
   },
 ];
