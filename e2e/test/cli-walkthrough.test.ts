@@ -2,11 +2,8 @@
 // preview, exec, write/read, logs and service status, stop (the preview goes away), list, start
 // (same URL, files kept), a template with two instances, destroy. Each step runs the real CLI
 // as a child process and reads its human output, as a user at a terminal would.
-import { execFile } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import { makeSandbox, qemuGone, SEED_YAML, teardown, type Sandbox } from "@pi-sandbox/controller/testing";
-
-const CLI = fileURLToPath(new URL("../../packages/controller/dist/cli/main.js", import.meta.url));
+import { runCli } from "./support/cli-run.js";
 
 let sandbox: Sandbox;
 
@@ -19,28 +16,9 @@ afterAll(async () => {
   expect(await teardown(sandbox)).toEqual([]);
 }, 300_000);
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
 /** Runs `pi-sandbox args…` in the sandbox dir; `input` goes to stdin. */
-function cli(args: string[], input?: string): Promise<Run> {
-  return new Promise((resolve) => {
-    const child = execFile(
-      process.execPath,
-      [CLI, ...args],
-      { cwd: sandbox.dir, env: sandbox.env, encoding: "utf8", timeout: 600_000 },
-      (err, stdout, stderr) => {
-        const code = err ? (typeof err.code === "number" ? err.code : -1) : 0;
-        resolve({ code, stdout, stderr });
-      },
-    );
-    if (input !== undefined) child.stdin?.end(input);
-    else child.stdin?.end();
-  });
-}
+const cli = (args: string[], input?: string) =>
+  runCli(args, { cwd: sandbox.dir, env: sandbox.env, input, timeoutMs: 600_000 });
 
 async function ok(args: string[], input?: string): Promise<string> {
   const run = await cli(args, input);

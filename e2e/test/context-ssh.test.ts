@@ -11,6 +11,7 @@ import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { request } from "node:http";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { runCli } from "./support/cli-run.js";
 import { testImage } from "./support/vm-suite.js";
 import { CLI, sshRemote, type SshRemote } from "@pi-sandbox/controller/testing";
 
@@ -59,25 +60,8 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 }, 120_000);
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
 /** `pi-sandbox args…` on the laptop side, in `dir`, through the context in use. */
-function cli(args: string[], input?: string): Promise<Run> {
-  return new Promise((resolve) => {
-    const child = execFile(
-      process.execPath,
-      [CLI, ...args],
-      { cwd: dir, env: remote.env, timeout: 300_000 },
-      (err, stdout, stderr) =>
-        resolve({ code: err ? (typeof err.code === "number" ? err.code : -1) : 0, stdout, stderr }),
-    );
-    child.stdin?.end(input);
-  });
-}
+const cli = (args: string[], input?: string) => runCli(args, { cwd: dir, env: remote.env, input, timeoutMs: 300_000 });
 
 /** A CLI that keeps running: wait for its output, signal it, read how it ended. */
 function follow(args: string[]) {
