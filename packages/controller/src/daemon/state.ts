@@ -79,16 +79,14 @@ export class InstanceState {
   wake: () => Promise<void> | undefined = () => undefined;
   /** Told when a boot resumed the guest from saved memory, before its agent is back. */
   guestResumed: () => void = () => undefined;
-  /** While a fork or a memory checkpoint has the guest paused: settles once it runs again. */
-  paused: Promise<void> | undefined;
   /**
    * The previews' way into the guest: whichever VM runs when a connection is made. The gateway
-   * outlives an auto-suspend, so it must not hold on to one run's VM. A connection made while the
-   * guest is paused for a fork or a memory checkpoint waits for it.
+   * outlives an auto-suspend, so it must not hold on to one run's VM. (A fork or a memory
+   * checkpoint saves the memory while the guest runs: QEMU itself holds a connection made during
+   * its short final pause.)
    */
   readonly guestPorts: TcpConnectable = {
     connectTcp: async (port, options) => {
-      if (!this.vm && this.paused) await this.paused;
       if (this.vm) return this.vm.connectTcp(port, options);
       throw new ControllerError("CONTROLLER_NOT_RUNNING", `${this.name} is not running`, {
         details: { name: this.name },
