@@ -47,7 +47,7 @@ beforeAll(async () => {
   await sandbox.writeConfig(`profile: tiny
 diskGiB: 4
 idle:
-  suspendAfter: 20s
+  suspendAfter: 10s
 setup:
   - printf 'Hello from the guest\\n' > /workspace/index.html
   - echo ${wsScript} | base64 -d > /workspace/ws.py
@@ -80,7 +80,7 @@ async function inspectUntil(done: (view: LooseResult) => boolean, ms: number): P
 
 test("busy on its CPU or serving a WebSocket it stays up; unused it suspends itself, and curl on its preview wakes it with its processes", async () => {
   const created = await call({ action: "create", name: "nap", config: "sandbox.yaml" });
-  expect(created.idle).toEqual({ suspendAfterMs: 20_000 });
+  expect(created.idle).toEqual({ suspendAfterMs: 10_000 });
   const [web, ws] = ["web", "ws"].map(
     (service) => created.previews.find((p: LooseResult) => p.service === service).url,
   );
@@ -88,7 +88,7 @@ test("busy on its CPU or serving a WebSocket it stays up; unused it suspends its
 
   // A CPU loop the agent does not track (its exec returned): only the guest's CPU use shows it.
   const loop = (await exec("nohup sh -c 'while :; do :; done' > /dev/null 2>&1 & echo $!")).trim();
-  await sleep(30_000);
+  await sleep(15_000);
   const spinning = await inspect();
   expect(spinning.state).toBe("running");
   expect(spinning.idle.busy).toMatch(/^the guest uses \d+ % CPU$/);
@@ -101,7 +101,7 @@ test("busy on its CPU or serving a WebSocket it stays up; unused it suspends its
   });
   expect(greeting).toBe("hi");
   await exec(`kill ${loop}`);
-  await sleep(30_000);
+  await sleep(15_000);
   const serving = await inspect();
   expect(serving.state).toBe("running");
   expect(serving.idle.busy).toBe("a preview request or WebSocket is open");
@@ -109,7 +109,7 @@ test("busy on its CPU or serving a WebSocket it stays up; unused it suspends its
   // Unused: suspended by itself, no QEMU left, listed as suspended (idle).
   socket.close();
   const asleep = await inspectUntil((view) => view.idle?.suspended === true, 90_000);
-  expect(asleep).toMatchObject({ state: "suspended", idle: { suspendAfterMs: 20_000, suspended: true } });
+  expect(asleep).toMatchObject({ state: "suspended", idle: { suspendAfterMs: 10_000, suspended: true } });
   expect(qemuFor(sandbox.home)).toEqual([]);
   const listed = await call({ action: "list" });
   expect(list.formatText!(listed as never)).toMatch(/\bnap\s+suspended \(idle\)/);
