@@ -3,7 +3,8 @@
 // - fork: how long the source's preview goes unanswered while `fork --count 4` copies it (a poller
 //   GETs it every 20-50 ms), and that fork until all four answer their previews vs one cold create
 //   to its first preview byte;
-// - the four forks idle: their QEMUs' total PSS vs the source's (one idle instance);
+// - the four forks idle: their QEMUs' total PSS vs the source's (one idle instance); with
+//   PI_SANDBOX_BENCH_KSM=1 (root) again with the host's KSM merging the pages they share;
 // - distinct identities: machine-id, hostname, urandom bytes and an ssh host key of each fork;
 // - disk checkpoints while the guest writes (append + fsync every 25 ms): the guest's disk stall of
 //   each, and the bytes each keeps vs the bytes the guest wrote to its disk since the one before;
@@ -101,6 +102,48 @@ function memoryOf(pid) {
     shared: (kib("Shared_Clean") + kib("Shared_Dirty")) / 1024,
     anonymous: kib("Anonymous") / 1024,
   };
+}
+
+/**
+ * The host's KSM (kernel samepage merging) on while `measure` runs, then as it was. QEMU marks guest
+ * RAM mergeable, so forks resumed from one memory image can share the pages none of them changed
+ * since; KSM is a host-wide setting (root), off by default, so the bench turns it on only when
+ * asked (PI_SANDBOX_BENCH_KSM=1). Waits for two full scans (at most 3 min) before measuring.
+ */
+async function withKsm(measure) {
+  const ksm = (file) => `/sys/kernel/mm/ksm/${file}`;
+  const read = (file) => readFileSync(ksm(file), "utf8").trim();
+  const saved = { run: read("run"), pages_to_scan: read("pages_to_scan") };
+  try {
+    writeFileSync(ksm("pages_to_scan"), "5000");
+    writeFileSync(ksm("run"), "1");
+    const scans = Number(read("full_scans"));
+    const deadline = Date.now() + 180_000;
+    while (Number(read("full_scans")) < scans + 2 && Date.now() < deadline) await sleep(1000);
+    log(
+      `KSM: ${Number(read("full_scans")) - scans} full scans, ${read("pages_sharing")} pages sharing ${read("pages_shared")}`,
+    );
+    await measure();
+  } finally {
+    writeFileSync(ksm("run"), saved.run);
+    writeFileSync(ksm("pages_to_scan"), saved.pages_to_scan);
+  }
+}
+
+/** The forks' QEMU PSS against the source's again, with KSM merging what they share. */
+async function forkPssRow(forkNames, srcMemory) {
+  const forks = [];
+  for (const name of forkNames) forks.push(memoryOf(await qemuPidOf(name)));
+  const src = memoryOf(await qemuPidOf(SRC));
+  const total = forks.reduce((sum, m) => sum + m.pss, 0);
+  row(
+    `${FORKS} idle forks: QEMU PSS, all together vs one idle instance's, with the host's KSM on`,
+    total,
+    src.pss,
+    "MiB",
+    "<= 2.0",
+    `the source ${srcMemory.pss.toFixed(0)} MiB before KSM; RSS of the forks ${forks.reduce((sum, m) => sum + m.rss, 0).toFixed(0)} MiB`,
+  );
 }
 
 async function qemuPidOf(name) {
@@ -246,6 +289,7 @@ try {
       `(guest RAM ${parts.guest.toFixed(0)}, TCG translation caches ${parts.cache.toFixed(0)} MiB); ` +
       `the source: RSS ${srcMemory.rss.toFixed(0)}, shared ${srcMemory.shared.toFixed(0)}, anonymous ${srcMemory.anonymous.toFixed(0)} MiB`,
   );
+  if (process.env.PI_SANDBOX_BENCH_KSM === "1") await withKsm(() => forkPssRow(forkNames, srcMemory));
   for (const name of forkNames) await call({ action: "destroy", name, confirm: name });
 
   // Disk checkpoints while the guest writes: its file outside the workspace, then inside it.
