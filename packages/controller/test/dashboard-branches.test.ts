@@ -11,10 +11,10 @@ import { BranchReader, forkTrees, type InstanceBranches } from "../src/dashboard
 import { DiffStats, diffRequest, type DiffScope } from "../src/dashboard/diff-stats.js";
 import { startDashboardServer } from "../src/dashboard/server.js";
 import { SnapshotPoller, type DashboardSnapshot } from "../src/dashboard/snapshot.js";
-import { mintToken } from "../src/dashboard/tokens.js";
 import type { DaemonLogger } from "../src/log.js";
 import { writeRecord } from "../src/state/records.js";
 import { runningView } from "./support/views.js";
+import { dashboardSession } from "./support/dashboard-login.js";
 
 const config = parseConfig("version: 1\n");
 const log: DaemonLogger = { info: () => {}, warn: () => {}, child: () => log };
@@ -276,8 +276,7 @@ describe("the server's diff stats", () => {
   async function serve(diff: boolean) {
     const server = await startDashboardServer({ call, key, log, pollMs: { active: 50, idle: 50 }, diff });
     const origin = `http://127.0.0.1:${server.port}`;
-    const login = await fetch(`${origin}/?token=${mintToken(key)}`, { redirect: "manual" });
-    const cookie = login.headers.get("set-cookie")!.split(";")[0]!;
+    const cookie = await dashboardSession(origin, key);
     const post = (body: unknown, headers: Record<string, string> = { origin }) =>
       fetch(`${origin}/api/diff`, {
         method: "POST",

@@ -5,10 +5,10 @@
 import { startDashboardServer } from "../src/dashboard/server.js";
 import { ContextPoller } from "../src/dashboard/contexts.js";
 import { SnapshotPoller, type DashboardSnapshot } from "../src/dashboard/snapshot.js";
-import { mintToken } from "../src/dashboard/tokens.js";
 import { ControllerError } from "../src/errors.js";
 import type { DaemonLogger } from "../src/log.js";
 import { runningView } from "./support/views.js";
+import { dashboardSession } from "./support/dashboard-login.js";
 
 const log: DaemonLogger = { info: () => undefined, warn: () => undefined, child: () => log };
 const local = runningView({ name: "here" });
@@ -119,8 +119,7 @@ test("the served state and page: other machines by name, their errors as text, n
   });
   try {
     const origin = `http://127.0.0.1:${server.port}`;
-    const login = await fetch(`${origin}/?token=${mintToken(key)}`, { redirect: "manual" });
-    const cookie = login.headers.get("set-cookie")!.split(";")[0]!;
+    const cookie = await dashboardSession(origin, key);
     // Other machines are asked only while a page listens (its event stream).
     const stream = new AbortController();
     const events = await fetch(`${origin}/api/events`, { headers: { cookie }, signal: stream.signal });

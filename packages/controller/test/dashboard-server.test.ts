@@ -6,6 +6,7 @@ import { startDashboardServer, type DashboardServer } from "../src/dashboard/ser
 import { mintToken } from "../src/dashboard/tokens.js";
 import type { DaemonLogger } from "../src/log.js";
 import { runningView } from "./support/views.js";
+import { dashboardSession } from "./support/dashboard-login.js";
 
 const key = "ef".repeat(32);
 const calls: Record<string, unknown>[] = [];
@@ -272,8 +273,7 @@ test("the state carries each running instance's waiting egress requests; only wh
   });
   try {
     const at = `http://127.0.0.1:${egressServer.port}`;
-    const login = await fetch(`${at}/?token=${mintToken(key)}`, { redirect: "manual" });
-    const session = login.headers.get("set-cookie")!.split(";")[0]!;
+    const session = await dashboardSession(at, key);
     await new Promise((resolve) => setTimeout(resolve, 200));
     const state = (await (await fetch(`${at}/api/state`, { headers: { cookie: session } })).json()) as {
       egress: Record<string, unknown[]>;

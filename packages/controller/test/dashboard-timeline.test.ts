@@ -3,11 +3,11 @@
 // entries in words with control characters escaped, then each entry written after them, only the
 // kinds asked for. The page itself, in a real Chromium, is e2e's dashboard test.
 import { startDashboardServer, type DashboardServer } from "../src/dashboard/server.js";
-import { mintToken } from "../src/dashboard/tokens.js";
 import { LEDGER_KINDS, type LedgerEntry } from "../src/state/ledger.js";
 import type { DaemonLogger } from "../src/log.js";
 import type { Loose } from "./support/local-daemon.js";
 import { runningView } from "./support/views.js";
+import { dashboardSession } from "./support/dashboard-login.js";
 
 const key = "ab".repeat(32);
 const log: DaemonLogger = { info: () => undefined, warn: () => undefined, child: () => log };
@@ -35,8 +35,7 @@ let cookie: string;
 beforeAll(async () => {
   server = await startDashboardServer({ call, key, log, pollMs: { active: 100, idle: 100 } });
   origin = `http://127.0.0.1:${server.port}`;
-  const login = await fetch(`${origin}/?token=${mintToken(key)}`, { redirect: "manual" });
-  cookie = login.headers.get("set-cookie")!.split(";")[0]!;
+  cookie = await dashboardSession(origin, key);
 });
 afterAll(() => server.close());
 
@@ -115,8 +114,7 @@ test("a kind filter reaches the audit action; an unknown name or kind is reporte
   });
   try {
     const base = `http://127.0.0.1:${failing.port}`;
-    const login = await fetch(`${base}/?token=${mintToken(key)}`, { redirect: "manual" });
-    const own = login.headers.get("set-cookie")!.split(";")[0]!;
+    const own = await dashboardSession(base, key);
     const response = await fetch(`${base}/api/audit?name=gone`, { headers: { cookie: own } });
     const reader = response.body!.getReader();
     let text = "";
