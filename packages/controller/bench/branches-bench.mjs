@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { callAction, StateLayout } from "../dist/client/index.js";
 import { readStatus } from "../dist/state/records.js";
 import { qemuResidentMemory } from "@pi-sandbox/vm/host";
-import { benchImage, median, printRows, row as addRow, sleep } from "./kit.mjs";
+import { benchImage, median, printRows, row as addRow, sleep, webYaml } from "./kit.mjs";
 
 const FORKS = 4;
 const CHECKPOINTS = Number(process.env.PI_SANDBOX_BENCH_CHECKPOINTS ?? 20);
@@ -187,11 +187,7 @@ const DISK_WRITTEN =
 const percentile = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))];
 
 try {
-  writeFileSync(
-    join(dir, "web.yaml"),
-    `version: 1\nprofile: tiny\ndiskGiB: 4\nimage: ${image}\nsetup:\n  - printf 'branch\\n' > /workspace/index.html\n` +
-      "services:\n  web:\n    command: python3 -m http.server $PORT --bind 127.0.0.1\n    health: /\n    preview: true\n",
-  );
+  writeFileSync(join(dir, "web.yaml"), webYaml(image, "branch"));
 
   // One cold create, to its first preview byte: the baseline of the fork.
   log("creating the source instance");

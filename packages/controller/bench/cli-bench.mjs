@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { callAction } from "../dist/client/index.js";
 import { daemonsFor, qemuFor, wakersFor } from "../dist/testing.js";
-import { benchImage, median, printRows, row, rssOf, sleep } from "./kit.mjs";
+import { benchImage, median, printRows, row, rssOf, sleep, webYaml } from "./kit.mjs";
 
 // The command as npm links it (its compile cache on), not dist/cli/main.js.
 const CLI = fileURLToPath(new URL("../bin/pi-sandbox.js", import.meta.url));
@@ -73,11 +73,7 @@ function memoryOf(pid) {
 }
 
 try {
-  writeFileSync(
-    join(dir, "web.yaml"),
-    `version: 1\nprofile: tiny\ndiskGiB: 4\nimage: ${image}\nsetup:\n  - printf 'warm\\n' > /workspace/index.html\n` +
-      "services:\n  web:\n    command: python3 -m http.server $PORT --bind 127.0.0.1\n    health: /\n    preview: true\n",
-  );
+  writeFileSync(join(dir, "web.yaml"), webYaml(image, "warm"));
   cli("create", "w", "-c", "web.yaml");
   const url = inspect("w").previews[0].url;
 

@@ -22,7 +22,18 @@ import { writeRecord, writeStatus } from "../dist/state/records.js";
 import { parseConfig } from "@pi-sandbox/config";
 import { cpuPercent, qemuResidentMemory, qemuUsage } from "@pi-sandbox/vm/host";
 import { checkpointRows } from "./checkpoint-part.mjs";
-import { agentUpDelays, benchImage, dashboardRss, median, printRows, row, rssOf, sleep, time } from "./kit.mjs";
+import {
+  agentUpDelays,
+  benchImage,
+  dashboardRss,
+  median,
+  printRows,
+  row,
+  rssOf,
+  sleep,
+  time,
+  webYaml,
+} from "./kit.mjs";
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
 const image = benchImage();
@@ -110,11 +121,7 @@ try {
 
   // Warm start: the demo's Python server as a previewed service; each round stops (cold start
   // next) and suspends (warm start next) the same instance, timing start to the first preview byte.
-  writeFileSync(
-    join(dir, "web.yaml"),
-    `version: 1\nprofile: tiny\ndiskGiB: 4\nimage: ${image}\nsetup:\n  - printf 'warm\\n' > /workspace/index.html\n` +
-      "services:\n  web:\n    command: python3 -m http.server $PORT --bind 127.0.0.1\n    health: /\n    preview: true\n",
-  );
+  writeFileSync(join(dir, "web.yaml"), webYaml(image, "warm"));
   const web = await callAction({ action: "create", name: "warm", config: "web.yaml" }, { env, cwd: dir });
   const url = web.previews[0].url;
 

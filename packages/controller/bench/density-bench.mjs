@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { callAction, StateLayout } from "../dist/client/index.js";
 import { until, wakersFor } from "../dist/testing.js";
 import { cpuPercent, processUsage, qemuResidentMemory, qemuUsage } from "@pi-sandbox/vm/host";
-import { benchImage, dashboardRss, median, printRows, row, sleep } from "./kit.mjs";
+import { benchImage, dashboardRss, median, printRows, row, sleep, webYaml } from "./kit.mjs";
 
 const COUNT = Number(process.env.PI_SANDBOX_BENCH_INSTANCES ?? 10);
 const SUSPEND_AFTER_S = 20;
@@ -64,11 +64,7 @@ const parked = async (name) => {
 };
 
 try {
-  writeFileSync(
-    join(dir, "web.yaml"),
-    `version: 1\nprofile: tiny\ndiskGiB: 4\nimage: ${image}\nsetup:\n  - printf 'dense\\n' > /workspace/index.html\n` +
-      "services:\n  web:\n    command: python3 -m http.server $PORT --bind 127.0.0.1\n    health: /\n    preview: true\n",
-  );
+  writeFileSync(join(dir, "web.yaml"), webYaml(image, "dense"));
   for (const name of names) {
     process.stderr.write(`density: creating ${name}\n`);
     const created = await callAction({ action: "create", name, config: "web.yaml" }, { env, cwd: dir });

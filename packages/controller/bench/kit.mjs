@@ -35,6 +35,17 @@ export async function time(n, fn) {
 
 const rows = [];
 
+/**
+ * A tiny instance's sandbox.yaml on `image` whose previewed `web` service (Python's http.server)
+ * serves `page` and a newline at /.
+ */
+export function webYaml(image, page) {
+  return (
+    `version: 1\nprofile: tiny\ndiskGiB: 4\nimage: ${image}\nsetup:\n  - printf '${page}\\n' > /workspace/index.html\n` +
+    "services:\n  web:\n    command: python3 -m http.server $PORT --bind 127.0.0.1\n    health: /\n    preview: true\n"
+  );
+}
+
 /** Records one measurement; `ratio` is ours / baseline when there is a baseline. */
 export function row(name, ours, baseline, unit, target, note = "") {
   rows.push({

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { callAction } from "../dist/client/index.js";
 import { Ledger } from "../dist/state/ledger.js";
-import { benchImage, median, printRows, row, sleep } from "./kit.mjs";
+import { benchImage, median, printRows, row, sleep, webYaml } from "./kit.mjs";
 
 const PAIRS = Number(process.env.PI_SANDBOX_BENCH_PAIRS ?? 300);
 const image = benchImage();
@@ -33,11 +33,7 @@ async function get(url) {
 }
 
 try {
-  writeFileSync(
-    join(dir, "web.yaml"),
-    `version: 1\nprofile: tiny\ndiskGiB: 4\nimage: ${image}\nsetup:\n  - printf 'small\\n' > /workspace/index.html\n` +
-      "services:\n  web:\n    command: python3 -m http.server $PORT --bind 127.0.0.1\n    health: /\n    preview: true\n",
-  );
+  writeFileSync(join(dir, "web.yaml"), webYaml(image, "small"));
   const created = await callAction({ action: "create", name: "w", config: "web.yaml" }, { env, cwd: dir });
   const url = created.previews[0].url;
   const pid = (await callAction({ action: "inspect", name: "w" }, { env })).daemonPid;
