@@ -5,8 +5,8 @@
 //      off, alternating, median of each and of each pair's difference;
 //   2. a 64 MiB download, counting on vs off.
 // Part of `npm run bench` (after secret-fetch-bench.mjs), or `node packages/vm/bench/egress-bytes-bench.mjs`.
-import fs from "node:fs";
 import http from "node:http";
+import { median, summaryRow } from "./kit.mjs";
 
 const { countingFetch } = await import("../dist/egress/counting-fetch.js");
 const { guardedFetch } = await import("../dist/egress/upstream-dispatchers.js");
@@ -14,7 +14,6 @@ const { guardedFetch } = await import("../dist/egress/upstream-dispatchers.js");
 const MiB = 1024 ** 2;
 const PAIRS = Number(process.env.BENCH_PAIRS ?? 2000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
-const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
 const small = Buffer.alloc(300, 0x61);
 const big = Buffer.alloc(64 * MiB, 0x62);
@@ -65,17 +64,13 @@ for (const [path, pairs, expected] of [
     `${label}, ${pairs} pairs: counting on ${on.toFixed(3)} ms vs off ${off.toFixed(3)} ms`,
     `ratio ${(on / off).toFixed(3)}; a pair's difference, median ${(median(diffs) * 1000).toFixed(0)} µs`,
   ]);
-  if (process.env.PI_SANDBOX_BENCH_OUT) {
-    const row = {
-      package: "vm",
-      name: `egress byte counting, ${label}: on vs off`,
-      ours: on,
-      baseline: off,
-      ratio: on / off,
-      unit: "ms",
-    };
-    fs.appendFileSync(process.env.PI_SANDBOX_BENCH_OUT, `${JSON.stringify(row)}\n`);
-  }
+  summaryRow({
+    name: `egress byte counting, ${label}: on vs off`,
+    ours: on,
+    baseline: off,
+    ratio: on / off,
+    unit: "ms",
+  });
 }
 await upstream.close();
 server.closeAllConnections();

@@ -7,10 +7,10 @@
 // `node packages/vm/bench/secret-fetch-bench.mjs` from the workspace root.
 import crypto from "node:crypto";
 import dns from "node:dns";
-import fs from "node:fs";
 import https from "node:https";
 import zlib from "node:zlib";
 import { Agent, fetch } from "undici";
+import { median, summaryRow } from "./kit.mjs";
 
 const { StreamScrubber } = await import("../dist/egress/secret-scrubber.js");
 const { SecretStore } = await import("../dist/egress/secret-rules.js");
@@ -45,7 +45,6 @@ const storeOf = (count) => {
   for (let i = 0; i < count; i++) store.add(secret(i));
   return store;
 };
-const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
 const body = corpus(64 * MiB);
 const rows = [];
@@ -117,18 +116,14 @@ for (const path of ["/identity", "/gzip"]) {
     `secret-fetch 64 MiB ${path.slice(1)}: ours ${o.toFixed(0)} ms vs plain undici ${b.toFixed(0)} ms`,
     `ratio ${(o / b).toFixed(2)}`,
   ]);
-  // A row for `npm run bench`'s summary table (scripts/bench.mjs).
-  if (process.env.PI_SANDBOX_BENCH_OUT) {
-    const row = {
-      package: "vm",
-      name: `secret fetch, 64 MiB ${path.slice(1)} (substituted, decoded, scrubbed) vs plain undici`,
-      ours: o,
-      baseline: b,
-      ratio: o / b,
-      unit: "ms",
-    };
-    fs.appendFileSync(process.env.PI_SANDBOX_BENCH_OUT, `${JSON.stringify(row)}\n`);
-  }
+  // A row for `npm run bench`'s summary table.
+  summaryRow({
+    name: `secret fetch, 64 MiB ${path.slice(1)} (substituted, decoded, scrubbed) vs plain undici`,
+    ours: o,
+    baseline: b,
+    ratio: o / b,
+    unit: "ms",
+  });
 }
 await secretFetch.close();
 await plain.close();

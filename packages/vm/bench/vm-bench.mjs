@@ -13,6 +13,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { median, summaryRow } from "./kit.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const workspace = path.resolve(here, "../../..");
@@ -41,19 +42,15 @@ function testImage() {
   return result.stdout.trim().split("\n").at(-1).trim();
 }
 
-const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 const ms = (value) => `${value.toFixed(1)} ms`;
 const mib = (value) => `${(value / MiB).toFixed(2)} MiB`;
 function report(name, small, large, format, target) {
   const ratio = large / small;
   rows.push({ name, small: format(small), large: format(large), ratio: ratio.toFixed(2), target });
-  // A row for `npm run bench`'s summary table (scripts/bench.mjs): "ours" is the larger case.
-  if (process.env.PI_SANDBOX_BENCH_OUT) {
-    const unit = format === ms ? "ms" : "MiB";
-    const scale = unit === "MiB" ? MiB : 1;
-    const row = { package: "vm", name, ours: large / scale, baseline: small / scale, ratio, unit, target };
-    fs.appendFileSync(process.env.PI_SANDBOX_BENCH_OUT, `${JSON.stringify(row)}\n`);
-  }
+  // A row for `npm run bench`'s summary table: "ours" is the larger case.
+  const unit = format === ms ? "ms" : "MiB";
+  const scale = unit === "MiB" ? MiB : 1;
+  summaryRow({ name, ours: large / scale, baseline: small / scale, ratio, unit, target });
 }
 
 async function timed(fn) {
