@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { callAction, StateLayout } from "../dist/client/index.js";
 import { readStatus } from "../dist/state/records.js";
 import { qemuResidentMemory } from "@pi-sandbox/vm/host";
-import { benchImage, median, printRows, row as addRow, sleep, webYaml } from "./kit.mjs";
+import { benchImage, median, printRows, row as addRow, sleep, webYaml, firstByte } from "./kit.mjs";
 
 const FORKS = 4;
 const CHECKPOINTS = Number(process.env.PI_SANDBOX_BENCH_CHECKPOINTS ?? 20);
@@ -34,25 +34,12 @@ const exec = async (name, cmd) => {
 };
 const MiB = 2 ** 20;
 const log = (message) => process.stderr.write(`branches: ${message}\n`);
+/** Polls `url` until it answers 200 with `body` (every 25 ms, for at most 5 min). */
+const serves = (url, body) => firstByte(url, body, { deadlineMs: 300_000, pollMs: 25 });
 /** Records a row (kit.mjs) and says it at once: a later step that fails still leaves it in the output. */
 function row(name, ours, baseline, unit, target, note = "") {
   addRow(name, ours, baseline, unit, target, note);
   log(`${name}: ${ours.toFixed(1)}${baseline ? ` vs ${baseline.toFixed(1)}` : ""} ${unit} ${note}`);
-}
-
-/** Polls `url` until it answers 200 with `body`; resolves when it does. */
-async function firstByte(url, body) {
-  const deadline = Date.now() + 300_000;
-  for (;;) {
-    try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(5_000) });
-      if (res.status === 200 && (await res.text()) === body) return;
-    } catch {
-      // not serving yet
-    }
-    if (Date.now() > deadline) throw new Error(`${url} never served ${JSON.stringify(body)}`);
-    await sleep(25);
-  }
 }
 
 /**
@@ -194,7 +181,7 @@ try {
   let t = performance.now();
   const created = await call({ action: "create", name: SRC, config: "web.yaml" });
   const srcUrl = created.previews[0].url;
-  await firstByte(srcUrl, "branch\n");
+  await serves(srcUrl, "branch\n");
   const coldCreate = performance.now() - t;
 
   // Fork into four while a poller reads the source's preview.
@@ -210,7 +197,7 @@ try {
     { onProgress: (event) => said.push({ at: performance.now() - forkStart, message: event.message }) },
   );
   const forkNames = forked.forks.map((f) => f.name);
-  await Promise.all(forked.started.map((view) => firstByte(view.previews[0].url, "branch\n")));
+  await Promise.all(forked.started.map((view) => serves(view.previews[0].url, "branch\n")));
   const allServing = performance.now() - forkStart;
   await sleep(3_000);
   const { answers, failed } = await poller.stop();
@@ -403,7 +390,7 @@ try {
   await sleep(2_000);
   const fromStart = performance.now();
   const fromFork = await call({ action: "fork", name: SRC, names: ["from-mem"], from: "mem" });
-  await firstByte(fromFork.started[0].previews[0].url, "memory\n");
+  await serves(fromFork.started[0].previews[0].url, "memory\n");
   const fromServing = performance.now() - fromStart;
   await sleep(2_000);
   const fromAnswers = (await fromPoller.stop()).answers;
@@ -424,7 +411,7 @@ try {
     const view = await call(action, {
       onProgress: (event) => said.push(`+${(performance.now() - start).toFixed(0)} ${event.message}`),
     });
-    await firstByte(view.previews[0].url, body);
+    await serves(view.previews[0].url, body);
     const ms = performance.now() - start;
     phases[`${action.action} ${action.checkpoint ?? ""}`] = [...said, `+${ms.toFixed(0)} first preview byte`];
     return { ms, view };

@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { callAction } from "../dist/client/index.js";
 import { daemonsFor, qemuFor, wakersFor } from "../dist/testing.js";
-import { benchImage, median, printRows, row, rssOf, sleep, webYaml } from "./kit.mjs";
+import { benchImage, firstByte, median, printRows, row, rssOf, sleep, webYaml } from "./kit.mjs";
 
 // The command as npm links it (its compile cache on), not dist/cli/main.js.
 const CLI = fileURLToPath(new URL("../bin/pi-sandbox.js", import.meta.url));
@@ -30,22 +30,9 @@ function cli(...args) {
   if (r.status !== 0) throw new Error(`pi-sandbox ${args.join(" ")}: ${r.stderr}`);
   return r.stdout;
 }
+/** Waits for `url` to serve the page; one request may wait for a parked instance's wake. */
+const warmPage = (url) => firstByte(url, "warm\n", { requestTimeoutMs: 120_000 });
 const inspect = (name) => JSON.parse(cli("inspect", name, "--json"));
-
-/** Waits for `url` to answer 200 with the page; resolves when its first byte (the whole tiny page) came. */
-async function firstByte(url) {
-  const deadline = Date.now() + 180_000;
-  for (;;) {
-    try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(120_000) });
-      if (res.status === 200 && (await res.text()) === "warm\n") return;
-    } catch {
-      // not serving yet
-    }
-    if (Date.now() > deadline) throw new Error(`${url} never served`);
-    await sleep(50);
-  }
-}
 
 /** Ms of `fn`. */
 async function timed(fn) {
@@ -82,9 +69,9 @@ try {
   const warm = [];
   for (let round = 0; round < ROUNDS; round++) {
     cli("stop", "w");
-    cold.push(await timed(async () => (cli("start", "w"), await firstByte(url))));
+    cold.push(await timed(async () => (cli("start", "w"), await warmPage(url))));
     cli("suspend", "w");
-    warm.push(await timed(async () => (cli("start", "w"), await firstByte(url))));
+    warm.push(await timed(async () => (cli("start", "w"), await warmPage(url))));
   }
   row("CLI: start to first preview byte, after suspend vs after stop", median(warm), median(cold), "ms", "<= 0.2");
 
@@ -101,7 +88,7 @@ try {
   const execs = [];
   for (let round = 0; round < ROUNDS; round++) {
     await untilParked("w");
-    wakes.push(await timed(() => firstByte(url)));
+    wakes.push(await timed(() => warmPage(url)));
     await untilParked("w");
     execs.push(await timed(() => cli("exec", "w", "--", "true")));
   }
@@ -139,7 +126,7 @@ try {
         await timed(async () => {
           if (how === "cli") cli("create", name, "-t", template);
           else await callAction({ action: "create", name, template }, { env });
-          await firstByte(inspect(name).previews[0].url);
+          await warmPage(inspect(name).previews[0].url);
         }),
       );
       cli("destroy", name, "-f");

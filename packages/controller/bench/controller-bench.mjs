@@ -25,6 +25,7 @@ import { checkpointRows } from "./checkpoint-part.mjs";
 import {
   agentUpDelays,
   benchImage,
+  firstByte,
   dashboardRss,
   median,
   printRows,
@@ -152,19 +153,8 @@ try {
     "MiB",
   );
   row("idle instance: of its QEMU RSS, QEMU itself", parts.otherBytes / 2 ** 20, undefined, "MiB");
-  const firstByte = async (target = url) => {
-    const deadline = Date.now() + 180_000;
-    for (;;) {
-      try {
-        const res = await fetch(target, { signal: AbortSignal.timeout(5_000) });
-        if (res.status === 200 && (await res.text()) === "warm\n") return;
-      } catch {
-        // not serving yet
-      }
-      if (Date.now() > deadline) throw new Error(`${target} never served`);
-      await sleep(50);
-    }
-  };
+  const warmPage = (target = url) => firstByte(target, "warm\n");
+
   const cold = [];
   const warm = [];
   const stops = [];
@@ -176,14 +166,14 @@ try {
     stops.push(performance.now() - t);
     t = performance.now();
     await callAction({ action: "start", name: "warm" }, { env });
-    await firstByte();
+    await warmPage();
     cold.push(performance.now() - t);
     t = performance.now();
     await callAction({ action: "suspend", name: "warm" }, { env });
     suspends.push(performance.now() - t);
     t = performance.now();
     const started = await callAction({ action: "start", name: "warm" }, { env });
-    await firstByte();
+    await warmPage();
     warm.push(performance.now() - t);
     restores.push(started.restore?.warm === true ? "warm" : `cold (${started.restore?.reason ?? "no restore"})`);
   }
@@ -258,7 +248,7 @@ try {
       const name = `${template}-${round}`;
       const t = performance.now();
       const clone = await callAction({ action: "create", name, template }, { env });
-      await firstByte(clone.previews[0].url);
+      await warmPage(clone.previews[0].url);
       samples.push(performance.now() - t);
       await callAction({ action: "destroy", name, confirm: name }, { env });
     }

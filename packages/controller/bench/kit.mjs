@@ -36,6 +36,25 @@ export async function time(n, fn) {
 const rows = [];
 
 /**
+ * Polls `url` until it answers 200 with `body`; resolves when it does (the whole tiny page, so its
+ * first byte too). Each request may take `requestTimeoutMs` (a parked instance's first request
+ * waits for its wake); the poll gives up after `deadlineMs`.
+ */
+export async function firstByte(url, body, { deadlineMs = 180_000, requestTimeoutMs = 5_000, pollMs = 50 } = {}) {
+  const deadline = Date.now() + deadlineMs;
+  for (;;) {
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(requestTimeoutMs) });
+      if (res.status === 200 && (await res.text()) === body) return;
+    } catch {
+      // not serving yet
+    }
+    if (Date.now() > deadline) throw new Error(`${url} never served ${JSON.stringify(body)}`);
+    await sleep(pollMs);
+  }
+}
+
+/**
  * A tiny instance's sandbox.yaml on `image` whose previewed `web` service (Python's http.server)
  * serves `page` and a newline at /.
  */
