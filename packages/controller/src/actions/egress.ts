@@ -8,7 +8,7 @@ import { ControllerError } from "../errors.js";
 import { readAsks, readGrants, updateGrants, type EgressAsk, type EgressGrant } from "../state/egress.js";
 import { inspectEntry } from "../state/inspect.js";
 import { readLedger } from "../state/ledger.js";
-import { defineAction } from "./kit/define.js";
+import { defineAction, type CliInput } from "./kit/define.js";
 import type { EgressAnswered } from "./kit/context.js";
 import { actionSchema, arg, name, nameArg, positional } from "./kit/parts.js";
 import { oneLine } from "./kit/text.js";
@@ -145,6 +145,11 @@ export const egress = defineAction({
   brief: (view) => `${view.waiting.length} waiting, ${view.grants.length} granted, ${view.hosts.length} hosts`,
 });
 
+/** The `<name> <host>` words of an egress answer's command line. */
+function nameAndHost(input: CliInput, command: string): { name: string; host: string } {
+  return { name: positional(input, 0, "a name", command), host: positional(input, 1, "a host", command) };
+}
+
 function formatAnswered(result: EgressAnswered): string {
   const settled = result.answered.map((a) => `${a.host} (${a.requests} request(s))`).join(", ");
   const what = result.answer === "deny" ? "refused" : "let through";
@@ -165,8 +170,7 @@ export const egressApprove = defineAction({
     options: { once: { type: "boolean", description: "only the requests waiting now; the host is not kept" } },
     toAction: (input) => ({
       action: "egress-approve",
-      name: positional(input, 0, "a name", "egress approve"),
-      host: positional(input, 1, "a host", "egress approve"),
+      ...nameAndHost(input, "egress approve"),
       ...(input.values.once === true ? { once: true } : {}),
     }),
   },
@@ -187,8 +191,7 @@ export const egressDeny = defineAction({
     usage: "egress deny <name> <host>   refuse a waiting request",
     toAction: (input) => ({
       action: "egress-deny",
-      name: positional(input, 0, "a name", "egress deny"),
-      host: positional(input, 1, "a host", "egress deny"),
+      ...nameAndHost(input, "egress deny"),
     }),
   },
   run: (args, ctx) => ctx.egress.answer(args.host, "deny", ctx.caller),
@@ -207,8 +210,7 @@ export const egressRevoke = defineAction({
     usage: "egress revoke <name> <host>   take back a host allowed for an instance",
     toAction: (input) => ({
       action: "egress-revoke",
-      name: positional(input, 0, "a name", "egress revoke"),
-      host: positional(input, 1, "a host", "egress revoke"),
+      ...nameAndHost(input, "egress revoke"),
     }),
   },
   run: async (args, ctx): Promise<{ name: string; host: string; revoked: true }> => {
