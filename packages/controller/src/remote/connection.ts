@@ -30,6 +30,12 @@ export class RemoteConnection {
    * earlier one went with it, and the first call forwards them again.
    */
   newMaster = false;
+  /**
+   * Previews (`address:port`) this connection had the master forward. It runs over that master
+   * and ends with it, so these stay forwarded while it lives and only others need asking for (an
+   * ssh process each); a new connection starts with none.
+   */
+  readonly forwarded = new Set<string>();
   #output: Writable;
   #waiting = new Map<number, Waiting>();
   #nextId = 1;

@@ -78,6 +78,7 @@ export async function callThroughContext(
     connection.newMaster = false;
     await forwardPreviews(
       await connection.request({ type: "call", action: { action: "list" }, caller: options.caller }),
+      connection,
       context,
       env,
       options.onProgress,
@@ -123,7 +124,7 @@ export async function callThroughContext(
     result = await call(args);
   }
   if (entry) await keepSources(spec.name, entry, sources, result, context.name, env);
-  await forwardPreviews(result, context, env, options.onProgress);
+  await forwardPreviews(result, connection, context, env, options.onProgress);
   return result;
 }
 
@@ -232,10 +233,12 @@ function previewUrls(value: unknown, found = new Set<string>()): Set<string> {
 /**
  * Forwards each preview the result names from the same address and port here, through the
  * context's master (the forward lives as long as it; any later command through the context
- * forwards again). A port taken here is reported, not fatal.
+ * forwards again, asking the master only for what this connection has not forwarded yet). A port
+ * taken here is reported, not fatal.
  */
 async function forwardPreviews(
   result: unknown,
+  connection: RemoteConnection,
   context: SshTarget & { name: string },
   env: NodeJS.ProcessEnv,
   onProgress?: (event: ProgressEvent) => void,
@@ -246,8 +249,11 @@ async function forwardPreviews(
   await Promise.all(
     [...urls].map(async (url) => {
       const [, address, port] = PREVIEW_URL.exec(url)!;
+      const spec = `${address}:${port}`;
+      if (connection.forwarded.has(spec)) return;
       try {
-        await forwardPort(context, dir, `${address}:${port}`, `${address}:${port}`, env);
+        await forwardPort(context, dir, spec, spec, env);
+        connection.forwarded.add(spec);
       } catch (error) {
         onProgress?.({
           stage: "preview",
