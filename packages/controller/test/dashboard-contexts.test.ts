@@ -1,7 +1,8 @@
 // The dashboard lists every context's instances without a VM or ssh: a fake action layer answers
 // per context. The local list never waits for another machine; one that fails, or does not answer
-// in time, is a row with its error; text from the far side arrives escaped, and the page offers no
-// action for another machine's instance (it names the --context command instead).
+// in time, is a row with its error; text from the far side arrives escaped. A page's action,
+// services, log or ledger of another machine's instance goes through that context, a context the
+// page does not list is refused, and the guard holds for them as for this machine's.
 import { startDashboardServer } from "../src/dashboard/server.js";
 import { ContextPoller } from "../src/dashboard/contexts.js";
 import { SnapshotPoller, type DashboardSnapshot } from "../src/dashboard/snapshot.js";
@@ -107,7 +108,7 @@ test("a context still silent is not asked again until it answers; its row keeps 
   expect(again!.find((c) => c.context === "slow")!.error!.code).toBe("CONTROLLER_CONTEXT_UNREACHABLE");
 });
 
-test("the served state and page: other machines by name, their errors as text, no actions for their instances", async () => {
+test("the served state and page: other machines by name, their errors as text, their instances' buttons", async () => {
   const key = "ab".repeat(32);
   const server = await startDashboardServer({
     call,
@@ -137,12 +138,102 @@ test("the served state and page: other machines by name, their errors as text, n
     expect(page).toContain('<section id="contexts"');
     expect(page).toContain("Other machines");
     const script = await (await fetch(`${origin}/app.js`, { headers: { cookie } })).text();
-    // Far-side text goes in as text, and remote rows name the CLI instead of offering buttons.
+    // Far-side text goes in as text; remote rows get this machine's buttons, naming their context.
     const contextCode = script.slice(script.indexOf("function contextRow"), script.indexOf("let latest;"));
-    expect(contextCode).not.toMatch(/innerHTML|insertAdjacentHTML|button\(/);
-    expect(contextCode).toContain("use pi-sandbox --context ${context}");
+    expect(contextCode).not.toMatch(/innerHTML|insertAdjacentHTML/);
+    expect(contextCode).toContain("instanceActions(view, view.context)");
     expect(contextCode).toContain("Could not list context ${context}: ${error.code}: ${error.message}");
   } finally {
+    await server.close();
+  }
+});
+
+test("another machine's instance: the page's actions, services, log and ledger go through its context", async () => {
+  const key = "cd".repeat(32);
+  const sent: string[] = [];
+  const here: string[] = [];
+  const server = await startDashboardServer({
+    call: async (input) => {
+      if (!["list", "context-ls", "checkpoints", "egress"].includes(String(input.action))) {
+        here.push(String(input.action));
+      }
+      return call(input);
+    },
+    callIn: async (context, input) => {
+      if (input.action !== "list") sent.push(`${context}:${JSON.stringify(input)}`);
+      if (context !== "big") return callIn(context, input);
+      if (input.action === "list") return { instances: [far] };
+      if (input.action === "services") return { services: [{ name: "web", state: "running", port: 4100 }] };
+      if (input.action === "logs") return { text: "far line \u001b[31m\n", cursor: "1" };
+      if (input.action === "audit") return { entries: [] };
+      return { name: input.name, state: "stopped" };
+    },
+    key,
+    log,
+    pollMs: { active: 100, idle: 100 },
+    contextTimeoutMs: 100,
+  });
+  const origin = `http://127.0.0.1:${server.port}`;
+  const stream = new AbortController();
+  try {
+    const cookie = await dashboardSession(origin, key);
+    await fetch(`${origin}/api/events`, { headers: { cookie }, signal: stream.signal });
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const post = (body: unknown, headers: Record<string, string> = { origin }) =>
+      fetch(`${origin}/api/action`, {
+        method: "POST",
+        headers: { cookie, "content-type": "application/json", ...headers },
+        body: JSON.stringify(body),
+      });
+    // Stop from the page: run there, as pi-sandbox stop there --context big.
+    const stopped = await post({ op: "stop", name: "there", context: "big" });
+    expect(stopped.status).toBe(200);
+    expect(((await stopped.json()) as { result: unknown }).result).toEqual({ name: "there", state: "stopped" });
+    const destroyed = await post({ op: "destroy", name: "there", context: "big", confirm: "there" });
+    expect(destroyed.status).toBe(200);
+    expect(sent).toEqual([
+      'big:{"action":"stop","name":"there"}',
+      'big:{"action":"destroy","name":"there","confirm":"there"}',
+    ]);
+    // A context the page does not list, or an origin other than the page's: nothing is called.
+    const unknown = await post({ op: "stop", name: "there", context: "elsewhere" });
+    expect(unknown.status).toBe(409);
+    expect(((await unknown.json()) as { error: { code: string } }).error.code).toBe("CONTROLLER_CONTEXT_NOT_FOUND");
+    expect(
+      (await post({ op: "stop", name: "there", context: "big" }, { origin: "http://127.0.0.3:4100" })).status,
+    ).toBe(403);
+    expect((await post({ op: "stop", name: "there", context: "big" }, {})).status).toBe(403);
+    expect(sent).toHaveLength(2);
+    expect(here).toEqual([]);
+    // Details: its services, a service log and its ledger, all from there.
+    const services = await fetch(`${origin}/api/services?name=there&context=big`, { headers: { cookie } });
+    expect(await services.json()).toEqual({ services: [{ name: "web", state: "running", port: 4100 }] });
+    const logs = new AbortController();
+    const logStream = await fetch(`${origin}/api/logs?name=there&service=web&context=big`, {
+      headers: { cookie },
+      signal: logs.signal,
+    });
+    const reader = logStream.body!.getReader();
+    let text = "";
+    while (!text.includes("far line")) text += new TextDecoder().decode((await reader.read()).value);
+    logs.abort();
+    expect(text).toContain('"lines":["far line \\\\x1b[31m"]');
+    const ledger = new AbortController();
+    const audit = await fetch(`${origin}/api/audit?name=there&context=big`, {
+      headers: { cookie },
+      signal: ledger.signal,
+    });
+    expect(audit.status).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    ledger.abort();
+    expect(sent.some((s) => s.startsWith('big:{"action":"services","name":"there"'))).toBe(true);
+    expect(sent.some((s) => s.startsWith('big:{"action":"logs","name":"there","service":"web"'))).toBe(true);
+    expect(sent.some((s) => s.startsWith('big:{"action":"audit"'))).toBe(true);
+    expect(here).toEqual([]);
+    const refused = await fetch(`${origin}/api/services?name=there&context=elsewhere`, { headers: { cookie } });
+    expect(refused.status).toBe(409);
+  } finally {
+    stream.abort();
     await server.close();
   }
 });

@@ -2,7 +2,8 @@
 // the page's actions, follows logs, and shows each instance's forks and kept checkpoints side by
 // side, with diff stats asked for on demand, and the egress requests waiting for the user's answer.
 // Other contexts' instances (machines reached over ssh) are listed under their context's name, with
-// their preview links (forwarded here) and no actions: those go through pi-sandbox --context NAME.
+// their preview links (forwarded here) and the same buttons as this machine's: each request names
+// the context, and the dashboard runs it there as pi-sandbox --context NAME does.
 // Every text from the server, a guest's preview titles, log lines and host names included, goes
 // into the page as text (textContent, text nodes), never as HTML.
 
@@ -90,7 +91,8 @@ async function act(body, button) {
     const answer = await response
       .json()
       .catch(() => ({ error: { code: `HTTP_${response.status}`, message: response.statusText } }));
-    if (answer.error) showError(answer.error, `${body.op} ${body.name}`);
+    const where = body.context ? ` on ${body.context}` : "";
+    if (answer.error) showError(answer.error, `${body.op} ${body.name}${where}`);
     return answer;
   } catch (error) {
     showError(
@@ -181,14 +183,36 @@ function usageCells(view, history) {
   ];
 }
 
-function destroyButton(view, kind) {
+function destroyButton(view, kind, context = undefined) {
   return button(
     "Destroy…",
-    `destroy:${kind}:${view.name}`,
-    () => askDestroy(view.name, kind),
+    context ? `destroy:${kind}:${view.name}@${context}` : `destroy:${kind}:${view.name}`,
+    () => askDestroy(view.name, kind, context),
     { class: "danger" },
-    view.name,
+    context ? `${view.name} on ${context}` : view.name,
   );
+}
+
+/**
+ * An instance's Start or Stop and Suspend, Details and Destroy… buttons; with `context`, each
+ * request names that machine (its keys and accessible names too: "Stop demo on big").
+ */
+function instanceActions(view, context = undefined) {
+  const actions = el("td", { class: "actions" });
+  const name = view.name;
+  const at = context ? `@${context}` : "";
+  const subject = context ? `${name} on ${context}` : name;
+  const request = (op) => (context ? { op, name, context } : { op, name });
+  const lifecycle = (label, op) =>
+    button(label, `${op}:${name}${at}`, (e) => act(request(op), e.currentTarget), {}, subject);
+  if (ACTIVE.has(view.state) || view.state === "unavailable") {
+    actions.append(lifecycle("Stop", "stop"), lifecycle("Suspend", "suspend"));
+  } else {
+    actions.append(lifecycle("Start", "start"));
+  }
+  actions.append(button("Details", `detail:${name}${at}`, () => openDetail(name, context), {}, `of ${subject}`));
+  actions.append(destroyButton(view, "instances", context));
+  return actions;
 }
 
 /** The name cell: a fork is indented under its source and says which it is. */
@@ -204,18 +228,8 @@ function nameCell(view, depth, branches) {
 }
 
 function instanceRow(view, history, depth = 0, branches = undefined) {
-  const actions = el("td", { class: "actions" });
   const name = view.name;
-  if (ACTIVE.has(view.state) || view.state === "unavailable") {
-    actions.append(button("Stop", `stop:${name}`, (e) => act({ op: "stop", name }, e.currentTarget), {}, name));
-    actions.append(
-      button("Suspend", `suspend:${name}`, (e) => act({ op: "suspend", name }, e.currentTarget), {}, name),
-    );
-  } else {
-    actions.append(button("Start", `start:${name}`, (e) => act({ op: "start", name }, e.currentTarget), {}, name));
-  }
-  actions.append(button("Details", `detail:${name}`, () => openDetail(name), {}, `of ${name}`));
-  actions.append(destroyButton(view, "instances"));
+  const actions = instanceActions(view);
   const accelerator = view.accelerator
     ? el("span", { text: view.accelerator, title: view.acceleratorReason ?? "" })
     : "—";
@@ -488,7 +502,7 @@ function renderEgress(egress) {
   $("#egress").hidden = items.length === 0;
 }
 
-/** Another context's instance: what it is and its previews; its actions are the CLI's. */
+/** Another context's instance: what it is, its previews (forwarded here) and its buttons, run there. */
 function contextRow(view) {
   const resources = `${view.resources.cpus} cpu, ${view.resources.memoryGiB} GiB, ${view.diskGiB} GiB disk`;
   return el(
@@ -499,13 +513,14 @@ function contextRow(view) {
     el("td", { text: resources }),
     el("td", { text: formatAge(view.createdAt), title: view.createdAt }),
     el("td", { class: "previews" }, previewList(view.previews ?? [])),
+    instanceActions(view, view.context),
   );
 }
 
 /** Each other context: a heading with its name and URL, then its instances or why it could not be listed. */
 function renderContexts(contexts) {
   const groups = contexts.map(({ context, url, instances, error }) => {
-    const group = el("div", { class: "context", "data-context": context });
+    const group = el("div", { class: "context", id: `context-${context}`, "data-context": context });
     group.append(el("h3", { text: `${context} (${url})` }));
     if (error) {
       group.append(
@@ -521,20 +536,26 @@ function renderContexts(contexts) {
     const head = el(
       "tr",
       {},
-      ...["Name", "State", "Resources", "Age", "Previews"].map((h) => el("th", { scope: "col", text: h })),
+      ...["Name", "State", "Resources", "Age", "Previews", "Actions"].map((h) => el("th", { scope: "col", text: h })),
     );
     group.append(el("table", {}, el("thead", {}, head), el("tbody", {}, ...instances.map(contextRow))));
-    group.append(
-      el("p", {
-        class: "muted",
-        text: `Start, stop, details and destroy: use pi-sandbox --context ${context}, e.g. pi-sandbox stop NAME --context ${context}`,
-      }),
-    );
     return group;
   });
   replaceRows($("#context-list"), groups);
   $("#contexts").hidden = contexts.length === 0;
+  focusContext();
   $("#instances-title").textContent = contexts.length === 0 ? "Instances" : "Instances on this machine (local)";
+}
+
+// `pi-sandbox dashboard --context NAME` opens the page at #context-NAME: that machine's group is
+// scrolled to once it is listed (it comes after the first snapshot, when its ssh answers).
+let focusPending = location.hash.startsWith("#context-");
+function focusContext() {
+  if (!focusPending) return;
+  const group = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  if (!group) return;
+  focusPending = false;
+  group.scrollIntoView();
 }
 
 let latest;
@@ -566,9 +587,10 @@ function render(snapshot) {
 
 // Destroy asks for the name, as the CLI's confirm does.
 let destroying;
-function askDestroy(name, kind) {
-  destroying = { name, kind };
+function askDestroy(name, kind, context = undefined) {
+  destroying = { name, kind, context };
   $("#destroy-name").textContent = name;
+  $("#destroy-where").textContent = context ? ` on ${context} (another machine)` : "";
   $("#destroy-confirm").value = "";
   $("#destroy-ok").disabled = true;
   $("#destroy-dialog").showModal();
@@ -579,27 +601,31 @@ $("#destroy-confirm").addEventListener("input", (event) => {
 });
 $("#destroy-dialog").addEventListener("close", () => {
   if ($("#destroy-dialog").returnValue !== "ok" || !destroying) return;
-  const { name, kind } = destroying;
-  void act({ op: "destroy", name, kind, confirm: $("#destroy-confirm").value });
+  const { name, kind, context } = destroying;
+  void act({ op: "destroy", name, kind, confirm: $("#destroy-confirm").value, ...(context ? { context } : {}) });
 });
 
 // Services and logs of one instance.
 let logSource;
 let detailName;
-async function openDetail(name) {
+let detailContext;
+async function openDetail(name, context = undefined) {
   detailName = name;
+  detailContext = context;
+  const at = context ? `@${context}` : "";
   $("#detail").hidden = false;
-  $("#detail-title").textContent = `${name}: services, logs and ledger`;
+  $("#detail-title").textContent = `${name}${context ? ` on ${context}` : ""}: services, logs and ledger`;
   const select = $("#log-select");
   select.replaceChildren(el("option", { value: "", text: "controller log" }));
   $("#services tbody").replaceChildren();
   $("#services-note").textContent = "";
   followLog(name, "");
-  showTimeline(name);
+  showTimeline(name, context);
   $("#detail").scrollIntoView();
   $("#detail-title").setAttribute("tabindex", "-1");
   $("#detail-title").focus();
-  const response = await fetch(`/api/services?name=${encodeURIComponent(name)}`);
+  const query = new URLSearchParams({ name, ...(context ? { context } : {}) });
+  const response = await fetch(`/api/services?${query}`);
   const answer = await response.json();
   if (answer.error) {
     $("#services-note").textContent = `${answer.error.code}: ${answer.error.message}`;
@@ -609,14 +635,15 @@ async function openDetail(name) {
     select.append(el("option", { value: service.name, text: `service ${service.name}` }));
     const restart = button(
       "Restart",
-      `restart:${name}:${service.name}`,
-      (e) => act({ op: "restart-service", name, service: service.name }, e.currentTarget),
+      `restart:${name}${at}:${service.name}`,
+      (e) =>
+        act({ op: "restart-service", name, service: service.name, ...(context ? { context } : {}) }, e.currentTarget),
       {},
       `service ${service.name}`,
     );
     const showLog = button(
       "Log",
-      `log:${name}:${service.name}`,
+      `log:${name}${at}:${service.name}`,
       () => {
         select.value = service.name;
         followLog(name, service.name);
@@ -646,6 +673,7 @@ function followLog(name, service) {
   log.replaceChildren();
   const query = new URLSearchParams({ name });
   if (service) query.set("service", service);
+  if (detailContext) query.set("context", detailContext);
   logSource = new EventSource(`/api/logs?${query}`);
   logSource.addEventListener("lines", (event) => {
     const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;

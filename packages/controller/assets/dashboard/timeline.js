@@ -7,6 +7,8 @@ const MAX_ENTRIES = 1000;
 
 let source;
 let name;
+/** The context (another machine) of the instance shown; undefined for this machine. */
+let context;
 /** The newest entry shown: a stream that reconnects starts over, and what is shown is skipped. */
 let newest = 0;
 
@@ -37,6 +39,7 @@ function follow() {
   document.querySelector("#timeline-note").textContent = "";
   newest = 0;
   const query = new URLSearchParams({ name });
+  if (context) query.set("context", context);
   if (kindSelect().value) query.append("kind", kindSelect().value);
   source = new EventSource(`/api/audit?${query}`);
   source.addEventListener("kinds", (event) => {
@@ -64,9 +67,10 @@ function follow() {
   });
 }
 
-/** Shows the ledger of `instance`, following it until another is shown. */
-export function showTimeline(instance) {
+/** Shows the ledger of `instance` (of context `on`, another machine's, when given), following it until another is shown. */
+export function showTimeline(instance, on = undefined) {
   name = instance;
+  context = on;
   follow();
 }
 

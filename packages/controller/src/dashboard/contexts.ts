@@ -74,3 +74,23 @@ export class ContextPoller {
     }
   }
 }
+
+/**
+ * The context a page request names, checked against the contexts the page was shown: undefined
+ * (or `local`) for this machine; another name is refused, so a request reaches only a machine the
+ * user added and sees listed.
+ */
+export function pageContext(value: unknown, shown: readonly ContextInstances[]): string | undefined {
+  if (value === undefined || value === null || value === "" || value === "local") return undefined;
+  if (typeof value === "string" && shown.some((c) => c.context === value)) return value;
+  throw new ControllerError("CONTROLLER_CONTEXT_NOT_FOUND", `the page names no context ${JSON.stringify(value)}`, {
+    hint: "Reload the page: it lists the contexts of pi-sandbox context ls.",
+    details: { context: String(value) },
+  });
+}
+
+/** Whether instance `name` of context `context` runs, as last listed. */
+export function runsIn(shown: readonly ContextInstances[], context: string, name: string): boolean {
+  const group = shown.find((c) => c.context === context);
+  return group?.instances.some((v) => v.name === name && v.state === "running") === true;
+}

@@ -1,7 +1,8 @@
 // The dashboard's HTTP server on 127.0.0.1: the page and its assets, a JSON snapshot and its live
 // updates (server-sent events), log following, an instance's ledger as a timeline (timeline.ts),
 // the few actions the page offers, and diff stats of forks and checkpoints on the page's demand
-// (diff-stats.ts). Every request passes the guard (guard.ts) first, against the sessions and used
+// (diff-stats.ts). An action, services, a log or a ledger of another context's instance (a request
+// naming a context the page lists) goes through that context, as the CLI's --context does. Every request passes the guard (guard.ts) first, against the sessions and used
 // links this process remembers (sessions.ts); everything else goes through the action layer
 // (`callAction`), never to the state files.
 import { readFile } from "node:fs/promises";
@@ -16,7 +17,7 @@ import { followLog, type LogEvent } from "./log-stream.js";
 import { followLedger, type TimelineEvent } from "./timeline.js";
 import { DiffStats, diffRequest } from "./diff-stats.js";
 import type { CallInFn } from "./call.js";
-import { ContextPoller } from "./contexts.js";
+import { ContextPoller, pageContext, runsIn } from "./contexts.js";
 import { SnapshotPoller, errorJson, escapeDeep, type CallFn } from "./snapshot.js";
 import { SessionTable, UsedLinks } from "./sessions.js";
 
@@ -109,7 +110,8 @@ async function readBody(req: IncomingMessage): Promise<unknown> {
 
 /**
  * Maps the page's request onto an action; the page may start, stop, suspend, destroy, restart a
- * service, and answer a waiting egress request (allow once, allow for the instance, deny).
+ * service, and answer a waiting egress request (allow once, allow for the instance, deny). The
+ * request's `context` (another machine's instance) is read apart, by `pageContext`.
  */
 export function pageAction(body: unknown): Record<string, unknown> {
   const input = (body ?? {}) as Record<string, unknown>;
@@ -197,7 +199,18 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   let port = 0;
   // Only a running instance is asked about its guest: one that suspended itself keeps a daemon,
   // and a question to it would wake it.
-  const isRunning = (name: string) => poller.snapshot.instances.some((v) => v.name === name && v.state === "running");
+  const isRunning = (name: string, context?: string) =>
+    context === undefined
+      ? poller.snapshot.instances.some((v) => v.name === name && v.state === "running")
+      : runsIn(poller.snapshot.contexts, context, name);
+  /** How to call an action of context `context` (this machine when undefined). */
+  const callFor = (context: string | undefined): CallFn => {
+    const { callIn } = options;
+    return context === undefined || !callIn ? call : (input) => callIn(context, input);
+  };
+  /** The context a query names (`context=`), checked against the listed ones. */
+  const queryContext = (url: URL) =>
+    pageContext(url.searchParams.get("context") ?? undefined, poller.snapshot.contexts);
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const verdict = checkRequest(
@@ -234,38 +247,54 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
       return;
     }
     if (url.pathname === "/api/logs" && req.method === "GET") {
+      let context: string | undefined;
+      try {
+        context = queryContext(url);
+      } catch (error) {
+        return sendJson(res, 409, { error: errorJson(error) });
+      }
       const name = url.searchParams.get("name") ?? "";
       const service = url.searchParams.get("service") ?? undefined;
       const { send, signal } = openStream(req, res, verdict.session);
       // The controller log is a host file; a service log is read by the daemon, only while running.
-      const readable = service === undefined ? undefined : () => isRunning(name);
-      void followLog(call, { name, service }, (event: LogEvent) => send(event.type, event), signal, {
+      const readable = service === undefined ? undefined : () => isRunning(name, context);
+      void followLog(callFor(context), { name, service }, (event: LogEvent) => send(event.type, event), signal, {
         readable,
       });
       return;
     }
     if (url.pathname === "/api/audit" && req.method === "GET") {
+      let context: string | undefined;
+      try {
+        context = queryContext(url);
+      } catch (error) {
+        return sendJson(res, 409, { error: errorJson(error) });
+      }
       const { send, signal } = openStream(req, res, verdict.session);
       const target = { name: url.searchParams.get("name") ?? "", kinds: url.searchParams.getAll("kind") };
-      void followLedger(call, target, (event: TimelineEvent) => send(event.type, event), signal, {
+      void followLedger(callFor(context), target, (event: TimelineEvent) => send(event.type, event), signal, {
         pollMs: options.pollMs?.active,
       });
       return;
     }
     if (url.pathname === "/api/services" && req.method === "GET") {
       const name = url.searchParams.get("name") ?? "";
-      if (!isRunning(name)) return sendJson(res, 409, { error: errorJson(notRunning(name)) });
       try {
-        return sendJson(res, 200, escapeDeep(await call({ action: "services", name, op: "status" })));
+        const context = queryContext(url);
+        if (!isRunning(name, context)) return sendJson(res, 409, { error: errorJson(notRunning(name)) });
+        return sendJson(res, 200, escapeDeep(await callFor(context)({ action: "services", name, op: "status" })));
       } catch (error) {
         return sendJson(res, 409, { error: errorJson(error) });
       }
     }
     if (url.pathname === "/api/action" && req.method === "POST") {
       try {
-        const action = pageAction(await readBody(req));
-        log.info(`${action.action} ${String(action.name)}${action.service ? ` ${String(action.service)}` : ""}`);
-        const result = await call(action);
+        const body = await readBody(req);
+        const action = pageAction(body);
+        const context = pageContext((body as { context?: unknown } | null)?.context, poller.snapshot.contexts);
+        const on = context === undefined ? "" : ` (context ${context})`;
+        log.info(`${action.action} ${String(action.name)}${action.service ? ` ${String(action.service)}` : ""}${on}`);
+        const result = await callFor(context)(action);
         void poller.refresh();
         return sendJson(res, 200, { result: escapeDeep(result) });
       } catch (error) {
