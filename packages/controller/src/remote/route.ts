@@ -9,12 +9,16 @@ import { stat } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { imageCacheRoot, inspectImage } from "@pi-sandbox/image";
 import type { ActionSpec } from "../actions/kit/define.js";
-import { ControllerError } from "../errors.js";
+import { ControllerError, isControllerError } from "../errors.js";
 import type { SshTarget } from "../state/contexts.js";
 import type { Caller, ProgressEvent, TrustNote } from "../wire.js";
 import { connectContext, type RemoteConnection } from "./connection.js";
 import { shipConfig } from "./ship-config.js";
-import { forgetSources, readSources, rememberSources, sourcesOf, type SecretSources } from "./secret-sources.js";
+import { explainSecretUnavailable, keepAhead, readSources, sourcesOf, type SecretSources } from "./secret-sources.js";
+import { forgetSources } from "./secret-sources.js";
+import { laptopIdentity, outcomeOf, recordContextCall } from "./laptop-ledger.js";
+import { auditThroughContext } from "./audit-through.js";
+import { forkNames } from "../actions/fork.js";
 import type { EntryKind } from "../state/layout.js";
 import { ensureControlDir, forwardPort, remotePath, scp } from "./ssh.js";
 
@@ -23,9 +27,6 @@ const HERE = new Set(["help", "init", "context-add", "context-ls", "context-use"
 /** Actions that cannot go through a context yet, with what to do instead. */
 const NOT_YET: Record<string, string> = {
   shell: "Run pi-sandbox shell NAME --context CONTEXT on a terminal: the session then runs there over ssh.",
-  dashboard: "Run pi-sandbox dashboard on that machine, or use its list here: pi-sandbox ls --context CONTEXT.",
-  apply: "Apply on that machine, or download the files with pi-sandbox cp NAME:/workspace/… ./",
-  "image-import": "Copy the image there with scp and import it on that machine.",
   "workspace-export": "Export on that machine.",
 };
 
@@ -49,8 +50,40 @@ async function isDirectory(path: string): Promise<boolean> {
   return (await stat(path).catch(() => undefined))?.isDirectory() === true;
 }
 
-/** Runs `args` (a validated action) on context `context`. */
+/**
+ * Runs `args` (a validated action) on context `context`, and records it in this machine's ledger of
+ * the context (remote/laptop-ledger.ts); `audit` and `audit verify` read both machines' ledgers.
+ */
 export async function callThroughContext(
+  spec: ActionSpec,
+  args: Record<string, unknown>,
+  context: SshTarget & { name: string },
+  options: RemoteCallOptions,
+): Promise<unknown> {
+  if (spec.name === "audit" || spec.name === "audit-verify") {
+    return auditThroughContext(spec.name, args, context.name, options.env, (action) =>
+      sendThroughContext(spec, action, context, options),
+    );
+  }
+  const started = performance.now();
+  const record = (outcome: string, result?: unknown) =>
+    recordContextCall(
+      options.env,
+      { context: context.name, args, caller: options.caller, trust: options.trust, outcome, ms: performance.now() - started },
+      result,
+    );
+  try {
+    const result = await sendThroughContext(spec, args, context, options);
+    record("ok", result);
+    return result;
+  } catch (error) {
+    record(outcomeOf(error, options.signal));
+    throw error;
+  }
+}
+
+/** {@link callThroughContext} without the ledger here. */
+async function sendThroughContext(
   spec: ActionSpec,
   args: Record<string, unknown>,
   context: SshTarget & { name: string },
@@ -77,7 +110,7 @@ export async function callThroughContext(
     // instance's previews again, as the one that went away did.
     connection.newMaster = false;
     await forwardPreviews(
-      await connection.request({ type: "call", action: { action: "list" }, caller: options.caller }),
+      await connection.request({ type: "call", action: { action: "list" }, caller: options.caller, from: laptopIdentity() }),
       connection,
       context,
       env,
@@ -102,6 +135,7 @@ export async function callThroughContext(
         type: "call",
         action,
         caller: options.caller,
+        from: laptopIdentity(),
         ...(options.trust.length ? { trust: options.trust } : {}),
         ...(Object.keys(secrets).length > 0 ? { secrets } : {}),
         ...extra,
@@ -112,43 +146,50 @@ export async function callThroughContext(
       },
     );
   let result: unknown;
-  if (typeof args.config === "string") {
-    const shipped = await shipConfig(args.config, context.name, env);
-    sources = shipped.sources;
-    result = await call(args, { config: shipped.config, secrets: shipped.secrets });
-  } else if (spec.name === "upload" || spec.name === "download") {
-    result = await copyThrough(connection, context, spec.name, args, call, env);
-  } else if (spec.name === "image-push") {
-    result = await pushImage(connection, context, String(args.name), call, env);
-  } else {
-    result = await call(args);
+  try {
+    if (typeof args.config === "string") {
+      const shipped = await shipConfig(args.config, context.name, env);
+      sources = shipped.sources;
+      const undo = await keepAhead(env, context.name, madeBy(spec.name, args), sources);
+      result = await call(args, { config: shipped.config, secrets: shipped.secrets }).catch(undo);
+    } else if (spec.name === "upload" || spec.name === "download") {
+      result = await copyThrough(connection, context, spec.name, args, call, env);
+    } else if (spec.name === "image-push") {
+      result = await pushImage(connection, context, String(args.name), call, env);
+    } else if (spec.name === "image-import") {
+      const name = typeof args.name === "string" ? args.name : undefined;
+      result = await importDir(connection, context, String(args.dir), name, call, env);
+    } else {
+      const undo = await keepAhead(env, context.name, madeBy(spec.name, args), sources);
+      result = await call(args).catch(undo);
+    }
+  } catch (error) {
+    // A destroy of what the far side no longer has: nothing is left there to read secrets for.
+    if (spec.name === "destroy" && entry && isControllerError(error, "CONTROLLER_NOT_FOUND"))
+      await forgetSources(env, context.name, entry.kind, entry.name);
+    throw await explainSecretUnavailable(error, sources, env, context.name, args);
   }
-  if (entry) await keepSources(spec.name, entry, sources, result, context.name, env);
+  if (spec.name === "destroy" && entry) await forgetSources(env, context.name, entry.kind, entry.name);
   await forwardPreviews(result, connection, context, env, options.onProgress);
   return result;
+}
+
+/**
+ * The entries an action makes, whose secret sources are kept here before it is sent (create,
+ * prepare, fork); none for the others.
+ */
+function madeBy(action: string, args: Record<string, unknown>): { kind: EntryKind; name: string }[] {
+  if (typeof args.name !== "string") return [];
+  if (action === "create" || action === "prepare") return [{ kind: kindOf(args), name: args.name }];
+  if (action !== "fork") return [];
+  const names = Array.isArray(args.names) ? args.names.map(String) : forkNames(args.name, Number(args.count ?? 0));
+  return names.map((name) => ({ kind: "instances" as const, name }));
 }
 
 /** The namespace an action's `name` is in. */
 function kindOf(args: Record<string, unknown>): EntryKind {
   if (args.action === "prepare") return "templates";
   return args.kind === "templates" ? "templates" : "instances";
-}
-
-/** After a call: the sources of what it made are kept here, a destroyed entry's forgotten. */
-async function keepSources(
-  action: string,
-  entry: { kind: EntryKind; name: string },
-  sources: SecretSources,
-  result: unknown,
-  context: string,
-  env: NodeJS.ProcessEnv,
-): Promise<void> {
-  if (action === "create" || action === "prepare") await rememberSources(env, context, entry.kind, entry.name, sources);
-  else if (action === "destroy") await forgetSources(env, context, entry.kind, entry.name);
-  else if (action === "fork") {
-    for (const fork of (result as { forks?: { name: string }[] }).forks ?? [])
-      await rememberSources(env, context, "instances", fork.name, sources);
-  }
 }
 
 /** `cp` through a context: scp to (or from) a private staging directory there, the copy itself there. */
@@ -205,11 +246,27 @@ async function pushImage(
   env: NodeJS.ProcessEnv,
 ): Promise<unknown> {
   const image = await inspectImage(imageCacheRoot(env), name);
+  return importDir(connection, context, image.dir, image.name ?? name, call, env);
+}
+
+/**
+ * `image import DIR` (and push): an assets directory here, by scp to a staging directory there,
+ * imported there (checked against its manifest), under `name` (there's default without one).
+ */
+async function importDir(
+  connection: RemoteConnection,
+  context: SshTarget,
+  imageDir: string,
+  name: string | undefined,
+  call: (action: Record<string, unknown>) => Promise<unknown>,
+  env: NodeJS.ProcessEnv,
+): Promise<unknown> {
+  const from = imageDir.replace(/\/+$/, "") || "/";
   const dir = await ensureControlDir(env);
   const { dir: stage } = (await connection.request({ type: "stage" })) as { dir: string };
   try {
-    await scp(context, dir, [image.dir], remotePath(context, `${stage}/`), env);
-    return await call({ action: "image-import", dir: join(stage, basename(image.dir)), name: image.name ?? name });
+    await scp(context, dir, [from], remotePath(context, `${stage}/`), env);
+    return await call({ action: "image-import", dir: join(stage, basename(from)), ...(name ? { name } : {}) });
   } finally {
     await connection.request({ type: "unstage", dir: stage }).catch(() => undefined);
   }
