@@ -10,13 +10,14 @@ import { findAction } from "../src/actions/kit/registry.js";
 import type { ActionSpec, LocalContext } from "../src/actions/kit/define.js";
 import { runHereForContext, runsHereForContext } from "../src/client/context-here.js";
 import { guardModelCall, type ConfirmRequest } from "../src/client/model-guard.js";
+import { parseSshUrl } from "../src/state/contexts.js";
 import { StateLayout } from "../src/state/layout.js";
 
 let dir: string;
 let project: string;
 let env: NodeJS.ProcessEnv;
 let local: LocalContext;
-const context = { name: "big", host: "big.lan" };
+const context = { name: "big", ...parseSshUrl("ssh://me@big.lan") };
 const remote = { env: {}, caller: "cli" as const, trust: [], model: false };
 
 beforeEach(async () => {
@@ -93,6 +94,7 @@ test("a model's apply: package.json waits for the user's yes; a no writes nothin
       { action: "apply", name: "demo", to: project },
       {
         cwd: project,
+        strict: false,
         confirm: async (request) => {
           asked.push(request);
           return answer;

@@ -21,7 +21,7 @@ import {
 } from "@pi-sandbox/controller/client";
 import { describeError, tellUser, type Attachments } from "./attach.js";
 import type { EnvironmentBranches } from "./branching.js";
-import { contextCommand } from "./context-command.js";
+import { contextCommand, sessionContexts } from "./context-command.js";
 import { SandboxExtensionError } from "./errors.js";
 import type { SandboxDependencies } from "./tool.js";
 
@@ -100,7 +100,39 @@ async function dashboard(
   );
 }
 
+/** A guest user name, as the shell action takes it. */
+const GUEST_USER = /^[a-z_][a-z0-9_-]{0,31}$/;
+
+/**
+ * The terminal of another context's instance: the CLI's `shell --context`, which runs the session
+ * there over the context's ssh (a key made there would be of no use here). The instance is looked
+ * up there first, so a wrong name is said now rather than in the terminal.
+ */
+async function contextTerminal(
+  deps: SandboxDependencies,
+  ctx: ExtensionCommandContext,
+  context: string,
+  name: string,
+  user?: string,
+): Promise<void> {
+  if (user !== undefined && !GUEST_USER.test(user)) {
+    return usageError(ctx, `${escapeControlChars(user)} is not a guest user name`);
+  }
+  const view = (await deps.callAction(
+    { action: "inspect", name },
+    { cwd: ctx.cwd, env: deps.env, signal: ctx.signal, caller: "user" },
+  )) as EntryView;
+  const command = ["pi-sandbox", "shell", view.name, ...(user !== undefined ? [user] : []), "--context", context];
+  tellUser(
+    ctx,
+    `Terminal for ${view.name} on ${context} as ${user ?? "root"} (runs there over the context's ssh; run it in a terminal here):\n${command.join(" ")}`,
+    "info",
+  );
+}
+
 async function terminal(deps: SandboxDependencies, ctx: ExtensionCommandContext, name: string, user?: string) {
+  const { current } = await sessionContexts(deps);
+  if (current !== "local") return contextTerminal(deps, ctx, current, name, user);
   const action: Record<string, unknown> = { action: "shell", name };
   if (user !== undefined) action.user = user;
   const access = (await deps.callAction(action, {
