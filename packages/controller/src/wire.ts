@@ -38,6 +38,8 @@ export type ClientMessage =
       caller?: Caller;
       /** What the user was asked before this call was sent, and answered (for the ledger). */
       trust?: TrustNote[];
+      /** The machine the call came from over a context (`user@host`, as it says), for the ledger. */
+      from?: string;
     }
   | {
       id: number;
@@ -48,6 +50,8 @@ export type ClientMessage =
       error: string;
       /** What the user was asked, and the no (or that nobody could be asked). */
       trust?: TrustNote[];
+      /** The machine the call came from over a context (`user@host`), for the ledger. */
+      from?: string;
     }
   | { id: number; type: "ping" };
 

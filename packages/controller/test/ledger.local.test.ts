@@ -211,6 +211,29 @@ test("a model's call refused before it is sent is recorded too: the user's no, n
   }
 });
 
+test("a call that came over a context is recorded as the laptop's caller's, from the laptop; a model's call to a user-only action stays refused here", async () => {
+  const before = (await call({ action: "audit", name: "web", last: 1 })).cursor;
+  const relayed = (caller: "model" | "cli") => ({
+    env,
+    cwd: dir,
+    caller: "user" as const,
+    relayed: { caller, from: "me@laptop" },
+  });
+  await callAction({ action: "exec", name: "web", cmd: "true" }, relayed("model"));
+  await callAction({ action: "exec", name: "web", cmd: "true" }, relayed("cli"));
+  // The laptop would refuse it first; this machine does too, whatever the laptop let through.
+  await expect(
+    callAction({ action: "egress-approve", name: "web", host: "example.org" }, relayed("model")),
+  ).rejects.toMatchObject({ code: "CONTROLLER_USER_ONLY" });
+  const entries = (await call({ action: "audit", name: "web", cursor: before, kind: ["action"] })).entries as Loose[];
+  expect(entries.map((e) => [e.data.action, e.data.caller, e.data.from, e.data.outcome])).toEqual([
+    ["exec", "model", "me@laptop", "ok"],
+    ["exec", "cli", "me@laptop", "ok"],
+    ["egress-approve", "model", "me@laptop", "CONTROLLER_USER_ONLY"],
+  ]);
+  expect(entryLine(entries[0])).toMatch(/exec by model via context from me@laptop: ok/);
+});
+
 test("audit verify holds, then names the entry that was changed", async () => {
   const ok = await call({ action: "audit-verify", name: "web" });
   expect(ok).toMatchObject({

@@ -27,21 +27,26 @@ async function pair(call: ServeCall, env: NodeJS.ProcessEnv = {}) {
   };
 }
 
-const callOf = (action: Record<string, unknown>) => ({ type: "call" as const, action, caller: "cli" as const });
+const callOf = (action: Record<string, unknown>) => ({
+  type: "call" as const,
+  action,
+  caller: "cli" as const,
+  from: "me@laptop",
+});
 
 test("a call's progress and result come back by id; two calls wait side by side", async () => {
   const { connection, cut } = await pair(async (action, options) => {
     options.onProgress({ stage: "boot", message: `booting ${String(action.name)}` });
     await new Promise((r) => setTimeout(r, action.name === "slow" ? 50 : 1));
-    return { name: action.name, via: options.via };
+    return { name: action.name, relayed: options.relayed };
   });
   const events: string[] = [];
   const [slow, fast] = await Promise.all([
     connection.request(callOf({ action: "start", name: "slow" }), { onProgress: (e) => events.push(e.message) }),
     connection.request(callOf({ action: "start", name: "fast" })),
   ]);
-  expect(slow).toEqual({ name: "slow", via: "cli" });
-  expect(fast).toEqual({ name: "fast", via: "cli" });
+  expect(slow).toEqual({ name: "slow", relayed: { caller: "cli", from: "me@laptop" } });
+  expect(fast).toEqual({ name: "fast", relayed: { caller: "cli", from: "me@laptop" } });
   expect(events).toEqual(["booting slow"]);
   cut();
 });

@@ -37,7 +37,8 @@ export async function runSystem(positionals: readonly string[]): Promise<number>
     );
   }
   await serveStdio(process.stdin, process.stdout, (action, options) =>
-    // The laptop checked the call and asked the user what needed asking: it runs as theirs here.
+    // The laptop checked the call and asked the user what needed asking: it runs as theirs here,
+    // recorded as the laptop's caller's (`options.relayed`), a model's still kept from user-only actions.
     callAction(action, { ...options, caller: "user", context: "local" }),
   );
   return 0;

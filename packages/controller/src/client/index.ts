@@ -102,6 +102,11 @@ export interface CallActionOptions {
   via?: "cli" | "dashboard" | "pi";
   /** The context (machine) to run on; default `PI_SANDBOX_CONTEXT`, else `pi-sandbox context use`'s, else local. */
   context?: string;
+  /**
+   * Set by `system dial-stdio`: the call came over a context from machine `from` (`user@host`),
+   * made there by `caller`. The ledger records both; a model's call is refused a user-only action.
+   */
+  relayed?: { caller: Caller; from: string };
 }
 
 function entryKindOf(args: Record<string, unknown>): EntryKind {
@@ -133,14 +138,16 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
   const cwd = options.cwd ?? process.cwd();
   const { spec, args } = validateAction(input);
   const layout = StateLayout.fromEnv(env);
+  // Another machine's: the action runs there, with what stays here done here (remote/route.ts).
+  const context = runsRemotely(spec) ? await selectContext(options.context, env) : undefined;
   // What the user is asked for this call goes with it into the instance's ledger, and so does a
-  // model's call refused here.
+  // model's call refused here (into this machine's ledger of the context, for another machine's).
   const trust: TrustNote[] = [];
   const refuse = async (error: unknown): Promise<never> => {
-    await noteRefusal(layout, entryKindOf(args), args, error, trust, env);
+    await noteRefusal(layout, entryKindOf(args), args, error, trust, env, context?.name, options.relayed?.from);
     throw error;
   };
-  if (spec.userOnly && options.caller === "model") {
+  if (spec.userOnly && (options.caller === "model" || options.relayed?.caller === "model")) {
     await refuse(
       new ControllerError("CONTROLLER_USER_ONLY", `${spec.name} is for the user, not the model`, {
         hint: `Ask the user to type /sandbox ${String(args.name ?? "<name>")} in Pi, or run pi-sandbox ssh ${String(args.name ?? "<name>")}.`,
@@ -149,7 +156,7 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
   }
   const hostPaths = hostPathArgs(spec);
   for (const { name } of hostPaths) args[name] = resolveHostPaths(cwd, args[name]);
-  const caller: Caller = options.caller === "model" ? "model" : (options.via ?? "library");
+  const caller: Caller = options.relayed?.caller ?? (options.caller === "model" ? "model" : (options.via ?? "library"));
   const guarded =
     options.caller === "model" && (hostPaths.length > 0 || spec.irreversible)
       ? await guardModelCall(
@@ -160,8 +167,6 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
           env,
         ).catch(refuse)
       : undefined;
-  // Another machine's: the action runs there, with what stays here done here (remote/route.ts).
-  const context = runsRemotely(spec) ? await selectContext(options.context, env) : undefined;
   const local = {
     layout,
     cwd,
@@ -186,7 +191,7 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
         ...options,
         env,
         guard: guarded?.guard,
-        ledger: { caller, trust },
+        ledger: { caller, trust, ...(options.relayed ? { from: options.relayed.from } : {}) },
       });
       const starts = spec.startsAfter?.(result as never, args as never) ?? [];
       return starts.length > 0 ? await startAfter(result, starts, options) : result;
@@ -254,7 +259,7 @@ async function routeToDaemon(
   options: CallActionOptions & {
     env: NodeJS.ProcessEnv;
     guard?: HostGuard;
-    ledger?: { caller: Caller; trust: TrustNote[] };
+    ledger?: { caller: Caller; trust: TrustNote[]; from?: string };
   },
 ): Promise<unknown> {
   const kind = entryKindOf(args);
@@ -267,6 +272,7 @@ async function routeToDaemon(
     onProgress: options.onProgress,
     guard: options.guard,
     ...(options.ledger ? { caller: options.ledger.caller, trust: options.ledger.trust } : {}),
+    ...(options.ledger?.from ? { from: options.ledger.from } : {}),
   };
   if (route !== "spawn") {
     try {

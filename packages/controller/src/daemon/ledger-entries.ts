@@ -1,28 +1,15 @@
 // What the daemon writes to an instance's ledger about each call it answers (state/ledger.ts): the
 // action with its caller and outcome, and from the results of execs, copies and branch actions what
-// ran, what moved and which checkpoint or fork was made. Arguments are recorded as the caller sent them, except what could carry a secret or a
-// file's whole text: an exec's environment (names only) and a write's content (its size and hash).
+// ran, what moved and which checkpoint or fork was made. Arguments are kept as state/ledger-args.ts
+// says (no secret, no file's text).
 import { createHash } from "node:crypto";
 import type { LedgerKind } from "../state/ledger.js";
+import { recordedArgs } from "../state/ledger-args.js";
 
 /** One entry to append. */
 export interface LedgerRecord {
   kind: LedgerKind;
   data: Record<string, unknown>;
-}
-
-/** The action's arguments as the ledger keeps them. */
-function recordedArgs(args: Record<string, unknown>): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(args)) {
-    if (key === "action" || key === "name") continue;
-    if (key === "env" && value && typeof value === "object") out.envNames = Object.keys(value);
-    else if (key === "content" && typeof value === "string") {
-      out.contentBytes = Buffer.byteLength(value);
-      out.contentSha256 = createHash("sha256").update(value).digest("hex");
-    } else out[key] = value;
-  }
-  return out;
 }
 
 /** What the ledger needs of the execs still running: what was run, by handle. */
@@ -31,13 +18,15 @@ export class CallLedger {
 
   /**
    * The entries of one call: the action (caller, arguments, outcome, duration), and for a finished
-   * exec or a copy, what ran or moved. `outcome.error` is the code the call failed with.
+   * exec or a copy, what ran or moved. `outcome.error` is the code the call failed with; `from`
+   * the machine a call came from over a context, as its side says (`user@host`).
    */
   records(
     args: Record<string, unknown> & { action: string },
     caller: string,
     ms: number,
     outcome: { result: unknown } | { error: string },
+    from?: string,
   ): LedgerRecord[] {
     const records: LedgerRecord[] = [
       {
@@ -45,6 +34,7 @@ export class CallLedger {
         data: {
           action: args.action,
           caller,
+          ...(from ? { from } : {}),
           args: recordedArgs(args),
           outcome: "error" in outcome ? outcome.error : "ok",
           ms: Math.round(ms),

@@ -24,6 +24,11 @@ const IDLE_EXIT_MS = 30_000;
 /** After a park that failed (no waker, a port it could not bind), the daemon keeps the previews this long. */
 const PARK_RETRY_MS = 5 * 60_000;
 
+/** The machine a call came from over a context, as the ledger keeps it: one short printable word, else none. */
+function fromOf(value: unknown): { from?: string } {
+  return typeof value === "string" && /^[\x21-\x7e]{1,255}$/.test(value) ? { from: value } : {};
+}
+
 /**
  * Runs the daemon until its entry is stopped, destroyed or prepared; resolves with an exit code.
  * Tests run a daemon in-process with `runtime` (the local runtime instead of real VMs) and a
@@ -95,8 +100,10 @@ export async function runDaemon(
       return { recorded: false };
     }
     if (args.name !== name || !/^[A-Z_]{1,64}$/.test(String(message.error))) return { recorded: false };
-    for (const note of message.trust ?? []) controller.record("trust", { action: args.action, ...note });
-    for (const r of ledger.records(args, "model", 0, { error: message.error })) controller.record(r.kind, r.data);
+    const from = fromOf(message.from);
+    for (const note of message.trust ?? []) controller.record("trust", { action: args.action, ...note, ...from });
+    for (const r of ledger.records(args, "model", 0, { error: message.error }, from.from))
+      controller.record(r.kind, r.data);
     return { recorded: true };
   }
 
@@ -138,10 +145,11 @@ export async function runDaemon(
       if (caller === "model" && spec.userOnly) {
         throw new ControllerError("CONTROLLER_USER_ONLY", `${spec.name} is for the user, not the model`);
       }
-      for (const note of message.trust ?? []) controller.record("trust", { action: args.action, ...note });
+      const from = fromOf(message.from);
+      for (const note of message.trust ?? []) controller.record("trust", { action: args.action, ...note, ...from });
       const record = (outcome: { result: unknown } | { error: string }) => {
         // A poll that found nothing new is not an action of its own; what it reports (an exec's end) is.
-        const records = ledger.records(args, caller, performance.now() - started, outcome);
+        const records = ledger.records(args, caller, performance.now() - started, outcome, from.from);
         for (const r of poll && "result" in outcome && records.length === 1 ? [] : records)
           controller.record(r.kind, r.data);
       };

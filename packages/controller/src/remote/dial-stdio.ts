@@ -1,9 +1,11 @@
 // `pi-sandbox system dial-stdio`: the far end of a context. Reads the laptop's requests from
 // stdin, runs each action here through the same client the local CLI uses (this machine's state,
 // its daemons), and writes the answers to stdout. The laptop has made its trust decisions before
-// a call arrives; the action runs as this account's user would run it. Nothing a call carries is
-// logged: a secret value goes into the environment of the call (and so of a daemon it starts)
-// only, and a shipped config into a private file removed when the call ends.
+// a call arrives; the action runs as this account's user would run it, and the ledger here names
+// the laptop's caller and machine ("model via context from me@laptop"): a model's call to an
+// action for the user only is refused here too, whatever the laptop let through. Nothing a call
+// carries is logged: a secret value goes into the environment of the call (and so of a daemon it
+// starts) only, and a shipped config into a private file removed when the call ends.
 
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -30,13 +32,18 @@ export type ServeCall = (
     cwd: string;
     signal: AbortSignal;
     onProgress: (event: ProgressEvent) => void;
-    via?: "cli" | "dashboard" | "pi";
+    /** Who made the call on the laptop, and the laptop (`user@host`). */
+    relayed: { caller: Caller; from: string };
   },
 ) => Promise<unknown>;
 
-/** The laptop's caller as a `via` here: the remote runs the call for the user who made (or allowed) it. */
-function viaOf(caller: Caller): "cli" | "dashboard" | "pi" | undefined {
-  return caller === "cli" || caller === "dashboard" || caller === "pi" ? caller : undefined;
+const CALLERS: readonly Caller[] = ["model", "cli", "dashboard", "pi", "library"];
+
+/** The laptop's word for who called, and for itself, as the ledger here keeps them. */
+function relayedOf(message: RemoteCall): { caller: Caller; from: string } {
+  const caller = CALLERS.includes(message.caller) ? message.caller : "library";
+  const from = typeof message.from === "string" && /^[\x21-\x7e]{1,255}$/.test(message.from) ? message.from : "unknown";
+  return { caller, from };
 }
 
 /** A private directory for this session's files (mkdtemp makes it 0700). */
@@ -81,13 +88,12 @@ export function serveStdio(
         await writeFile(path, message.config.text, { mode: 0o600 });
         action.config = path;
       }
-      const via = viaOf(message.caller);
       const result = await call(action, {
         env: { ...env, ...message.secrets },
         cwd: stage ?? env.HOME ?? tmpdir(),
         signal: abort.signal,
         onProgress: (event) => writeLine(output, { id: message.id, type: "progress", event }),
-        ...(via ? { via } : {}),
+        relayed: relayedOf(message),
       });
       completed = true;
       return result;

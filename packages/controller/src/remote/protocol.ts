@@ -34,8 +34,10 @@ export interface RemoteCall {
   id: number;
   type: "call";
   action: Record<string, unknown>;
-  /** Who makes the call on the laptop, for the remote's ledger. */
+  /** Who makes the call on the laptop, for the remote's ledger (and its own check of a model's call). */
   caller: Caller;
+  /** The laptop as `user@host`, for the remote's ledger. */
+  from?: string;
   trust?: TrustNote[];
   /** The sandbox.yaml as read on the laptop: written to a private file there, and `action.config` names it. */
   config?: { text: string; name: string };

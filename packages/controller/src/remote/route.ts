@@ -9,12 +9,15 @@ import { stat } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { imageCacheRoot, inspectImage } from "@pi-sandbox/image";
 import type { ActionSpec } from "../actions/kit/define.js";
-import { ControllerError } from "../errors.js";
+import { ControllerError, isControllerError } from "../errors.js";
 import type { SshTarget } from "../state/contexts.js";
 import type { Caller, ProgressEvent, TrustNote } from "../wire.js";
 import { connectContext, type RemoteConnection } from "./connection.js";
 import { shipConfig } from "./ship-config.js";
-import { forgetSources, readSources, rememberSources, sourcesOf, type SecretSources } from "./secret-sources.js";
+import { explainSecretUnavailable, forgetSources, keepAhead, readSources, sourcesOf } from "./secret-sources.js";
+import { laptopIdentity, outcomeOf, recordContextCall } from "./laptop-ledger.js";
+import { auditThroughContext } from "./audit-through.js";
+import { forkNames } from "../actions/fork.js";
 import type { EntryKind } from "../state/layout.js";
 import { ensureControlDir, forwardPort, remotePath, scp } from "./ssh.js";
 
@@ -46,8 +49,47 @@ async function isDirectory(path: string): Promise<boolean> {
   return (await stat(path).catch(() => undefined))?.isDirectory() === true;
 }
 
-/** Runs `args` (a validated action) on context `context`. */
+/**
+ * Runs `args` (a validated action) on context `context`, and records it in this machine's ledger of
+ * the context (remote/laptop-ledger.ts); `audit` and `audit verify` read both machines' ledgers.
+ */
 export async function callThroughContext(
+  spec: ActionSpec,
+  args: Record<string, unknown>,
+  context: SshTarget & { name: string },
+  options: RemoteCallOptions,
+): Promise<unknown> {
+  if (spec.name === "audit" || spec.name === "audit-verify") {
+    return auditThroughContext(spec.name, args, context.name, options.env, (action) =>
+      sendThroughContext(spec, action, context, options),
+    );
+  }
+  const started = performance.now();
+  const record = (outcome: string, result?: unknown) =>
+    recordContextCall(
+      options.env,
+      {
+        context: context.name,
+        args,
+        caller: options.caller,
+        trust: options.trust,
+        outcome,
+        ms: performance.now() - started,
+      },
+      result,
+    );
+  try {
+    const result = await sendThroughContext(spec, args, context, options);
+    record("ok", result);
+    return result;
+  } catch (error) {
+    record(outcomeOf(error, options.signal));
+    throw error;
+  }
+}
+
+/** {@link callThroughContext} without the ledger here. */
+async function sendThroughContext(
   spec: ActionSpec,
   args: Record<string, unknown>,
   context: SshTarget & { name: string },
@@ -74,7 +116,12 @@ export async function callThroughContext(
     // instance's previews again, as the one that went away did.
     connection.newMaster = false;
     await forwardPreviews(
-      await connection.request({ type: "call", action: { action: "list" }, caller: options.caller }),
+      await connection.request({
+        type: "call",
+        action: { action: "list" },
+        caller: options.caller,
+        from: laptopIdentity(),
+      }),
       connection,
       context,
       env,
@@ -99,6 +146,7 @@ export async function callThroughContext(
         type: "call",
         action,
         caller: options.caller,
+        from: laptopIdentity(),
         ...(options.trust.length ? { trust: options.trust } : {}),
         ...(Object.keys(secrets).length > 0 ? { secrets } : {}),
         ...extra,
@@ -109,46 +157,50 @@ export async function callThroughContext(
       },
     );
   let result: unknown;
-  if (typeof args.config === "string") {
-    const shipped = await shipConfig(args.config, context.name, env);
-    sources = shipped.sources;
-    result = await call(args, { config: shipped.config, secrets: shipped.secrets });
-  } else if (spec.name === "upload" || spec.name === "download") {
-    result = await copyThrough(connection, context, spec.name, args, call, env);
-  } else if (spec.name === "image-push") {
-    result = await pushImage(connection, context, String(args.name), call, env);
-  } else if (spec.name === "image-import") {
-    const name = typeof args.name === "string" ? args.name : undefined;
-    result = await importDir(connection, context, String(args.dir), name, call, env);
-  } else {
-    result = await call(args);
+  try {
+    if (typeof args.config === "string") {
+      const shipped = await shipConfig(args.config, context.name, env);
+      sources = shipped.sources;
+      const undo = await keepAhead(env, context.name, madeBy(spec.name, args), sources);
+      result = await call(args, { config: shipped.config, secrets: shipped.secrets }).catch(undo);
+    } else if (spec.name === "upload" || spec.name === "download") {
+      result = await copyThrough(connection, context, spec.name, args, call, env);
+    } else if (spec.name === "image-push") {
+      result = await pushImage(connection, context, String(args.name), call, env);
+    } else if (spec.name === "image-import") {
+      const name = typeof args.name === "string" ? args.name : undefined;
+      result = await importDir(connection, context, String(args.dir), name, call, env);
+    } else {
+      const undo = await keepAhead(env, context.name, madeBy(spec.name, args), sources);
+      result = await call(args).catch(undo);
+    }
+  } catch (error) {
+    // A destroy of what the far side no longer has: nothing is left there to read secrets for.
+    if (spec.name === "destroy" && entry && isControllerError(error, "CONTROLLER_NOT_FOUND"))
+      await forgetSources(env, context.name, entry.kind, entry.name);
+    throw await explainSecretUnavailable(error, sources, env, context.name, args);
   }
-  if (entry) await keepSources(spec.name, entry, sources, result, context.name, env);
+  if (spec.name === "destroy" && entry) await forgetSources(env, context.name, entry.kind, entry.name);
   await forwardPreviews(result, connection, context, env, options.onProgress);
   return result;
+}
+
+/**
+ * The entries an action makes, whose secret sources are kept here before it is sent (create,
+ * prepare, fork); none for the others.
+ */
+function madeBy(action: string, args: Record<string, unknown>): { kind: EntryKind; name: string }[] {
+  if (typeof args.name !== "string") return [];
+  if (action === "create" || action === "prepare") return [{ kind: kindOf(args), name: args.name }];
+  if (action !== "fork") return [];
+  const names = Array.isArray(args.names) ? args.names.map(String) : forkNames(args.name, Number(args.count ?? 0));
+  return names.map((name) => ({ kind: "instances" as const, name }));
 }
 
 /** The namespace an action's `name` is in. */
 function kindOf(args: Record<string, unknown>): EntryKind {
   if (args.action === "prepare") return "templates";
   return args.kind === "templates" ? "templates" : "instances";
-}
-
-/** After a call: the sources of what it made are kept here, a destroyed entry's forgotten. */
-async function keepSources(
-  action: string,
-  entry: { kind: EntryKind; name: string },
-  sources: SecretSources,
-  result: unknown,
-  context: string,
-  env: NodeJS.ProcessEnv,
-): Promise<void> {
-  if (action === "create" || action === "prepare") await rememberSources(env, context, entry.kind, entry.name, sources);
-  else if (action === "destroy") await forgetSources(env, context, entry.kind, entry.name);
-  else if (action === "fork") {
-    for (const fork of (result as { forks?: { name: string }[] }).forks ?? [])
-      await rememberSources(env, context, "instances", fork.name, sources);
-  }
 }
 
 /** `cp` through a context: scp to (or from) a private staging directory there, the copy itself there. */

@@ -29,6 +29,8 @@ export interface DaemonCallOptions {
   trust?: TrustNote[];
   /** Sends a model's call the client refused, with this code, for the ledger only: nothing runs. */
   refused?: string;
+  /** The machine the call came from over a context (`user@host`), for the ledger. */
+  from?: string;
 }
 
 function lost(socketPath: string, cause?: unknown): ControllerError {
@@ -112,7 +114,10 @@ export function callDaemon(
             else if (message.type === "error")
               finish(() => reject(ControllerError.fromJSON(message.error as ControllerErrorJson)));
           });
-          const trust = options.trust?.length ? { trust: options.trust } : {};
+          const trust = {
+            ...(options.trust?.length ? { trust: options.trust } : {}),
+            ...(options.from ? { from: options.from } : {}),
+          };
           writeJsonLine(
             socket,
             options.refused !== undefined

@@ -186,6 +186,14 @@ export class StateLayout {
     return join(this.keptLedgersDir(kind), `${name}.${stamp}`);
   }
 
+  /**
+   * This machine's ledger of what it sent through context `context` (a name contexts.ts checked):
+   * `contexts/<context>/ledger`, written by every process calling through it, kept after `context rm`.
+   */
+  contextLedgerDir(context: string): string {
+    return join(this.root, "contexts", context, "ledger");
+  }
+
   /** Where the ledgers of destroyed entries of `kind` are kept (see keptLedgerDir). */
   keptLedgersDir(kind: EntryKind): string {
     return join(this.root, "ledgers", kind);

@@ -1,7 +1,16 @@
 // A ledger entry in words, as `audit` prints it and the dashboard's timeline shows it. Caller and
 // guest text (commands, paths, host names) is written as it is: the caller escapes it for where it
-// goes (a terminal line, a page's text).
+// goes (a terminal line, a page's text). A call made through a context says which way it went.
 import type { LedgerEntry } from "./ledger.js";
+
+/**
+ * Where a call went or came from over a context: this machine's ledger of a context names the
+ * context it was sent through, the far side's the machine it came from.
+ */
+function via(d: Record<string, unknown>): string {
+  if (typeof d.context === "string") return ` through context ${d.context}`;
+  return typeof d.from === "string" ? ` via context from ${d.from}` : "";
+}
 
 /** What an entry says happened, in words (one line once escaped; guest and caller text as written). */
 export function entryWhat(entry: LedgerEntry): string {
@@ -9,7 +18,7 @@ export function entryWhat(entry: LedgerEntry): string {
   const s = (value: unknown) => String(value);
   switch (entry.kind) {
     case "action":
-      return `${s(d.action)} by ${s(d.caller)}: ${s(d.outcome)} (${s(d.ms)} ms) ${JSON.stringify(d.args)}`;
+      return `${s(d.action)}${d.name ? ` of ${s(d.name)}` : ""} by ${s(d.caller)}${via(d)}: ${s(d.outcome)} (${s(d.ms)} ms) ${JSON.stringify(d.args)}`;
     case "lifecycle":
       if (d.event === "forked") return `forked into ${(d.forks as unknown[]).map(s).join(", ")}`;
       if (typeof d.event === "string") return `${d.event} ${JSON.stringify(d.checkpoint)}`;
@@ -21,7 +30,7 @@ export function entryWhat(entry: LedgerEntry): string {
       return `${s(d.direction)} ${JSON.stringify(d.from)} -> ${JSON.stringify(d.to)}: ${s(d.files)} file(s), ${s(d.bytes)} bytes${hash}`;
     }
     case "trust":
-      return `${s(d.answer)} to ${s(d.action)}, answered by ${s(d.by)}: ${Array.isArray(d.asked) ? d.asked.map(s).join(" | ") : ""}`;
+      return `${s(d.answer)} to ${s(d.action)}${via(d)}, answered by ${s(d.by)}: ${Array.isArray(d.asked) ? d.asked.map(s).join(" | ") : ""}`;
     case "egress":
       return `${d.allowed ? "allowed" : "denied"} ${s(d.protocol)} ${s(d.method)} ${s(d.host)}:${s(d.port)} (${s(d.rule)})`;
     case "egress-bytes":

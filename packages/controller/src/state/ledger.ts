@@ -5,7 +5,16 @@
 // and `verifyLedger` says where. Files rotate by size; a new file's first entry chains to the last
 // hash of the previous one. Secrets never get here: callers record names, never values.
 import { createHash } from "node:crypto";
-import { appendFileSync, mkdirSync, readdirSync, readFileSync, statSync } from "node:fs";
+import {
+  appendFileSync,
+  closeSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  unlinkSync,
+} from "node:fs";
 import { join } from "node:path";
 
 /** What an entry records. */
@@ -164,6 +173,57 @@ export class Ledger {
     this.#seq = entry.seq;
     this.#prev = entry.hash;
     return entry;
+  }
+}
+
+/** A lock older than this was left by a writer that died holding it (a holder keeps it for microseconds), in ms. */
+const LOCK_STALE_MS = 5_000;
+
+/** Blocks this thread for `ms` (a writer waiting for the lock: the append is synchronous by design). */
+function pause(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/** Takes `dir`'s lock file; returns its release. */
+function lockLedger(dir: string): () => void {
+  const file = join(dir, "ledger.lock");
+  for (;;) {
+    try {
+      closeSync(openSync(file, "wx", 0o600));
+      return () => unlinkSync(file);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+    }
+    const held = statSync(file, { throwIfNoEntry: false });
+    // A writer that crashed between taking and releasing it would stop every later one.
+    if (held && Date.now() - held.mtimeMs > LOCK_STALE_MS) unlinkSync(file);
+    else pause(2);
+  }
+}
+
+/**
+ * Appends `records` to the ledger in `dir` when several processes write it (this machine's ledger
+ * of a context: every CLI command, Pi session and library calling through it): under a lock file,
+ * the ledger is opened at its end as it is now, so no two writers give out the same sequence
+ * number or chain to the same entry. Synchronous like `append`: what a process records just before
+ * it exits (on Ctrl-C) is on disk. `dir`'s parent must exist.
+ */
+export function appendShared(
+  dir: string,
+  records: readonly { kind: LedgerKind; data: Record<string, unknown> }[],
+  at = new Date(),
+): LedgerEntry[] {
+  try {
+    mkdirSync(dir, { mode: 0o700 });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+  }
+  const release = lockLedger(dir);
+  try {
+    const ledger = Ledger.open(dir);
+    return records.map((r) => ledger.append(r.kind, r.data, at));
+  } finally {
+    release();
   }
 }
 
