@@ -3,9 +3,12 @@
 // a sandbox.yaml read here (its file: secret read here, never written there), runs commands with
 // their exit codes, stdin (exec -i) and Ctrl-C, follows a log, copies files both ways, opens the
 // preview through the address and port forwarded here (the far side's Host guard answers),
-// refuses a config that mounts a directory of this machine, survives a killed connection mid-exec
-// (the instance goes on, the next command reconnects and forwards the preview again), stops it
-// and starts it again (the secret read here again). Then the work comes home with apply, and the
+// refuses a config that mounts a directory of this machine, survives a Ctrl-C during the create
+// (it goes on there; the start after it, and every later one, still sends the secret read here)
+// and a killed connection mid-exec (the instance goes on, the next command reconnects and
+// forwards the preview again), stops it and starts it again (the secret read here again), and
+// shows both machines' ledgers in one audit (the laptop's holds the model's call it refused and
+// never sent) and checks both chains (a changed laptop entry is named). Then the work comes home with apply, and the
 // laptop's dashboard, in a real headless Chromium, shows the instance there: its preview link opens
 // here and its Stop button stops it there. One boot and one start for the file.
 import { execFile, spawn } from "node:child_process";
@@ -17,6 +20,7 @@ import { chromium } from "playwright-core";
 import { runCli } from "./support/cli-run.js";
 import { chromiumPath, testImage } from "./support/vm-suite.js";
 import { CLI, sshRemote, type SshRemote } from "@pi-sandbox/controller/testing";
+import { callAction } from "@pi-sandbox/controller/client";
 
 const run = promisify(execFile);
 
@@ -78,8 +82,9 @@ function follow(args: string[]) {
     child,
     exited,
     stderr: () => stderr,
-    async saw(text: string) {
-      while (!stdout.includes(text)) {
+    /** Waits for `text` on stdout (or stderr, where progress goes). */
+    async saw(text: string, on: "stdout" | "stderr" = "stdout") {
+      while (!(on === "stdout" ? stdout : stderr).includes(text)) {
         if (child.exitCode !== null) throw new Error(`pi-sandbox ${args.join(" ")} ended: ${stderr}`);
         await new Promise((r) => setTimeout(r, 100));
       }
@@ -116,7 +121,14 @@ test("create, exec, cp, preview, a killed connection and stop, all through a con
   expect(mount.code).toBe(1);
   expect(mount.stderr).toMatch(/CONTROLLER_CONTEXT_REFUSED: .*mount\.yaml mounts a directory of this machine/);
 
-  const created = await ok(["create", "demo", "-c", "sandbox.yaml"]);
+  // Ctrl-C once the far side's controller has the create: the wait ends here, the create goes on
+  // there, and the start after it waits for it (the secret's source was kept here before it went).
+  const creating = follow(["create", "demo", "-c", "sandbox.yaml"]);
+  await creating.saw("[disk]", "stderr");
+  creating.child.kill("SIGINT");
+  expect(await creating.exited).toBe(130);
+  expect(creating.stderr()).toMatch(/interrupted: pi-sandbox stopped waiting, but create of demo goes on/);
+  const created = await ok(["start", "demo"]);
   expect(created).toMatch(/^state:\s+running$/m);
   expect(created).toMatch(/^secret:\s+TOKEN → example\.com/m);
   const url = /^preview:\s+(http:\/\/(127(?:\.\d{1,3}){3}:\d+)\/)/m.exec(created);
@@ -175,6 +187,46 @@ test("create, exec, cp, preview, a killed connection and stop, all through a con
   expect(await get(url![1]!)).toBe("200 Hello from the guest\n");
   // And the local context is this machine, which has no such instance.
   expect(await ok(["ls", "--context", "local"])).not.toMatch(/demo/);
+
+  // A model (Pi's tool on the laptop) through the context: its exec runs there as the model's; its
+  // upload of a file outside its project, which the user declines here, never leaves the laptop.
+  const project = join(dir, "project");
+  await mkdir(project, { recursive: true });
+  const asModel = { env: remote.env, cwd: project, caller: "model" as const, context: "far" };
+  await callAction({ action: "exec", name: "demo", cmd: "true" }, asModel);
+  await expect(
+    callAction(
+      { action: "upload", name: "demo", from: join(dir, "up.txt"), to: "/workspace/model.txt" },
+      { ...asModel, confirm: async () => false },
+    ),
+  ).rejects.toMatchObject({ code: "CONTROLLER_USER_DECLINED" });
+  const audit = await ok(["audit", "demo", "-n", "500"]);
+  // Each machine's entries, labelled: what the laptop sent (and refused), what ran there.
+  expect(audit).toMatch(/^here +\d+ .* action +create of demo by cli through context far: interrupted /m);
+  expect(audit).toMatch(/^far +\d+ .* action +create by cli via context from \S+@\S+: ok /m);
+  expect(audit).toMatch(/^here +\d+ .* action +start of demo by cli through context far: ok /m);
+  expect(audit).toMatch(/^here +\d+ .* action +exec of demo by model through context far: ok /m);
+  expect(audit).toMatch(/^far +\d+ .* action +exec by model via context from \S+@\S+: ok /m);
+  expect(audit).toMatch(/^here +\d+ .* trust +no to upload through context far, answered by the user, in Pi's dialog/m);
+  expect(audit).toMatch(
+    /^here +\d+ .* action +upload of demo by model through context far: CONTROLLER_USER_DECLINED /m,
+  );
+  expect(audit).not.toMatch(/^far .* upload by model/m);
+  expect(audit).not.toContain(SECRET);
+
+  // Both chains hold; a changed entry of the laptop's is named.
+  const verified = await ok(["audit", "verify", "demo"]);
+  expect(verified).toMatch(/^the ledger of demo on context far holds: \d+ entries/m);
+  expect(verified).toMatch(/^this machine's ledger of context far holds: \d+ entries in 1 file\(s\)/m);
+  const ledgerFile = join(dir, "state", "contexts", "far", "ledger", "ledger-000001.jsonl");
+  const kept = await readFile(ledgerFile, "utf8");
+  await writeFile(ledgerFile, kept.replace('"outcome":"CONTROLLER_USER_DECLINED"', '"outcome":"ok"'));
+  const broken = await cli(["audit", "verify", "demo"]);
+  expect(broken.code).toBe(1);
+  expect(broken.stderr).toMatch(
+    /CONTROLLER_LEDGER_BROKEN: this machine's ledger of context far is broken at ledger-000001\.jsonl line \d+ \(entry \d+\): its content does not match its hash/,
+  );
+  await writeFile(ledgerFile, kept);
 });
 
 test("apply brings the work home; the laptop's dashboard opens the preview and stops the instance there", async () => {
