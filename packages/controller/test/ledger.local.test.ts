@@ -231,7 +231,7 @@ test("a call that came over a context is recorded as the laptop's caller's, from
     ["exec", "cli", "me@laptop", "ok"],
     ["egress-approve", "model", "me@laptop", "CONTROLLER_USER_ONLY"],
   ]);
-  expect(entryLine(entries[0])).toMatch(/exec by model via context from me@laptop: ok/);
+  expect(entryLine(entries[0] as never)).toMatch(/exec by model via context from me@laptop: ok/);
 });
 
 test("audit verify holds, then names the entry that was changed", async () => {

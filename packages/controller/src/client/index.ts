@@ -18,6 +18,7 @@ import { guardModelCall, type ConfirmFn } from "./model-guard.js";
 import { noteRefusal } from "./refusals.js";
 import { ensureDaemon } from "./spawn.js";
 import { callThroughContext, runsRemotely } from "../remote/route.js";
+import { recordedContextCall } from "../remote/laptop-ledger.js";
 import { runHereForContext, runsHereForContext } from "./context-here.js";
 import { selectContext } from "../state/contexts.js";
 
@@ -178,7 +179,12 @@ export async function callAction(input: unknown, options: CallActionOptions = {}
     const remote = { env, caller, trust, model: options.caller === "model" };
     const through = { ...remote, signal: options.signal, onProgress: options.onProgress };
     // The dashboard and apply: here, with what they need from there (client/context-here.ts).
-    if (runsHereForContext(spec)) return runHereForContext(spec, args, context, { local, remote: through, guarded });
+    if (runsHereForContext(spec)) {
+      const here = () => runHereForContext(spec, args, context, { local, remote: through, guarded });
+      // apply acts on that machine's instance: this machine's ledger of the context records it too.
+      if (spec.name !== "apply") return here();
+      return recordedContextCall(env, { context: context.name, args, caller, trust }, here, options.signal);
+    }
     return callThroughContext(spec, args, context, through);
   }
   if (spec.route === "local") return spec.run(args, local);

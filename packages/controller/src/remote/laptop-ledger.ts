@@ -100,3 +100,25 @@ export function recordContextCall(env: NodeJS.ProcessEnv, call: ContextCall, res
     // Not written (a state root that cannot be written): see above.
   }
 }
+
+/**
+ * Runs `send` (a call through the context, or one done here for it such as `apply`) and records
+ * how it ended, with its duration; resolves or rejects as `send` does.
+ */
+export async function recordedContextCall<T>(
+  env: NodeJS.ProcessEnv,
+  call: Omit<ContextCall, "outcome" | "ms">,
+  send: () => Promise<T>,
+  signal?: AbortSignal,
+): Promise<T> {
+  const started = performance.now();
+  const ms = () => performance.now() - started;
+  try {
+    const result = await send();
+    recordContextCall(env, { ...call, outcome: "ok", ms: ms() }, result);
+    return result;
+  } catch (error) {
+    recordContextCall(env, { ...call, outcome: outcomeOf(error, signal), ms: ms() });
+    throw error;
+  }
+}

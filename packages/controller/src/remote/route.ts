@@ -15,7 +15,7 @@ import type { Caller, ProgressEvent, TrustNote } from "../wire.js";
 import { connectContext, type RemoteConnection } from "./connection.js";
 import { shipConfig } from "./ship-config.js";
 import { explainSecretUnavailable, forgetSources, keepAhead, readSources, sourcesOf } from "./secret-sources.js";
-import { laptopIdentity, outcomeOf, recordContextCall } from "./laptop-ledger.js";
+import { laptopIdentity, recordedContextCall } from "./laptop-ledger.js";
 import { auditThroughContext } from "./audit-through.js";
 import { forkNames } from "../actions/fork.js";
 import type { EntryKind } from "../state/layout.js";
@@ -64,28 +64,12 @@ export async function callThroughContext(
       sendThroughContext(spec, action, context, options),
     );
   }
-  const started = performance.now();
-  const record = (outcome: string, result?: unknown) =>
-    recordContextCall(
-      options.env,
-      {
-        context: context.name,
-        args,
-        caller: options.caller,
-        trust: options.trust,
-        outcome,
-        ms: performance.now() - started,
-      },
-      result,
-    );
-  try {
-    const result = await sendThroughContext(spec, args, context, options);
-    record("ok", result);
-    return result;
-  } catch (error) {
-    record(outcomeOf(error, options.signal));
-    throw error;
-  }
+  return recordedContextCall(
+    options.env,
+    { context: context.name, args, caller: options.caller, trust: options.trust },
+    () => sendThroughContext(spec, args, context, options),
+    options.signal,
+  );
 }
 
 /** {@link callThroughContext} without the ledger here. */
