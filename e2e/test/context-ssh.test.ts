@@ -10,7 +10,8 @@
 // shows both machines' ledgers in one audit (the laptop's holds the model's call it refused and
 // never sent) and checks both chains (a changed laptop entry is named). Then the work comes home with apply, and the
 // laptop's dashboard, in a real headless Chromium, shows the instance there: its preview link opens
-// here and its Stop button stops it there. One boot and one start for the file.
+// here, a guest's request for a new host waits there for the page's Allow once, and its Stop
+// button stops it there. One boot and one start for the file.
 import { execFile, spawn } from "node:child_process";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { request } from "node:http";
@@ -229,7 +230,7 @@ test("create, exec, cp, preview, a killed connection and stop, all through a con
   await writeFile(ledgerFile, kept);
 });
 
-test("apply brings the work home; the laptop's dashboard opens the preview and stops the instance there", async () => {
+test("apply brings the work home; the laptop's dashboard opens the preview, answers an egress ask and stops the instance there", async () => {
   // apply through the context: the patch comes from there, the files are written here.
   await ok(["exec", "demo", "--", "sh", "-c", "echo made there > /workspace/made.txt"]);
   const home = join(dir, "home");
@@ -255,6 +256,17 @@ test("apply brings the work home; the laptop's dashboard opens the preview and s
     await tab.waitForLoadState();
     expect(await tab.textContent("body")).toBe("Hello from the guest\n");
     await tab.close();
+    // A guest request for a host off allowedHosts waits there for this page's answer (the page is
+    // an answerer there while it listens); Allow once lets it out (the name never resolves: 400).
+    const request = "curl -s -o /dev/null -w '%{http_code}' --max-time 90 http://approve-me.invalid/";
+    const curl = follow(["exec", "demo", "--", "sh", "-c", request]);
+    await page
+      .locator("#egress-asks", { hasText: "demo on far wants to reach approve-me.invalid:80 (HTTP GET)" })
+      .waitFor({ timeout: 30_000 });
+    await page.getByRole("button", { name: "Allow once: demo on far to approve-me.invalid" }).click();
+    expect(await curl.exited).toBe(0);
+    await curl.saw("400");
+    await page.locator("#egress").waitFor({ state: "hidden", timeout: 30_000 });
     // Stop from the page: the instance there stops, and its row says so.
     await row.getByRole("button", { name: "Stop demo on far" }).click();
     await row.locator(".state-stopped").waitFor({ timeout: 120_000 });

@@ -148,7 +148,17 @@ test("the served state and page: other machines by name, their errors as text, t
   }
 });
 
-test("another machine's instance: the page's actions, services, log and ledger go through its context", async () => {
+const ask = {
+  host: "registry.npmjs.org",
+  port: 443,
+  protocol: "https",
+  method: "GET",
+  since: "2026-01-01T00:00:00.000Z",
+  until: "2099-01-01T00:00:00.000Z",
+  waiting: 2,
+};
+
+test("another machine's instance: the page's actions, services, log, ledger and egress answers go through its context", async () => {
   const key = "cd".repeat(32);
   const sent: string[] = [];
   const here: string[] = [];
@@ -166,6 +176,7 @@ test("another machine's instance: the page's actions, services, log and ledger g
       if (input.action === "services") return { services: [{ name: "web", state: "running", port: 4100 }] };
       if (input.action === "logs") return { text: "far line \u001b[31m\n", cursor: "1" };
       if (input.action === "audit") return { entries: [] };
+      if (input.action === "egress-watch") return { waiting: { there: [ask] } };
       return { name: input.name, state: "stopped" };
     },
     key,
@@ -179,6 +190,14 @@ test("another machine's instance: the page's actions, services, log and ledger g
     const cookie = await dashboardSession(origin, key);
     await fetch(`${origin}/api/events`, { headers: { cookie }, signal: stream.signal });
     await new Promise((resolve) => setTimeout(resolve, 400));
+    // While the page listens, it is an answerer there of the running instance's egress asks,
+    // and what waits there is on the page with the context's name.
+    const watch = sent.find((s) => s.startsWith('big:{"action":"egress-watch"'));
+    expect(watch).toMatch(/^big:\{"action":"egress-watch","names":\["there"\],"id":"dashboard-[0-9a-f]{16}"\}$/);
+    const state = (await (await fetch(`${origin}/api/state`, { headers: { cookie } })).json()) as DashboardSnapshot;
+    expect(state.contexts.find((c) => c.context === "big")!.egress).toEqual({ there: [ask] });
+    expect(state.egress).toEqual({});
+    sent.length = 0;
     const post = (body: unknown, headers: Record<string, string> = { origin }) =>
       fetch(`${origin}/api/action`, {
         method: "POST",
@@ -191,10 +210,15 @@ test("another machine's instance: the page's actions, services, log and ledger g
     expect(((await stopped.json()) as { result: unknown }).result).toEqual({ name: "there", state: "stopped" });
     const destroyed = await post({ op: "destroy", name: "there", context: "big", confirm: "there" });
     expect(destroyed.status).toBe(200);
-    expect(sent).toEqual([
+    expect((await post({ op: "egress-once", name: "there", host: "registry.npmjs.org", context: "big" })).status).toBe(
+      200,
+    );
+    expect(sent.filter((s) => !s.includes('"egress-watch"'))).toEqual([
       'big:{"action":"stop","name":"there"}',
       'big:{"action":"destroy","name":"there","confirm":"there"}',
+      'big:{"action":"egress-approve","name":"there","host":"registry.npmjs.org","once":true}',
     ]);
+    sent.length = 0;
     // A context the page does not list, or an origin other than the page's: nothing is called.
     const unknown = await post({ op: "stop", name: "there", context: "elsewhere" });
     expect(unknown.status).toBe(409);
@@ -203,7 +227,7 @@ test("another machine's instance: the page's actions, services, log and ledger g
       (await post({ op: "stop", name: "there", context: "big" }, { origin: "http://127.0.0.3:4100" })).status,
     ).toBe(403);
     expect((await post({ op: "stop", name: "there", context: "big" }, {})).status).toBe(403);
-    expect(sent).toHaveLength(2);
+    expect(sent.filter((s) => !s.includes('"egress-watch"'))).toEqual([]);
     expect(here).toEqual([]);
     // Details: its services, a service log and its ledger, all from there.
     const services = await fetch(`${origin}/api/services?name=there&context=big`, { headers: { cookie } });

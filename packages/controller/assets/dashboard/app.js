@@ -478,26 +478,33 @@ const EGRESS_CHOICES = [
   ["Deny", "egress-deny"],
 ];
 
-/** One waiting egress request: what the guest asked for, and the user's three answers. */
-function egressItem(name, ask) {
-  const what = `${name} wants to reach ${ask.host}:${ask.port} (${ask.protocol.toUpperCase()} ${ask.method})`;
+/** One waiting egress request: what the guest asked for, and the user's three answers (there, for another context's). */
+function egressItem(name, ask, context = undefined) {
+  const who = context ? `${name} on ${context}` : name;
+  const what = `${who} wants to reach ${ask.host}:${ask.port} (${ask.protocol.toUpperCase()} ${ask.method})`;
   const more = ask.waiting > 1 ? `, ${ask.waiting} requests` : "";
   const until = ` — refused at ${new Date(ask.until).toLocaleTimeString()} without an answer`;
   const item = el("li", { class: "egress-ask" }, el("span", { text: `${what}${more}${until}` }));
   for (const [label, op] of EGRESS_CHOICES) {
     item.append(
       " ",
-      button(label, `${op} ${name} ${ask.host}`, (event) => act({ op, name, host: ask.host }, event.currentTarget), {
-        class: op === "egress-deny" ? "danger" : undefined,
-        "aria-label": `${label}: ${name} to ${ask.host}`,
-      }),
+      button(
+        label,
+        `${op} ${name}${context ? `@${context}` : ""} ${ask.host}`,
+        (event) => act({ op, name, host: ask.host, ...(context ? { context } : {}) }, event.currentTarget),
+        { class: op === "egress-deny" ? "danger" : undefined, "aria-label": `${label}: ${who} to ${ask.host}` },
+      ),
     );
   }
   return item;
 }
 
-function renderEgress(egress) {
+function renderEgress(egress, contexts) {
   const items = Object.entries(egress ?? {}).flatMap(([name, asks]) => asks.map((ask) => egressItem(name, ask)));
+  for (const { context, egress: waiting } of contexts) {
+    for (const [name, asks] of Object.entries(waiting ?? {}))
+      items.push(...asks.map((a) => egressItem(name, a, context)));
+  }
   replaceRows($("#egress-asks"), items);
   $("#egress").hidden = items.length === 0;
 }
@@ -561,7 +568,7 @@ function focusContext() {
 let latest;
 function render(snapshot) {
   latest = snapshot;
-  renderEgress(snapshot.egress);
+  renderEgress(snapshot.egress, snapshot.contexts ?? []);
   renderContexts(snapshot.contexts ?? []);
   const branches = snapshot.branches ?? {};
   replaceRows(

@@ -55,6 +55,7 @@ export const dashboard = defineAction({
       "The dashboard runs in the background, one per state root, on 127.0.0.1 only, until",
       "dashboard --stop. Each call prints a new link; opening it gives the browser a session",
       "cookie. Without a link's token, from another Host, or posted from another origin: 403.",
+      "It lists every context's instances too; with --context NAME the link opens at NAME's.",
     ],
   },
   async run(args, ctx): Promise<DashboardInfo | DashboardStopped | DashboardAbsent> {

@@ -1,9 +1,13 @@
 // The other contexts' instances (machines reached over ssh): `list` through each context, all at
 // once and each within a time limit, apart from the local poll, which never waits for ssh. A context
 // that cannot be reached, or does not answer in time, is a row saying so. Polled only while a page
-// listens (snapshot.ts), so an idle dashboard holds no ssh connection. What comes back is
-// escaped like the rest of the snapshot; the previews it names are forwarded here by the call.
+// listens (snapshot.ts), so an idle dashboard holds no ssh connection. With the list, the page's
+// presence is said there (`egress-watch`): the running instances' guests then hold a request for
+// a new host for the page's answer, as this machine's do, and what waits comes back with the list.
+// What comes back is escaped like the rest of the snapshot; the previews it names are forwarded
+// here by the call.
 import { ControllerError } from "../errors.js";
+import type { EgressAsk } from "../state/egress.js";
 import type { EntryView } from "../state/inspect.js";
 import type { CallFn, CallInFn } from "./call.js";
 import { errorJson, escapeDeep, type ContextInstances } from "./snapshot.js";
@@ -15,6 +19,14 @@ export const CONTEXT_TIMEOUT_MS = 8_000;
 export interface ContextPollerOptions {
   /** How long a context may take to answer, in ms. */
   timeoutMs?: number | undefined;
+  /** This dashboard's id, as an egress answerer there; without it no egress ask is held for the page. */
+  answererId?: string | undefined;
+}
+
+/** What one context's poll brings: its list, and what its running instances' guests wait for. */
+interface Listed {
+  instances?: EntryView[];
+  egress?: Record<string, EgressAsk[]>;
 }
 
 /** Lists the instances of every context but `local`; one poll at a time, one call per context at a time. */
@@ -22,6 +34,7 @@ export class ContextPoller {
   readonly #call: CallFn;
   readonly #callIn: CallInFn;
   readonly #timeoutMs: number;
+  readonly #answererId: string | undefined;
   /** A context's `list` still under way (a slow one is not asked again until it answers). */
   readonly #pending = new Map<string, Promise<unknown>>();
   #inFlight: Promise<ContextInstances[]> | undefined;
@@ -30,6 +43,7 @@ export class ContextPoller {
     this.#call = call;
     this.#callIn = callIn;
     this.#timeoutMs = options.timeoutMs ?? CONTEXT_TIMEOUT_MS;
+    this.#answererId = options.answererId;
   }
 
   /** Polls every context (joining a poll under way); undefined when the contexts could not be read. */
@@ -48,7 +62,7 @@ export class ContextPoller {
     const { name, url } = context;
     let pending = this.#pending.get(name);
     if (!pending) {
-      pending = this.#callIn(name, { action: "list" }).finally(() => this.#pending.delete(name));
+      pending = this.#listAndWatch(name).finally(() => this.#pending.delete(name));
       this.#pending.set(name, pending);
     }
     let timer: NodeJS.Timeout | undefined;
@@ -64,14 +78,28 @@ export class ContextPoller {
       }, this.#timeoutMs);
     });
     try {
-      const listed = (await Promise.race([pending, late])) as { instances?: EntryView[] };
+      const listed = (await Promise.race([pending, late])) as Listed;
       const instances = (listed.instances ?? []).map((view) => ({ ...view, context: name }));
-      return { context: name, url, instances };
+      return { context: name, url, instances, ...(listed.egress ? { egress: listed.egress } : {}) };
     } catch (error) {
       return { context: name, url, instances: [], error: errorJson(error) };
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /** `list` there, then (for running instances) the page's presence said there and what waits. */
+  async #listAndWatch(context: string): Promise<Listed> {
+    const listed = (await this.#callIn(context, { action: "list" })) as Listed;
+    const running = (listed.instances ?? []).filter((v) => v.state === "running").map((v) => v.name);
+    if (this.#answererId === undefined || running.length === 0) return listed;
+    const watched = (await this.#callIn(context, {
+      action: "egress-watch",
+      names: running,
+      id: this.#answererId,
+    }).catch(() => undefined)) as { waiting?: Record<string, EgressAsk[]> } | undefined;
+    const waiting = watched?.waiting ?? {};
+    return Object.keys(waiting).length > 0 ? { ...listed, egress: waiting } : listed;
   }
 }
 

@@ -5,6 +5,7 @@
 // naming a context the page lists) goes through that context, as the CLI's --context does. Every request passes the guard (guard.ts) first, against the sessions and used
 // links this process remembers (sessions.ts); everything else goes through the action layer
 // (`callAction`), never to the state files.
+import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -175,7 +176,13 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     diff: options.diff === true,
     ...(options.present ? { present: options.present } : {}),
     ...(options.callIn
-      ? { contexts: new ContextPoller(call, options.callIn, { timeoutMs: options.contextTimeoutMs }) }
+      ? {
+          contexts: new ContextPoller(call, options.callIn, {
+            timeoutMs: options.contextTimeoutMs,
+            // Who this dashboard is among the egress answerers of the other machines.
+            answererId: `dashboard-${randomBytes(8).toString("hex")}`,
+          }),
+        }
       : {}),
   });
   const diffStats = new DiffStats(call, { now });

@@ -40,6 +40,8 @@ export interface ContextInstances {
   instances: ContextView[];
   /** Why the context could not be listed (unreachable, too slow, refused). */
   error?: ControllerErrorJson;
+  /** The requests its running instances' guests hold for the user's answer (only instances with any). */
+  egress?: Record<string, EgressAsk[]>;
 }
 
 /** What the page gets on each refresh. */

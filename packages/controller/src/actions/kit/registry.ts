@@ -8,6 +8,7 @@ import { contextAdd, contextList, contextRm, contextUse } from "../context.js";
 import { dashboard } from "../dashboard.js";
 import { doctor } from "../doctor.js";
 import { egress, egressApprove, egressDeny, egressRevoke } from "../egress.js";
+import { egressWatch } from "../egress-watch.js";
 import { exec, execKill, execStatus } from "../exec.js";
 import { fork } from "../fork.js";
 import { download, upload } from "../copy.js";
@@ -49,6 +50,7 @@ export const ACTIONS = [
   egressApprove,
   egressDeny,
   egressRevoke,
+  egressWatch,
   exec,
   execStatus,
   execKill,
