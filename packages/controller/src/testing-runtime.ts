@@ -247,6 +247,8 @@ export function createLocalRuntime(hooks: LocalRuntimeHooks = {}): LocalRuntime 
       live.add(vm);
       return vm;
     },
+    // A new guest's identity is never sent with this agent's hello: it runs on the host, whose /etc
+    // it would write. The lifecycle then asks giveOwnIdentity, recorded below.
     async startAgent(vm, { workspace, logger, door }) {
       await runtime.hooks.beforeAgent?.(String((vm as LocalRuntimeVm).local.name));
       const local = (vm as LocalRuntimeVm).local;

@@ -5,21 +5,27 @@ import { SupervisorError, isSupervisorError } from "./errors.js";
 import { PROTOCOL_VERSION, helloArgs } from "./protocol.js";
 import { BadReply } from "./reply-checks.js";
 import { parseHello, parseHelloAck } from "./replies.js";
-import type { AgentHello } from "./types.js";
+import type { AgentHello, GuestIdentity } from "./types.js";
 
 /**
  * The start-up exchange: waits for the agent's hello event, checks its protocol version, then
- * sends the host's hello with the limits the agent is to apply and waits for its acceptance.
- * Rejects on a fatal event, a protocol break, exit, timeout or abort.
+ * sends the host's hello with the limits the agent is to apply (and a new guest's `identity`) and
+ * waits for its acceptance. Rejects on a fatal event, a protocol break, exit, timeout or abort.
  */
-export async function exchangeHello(channel: AgentChannel, timeoutMs: number, signal: AbortSignal | undefined) {
+export async function exchangeHello(
+  channel: AgentChannel,
+  timeoutMs: number,
+  signal: AbortSignal | undefined,
+  identity?: GuestIdentity,
+): Promise<{ hello: AgentHello; identityApplied: boolean }> {
   const deadline = Date.now() + timeoutMs;
   const hello = await waitForHello(channel, timeoutMs, signal);
   try {
-    await channel.request("hello", helloArgs(), parseHelloAck(PROTOCOL_VERSION), {
+    const ack = await channel.request("hello", helloArgs(identity), parseHelloAck(PROTOCOL_VERSION), {
       signal,
       timeoutMs: Math.max(1, deadline - Date.now()),
     });
+    return { hello, identityApplied: identity !== undefined && ack.identityApplied };
   } catch (error) {
     if (isSupervisorError(error, "AGENT_UNRESPONSIVE")) {
       throw new SupervisorError("AGENT_START_FAILED", `the guest agent did not start within ${timeoutMs} ms`, {
@@ -36,7 +42,6 @@ export async function exchangeHello(channel: AgentChannel, timeoutMs: number, si
     }
     throw error;
   }
-  return hello;
 }
 
 /** Resolves with the agent's hello event; rejects on a fatal event, a protocol break, exit, timeout or abort. */

@@ -27,6 +27,7 @@ export type {
   AgentActivity,
   AgentDoor,
   AgentHello,
+  GuestIdentity,
   ExecResult,
   ExecKillResult,
   TextRead,

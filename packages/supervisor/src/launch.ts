@@ -11,7 +11,7 @@ import { SupervisorError, isSupervisorError, messageOf } from "./errors.js";
 import type { SupervisorLogger } from "./logger.js";
 import { exchangeHello } from "./hello.js";
 import { agentDoorOf } from "./replies.js";
-import type { AgentDoor, AgentHello } from "./types.js";
+import type { AgentDoor, AgentHello, GuestIdentity } from "./types.js";
 
 /**
  * Exit status of the launch script when the guest has no python3 (127, as the shell's own) or its
@@ -129,6 +129,8 @@ export interface AttachedAgent {
   channel: AgentChannel;
   stopChannel: AbortController;
   hello: AgentHello;
+  /** Whether the agent wrote the launch's `identity` (its hello's acceptance said so). */
+  identityApplied: boolean;
   /** How: through the running agent's TCP door, or an exec bridge. */
   via?: "door";
 }
@@ -147,6 +149,8 @@ export interface AgentLaunch {
   signal: AbortSignal | undefined;
   /** A running agent's TCP door from an earlier hello: tried first, the exec bridge on failure. */
   door?: AgentDoor | undefined;
+  /** A new guest's identity, sent with every hello of this attach (writing it twice is harmless). */
+  identity?: GuestIdentity | undefined;
 }
 
 /**
@@ -261,12 +265,13 @@ async function leaveBridge(vm: GuestVm, launch: AgentLaunch, bridged: AttachedAg
   const door = bridged.hello.door;
   if (!door) return bridged;
   try {
-    const { channel, stopChannel } = await openDoor(vm, launch, door);
+    const moved = await openDoor(vm, launch, door);
     // The bridge exits on its own once its stdin ends; nothing waits for that (about 0.2 s in TCG).
     void bridged.channel
       .detach(2_000)
       .then(() => bridged.stopChannel.abort(new Error("the session moved to the agent's door")));
-    return { channel, stopChannel, hello: bridged.hello };
+    const identityApplied = moved.identityApplied || bridged.identityApplied;
+    return { channel: moved.channel, stopChannel: moved.stopChannel, hello: bridged.hello, identityApplied };
   } catch (error) {
     if (launch.signal?.aborted) {
       await bridged.channel.detach(1_000);
@@ -290,8 +295,13 @@ async function openChannel(vm: GuestVm, launch: AgentLaunch, sha256: string): Pr
   execution.result.catch(() => undefined);
   const channel = new AgentChannel(execution, launch.logger, launch.label, (reason) => stopChannel.abort(reason));
   try {
-    const hello = await exchangeHello(channel, launch.startTimeoutMs, launch.signal);
-    return { channel, stopChannel, hello };
+    const { hello, identityApplied } = await exchangeHello(
+      channel,
+      launch.startTimeoutMs,
+      launch.signal,
+      launch.identity,
+    );
+    return { channel, stopChannel, hello, identityApplied };
   } catch (error) {
     stopChannel.abort(new Error("supervisor start failed"));
     await channel.shutdown(2_000);
@@ -315,8 +325,8 @@ async function openDoor(vm: GuestVm, launch: AgentLaunch, door: AgentDoor): Prom
     stopChannel.abort(reason),
   );
   try {
-    const hello = await exchangeHello(channel, DOOR_TIMEOUT_MS, launch.signal);
-    return { channel, stopChannel, hello, via: "door" };
+    const { hello, identityApplied } = await exchangeHello(channel, DOOR_TIMEOUT_MS, launch.signal, launch.identity);
+    return { channel, stopChannel, hello, identityApplied, via: "door" };
   } catch (error) {
     await channel.detach(1_000);
     stopChannel.abort(new Error("the agent's door did not let in"));

@@ -1,7 +1,7 @@
 // Options of the supervisor client and its calls (timeouts, waits, exec, services, setup).
 import type { SandboxConfig } from "@pi-sandbox/config";
 import type { GuestVm } from "@pi-sandbox/vm";
-import type { AgentDoor } from "./types.js";
+import type { AgentDoor, GuestIdentity } from "./types.js";
 import type { SupervisorLogger } from "./logger.js";
 import type { PreviewOrigins } from "./service-specs.js";
 
@@ -30,6 +30,12 @@ export interface StartSupervisorOptions extends AgentPlacementOptions {
    * and another guest program may listen on its port).
    */
   door?: AgentDoor;
+  /**
+   * A new guest's own machine-id and hostname: sent with the hello, and written by the agent (the
+   * old ssh host keys removed) before it serves anything. `SupervisorClient.identityApplied` says
+   * whether it was; an agent older than this, or one that could not, leaves it to the caller.
+   */
+  identity?: GuestIdentity;
   /** How long to wait for the agent's hello, in ms; default 60000 (TCG guests are slow). */
   startTimeoutMs?: number;
   /** Receives diagnostics; default silent. */

@@ -36,16 +36,26 @@ export function agentLimits(): Record<string, number> {
 /** Random bytes the host sends at every hello, which the agent mixes into the guest kernel's pool. */
 export const HELLO_ENTROPY_BYTES = 32;
 
+/** A new guest's identity as the hello carries it (`GuestIdentity` of types.ts, which this file may not import). */
+type HelloIdentity = { machineId: string; hostname: string };
+
 /**
  * Arguments of the host's `hello` request. `entropy` (hex) reseeds the guest kernel's CRNG at
  * every attach: a guest resumed from saved memory, or one of several clones of a template's
- * memory, would otherwise go on from the random state it was saved with.
+ * memory, would otherwise go on from the random state it was saved with. `identity`, given only
+ * to a new guest, is written by the agent before it serves (its acceptance says whether it was).
  */
-export function helloArgs(): { protocol: number; limits: Record<string, number>; entropy: string } {
+export function helloArgs(identity?: HelloIdentity): {
+  protocol: number;
+  limits: Record<string, number>;
+  entropy: string;
+  identity?: HelloIdentity;
+} {
   return {
     protocol: PROTOCOL_VERSION,
     limits: agentLimits(),
     entropy: randomBytes(HELLO_ENTROPY_BYTES).toString("hex"),
+    ...(identity ? { identity: { machineId: identity.machineId, hostname: identity.hostname } } : {}),
   };
 }
 

@@ -85,10 +85,14 @@ export function parseActivity(raw: unknown): AgentActivity | undefined {
   return jobsIdleMs === undefined ? { runningJobs } : { runningJobs, jobsIdleMs };
 }
 
-/** The agent's answer to the host's hello: the protocol it accepted. */
+/** The agent's answer to the host's hello: the protocol it accepted, and whether it applied the hello's identity. */
 export function parseHelloAck(expected: number) {
-  return (raw: unknown): void => {
-    integer(record(raw, "result").protocol, "result.protocol", expected, expected);
+  return (raw: unknown): { identityApplied: boolean } => {
+    const result = record(raw, "result");
+    integer(result.protocol, "result.protocol", expected, expected);
+    // Only the literal true counts: a guest's claim decides nothing on the host but whether the
+    // identity exec is spared, and any other value (an older agent sends none) keeps that exec.
+    return { identityApplied: result.identity === true };
   };
 }
 

@@ -39,6 +39,17 @@ export interface AgentHello {
   door?: AgentDoor;
 }
 
+/**
+ * A new guest's own identity, which the agent writes when the host's hello carries it (see
+ * `StartSupervisorOptions.identity`).
+ */
+export interface GuestIdentity {
+  /** The guest's new /etc/machine-id: 32 lowercase hex digits. */
+  machineId: string;
+  /** The guest's hostname (a valid hostname of at most 64 characters, else the agent applies nothing). */
+  hostname: string;
+}
+
 /** Where a running agent takes host sessions without an exec bridge, and the token it wants first. */
 export interface AgentDoor {
   /** Guest loopback TCP port. */

@@ -6,14 +6,14 @@
 import { copyFile, mkdir, readFile, rm } from "node:fs/promises";
 import { dirname } from "node:path";
 import { describeReaches, type SandboxConfig } from "@pi-sandbox/config";
-import type { SupervisorClient } from "@pi-sandbox/supervisor";
+import type { GuestIdentity, SupervisorClient } from "@pi-sandbox/supervisor";
 import { ControllerError } from "../errors.js";
 import type { EntryView } from "../state/inspect.js";
 import { resolveReaches } from "../state/config-trust.js";
 import { readRecord, readStatus, writeRecord, type EntryRecord, type EntryStatus } from "../state/records.js";
 import type { ProgressEvent } from "../wire.js";
 import type { ConfigSource } from "../actions/kit/context.js";
-import { IDENTITY_PROGRESS } from "./guest-identity.js";
+import { IDENTITY_PROGRESS, newGuestIdentity } from "./guest-identity.js";
 import { installGuestConfig, readConfigFile, runSetup } from "./guest-setup.js";
 import { withImageDir } from "../image-ref.js";
 import { recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
@@ -52,7 +52,12 @@ export interface CreateSteps {
     freshDisk: boolean,
   ): Promise<RuntimeVm>;
   /** Starts the guest agent. */
-  startAgent(vm: RuntimeVm, config: SandboxConfig, progress: Progress): Promise<SupervisorClient>;
+  startAgent(
+    vm: RuntimeVm,
+    config: SandboxConfig,
+    progress: Progress,
+    identity?: GuestIdentity,
+  ): Promise<SupervisorClient>;
   /** Cuts previews and the agent, then checkpoints or discards the VM run (`keepMemory`: a suspend). */
   teardown(options: { checkpoint: boolean; keepMemory?: boolean }): Promise<{ memoryBytes?: number } | undefined>;
   /** Records a failed start and tears the run down. */
@@ -233,9 +238,9 @@ export async function prepareTemplate(
   try {
     await state.setState("starting");
     const vm = await steps.bootVm(workDir, config, progress, secretSalt, true);
-    const supervisor = await steps.startAgent(vm, config, progress);
+    const supervisor = await steps.startAgent(vm, config, progress, newGuestIdentity(name));
     progress({ stage: "boot", message: IDENTITY_PROGRESS });
-    await runtime.giveOwnIdentity(supervisor, name);
+    if (!supervisor.identityApplied) await runtime.giveOwnIdentity(supervisor, name);
     await installGuestConfig(supervisor, configText);
     const setup = await runSetup(supervisor, config, progress);
     if (!setup.ok) {

@@ -1,18 +1,24 @@
 // A new guest starts as a copy: of the image (hostname "sandbox", an empty machine-id) or of a
 // template's guest (the same machine-id, hostname and, when its setup made them, ssh host keys,
 // and, resumed from a suspended template's memory, the same running processes). Its first boot
-// gives it its own; the agent reseeds the kernel's random generator at every attach (the host's
-// hello carries fresh entropy).
+// gives it its own: the agent writes it when the host's first hello carries it, else an exec does;
+// the agent reseeds the kernel's random generator at every attach (every hello carries entropy).
 import { randomBytes } from "node:crypto";
 import { shellQuote } from "@pi-sandbox/config";
-import type { SupervisorClient } from "@pi-sandbox/supervisor";
+import type { GuestIdentity, SupervisorClient } from "@pi-sandbox/supervisor";
 import { ControllerError } from "../errors.js";
 
 /** The progress line of the identity step. */
 export const IDENTITY_PROGRESS = "giving the guest its own machine-id, hostname and ssh host keys";
 
+/** A new guest's identity for its agent's hello: a machine-id from the host's generator, `name` as hostname. */
+export function newGuestIdentity(name: string): GuestIdentity {
+  return { machineId: randomBytes(16).toString("hex"), hostname: name };
+}
+
 /**
- * A new machine-id (`machineId`, 32 hex digits: from the host's generator), the instance's name as
+ * The identity exec, for an agent that did not write the hello's (older than that, or a name it
+ * does not take as a hostname): a new machine-id (`machineId`, 32 hex digits), the instance's name as
  * hostname, and no ssh host keys (the next terminal's `ssh-keygen -A` makes new ones). Shell
  * built-ins where they do: every program started under software emulation costs tens of ms, and
  * this runs on the way to a warm clone's first preview byte (`od`, `tr` and `hostname` took about
@@ -30,7 +36,7 @@ export function identityScript(name: string, machineId = randomBytes(16).toStrin
   ].join("\n");
 }
 
-/** Gives the guest of a new instance or template its own identity; fails the start if it cannot. */
+/** Gives the guest of a new instance or template its own identity by an exec; fails the start if it cannot. */
 export async function giveOwnIdentity(supervisor: SupervisorClient, name: string): Promise<void> {
   const result = await supervisor.exec(identityScript(name), { cwd: "/", timeoutMs: 30_000 });
   if (result.exitCode !== 0) {

@@ -3,7 +3,7 @@
 // (the new disk, the record, the roll-back of a failed create) are in create.ts.
 
 import { messageOf, type SandboxConfig } from "@pi-sandbox/config";
-import type { SupervisorClient } from "@pi-sandbox/supervisor";
+import type { GuestIdentity, SupervisorClient } from "@pi-sandbox/supervisor";
 import { isVmError } from "@pi-sandbox/vm";
 import { ControllerError } from "../errors.js";
 import type { EntryView } from "../state/inspect.js";
@@ -14,7 +14,7 @@ import type { ConfigSource, LifecycleActions, StartOptions } from "../actions/ki
 import { bootInstanceVm } from "./boot-vm.js";
 import { createInstance, prepareTemplate, withIdleSuspend, type BootOptions, type CreateSteps } from "./create.js";
 import { readAgentDoor, writeAgentDoor } from "./agent-door.js";
-import { IDENTITY_PROGRESS } from "./guest-identity.js";
+import { IDENTITY_PROGRESS, newGuestIdentity } from "./guest-identity.js";
 import { installGuestConfig, runSetup } from "./guest-setup.js";
 import { recordedPreviewAddress, releasePreviewAddress } from "./preview-address.js";
 import { noteRecovery } from "./recovery.js";
@@ -90,7 +90,7 @@ export class Lifecycle {
       boot: (config, progress, options) => this.boot(config, progress, options),
       bootVm: (diskDir, config, progress, secretSalt, freshDisk) =>
         this.bootVm(diskDir, config, progress, secretSalt, freshDisk),
-      startAgent: (vm, config, progress) => this.startAgent(vm, config, progress, false),
+      startAgent: (vm, config, progress, identity) => this.startAgent(vm, config, progress, false, identity),
       teardown: (options) => this.teardown(options),
       failStart: (error) => this.failStart(error),
     };
@@ -165,16 +165,21 @@ export class Lifecycle {
     const warm = noteRestore(vm, progress);
     // Its services run on in the resumed memory: previews waiting for this wake may go on now.
     if (warm) state.guestResumed();
-    const supervisor = await this.startAgent(vm, config, progress, warm);
+    // A new guest's identity rides the agent's hello; an agent that did not write it gets the exec.
+    const newIdentity = pendingCreate?.newIdentity ? newGuestIdentity(this.name) : undefined;
+    const supervisor = await this.startAgent(vm, config, progress, warm, newIdentity);
     let identity: Promise<void> | undefined;
-    if (pendingCreate?.newIdentity) {
+    if (newIdentity) {
       progress({ stage: "boot", message: IDENTITY_PROGRESS });
-      identity = this.runtime.giveOwnIdentity(supervisor, this.name);
+      if (!supervisor.identityApplied) {
+        state.log.info("the agent did not write the new identity at hello: an exec gives it");
+        identity = this.runtime.giveOwnIdentity(supervisor, this.name);
+      }
     }
     if (warm) {
-      // The identity's exec runs beside the previews' reopening (its services run on in the
-      // resumed memory, which keeps the template's identity whatever is done); a failed one still
-      // rolls a create back.
+      // An identity exec runs beside the previews' reopening (its services run on in the resumed
+      // memory, which keeps the template's identity whatever is done); a failed one still rolls a
+      // create back.
       return finishWarmStart(state, this.guest, options.suspended, progress, started, async () => {
         await identity;
         options.setupDone = true;
@@ -236,6 +241,7 @@ export class Lifecycle {
     config: SandboxConfig,
     progress: Progress,
     warm: boolean,
+    identity?: GuestIdentity,
   ): Promise<SupervisorClient> {
     const { layout, kind } = this.state;
     progress({ stage: "agent", message: "starting the guest agent" });
@@ -244,6 +250,7 @@ export class Lifecycle {
       workspace: config.workspace,
       logger: this.state.log.child("[agent]"),
       door: warm ? await readAgentDoor(layout, kind, this.name) : undefined,
+      identity,
     });
     // Only a later warm start needs it, and that falls back to an exec: never fail this start.
     await writeAgentDoor(layout, kind, this.name, this.state.supervisor.hello.door).catch((error: unknown) =>

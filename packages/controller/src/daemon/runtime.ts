@@ -9,6 +9,7 @@ import {
   AGENT_SEED_PATH,
   SupervisorClient,
   agentBootArgument,
+  type GuestIdentity,
   writeAgentSeed,
   type AgentDoor,
 } from "@pi-sandbox/supervisor";
@@ -161,14 +162,22 @@ export interface InstanceRuntime {
     /** Asked about each request to a host off allowedHosts; absent: refused at once. */
     approveEgress?: EgressApprover;
   }): Promise<RuntimeVm>;
-  /** Installs and starts the guest agent in `vm`, for the config's workspace. */
+  /**
+   * Installs and starts the guest agent in `vm`, for the config's workspace. A new guest's
+   * `identity` goes with the hello; the client's `identityApplied` says whether the agent wrote it.
+   */
   startAgent(
     vm: RuntimeVm,
-    options: { workspace: string; logger: DaemonLogger; door?: AgentDoor | undefined },
+    options: {
+      workspace: string;
+      logger: DaemonLogger;
+      door?: AgentDoor | undefined;
+      identity?: GuestIdentity | undefined;
+    },
   ): Promise<SupervisorClient>;
   /**
    * Gives a new guest (an instance or template) its own machine-id, hostname (`name`) and ssh
-   * host keys, through its agent (guest-identity.ts).
+   * host keys by an exec through its agent (guest-identity.ts), when the hello did not.
    */
   giveOwnIdentity(supervisor: SupervisorClient, name: string): Promise<void>;
   /**
@@ -237,13 +246,14 @@ export function createVmRuntime(options: {
         ...(options.upstream ? { upstream: options.upstream } : {}),
       });
     },
-    startAgent: (vm, { workspace, logger, door }) =>
+    startAgent: (vm, { workspace, logger, door, identity }) =>
       SupervisorClient.start({
         vm,
         workspace,
         logger,
         startTimeoutMs: agentStartTimeoutMs(vm.accelerator.accel),
         ...(door ? { door } : {}),
+        ...(identity ? { identity } : {}),
       }),
     giveOwnIdentity,
     openGateway: (guest, { portsFile, address, avoidPorts, logger, wake }) =>

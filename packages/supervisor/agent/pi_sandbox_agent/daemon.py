@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
-from .protocol import PROTOCOL_VERSION, AgentError, JsonDict, Limits, LineReader, SwitchWire, Wire, await_hello
+from .protocol import AgentError, JsonDict, Limits, LineReader, SwitchWire, Wire, await_hello
 
 
 class Servable(Protocol):
@@ -74,7 +74,7 @@ def serve_daemon(
             hello = await_hello(reader, wire)
             if hello is None:
                 return
-            hello_id, limits = hello
+            hello_id, limits, ack = hello
             with lock:
                 if not agent:
                     first_limits.append(limits)
@@ -90,7 +90,7 @@ def serve_daemon(
                     return
                 events.attach(wire)
                 served[0] += 1
-            wire.ok(hello_id, {"protocol": PROTOCOL_VERSION})
+            wire.ok(hello_id, ack)
             if agent[0].serve(reader, wire, outlive=True):
                 done.set()
                 listener.shutdown(socket.SHUT_RDWR)

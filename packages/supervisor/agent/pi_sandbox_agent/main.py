@@ -160,9 +160,9 @@ def run(argv: list[str]) -> int:
     if hello is None:
         setup.cleanup.close()
         return 0
-    hello_id, limits = hello
+    hello_id, limits, ack = hello
     agent = setup.agent(wire, limits)
-    wire.ok(hello_id, {"protocol": PROTOCOL_VERSION})
+    wire.ok(hello_id, ack)
 
     def on_term(_signum: int, _frame: FrameType | None) -> None:
         raise SystemExit(0)

@@ -19,6 +19,7 @@ import threading
 from typing import IO, Any, NamedTuple
 
 from .entropy import mix_host_entropy
+from .identity import apply_identity
 
 PROTOCOL_VERSION = 2
 AGENT_VERSION = "0.2.0"
@@ -270,10 +271,20 @@ def check_abs_path(args: JsonDict, key: str = "path") -> str:
     return path
 
 
-def await_hello(reader: LineReader, wire: Wire) -> tuple[Any, Limits] | None:
-    """Reads until the host's hello arrives: (its request id, its limits); None at end of input
-    or on shutdown. Anything else is refused with HELLO_REQUIRED. The hello's entropy goes into
-    the kernel's pool (entropy.py)."""
+class HostHello(NamedTuple):
+    """The host's accepted hello: its request id, its limits, and the reply that accepts it."""
+
+    id: Any
+    limits: Limits
+    #: The result to send: the protocol version, and `identity: True` when the hello's identity
+    #: (a new guest's machine-id and hostname, identity.py) was applied.
+    ack: JsonDict
+
+
+def await_hello(reader: LineReader, wire: Wire) -> HostHello | None:
+    """Reads until the host's hello arrives; None at end of input or on shutdown. Anything else is
+    refused with HELLO_REQUIRED. The hello's entropy goes into the kernel's pool (entropy.py), and
+    its identity, when it carries one, into /etc (identity.py)."""
     while True:
         req = next_request(reader, wire)
         if req is None:
@@ -291,6 +302,9 @@ def await_hello(reader: LineReader, wire: Wire) -> tuple[Any, Limits] | None:
             args = request_args(req)
             limits = accept_hello(args)
             mix_host_entropy(args.get("entropy"))
-            return req["id"], limits
+            ack: JsonDict = {"protocol": PROTOCOL_VERSION}
+            if "identity" in args and apply_identity(args["identity"]):
+                ack["identity"] = True
+            return HostHello(req["id"], limits, ack)
         except AgentError as err:
             wire.error(req["id"], err)
