@@ -25,6 +25,7 @@ import { parseActivity, parseExec, parseHello, parseKill } from "./replies.js";
 import { runResumeThroughAgent, runSetupThroughAgent } from "./runs.js";
 import { placementOf } from "./placement.js";
 import { ServiceControl } from "./service-control.js";
+import { STREAM_CONNECT_TIMEOUT_MS, type GuestConnect } from "./transfer-stream.js";
 import type {
   AdHocServiceSpec,
   AgentActivity,
@@ -56,11 +57,11 @@ export class SupervisorClient implements AsyncDisposable {
     private readonly stopChannel: AbortController,
     /** What the agent reported when the channel opened. */
     readonly hello: AgentHello,
-    /** Whether the agent wrote the `identity` of the start's options (false without one). */
-    readonly identityApplied: boolean,
     /** Absolute guest workspace. */
     readonly workspace: string,
     private readonly logger: SupervisorLogger,
+    /** Opens a stream to a guest loopback port, for the bytes of large transfers. */
+    private readonly connect?: GuestConnect,
   ) {
     this.services = new ServiceControl(channel, {
       configPath: this.configPath,
@@ -85,17 +86,18 @@ export class SupervisorClient implements AsyncDisposable {
     const placement = placementOf(options);
     const workspace = placement.workspace;
 
-    const { channel, stopChannel, hello, identityApplied, via } = await attachAgent(vm, {
+    const { channel, stopChannel, hello, via } = await attachAgent(vm, {
       ...placement,
       door: options.door,
-      identity: options.identity,
       startTimeoutMs: options.startTimeoutMs ?? 60_000,
       logger,
       label,
       signal,
     });
     try {
-      const client = new SupervisorClient(channel, stopChannel, hello, identityApplied, workspace, logger);
+      const connect: GuestConnect = (port, signal) =>
+        vm.connectTcp(port, { timeoutMs: STREAM_CONNECT_TIMEOUT_MS, ...(signal ? { signal } : {}) });
+      const client = new SupervisorClient(channel, stopChannel, hello, workspace, logger, connect);
       const door = via === "door" ? "through its TCP door" : undefined;
       if (hello.sessions > 0) {
         await client.services.adoptRunning(signal);
@@ -257,7 +259,7 @@ export class SupervisorClient implements AsyncDisposable {
 
   /** Streamed reads and writes up to 256 MiB, stat, directory trees and mkdir (for copies). */
   get files(): GuestFiles {
-    return new GuestFiles(this.channel);
+    return new GuestFiles(this.channel, this.connect);
   }
 
   // -- guest config

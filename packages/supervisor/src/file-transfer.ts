@@ -6,6 +6,7 @@ import { TRANSFER_CHUNK_BYTES } from "./protocol.js";
 import { BadReply, base64Bytes, boolean, integer, record, text } from "./reply-checks.js";
 import type { WriteResult } from "./types.js";
 import { REPLY_MARGIN_MS } from "./options.js";
+import { parseStreamDoor, receiveStream, sendStream, type GuestConnect, type StreamDoor } from "./transfer-stream.js";
 
 const SHA256 = /^[0-9a-f]{64}$/;
 const TOKEN = /^[A-Za-z0-9_-]{1,64}$/;
@@ -21,6 +22,7 @@ interface ReadOpen {
   truncated: boolean;
   data?: Buffer;
   token?: string;
+  door?: StreamDoor;
 }
 
 function token(value: unknown, what: string): string {
@@ -29,8 +31,11 @@ function token(value: unknown, what: string): string {
   return t;
 }
 
-/** A read's opening reply: at most `maxBytes`, inline up to one chunk, else a token for chunks. */
-function parseReadOpen(raw: unknown, maxBytes: number): ReadOpen {
+/**
+ * A read's opening reply: at most `maxBytes`, inline up to one chunk, else a token for chunks, and
+ * with `stream` asked for, its stream's door.
+ */
+function parseReadOpen(raw: unknown, maxBytes: number, stream: boolean): ReadOpen {
   const r = record(raw, "result");
   const length = integer(r.length, "result.length", 0, maxBytes);
   const size = integer(r.size, "result.size", length);
@@ -43,7 +48,8 @@ function parseReadOpen(raw: unknown, maxBytes: number): ReadOpen {
     return { size, length, sha256: sum, truncated, data: base64Bytes(r.data, "result.data", length) };
   }
   integer(r.chunkBytes, "result.chunkBytes", TRANSFER_CHUNK_BYTES, TRANSFER_CHUNK_BYTES);
-  return { size, length, sha256: sum, truncated, token: token(r.token, "result.token") };
+  const opened = { size, length, sha256: sum, truncated, token: token(r.token, "result.token") };
+  return stream ? { ...opened, door: parseStreamDoor(r.stream, "result.stream") } : opened;
 }
 
 /** One chunk of a read: exactly the bytes asked for, at the offset asked for. */
@@ -74,7 +80,8 @@ export interface ReadSink {
  * Reads up to `maxBytes` of a guest file in chunks, passing each to `sink`, and checks the sha256
  * the agent computed over all of them. The agent's length, chunks and flags are checked against
  * what was asked: it can never make the host receive more than `maxBytes` of file data. On a
- * checksum mismatch the sink has had all the data: the caller discards it.
+ * checksum mismatch the sink has had all the data: the caller discards it. With `connect`, a read
+ * larger than one chunk comes raw down a stream of its own (transfer-stream.ts).
  */
 export async function readThroughAgentTo(
   channel: AgentChannel,
@@ -83,11 +90,13 @@ export async function readThroughAgentTo(
   exact: boolean,
   sink: ReadSink,
   signal: AbortSignal | undefined,
+  connect?: GuestConnect,
 ): Promise<{ size: number; length: number; sha256: string; truncated: boolean }> {
+  const stream = connect !== undefined && maxBytes > TRANSFER_CHUNK_BYTES;
   const opened = await channel.request(
     "file-read-open",
-    { path, maxBytes, exact },
-    (raw) => parseReadOpen(raw, maxBytes),
+    { path, maxBytes, exact, ...(stream ? { stream: true } : {}) },
+    (raw) => parseReadOpen(raw, maxBytes, stream),
     { signal, timeoutMs: REPLY_MARGIN_MS },
   );
   const hash = createHash("sha256");
@@ -98,6 +107,11 @@ export async function readThroughAgentTo(
   } else {
     let received = 0;
     try {
+      if (opened.door && connect) {
+        const read = { path, token: opened.token!, door: opened.door, length: opened.length };
+        await receiveStream(channel, connect, read, hash, sink, signal);
+        received = opened.length;
+      }
       while (received < opened.length) {
         const offset = received;
         const bytes = Math.min(TRANSFER_CHUNK_BYTES, opened.length - offset);
@@ -168,12 +182,16 @@ export function bufferSource(data: Buffer): WriteSource {
   };
 }
 
-/** Writes a guest file atomically through the agent: chunks, then a sha256-checked commit. */
+/**
+ * Writes a guest file atomically through the agent: chunks (or with `connect`, a stream of its
+ * own), then a sha256-checked commit.
+ */
 export async function writeThroughAgent(
   channel: AgentChannel,
   path: string,
   input: Buffer | WriteSource,
   options: { mode?: number; createParents?: boolean; signal?: AbortSignal },
+  connect?: GuestConnect,
 ): Promise<WriteResult> {
   const { signal } = options;
   const source = Buffer.isBuffer(input) ? bufferSource(input) : input;
@@ -196,19 +214,20 @@ export async function writeThroughAgent(
     source.onProgress?.(size, size);
     return done;
   }
-  const opened = await channel.request(
+  const { token: opened, door } = await channel.request(
     "file-write-open",
-    base,
+    connect ? { ...base, stream: true } : base,
     (raw) => {
       const r = record(raw, "result");
       integer(r.chunkBytes, "result.chunkBytes", TRANSFER_CHUNK_BYTES, TRANSFER_CHUNK_BYTES);
-      return token(r.token, "result.token");
+      return { token: token(r.token, "result.token"), door: connect && parseStreamDoor(r.stream, "result.stream") };
     },
     { signal, timeoutMs: REPLY_MARGIN_MS },
   );
   let committed = false;
   try {
-    for (let offset = 0; offset < size; offset += TRANSFER_CHUNK_BYTES) {
+    if (door && connect) await sendStream(channel, connect, { token: opened, door, size }, source, signal);
+    for (let offset = door ? size : 0; offset < size; offset += TRANSFER_CHUNK_BYTES) {
       const want = Math.min(TRANSFER_CHUNK_BYTES, size - offset);
       const piece = await source.read(offset, want);
       if (piece.length !== want) throw new Error(`the source gave ${piece.length} bytes at ${offset}, not ${want}`);

@@ -7,6 +7,7 @@ import { checkAbsolute } from "./call-args.js";
 import { SupervisorError } from "./errors.js";
 import { listThroughAgent, mkdirThroughAgent, statThroughAgent, type GuestStat, type GuestTree } from "./file-tree.js";
 import { readThroughAgentTo, writeThroughAgent, type ReadSink, type WriteSource } from "./file-transfer.js";
+import type { GuestConnect } from "./transfer-stream.js";
 import type { CallOptions } from "./options.js";
 import { MAX_READ_BYTES, MAX_WRITE_BYTES } from "./protocol.js";
 import type { WriteResult } from "./types.js";
@@ -22,9 +23,15 @@ function checkSize(value: number, max: number, key: string): void {
   }
 }
 
-/** Streamed and tree file operations on the guest, through the agent. */
+/**
+ * Streamed and tree file operations on the guest, through the agent. With `connect`, the bytes of
+ * a file larger than one chunk go down a raw stream of their own (transfer-stream.ts).
+ */
 export class GuestFiles {
-  constructor(private readonly channel: AgentChannel) {}
+  constructor(
+    private readonly channel: AgentChannel,
+    private readonly connect?: GuestConnect,
+  ) {}
 
   /** What `path` is, without following a final symbolic link; FILE_NOT_FOUND when nothing. */
   async stat(path: string, options: CallOptions = {}): Promise<GuestStat> {
@@ -62,7 +69,7 @@ export class GuestFiles {
     checkAbsolute(path);
     const maxBytes = options.maxBytes ?? MAX_READ_BYTES;
     checkSize(maxBytes, MAX_READ_BYTES, "maxBytes");
-    const read = await readThroughAgentTo(this.channel, path, maxBytes, true, sink, options.signal);
+    const read = await readThroughAgentTo(this.channel, path, maxBytes, true, sink, options.signal, this.connect);
     return { size: read.length, sha256: read.sha256 };
   }
 
@@ -83,6 +90,6 @@ export class GuestFiles {
         { hint: "copy an archive in parts", details: { path, sizeBytes: source.size, maxBytes: MAX_WRITE_BYTES } },
       );
     }
-    return writeThroughAgent(this.channel, path, source, options);
+    return writeThroughAgent(this.channel, path, source, options, this.connect);
   }
 }

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO, Union
 from .fsutil import fsync_dir, os_error
 from .procs import mono
 from .protocol import AgentError, JsonDict, Limits, check_abs_path, check_int, check_str, need_int
+from .streams import StreamDoor, receive_into, send_from
 
 TRANSFER_IDLE_S = 120.0
 
@@ -26,14 +27,20 @@ class ReadTransfer:
 
     kind = "read"
 
-    def __init__(self, file: BinaryIO, length: int):
+    def __init__(self, file: BinaryIO, length: int, door: StreamDoor | None):
         self.token = os.urandom(8).hex()
         self.file = file
         self.length = length
+        self.door = door
         self.touched = mono()
         self.lock = threading.Lock()
 
+    def touch(self) -> None:
+        self.touched = mono()
+
     def discard(self) -> None:
+        if self.door is not None:
+            self.door.close()
         try:
             self.file.close()
         except OSError:
@@ -57,10 +64,25 @@ class WriteTransfer:
         parent = os.path.dirname(target) or "/"
         self.tmp = os.path.join(parent, ".%s.pi-sandbox-%s.part" % (os.path.basename(target), self.token))
         self.file: BinaryIO | None = None
+        self.door: StreamDoor | None = None
         self.touched = mono()
         self.lock = threading.Lock()
 
+    def touch(self) -> None:
+        self.touched = mono()
+
+    def append(self, data: memoryview | bytes) -> None:
+        assert self.file is not None
+        try:
+            self.file.write(data)
+        except (OSError, ValueError) as err:
+            raise AgentError("FILE_IO", "cannot write %s: %s" % (self.path, err)) from None
+        self.hasher.update(data)
+        self.written += len(data)
+
     def discard(self) -> None:
+        if self.door is not None:
+            self.door.close()
         try:
             if self.file is not None:
                 self.file.close()
@@ -174,11 +196,31 @@ class Transfers:
             f.close()
             result["data"] = base64.b64encode(head[:length]).decode("ascii")
             return result
-        t = ReadTransfer(f, length)
+        try:
+            door = StreamDoor() if args.get("stream") is True else None
+        except BaseException:
+            f.close()
+            raise
+        t = ReadTransfer(f, length, door)
         self._put(t)
         result["token"] = t.token
         result["chunkBytes"] = chunk
+        if door is not None:
+            result["stream"] = door.describe()
         return result
+
+    def read_stream(self, args: JsonDict) -> JsonDict:
+        """Sends the open read's bytes, raw, down its stream once the host connected with the key."""
+        t = self._take_read(args.get("token"))
+        if t.door is None:
+            raise AgentError("INVALID_ARGUMENT", "read transfer %s was not opened for a stream" % t.token)
+        with t.lock:
+            conn = t.door.accept()
+            try:
+                sent = send_from(conn, t.file, t.length, t.touch)
+            finally:
+                conn.close()
+        return {"sent": sent}
 
     def read_chunk(self, args: JsonDict) -> JsonDict:
         t = self._take_read(args.get("token"))
@@ -239,8 +281,17 @@ class Transfers:
             except BaseException:
                 t.discard()
                 raise
+        if args.get("stream") is True:
+            try:
+                t.door = StreamDoor()
+            except BaseException:
+                t.discard()
+                raise
         self._put(t)
-        return {"token": t.token, "chunkBytes": self.limits.transfer_chunk_bytes}
+        result: JsonDict = {"token": t.token, "chunkBytes": self.limits.transfer_chunk_bytes}
+        if t.door is not None:
+            result["stream"] = t.door.describe()
+        return result
 
     def _append(self, t: WriteTransfer, data_b64: Any, offset: Any) -> None:
         if offset != t.written:
@@ -262,6 +313,25 @@ class Transfers:
             raise os_error(err, t.path, "write") from None
         t.hasher.update(data)
         t.written += len(data)
+
+    def write_stream(self, args: JsonDict) -> JsonDict:
+        """Takes the rest of the open write's bytes, raw, from its stream (never more than declared);
+        the commit that follows checks their sha256. A stream that ends early ends the transfer."""
+        t = self._take_write(args.get("token"))
+        if t.door is None:
+            raise AgentError("INVALID_ARGUMENT", "write transfer %s was not opened for a stream" % t.token)
+        with t.lock:
+            try:
+                conn = t.door.accept()
+                try:
+                    receive_into(conn, t.size - t.written, t.append, t.touch)
+                finally:
+                    conn.close()
+            except AgentError:
+                self._drop(t.token)
+                t.discard()
+                raise
+            return {"written": t.written}
 
     def write_chunk(self, args: JsonDict) -> JsonDict:
         t = self._take_write(args.get("token"))
