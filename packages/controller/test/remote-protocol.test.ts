@@ -34,7 +34,7 @@ const callOf = (action: Record<string, unknown>) => ({
   from: "me@laptop",
 });
 
-test("a call's progress and result come back by id; two calls wait side by side", async () => {
+test("a call's progress and result come back by id, with the laptop's caller and machine; two calls wait side by side", async () => {
   const { connection, cut } = await pair(async (action, options) => {
     options.onProgress({ stage: "boot", message: `booting ${String(action.name)}` });
     await new Promise((r) => setTimeout(r, action.name === "slow" ? 50 : 1));
@@ -48,6 +48,13 @@ test("a call's progress and result come back by id; two calls wait side by side"
   expect(slow).toEqual({ name: "slow", relayed: { caller: "cli", from: "me@laptop" } });
   expect(fast).toEqual({ name: "fast", relayed: { caller: "cli", from: "me@laptop" } });
   expect(events).toEqual(["booting slow"]);
+  cut();
+});
+
+test("a caller the far side does not know is a library's, and a machine name it cannot print is unknown", async () => {
+  const { connection, cut } = await pair(async (_action, options) => options.relayed);
+  const odd = { type: "call" as const, action: { action: "ls" }, caller: "root" as never, from: "me@laptop\u001b[2J" };
+  expect(await connection.request(odd)).toEqual({ caller: "library", from: "unknown" });
   cut();
 });
 
