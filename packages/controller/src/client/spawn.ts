@@ -7,11 +7,17 @@ import type { EntryKind, StateLayout } from "../state/layout.js";
 import { daemonLive, pidAlive } from "../state/liveness.js";
 import { daemonEntry, daemonEnv, spawnDetached, type DetachedProcess } from "../daemon-process.js";
 import { findDaemonNode } from "../node-floor.js";
+import { traceMark } from "../trace.js";
 
 export { daemonEntry, daemonEnv };
 
 /** How long a fresh daemon may take to open its socket. */
 const HANDSHAKE_TIMEOUT_MS = 30_000;
+/**
+ * How often a new daemon's socket is looked for, in ms: every wait for one is on the way to a
+ * start's first preview byte (the check is a file read and a connect).
+ */
+const HANDSHAKE_POLL_MS = 20;
 /** How often a spawn that lost the race to a daemon that already came and went is repeated. */
 const MAX_RESPAWNS = 5;
 
@@ -60,12 +66,16 @@ export async function ensureDaemon(
     return child;
   };
   let spawned = await spawnOne();
+  traceMark("client: daemon spawned");
   let respawns = 0;
   const deadline = Date.now() + HANDSHAKE_TIMEOUT_MS;
   while (Date.now() < deadline) {
     if (options.signal?.aborted) throw options.signal.reason;
     const { live, pid } = await daemonLive(pidFile, socketPath);
-    if (live) return;
+    if (live) {
+      traceMark("client: daemon answers");
+      return;
+    }
     // Exit 0 means this spawn lost the race to another daemon: wait while that one opens its
     // socket, and spawn again if it has come and gone already (a racing stop's daemon exits when
     // done). Any other exit is a failed start.
@@ -75,7 +85,7 @@ export async function ensureDaemon(
       continue;
     }
     if (spawned.exited !== undefined && spawned.exited !== 0) break;
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, HANDSHAKE_POLL_MS));
   }
   const exited = spawned.exited;
   throw new ControllerError(

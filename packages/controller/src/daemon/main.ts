@@ -4,12 +4,14 @@
 import { parseArgs } from "node:util";
 import { enableOwnCompileCache } from "../compile-cache.js";
 import { forgetDaemonMalloc } from "../daemon-malloc.js";
+import { traceProcessStart } from "../trace.js";
 import type { EntryKind } from "../state/layout.js";
 
 forgetDaemonMalloc();
 // Before the daemon's modules load (imported below, not above): they stand between a start and its boot.
 enableOwnCompileCache();
 const [{ StateLayout }, { runDaemon }] = await Promise.all([import("../state/layout.js"), import("./server.js")]);
+traceProcessStart("daemon");
 
 const { values } = parseArgs({
   options: { root: { type: "string" }, kind: { type: "string" }, name: { type: "string" } },

@@ -15,6 +15,7 @@ import { InstanceController, toControllerError } from "./instance.js";
 import { CallLedger } from "./ledger-entries.js";
 import { createFileLogger, type DaemonLogger } from "../log.js";
 import type { InstanceRuntime } from "./runtime.js";
+import { traceMark } from "../trace.js";
 
 /**
  * A daemon with no VM and no request for this long exits (e.g. after a failed create); one whose
@@ -135,6 +136,7 @@ export async function runDaemon(
       // second): not logged, or they would push everything else out of the log. Errors still are.
       const poll = args.action === "exec-status" || (args.action === "logs" && args.cursor !== undefined);
       if (!poll) logger.info(`action ${args.action}`);
+      if (!poll) traceMark(`daemon: action ${args.action}`);
       const gone = new AbortController();
       const onClose = () => gone.abort(new Error("the caller went away"));
       socket.once("close", onClose);
@@ -159,6 +161,7 @@ export async function runDaemon(
           progress: (event) => {
             // A copy's byte ticks go to the caller only: they would flood the log.
             if (event.done === undefined) logger.info(`[${event.stage}] ${event.message}`);
+            if (event.done === undefined) traceMark(`daemon: [${event.stage}] ${event.message}`);
             writeJsonLine(socket, { id: message.id, type: "progress", event });
           },
           signal: gone.signal,
@@ -171,6 +174,7 @@ export async function runDaemon(
         });
       record({ result });
       writeJsonLine(socket, { id: message.id, type: "result", result });
+      if (!poll) traceMark(`daemon: ${args.action} answered`);
     } catch (error) {
       const e = toControllerError(error);
       logger.warn(`${e.code}: ${e.message}`);
@@ -185,6 +189,7 @@ export async function runDaemon(
   await listenPrivate(server, socketPath);
   const socketIdentity = await fileIdentity(socketPath);
   log.info(`controller ${process.pid} listening on ${socketPath}`);
+  traceMark("daemon: listening");
 
   const onSignal = (signal: string) => {
     log.info(`${signal}: stopping cleanly`);
