@@ -6,9 +6,11 @@
 // parked instance (suspended while unused, its daemon gone, the waker holding its preview) and an
 // `exec` on one, against the cold start; and the host memory every process of 4 parked instances
 // keeps (RSS and PSS, the waker shared by all), against the daemon one asleep instance kept before
-// it was parked. Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows.
+// it was parked. Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows. With
+// PI_SANDBOX_TRACE=<file> each timed path is marked in the trace the CLI and daemons write (see
+// src/trace.ts); PI_SANDBOX_BENCH_ONLY=targets leaves out the parked rows.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -34,11 +36,21 @@ function cli(...args) {
 const warmPage = (url) => firstByte(url, "warm\n", { requestTimeoutMs: 120_000 });
 const inspect = (name) => JSON.parse(cli("inspect", name, "--json"));
 
-/** Ms of `fn`. */
-async function timed(fn) {
+/** A mark in $PI_SANDBOX_TRACE, beside the CLI's and the daemons'. */
+function mark(what) {
+  const file = process.env.PI_SANDBOX_TRACE;
+  if (file)
+    appendFileSync(file, `${(performance.timeOrigin + performance.now()).toFixed(1)} ${process.pid} bench: ${what}\n`);
+}
+
+/** Ms of `fn`, marked in the trace as `label`. */
+async function timed(label, fn) {
+  mark(`${label} begins`);
   const t = performance.now();
   await fn();
-  return performance.now() - t;
+  const ms = performance.now() - t;
+  mark(`${label} ends (${ms.toFixed(0)} ms)`);
+  return ms;
 }
 
 /** Waits until `name` is parked: suspended by its idle clock, its daemon gone. */
@@ -59,22 +71,8 @@ function memoryOf(pid) {
   return { rss: kib("Rss") / 1024, pss: kib("Pss") / 1024, own: (kib("Private_Dirty") + kib("Private_Clean")) / 1024 };
 }
 
-try {
-  writeFileSync(join(dir, "web.yaml"), webYaml(image, "warm"));
-  cli("create", "w", "-c", "web.yaml");
-  const url = inspect("w").previews[0].url;
-
-  // Warm vs cold start, each from the CLI to the first preview byte, the same instance.
-  const cold = [];
-  const warm = [];
-  for (let round = 0; round < ROUNDS; round++) {
-    cli("stop", "w");
-    cold.push(await timed(async () => (cli("start", "w"), await warmPage(url))));
-    cli("suspend", "w");
-    warm.push(await timed(async () => (cli("start", "w"), await warmPage(url))));
-  }
-  row("CLI: start to first preview byte, after suspend vs after stop", median(warm), median(cold), "ms", "<= 0.2");
-
+/** The parked rows: a wake by a preview request and by an exec against `cold`, and the memory parked instances keep. */
+async function parkedRows(url, cold) {
   // Parked: suspended after 10 s unused, its daemon gone 30 s later; a preview request (then an
   // exec) wakes it. The daemon it kept while asleep, before it was parked, is the memory baseline.
   cli("start", "w", "--idle-suspend", "10s");
@@ -88,9 +86,9 @@ try {
   const execs = [];
   for (let round = 0; round < ROUNDS; round++) {
     await untilParked("w");
-    wakes.push(await timed(() => warmPage(url)));
+    wakes.push(await timed("parked wake", () => warmPage(url)));
     await untilParked("w");
-    execs.push(await timed(() => cli("exec", "w", "--", "true")));
+    execs.push(await timed("parked exec", () => cli("exec", "w", "--", "true")));
   }
   row(
     "CLI: preview request to a parked instance, first byte vs cold start",
@@ -108,43 +106,6 @@ try {
     "wakes it first",
   );
   cli("stop", "w");
-
-  // Warm clones through the CLI, and the same create through the library.
-  cli("prepare", "tcold", "-c", "web.yaml");
-  cli("prepare", "twarm", "-c", "web.yaml", "--suspend");
-  const fromCold = [];
-  const fromWarm = [];
-  const fromWarmLib = [];
-  for (let round = 0; round < ROUNDS; round++) {
-    for (const [template, samples, how] of [
-      ["tcold", fromCold, "cli"],
-      ["twarm", fromWarm, "cli"],
-      ["twarm", fromWarmLib, "lib"],
-    ]) {
-      const name = `${template}-${how}-${round}`;
-      samples.push(
-        await timed(async () => {
-          if (how === "cli") cli("create", name, "-t", template);
-          else await callAction({ action: "create", name, template }, { env });
-          await warmPage(inspect(name).previews[0].url);
-        }),
-      );
-      cli("destroy", name, "-f");
-    }
-  }
-  row(
-    "CLI: create -t to first preview byte, template prepared with --suspend vs without",
-    median(fromWarm),
-    median(fromCold),
-    "ms",
-    "<= 0.25",
-  );
-  row(
-    "create -t from a suspended template to first preview byte: CLI vs library",
-    median(fromWarm),
-    median(fromWarmLib),
-    "ms",
-  );
 
   // Host memory of 4 parked instances: every process they keep (their daemons and QEMUs: none
   // expected; the waker, shared), per instance.
@@ -167,6 +128,68 @@ try {
     note,
   );
   row("4 parked instances: PSS of every process they keep, per instance", total.pss / 4, undefined, "MiB", "<= 10");
+}
+
+try {
+  writeFileSync(join(dir, "web.yaml"), webYaml(image, "warm"));
+  cli("create", "w", "-c", "web.yaml");
+  const url = inspect("w").previews[0].url;
+
+  // Warm vs cold start, each from the CLI to the first preview byte, the same instance.
+  const cold = [];
+  const warm = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    cli("stop", "w");
+    cold.push(await timed("cold start", async () => (cli("start", "w"), await warmPage(url))));
+    cli("suspend", "w");
+    warm.push(await timed("warm start", async () => (cli("start", "w"), await warmPage(url))));
+  }
+  row("CLI: start to first preview byte, after suspend vs after stop", median(warm), median(cold), "ms", "<= 0.2");
+
+  cli("stop", "w");
+
+  // Warm clones through the CLI, and the same create through the library.
+  cli("prepare", "tcold", "-c", "web.yaml");
+  cli("prepare", "twarm", "-c", "web.yaml", "--suspend");
+  const fromCold = [];
+  const fromWarm = [];
+  const fromWarmLib = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const [template, samples, how] of [
+      ["tcold", fromCold, "cli"],
+      ["twarm", fromWarm, "cli"],
+      ["twarm", fromWarmLib, "lib"],
+    ]) {
+      const name = `${template}-${how}-${round}`;
+      samples.push(
+        // The preview's address from the create's own answer, as a user reads it: not from
+        // another command (an inspect is a CLI process more on the way to the first byte).
+        await timed(`create -t ${template} (${how})`, async () => {
+          const view =
+            how === "cli"
+              ? JSON.parse(cli("create", name, "-t", template, "--json"))
+              : await callAction({ action: "create", name, template }, { env });
+          await warmPage(view.previews[0].url);
+        }),
+      );
+      cli("destroy", name, "-f");
+    }
+  }
+  row(
+    "CLI: create -t to first preview byte, template prepared with --suspend vs without",
+    median(fromWarm),
+    median(fromCold),
+    "ms",
+    "<= 0.25",
+  );
+  row(
+    "create -t from a suspended template to first preview byte: CLI vs library",
+    median(fromWarm),
+    median(fromWarmLib),
+    "ms",
+  );
+
+  if (process.env.PI_SANDBOX_BENCH_ONLY !== "targets") await parkedRows(url, cold);
 } finally {
   for (const name of ["w", "p1", "p2", "p3", "p4"])
     await callAction({ action: "stop", name }, { env }).catch(() => undefined);
