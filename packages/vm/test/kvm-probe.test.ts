@@ -2,7 +2,7 @@
 // called and then behaves like QEMU did on that host.
 import fsp from "node:fs/promises";
 import path from "node:path";
-import { probeKvmKernel, recordKvmFailure, resolveAccelerator, type HostFacts } from "../src/index.js";
+import { KvmVerdictCache, probeKvmKernel, recordKvmFailure, resolveAccelerator, type HostFacts } from "../src/index.js";
 import { tempDir } from "./support/helpers.js";
 
 const GiB = 1024 ** 3;
@@ -124,6 +124,24 @@ describe("resolveAccelerator: probe once per host boot, QEMU and kernel", () => 
     const second = await resolveAccelerator(options);
     expect(second.choice.reason).toBe(first.choice.reason);
     expect(await qemu.calls()).toHaveLength(1);
+  });
+
+  test("a cached 'KVM unusable' is reused until QEMU changes; a verdict of another host boot is never used", async () => {
+    const qemu = await fakeQemu("qemu-abort-upgraded", SHAPES.abort);
+    const cacheDir = path.join(dir, "state-upgraded");
+    const options = { qemuPath: qemu.path, host: kvmHost, kernelPath: await kernel(), cacheDir, probeTimeoutMs: 1000 };
+    const first = await resolveAccelerator(options);
+    expect(first.choice.accel).toBe("tcg");
+    expect((await resolveAccelerator(options)).choice.reason).toBe(first.choice.reason);
+    expect(await qemu.calls()).toHaveLength(1);
+    // The key holds this boot's id: after a reboot the stored verdict is not found.
+    const cache = new KvmVerdictCache(cacheDir);
+    expect(await cache.get(first.kvmKey!)).toMatchObject({ usable: false });
+    expect(await cache.get({ ...first.kvmKey!, bootId: "another-boot" })).toBeUndefined();
+    // A new QEMU (another size) is probed again, and here it works.
+    await fakeQemu("qemu-abort-upgraded", `: upgraded; ${SHAPES.works}`);
+    expect((await resolveAccelerator(options)).choice.accel).toBe("kvm");
+    expect(await qemu.calls()).toHaveLength(2);
   });
 
   test("concurrent callers (several daemons starting at once) wait for one probe", async () => {
