@@ -96,3 +96,15 @@ test("a torn last line is reported where it is; the ledger goes on after it", ()
   // Readers skip it.
   expect(readLedger(ledgerDir).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6]);
 });
+
+test("a writer reopening a long ledger reads only its end, and goes on after an entry longer than that end", () => {
+  const ledgerDir = join(dir, "ledger");
+  const ledger = Ledger.open(ledgerDir);
+  for (let i = 0; i < 2_000; i++) ledger.append("action", { i, text: "x".repeat(40) });
+  Ledger.open(ledgerDir).append("exec", { cmd: "y".repeat(100_000) });
+  Ledger.open(ledgerDir).append("exec", { cmd: "z".repeat(200_000) });
+  Ledger.open(ledgerDir).append("lifecycle", { state: "stopped" });
+  expect(verifyLedger(ledgerDir)).toMatchObject({ entries: 2_003 });
+  expect(verifyLedger(ledgerDir).broken).toBeUndefined();
+  expect(readLedger(ledgerDir).at(-1)).toMatchObject({ seq: 2_003, data: { state: "stopped" } });
+});

@@ -8,10 +8,12 @@ import { createHash } from "node:crypto";
 import {
   appendFileSync,
   closeSync,
+  fstatSync,
   mkdirSync,
   openSync,
   readdirSync,
   readFileSync,
+  readSync,
   statSync,
   unlinkSync,
 } from "node:fs";
@@ -99,6 +101,43 @@ function linesOf(file: string): string[] {
     .filter((line) => line.length > 0);
 }
 
+/** How much of a ledger file's end `open` reads to find its last entry, in bytes. */
+const TAIL_BYTES = 64 * 1024;
+
+/**
+ * The last {@link TAIL_BYTES} of `file` as text (all of it when shorter): a writer opening a
+ * context's ledger for each call (remote/laptop-ledger.ts) must not read up to 8 MiB every time.
+ */
+function tailOf(file: string): string {
+  const fd = openSync(file, "r");
+  try {
+    const size = fstatSync(fd).size;
+    const length = Math.min(size, TAIL_BYTES);
+    const buffer = Buffer.alloc(length);
+    readSync(fd, buffer, 0, length, size - length);
+    // A tail cut mid-line (or mid-character) starts with a partial line: a leading "\u0000" marks it.
+    return `${size > length ? "\u0000" : ""}${buffer.toString("utf8")}`;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The whole lines of a tail read by {@link tailOf} (a partial first line left out). */
+function tailLines(tail: string): string[] {
+  const lines = tail.split("\n").filter((line) => line.length > 0);
+  return tail.startsWith("\u0000") ? lines.slice(1) : lines;
+}
+
+/** True when `line` is a whole entry. */
+function isEntry(line: string): boolean {
+  try {
+    const entry = JSON.parse(line) as LedgerEntry;
+    return typeof entry.seq === "number" && typeof entry.hash === "string";
+  } catch {
+    return false;
+  }
+}
+
 /** The ledger writer of one instance: the controller's, the only one. */
 export class Ledger {
   #seq: number;
@@ -135,12 +174,14 @@ export class Ledger {
     if (!last) return new Ledger(dir, { seq: 0, prev: GENESIS, file: 1, size: 0 }, rotate);
     const file = Number(FILE.exec(last)![1]);
     // A torn last line stays a line of its own: the next entry must not be written onto it.
-    const text = readFileSync(join(dir, last), "utf8");
-    if (text.length > 0 && !text.endsWith("\n")) appendFileSync(join(dir, last), "\n");
+    const tail = tailOf(join(dir, last));
+    if (tail.length > 0 && !tail.endsWith("\n")) appendFileSync(join(dir, last), "\n");
     let seq = 0;
     let prev = GENESIS;
     for (const name of [...files].reverse()) {
-      const lines = linesOf(join(dir, name));
+      // The end of the file is enough unless an entry longer than it is the last whole one.
+      const ends = name === last ? tailLines(tail) : undefined;
+      const lines = ends?.some(isEntry) ? ends : linesOf(join(dir, name));
       for (const line of [...lines].reverse()) {
         try {
           const entry = JSON.parse(line) as LedgerEntry;
