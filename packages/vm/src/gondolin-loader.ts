@@ -26,13 +26,3 @@ export function loadGondolin(stateRoot?: string): Promise<GondolinModule> {
   }
   return loaded;
 }
-
-/**
- * Starts loading Gondolin (as {@link loadGondolin} does for `stateRoot`) without waiting for it: a
- * controller daemon calls it while it waits for its first request, so the boot that follows does
- * not load several hundred modules on its own way to the guest. Never rejects; a failed load is
- * tried again, and reported, by the boot.
- */
-export function preloadGondolin(stateRoot: string): void {
-  loadGondolin(stateRoot).catch(() => undefined);
-}

@@ -17,7 +17,6 @@ export {
   type VmMount,
   type VmLogger,
 } from "./boot/boot.js";
-export { preloadGondolin } from "./gondolin-loader.js";
 export type { UpstreamOverrides } from "./egress/upstream-dispatchers.js";
 export type { EgressBytes } from "./egress/counting-fetch.js";
 export { isHostAllowed } from "./egress/host-patterns.js";

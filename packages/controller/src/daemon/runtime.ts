@@ -15,7 +15,6 @@ import {
 } from "@pi-sandbox/supervisor";
 import {
   DiskStore,
-  preloadGondolin,
   startVm,
   type EgressApprover,
   type EgressEvent,
@@ -204,9 +203,6 @@ export function createVmRuntime(options: {
   upstream?: UpstreamOverrides;
 }): InstanceRuntime {
   const disks = new DiskStore({ stateRoot: options.stateRoot });
-  // A daemon makes its runtime before it listens: Gondolin's modules load while the client
-  // connects and sends its call, instead of after, on the way to the boot.
-  preloadGondolin(options.stateRoot);
   return {
     disks,
     bootVm: async ({
