@@ -3,12 +3,16 @@
 // scrolls out of a CI log's tail long before the end). At the end it lists how long each task
 // took, slowest first, so the slowest suite shows in every log.
 //
-// The default run schedules the `test` targets itself, longest first. Nx orders ready tasks by
-// how many projects depend on theirs, so the leaf projects' suites, which are the longest
-// (review-setup's in-guest refresh, e2e), started last and ran alone at the end: minutes of one
-// idle core. Here, after `nx run-many -t build`, a pool as wide as Nx's `parallel` runs each
-// project's `test` (then one `lint` run) in the order of the last run's durations, or of
-// DEFAULT_ORDER on a fresh clone. Each task's output is printed in one piece when it ends.
+// The default run schedules the test jobs itself, longest first. Nx orders ready tasks by how many
+// projects depend on theirs, so the leaf projects' suites, which are the longest (e2e,
+// review-setup), started last and ran alone at the end: minutes of one idle core. Here, after
+// `nx run-many -t build`, a pool as wide as Nx's `parallel` runs the jobs in the order of the last
+// run's durations, or of DEFAULT_MINUTES on a fresh clone (CI). A job is one of a project's
+// test:agent, test:unit and test:vm where its `test` runs just those (`npm run -s test:unit && npm
+// run -s test:vm`), else its `test`; `lint` is a job like the others. Jobs that small let the two
+// lanes end together: with whole projects, controller's unit and VM suites (19 min) and vm's (10)
+// shared one lane, and lint (1-2 min) ran alone after both. Each job's output is printed in one
+// piece when it ends.
 //
 // Before the tests it makes or finds the guest test image once for every VM suite.
 // `--targets=a,b` runs those targets instead (the root `npm run test:unit` uses it), and any other
@@ -23,8 +27,29 @@ const ANSI = /\x1b\[[0-9;]*[A-Za-z]/g;
 const FAIL_LINE = /^\s*(FAIL |● (?!Console)|>\s+\d+ \||\d+:\d+\s+error\s)|error TS\d+|^FAILED /;
 const DETAIL_LINES = 6;
 const MAX_SUMMARY_LINES = 200;
-/** Longest suites first, as measured on a clean-clone CI run; used until a run has recorded its own. */
-const DEFAULT_ORDER = ["review-setup", "controller", "e2e", "vm", "supervisor", "pi-extension", "ingress"];
+/**
+ * Minutes each job took on a clean-clone CI rehearsal (projects without their scope); the order
+ * until a run has recorded its own durations. A job missing here counts as 1 minute.
+ */
+const DEFAULT_MINUTES = {
+  "controller:test:vm": 16,
+  "e2e:test": 13.6,
+  "vm:test:vm": 9.3,
+  "review-setup:test:vm": 5.4,
+  "pi-extension:test:vm": 3.5,
+  "supervisor:test:vm": 2.9,
+  "controller:test:unit": 3,
+  lint: 1.5,
+  "vm:test:unit": 1,
+  "supervisor:test:unit": 0.6,
+  "supervisor:test:agent": 0.5,
+  "pi-extension:test:unit": 0.8,
+  "ingress:test:vm": 0.8,
+  "ingress:test:unit": 1,
+  "review-setup:test:unit": 0.4,
+  "config:test:unit": 0.3,
+  "image:test:unit": 0.2,
+};
 const DURATIONS_FILE = ".nx/test-durations.json";
 /** How long one task may run (the longest takes about 16 min on CI); PI_SANDBOX_TEST_TASK_MINUTES overrides. */
 const TASK_LIMIT_MS = Number(process.env.PI_SANDBOX_TEST_TASK_MINUTES ?? 35) * 60_000;
@@ -224,22 +249,58 @@ function minutes(ms) {
   return ms >= 60_000 ? `${(ms / 60_000).toFixed(1)} min` : `${Math.round(ms / 1000)} s`;
 }
 
-/** Projects with a `test` target, longest first by the last run's durations, else DEFAULT_ORDER. */
-function testProjectsLongestFirst() {
+/**
+ * Each project's test scripts that its `test` script runs in turn and nothing else
+ * (`npm run -s test:unit && npm run -s test:vm`), by project; a project whose `test` does more is
+ * missing. Projects are the root package.json's workspaces, named as Nx names them (`nx.name`,
+ * else the package name).
+ */
+function testParts() {
+  const parts = new Map();
+  const workspaces = JSON.parse(readFileSync("package.json", "utf8")).workspaces ?? [];
+  const dirs = workspaces.flatMap((pattern) =>
+    pattern.endsWith("/*")
+      ? readdirSync(pattern.slice(0, -2), { withFileTypes: true })
+          .filter((entry) => entry.isDirectory())
+          .map((entry) => `${pattern.slice(0, -2)}/${entry.name}`)
+      : [pattern],
+  );
+  for (const dir of dirs) {
+    let pkg;
+    try {
+      pkg = JSON.parse(readFileSync(`${dir}/package.json`, "utf8"));
+    } catch {
+      continue;
+    }
+    const steps = (pkg.scripts?.test ?? "")
+      .split("&&")
+      .map((step) => /^\s*npm run -s (test:[\w-]+)\s*$/.exec(step)?.[1]);
+    if (steps.length > 0 && steps.every((step) => step && pkg.scripts[step]))
+      parts.set(pkg.nx?.name ?? pkg.name, steps);
+  }
+  return parts;
+}
+
+/** The test jobs and lint, longest first by the last run's durations, else by DEFAULT_MINUTES. */
+function jobsLongestFirst() {
   const listed = spawnSync(nx, ["show", "projects", "--with-target", "test", "--json"], { encoding: "utf8" });
   if (listed.status !== 0) throw new Error(`nx show projects failed: ${listed.stderr}`);
-  const projects = JSON.parse(listed.stdout);
+  const parts = testParts();
+  const jobs = JSON.parse(listed.stdout).flatMap((project) =>
+    (parts.get(project) ?? ["test"]).map((target) => ({
+      task: `${project}:${target}`,
+      args: ["run-many", "-t", target, "-p", project],
+    })),
+  );
+  jobs.push({ task: "lint", args: ["run-many", "-t", "lint", "--parallel=1"] });
   let last = {};
   try {
     last = JSON.parse(readFileSync(DURATIONS_FILE, "utf8"));
   } catch {
-    // No earlier run here: DEFAULT_ORDER.
+    // No earlier run here: DEFAULT_MINUTES.
   }
-  const rank = (project) => {
-    const known = DEFAULT_ORDER.indexOf(project.replace(/^@pi-sandbox\//, ""));
-    return known === -1 ? DEFAULT_ORDER.length : known;
-  };
-  return projects.sort((a, b) => (last[b] ?? 0) - (last[a] ?? 0) || rank(a) - rank(b));
+  const expected = ({ task }) => last[task] ?? (DEFAULT_MINUTES[task.replace(/^@pi-sandbox\//, "")] ?? 1) * 60_000;
+  return jobs.sort((a, b) => expected(b) - expected(a));
 }
 
 /** Runs the jobs `width` at a time, in order; resolves with the worst exit code. */
@@ -260,20 +321,22 @@ async function scheduledRun(env) {
   const built = await runNx("build", ["run-many", "-t", "build"], env, true);
   if (built !== 0) return built;
   const width = JSON.parse(readFileSync("nx.json", "utf8")).parallel ?? 2;
-  const projects = testProjectsLongestFirst();
+  const jobs = jobsLongestFirst();
   // Everything is built now. Without --excludeTaskDependencies each `nx run` would take its builds
   // again "from the local cache": with no Nx daemon (CI) that rewrites their dist/ folders, and a
   // suite running in the other lane failed once importing a package whose dist/ was gone.
   // The same goes for the packs tests make (npm pack runs scripts/prepack.mjs): this tells them
   // that every project is built.
   const builtEnv = { ...env, PI_SANDBOX_WORKSPACE_BUILT: "1" };
-  const run = (target, args) => runNx(target, [...args, "--excludeTaskDependencies"], builtEnv, false);
-  const jobs = projects.map((project) => () => run(`${project}:test`, ["run", `${project}:test`]));
-  jobs.push(() => run("lint", ["run-many", "-t", "lint", "--parallel=1"]));
-  const code = await pool(jobs, width);
-  const durations = Object.fromEntries(
-    timings.filter((t) => t.task.endsWith(":test")).map((t) => [t.task.slice(0, -":test".length), t.duration]),
+  const code = await pool(
+    jobs.map(
+      ({ task, args }) =>
+        () =>
+          runNx(task, [...args, "--excludeTaskDependencies"], builtEnv, false),
+    ),
+    width,
   );
+  const durations = Object.fromEntries(timings.filter((t) => t.task !== "build").map((t) => [t.task, t.duration]));
   mkdirSync(".nx", { recursive: true });
   writeFileSync(DURATIONS_FILE, JSON.stringify(durations, null, 2) + "\n");
   return code;
