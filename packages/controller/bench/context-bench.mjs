@@ -109,16 +109,16 @@ try {
     list.push(performance.now() - t);
   };
   const scp = (...args) => execFileSync(join(dir, "scp"), ["-q", ...args]);
-  const far = (path) => `${remote.host}:${remote.remoteDir}${path}`;
+  const farPath = (path) => `${remote.host}:${remote.remoteDir}${path}`;
   for (let i = 0; i < 2; i++) {
     timed(ups.local, () => cli(["cp", big, `loc:/tmp/big-${i}.bin`, "--context", "local"]));
     timed(ups.far, () => cli(["cp", big, `far:/tmp/big-${i}.bin`, "--context", "far"]));
-    timed(ups.scp, () => scp(big, far(`/tmp/big-${i}.bin`)));
+    timed(ups.scp, () => scp(big, farPath(`/tmp/big-${i}.bin`)));
     timed(downs.local, () =>
       cli(["cp", `loc:/tmp/big-${i}.bin`, join(dir, `back-loc-${i}.bin`), "--context", "local"]),
     );
     timed(downs.far, () => cli(["cp", `far:/tmp/big-${i}.bin`, join(dir, `back-far-${i}.bin`), "--context", "far"]));
-    timed(downs.scp, () => scp(far(`/tmp/big-${i}.bin`), join(dir, `back-scp-${i}.bin`)));
+    timed(downs.scp, () => scp(farPath(`/tmp/big-${i}.bin`), join(dir, `back-scp-${i}.bin`)));
   }
   const mib = 100;
   const rate = (ms) => mib / (median(ms) / 1000);
