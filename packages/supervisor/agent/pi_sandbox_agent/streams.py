@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hmac
 import os
+import queue
 import socket
+import threading
 from typing import BinaryIO, Callable
 
 from .procs import mono
@@ -27,6 +29,8 @@ STREAM_KEY_S = 5.0
 STREAM_IDLE_S = 120.0
 # Bytes moved per read or sendfile call.
 STREAM_PIECE_BYTES = 1 << 20
+# Pieces read ahead of the file write (at most this many MiB held).
+STREAM_QUEUE_PIECES = 16
 
 
 def stream_error(message: str) -> AgentError:
@@ -95,24 +99,52 @@ class StreamDoor:
         return hmac.compare_digest(got, want)
 
 
-def receive_into(
-    conn: socket.socket, length: int, sink: Callable[[memoryview], None], touch: Callable[[], None]
-) -> int:
-    """Reads exactly `length` bytes from `conn` into `sink` (never more); fails on an early end."""
-    buf = bytearray(min(STREAM_PIECE_BYTES, max(length, 1)))
-    view = memoryview(buf)
-    done = 0
-    while done < length:
+def receive_into(conn: socket.socket, length: int, sink: Callable[[bytes], None], touch: Callable[[], None]) -> int:
+    """Reads exactly `length` bytes from `conn` into `sink` (never more); fails on an early end.
+
+    A thread of its own keeps reading while `sink` writes and hashes: Gondolin's guest helper
+    drops a stream as soon as 256 KiB wait for its guest socket, and a file write can stall for
+    a while (the kernel throttling dirty pages). At most STREAM_QUEUE_PIECES wait in between."""
+    pieces: queue.Queue[bytes | AgentError | None] = queue.Queue(maxsize=STREAM_QUEUE_PIECES)
+
+    def hand(item: bytes | AgentError | None) -> bool:
         try:
-            n = conn.recv_into(view, min(len(buf), length - done))
+            pieces.put(item, timeout=STREAM_IDLE_S)
+            return True
+        except queue.Full:
+            return False  # the consumer is gone
+
+    def read() -> None:
+        done = 0
+        try:
+            while done < length:
+                piece = conn.recv(min(STREAM_PIECE_BYTES, length - done))
+                if not piece:
+                    hand(stream_error("the host ended it after %d of %d bytes" % (done, length)))
+                    return
+                done += len(piece)
+                if not hand(piece):
+                    return
+            hand(None)
         except OSError as err:
-            raise stream_error("receiving failed after %d of %d bytes (%s)" % (done, length, err)) from None
-        if n == 0:
-            raise stream_error("the host ended it after %d of %d bytes" % (done, length))
-        sink(view[:n])
-        done += n
+            hand(stream_error("receiving failed after %d of %d bytes (%s)" % (done, length, err)))
+
+    threading.Thread(target=read, name="transfer-stream", daemon=True).start()
+    done = 0
+    while True:
+        try:
+            item = pieces.get(timeout=STREAM_IDLE_S)
+        except queue.Empty:
+            raise stream_error(
+                "nothing arrived for %d s after %d of %d bytes" % (STREAM_IDLE_S, done, length)
+            ) from None
+        if item is None:
+            return done
+        if isinstance(item, AgentError):
+            raise item
+        sink(item)
+        done += len(item)
         touch()
-    return done
 
 
 def send_from(conn: socket.socket, file: BinaryIO, length: int, touch: Callable[[], None]) -> int:
