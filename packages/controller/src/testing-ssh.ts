@@ -6,7 +6,7 @@
 // the listener there, as on two machines. Needs root (useradd, netns) and Debian's
 // openssh-server (scripts/install-system-deps.sh).
 import { execFile } from "node:child_process";
-import { chmod, chown, link, mkdir, readdir, rm, writeFile } from "node:fs/promises";
+import { chmod, chown, link, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { fileURLToPath } from "node:url";
@@ -36,6 +36,27 @@ export interface SshRemote {
   ssh(command: string): Promise<string>;
   /** Ends the master and removes what the run made (the account stays, for the next run). */
   close(): Promise<void>;
+}
+
+/** The comment that ends each run's line in the account's authorized_keys, before its pid. */
+const RUN_TAG = "pisb-run-";
+
+/** True for a line of authorized_keys that is not a run's, or is a live run's. */
+function liveRun(line: string): boolean {
+  const pid = Number(new RegExp(`${RUN_TAG}(\\d+)$`).exec(line)?.[1]);
+  if (!pid) return true;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Rewrites the account's authorized_keys (0600) through `change`. */
+async function rewriteKeys(file: string, change: (lines: string[]) => string[]): Promise<void> {
+  const lines = (await readFile(file, "utf8").catch(() => "")).split("\n").filter((line) => line.trim().length > 0);
+  await writeFile(file, `${change(lines).join("\n")}\n`, { mode: 0o600 });
 }
 
 async function ensureAccount(): Promise<string> {
@@ -87,8 +108,11 @@ export async function sshRemote(dir: string, testImage: string): Promise<SshRemo
   ]
     .map((pair) => `environment="${pair}"`)
     .join(",");
+  // One line per run, tagged with its pid: runs side by side (two engineers' tests on one machine)
+  // each keep their own key and environment; lines of runs that are gone are dropped.
   const keys = join(home, ".ssh", "authorized_keys");
-  await writeFile(keys, `${environment} ${pub.trim()}\n`, { mode: 0o600 });
+  const [type, key] = pub.trim().split(/\s+/);
+  await rewriteKeys(keys, (lines) => [...lines.filter(liveRun), `${environment} ${type} ${key} ${RUN_TAG}${tag}`]);
   await chown(keys, uid, gid);
 
   const netns = `pisb-ctx-${tag}`;
@@ -163,6 +187,7 @@ export async function sshRemote(dir: string, testImage: string): Promise<SshRemo
     async close() {
       await run(join(dir, "ssh"), [...control, "-O", "exit", host]).catch(() => undefined);
       await run("ip", ["netns", "del", netns]).catch(() => undefined);
+      await rewriteKeys(keys, (lines) => lines.filter((line) => !line.endsWith(` ${RUN_TAG}${tag}`)));
       await rm(remoteDir, { recursive: true, force: true });
     },
   };
