@@ -7,7 +7,7 @@ import { checkAbsolute } from "./call-args.js";
 import { SupervisorError } from "./errors.js";
 import { listThroughAgent, mkdirThroughAgent, statThroughAgent, type GuestStat, type GuestTree } from "./file-tree.js";
 import { readThroughAgentTo, writeThroughAgent, type ReadSink, type WriteSource } from "./file-transfer.js";
-import type { GuestConnect } from "./transfer-stream.js";
+import { StreamUnreachable, type GuestConnect } from "./transfer-stream.js";
 import type { CallOptions } from "./options.js";
 import { MAX_READ_BYTES, MAX_WRITE_BYTES } from "./protocol.js";
 import type { WriteResult } from "./types.js";
@@ -30,8 +30,23 @@ function checkSize(value: number, max: number, key: string): void {
 export class GuestFiles {
   constructor(
     private readonly channel: AgentChannel,
-    private readonly connect?: GuestConnect,
+    private connect?: GuestConnect,
   ) {}
+
+  /**
+   * Runs a transfer with its stream, and again over the channel when the stream could not be
+   * opened (no byte moved then); later transfers of this object use the channel at once.
+   */
+  private async streamed<T>(transfer: (connect: GuestConnect | undefined) => Promise<T>): Promise<T> {
+    if (!this.connect) return transfer(undefined);
+    try {
+      return await transfer(this.connect);
+    } catch (error) {
+      if (!(error instanceof StreamUnreachable)) throw error;
+      this.connect = undefined;
+      return transfer(undefined);
+    }
+  }
 
   /** What `path` is, without following a final symbolic link; FILE_NOT_FOUND when nothing. */
   async stat(path: string, options: CallOptions = {}): Promise<GuestStat> {
@@ -69,7 +84,9 @@ export class GuestFiles {
     checkAbsolute(path);
     const maxBytes = options.maxBytes ?? MAX_READ_BYTES;
     checkSize(maxBytes, MAX_READ_BYTES, "maxBytes");
-    const read = await readThroughAgentTo(this.channel, path, maxBytes, true, sink, options.signal, this.connect);
+    const read = await this.streamed((connect) =>
+      readThroughAgentTo(this.channel, path, maxBytes, true, sink, options.signal, connect),
+    );
     return { size: read.length, sha256: read.sha256 };
   }
 
@@ -90,6 +107,6 @@ export class GuestFiles {
         { hint: "copy an archive in parts", details: { path, sizeBytes: source.size, maxBytes: MAX_WRITE_BYTES } },
       );
     }
-    return writeThroughAgent(this.channel, path, source, options, this.connect);
+    return this.streamed((connect) => writeThroughAgent(this.channel, path, source, options, connect));
   }
 }

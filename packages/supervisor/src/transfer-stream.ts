@@ -31,6 +31,22 @@ const STREAM_PIECE_BYTES = 1024 * 1024;
  */
 export const STREAM_IDLE_MS = 150_000;
 
+/**
+ * The VM could not open the stream at all (a guest whose loopback is down, a connector that
+ * refuses): no byte moved, and the caller may do the transfer over the channel instead.
+ */
+export class StreamUnreachable extends Error {
+  constructor(cause: unknown) {
+    super(
+      `the guest's transfer stream could not be opened: ${cause instanceof Error ? cause.message : String(cause)}`,
+      {
+        cause,
+      },
+    );
+    this.name = "StreamUnreachable";
+  }
+}
+
 /** The `stream` field of an open's reply: a guest loopback port and a 32-hex-digit key. */
 export function parseStreamDoor(raw: unknown, what: string): StreamDoor {
   const r = record(raw, what);
@@ -68,7 +84,9 @@ async function overStream<T>(
   let idle: NodeJS.Timeout | undefined;
   const onAbort = (): void => void socket?.destroy(signal?.reason as Error);
   try {
-    socket = await connect(door.port, signal);
+    socket = await connect(door.port, signal).catch((error: unknown) => {
+      throw signal?.aborted ? signal.reason : new StreamUnreachable(error);
+    });
     signal?.addEventListener("abort", onAbort, { once: true });
     const stalled = new SupervisorError(
       "AGENT_UNRESPONSIVE",
@@ -86,6 +104,7 @@ async function overStream<T>(
   } catch (error) {
     socket?.destroy();
     if (signal?.aborted) throw signal.reason;
+    if (error instanceof StreamUnreachable) throw error;
     throw await reasonOf(error, failed);
   } finally {
     clearTimeout(idle);

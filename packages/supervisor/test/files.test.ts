@@ -152,3 +152,25 @@ test("files: streamed writes and reads, stat, mkdir and a tree listing that neve
   await expect(files.list(join(dir, "a", "b", "blob.bin"))).rejects.toMatchObject({ code: "FILE_NOT_DIRECTORY" });
   await expect(files.stat(join(dir, "nope"))).rejects.toMatchObject({ code: "FILE_NOT_FOUND" });
 });
+
+test("a large file still goes in and out when the guest's loopback refuses its transfer stream", async () => {
+  // The agent's door is let through; any other port (a transfer's stream) is refused, as by a
+  // guest whose loopback is down or firewalled.
+  let door: number | undefined;
+  const refusing = await startLocal({ portMap: (port) => (door === undefined || port === door ? port : 1) });
+  try {
+    door = refusing.client.hello.door?.port ?? -1;
+    const files = refusing.client.files;
+    const data = randomBytes(600 * 1024);
+    const path = join(refusing.workspace, "big.bin");
+    const sha256 = (await import("node:crypto")).createHash("sha256").update(data).digest("hex");
+    const written = await files.writeFrom(path, { size: data.length, sha256, read: (o, n) => data.subarray(o, o + n) });
+    expect(written).toEqual({ path, sizeBytes: data.length, sha256 });
+    expect((await readFile(path)).equals(data)).toBe(true);
+    const got: Buffer[] = [];
+    expect(await files.readTo(path, { write: (piece) => void got.push(piece) })).toEqual({ size: data.length, sha256 });
+    expect(Buffer.concat(got).equals(data)).toBe(true);
+  } finally {
+    await refusing.close();
+  }
+});

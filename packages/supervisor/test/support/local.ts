@@ -26,13 +26,19 @@ export async function startLocal(
     root?: string;
     /** The agent's whole environment (default: this process's). */
     env?: Record<string, string | undefined>;
+    /** The host port `connectTcp` dials for a guest port (default: the same). */
+    portMap?: (guestPort: number) => number;
   } & Partial<StartSupervisorOptions> = {},
 ): Promise<LocalSupervisor> {
   const root = options.root ?? (await mkdtemp(join(tmpdir(), "pisb-sup-")));
   const workspace = join(root, "workspace");
   const stateDir = join(root, "state");
   await mkdir(workspace, { recursive: true });
-  const vm = await createLocalGuestVm({ root: join(root, "guest-root"), ...(options.env ? { env: options.env } : {}) });
+  const vm = await createLocalGuestVm({
+    root: join(root, "guest-root"),
+    ...(options.env ? { env: options.env } : {}),
+    ...(options.portMap ? { portMap: options.portMap } : {}),
+  });
   const events: AgentEvent[] = [];
   const start = async () => {
     const client = await SupervisorClient.start({
