@@ -13,6 +13,7 @@
 // here, a guest's request for a new host waits there for the page's Allow once, and its Stop
 // button stops it there. One boot and one start for the file.
 import { execFile, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { request } from "node:http";
 import { join } from "node:path";
@@ -275,4 +276,23 @@ test("apply brings the work home; the laptop's dashboard opens the preview, answ
     await browser.close();
     await cli(["dashboard", "--stop"]);
   }
+});
+
+test("image import, list and rm through the context: a directory of the laptop becomes an image there", async () => {
+  // A small assets directory (its files checked against the manifest's sums, never booted).
+  const assets = join(dir, "assets");
+  await mkdir(assets);
+  const files = { kernel: "vmlinuz-virt", initramfs: "initramfs.cpio.lz4", rootfs: "rootfs.ext4" };
+  const checksums: Record<string, string> = {};
+  for (const [role, file] of Object.entries(files)) {
+    await writeFile(join(assets, file), `${role} of the laptop\n`);
+    checksums[role] = createHash("sha256").update(`${role} of the laptop\n`).digest("hex");
+  }
+  await writeFile(
+    join(assets, "manifest.json"),
+    JSON.stringify({ version: 1, buildId: "laptop-made", assets: files, checksums }),
+  );
+  expect(await ok(["image", "import", "assets", "from-laptop"])).toMatch(/^imported image from-laptop \(\w+\): \/\S+/m);
+  expect(await ok(["image", "list"])).toMatch(/^from-laptop\s/m);
+  expect(await ok(["image", "rm", "from-laptop"])).toMatch(/^removed from-laptop$/m);
 });
