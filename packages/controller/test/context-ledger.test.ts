@@ -216,6 +216,24 @@ test("audit verify through a context checks this machine's ledger too, and names
     ),
   });
 
+  // A break on the far side is said as that machine's.
+  await writeFile(file, lines.join("\n").replace('"outcome":"CONTROLLER_NOT_FOUND"', '"outcome":"ok"'));
+  const farBroken = async () => {
+    throw new ControllerError(
+      "CONTROLLER_LEDGER_BROKEN",
+      "the ledger of demo is broken at ledger-000001.jsonl line 4",
+      {
+        hint: "Something other than pi-sandbox wrote /far/state/instances/demo/ledger.",
+      },
+    );
+  };
+  await expect(
+    auditThroughContext("audit-verify", { action: "audit-verify", name: "demo" }, "far", env, farBroken),
+  ).rejects.toMatchObject({
+    message: "on context far, the ledger of demo is broken at ledger-000001.jsonl line 4",
+    details: { context: "far" },
+  });
+
   // The far side has no such instance (a create refused here): this machine's entries alone.
   const gone = async () => {
     throw new ControllerError("CONTROLLER_NOT_FOUND", "no instance named refused");

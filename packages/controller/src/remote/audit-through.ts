@@ -10,7 +10,7 @@ import {
   type AuditRead,
   type AuditVerdict,
 } from "../actions/audit.js";
-import { isControllerError } from "../errors.js";
+import { ControllerError, isControllerError } from "../errors.js";
 import { StateLayout } from "../state/layout.js";
 import { readLedger, verifyLedger, type LedgerKind } from "../state/ledger.js";
 
@@ -21,11 +21,18 @@ export const HERE = "here";
  * The far side's answer to `args`, or undefined when it has no such instance nor a ledger of one
  * while this machine has entries of it (a create refused here, say).
  */
-async function farOrNone<T>(send: () => Promise<unknown>, ownEntries: number): Promise<T | undefined> {
+async function farOrNone<T>(send: () => Promise<unknown>, ownEntries: number, context: string): Promise<T | undefined> {
   try {
     return (await send()) as T;
   } catch (error) {
     if (ownEntries > 0 && isControllerError(error, "CONTROLLER_NOT_FOUND")) return undefined;
+    // Said as the other machine's: this machine's ledger of the context is another one.
+    if (isControllerError(error, "CONTROLLER_LEDGER_BROKEN")) {
+      throw new ControllerError("CONTROLLER_LEDGER_BROKEN", `on context ${context}, ${error.message}`, {
+        ...(error.hint ? { hint: `${error.hint} (That directory is on the machine of context ${context}.)` } : {}),
+        details: { ...error.details, context },
+      });
+    }
     throw error;
   }
 }
@@ -51,7 +58,7 @@ export async function auditThroughContext(
       );
     }
     const own = readLedger(dir).filter((e) => e.data.name === name).length;
-    const far = await farOrNone<AuditVerdict>(() => send(args), own);
+    const far = await farOrNone<AuditVerdict>(() => send(args), own, context);
     return {
       ...(far ?? { ok: true, entries: 0, files: 0, lastHash: "" }),
       name,
@@ -72,6 +79,7 @@ export async function auditThroughContext(
   const far = await farOrNone<AuditRead>(
     () => send(args.cursor === undefined ? rest : { ...rest, cursor: String(farAfter) }),
     own.length,
+    context,
   );
   let entries = [...(far?.entries ?? []).map((e) => ({ ...e, machine: context })), ...own].sort((a, b) =>
     a.at < b.at ? -1 : a.at > b.at ? 1 : 0,
