@@ -142,6 +142,8 @@ try {
       "the guest's side of a copy, without ssh",
     );
   }
+  // Before the cleanup, whose failure would lose them.
+  printRows();
 } finally {
   for (const [name, context] of [
     ["loc", "local"],
@@ -152,4 +154,3 @@ try {
   await remote.close();
   rmSync(dir, { recursive: true, force: true });
 }
-printRows();
