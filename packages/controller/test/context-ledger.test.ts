@@ -91,8 +91,10 @@ test("a call is recorded with its caller, instance, arguments (names of secrets 
   call({ ...exec("demo", "make"), env: { TOKEN: "s3cret-value" } }, "ok");
   call({ action: "write", name: "demo", path: "/workspace/a", content: "s3cret-text" }, "ok");
   call({ action: "start", name: "demo" }, "CONTROLLER_SECRET_UNAVAILABLE");
-  // Polls: the dashboard's list, audit itself, logs -f, exec-status while the command runs.
+  // Polls: the dashboard's list and egress watch, audit itself, logs -f, exec-status while the command runs.
   call({ action: "list" }, "ok");
+  call({ action: "egress-watch", names: ["demo"], id: "page-1" }, "ok");
+  call({ action: "egress", name: "demo", waiting: true }, "ok");
   call({ action: "audit", name: "demo" }, "ok");
   call({ action: "logs", name: "demo", service: "web", cursor: "3" }, "ok");
   call({ action: "exec-status", name: "demo", pid: "p1" }, "ok", { running: true });

@@ -41,16 +41,20 @@ export function laptopIdentity(): string {
 }
 
 /**
- * Calls that read and change nothing, made over and over while a page or a follower is open: the
- * dashboard's list of every context, `audit` itself, `logs -f` and `exec-status` while the command
- * runs (its end, the exit code, is recorded). The far side does not record them either.
+ * Calls made over and over while a page or a follower is open, which change nothing the ledger
+ * tells: the dashboard's list of every context and its `egress-watch` (and `egress` of what
+ * waits), `audit` itself, `logs -f` and `exec-status` while the command runs (its end, the exit
+ * code, is recorded). The far side does not record them either.
  */
 function isPoll(args: Record<string, unknown>, outcome: ContextOutcome, result: unknown): boolean {
   switch (args.action) {
     case "list":
     case "audit":
     case "audit-verify":
+    case "egress-watch":
       return true;
+    case "egress":
+      return args.waiting === true;
     case "logs":
       return args.cursor !== undefined;
     case "exec-status":
