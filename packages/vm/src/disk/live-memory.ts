@@ -22,6 +22,26 @@ import {
 } from "./vm-memory.js";
 
 const PAUSE_BEFORE_SWITCHOVER = "pause-before-switchover";
+/**
+ * QEMU slows the guest's vCPU down while it dirties memory faster than the copy goes (20, 50, 80,
+ * then 99 % of its time taken, a step each time two passes over the dirty pages in a row find it
+ * still too fast), until the rest fits in the downtime limit: without it, a guest rewriting a
+ * large buffer in a loop never let the copy end and the save failed at its deadline.
+ */
+const AUTO_CONVERGE = "auto-converge";
+const THROTTLE = { "cpu-throttle-initial": 20, "cpu-throttle-increment": 30, "max-cpu-throttle": 99 } as const;
+/**
+ * How long QEMU may hold the guest paused for the last pages and the device state: QEMU's default
+ * (300 ms) at first, longer each time the copy has not converged by then (a host too busy to copy
+ * as fast as even the slowed guest dirties), and in the end as long as copying what is left takes,
+ * as a suspend would: a save that ends with a longer pause rather than failing at its deadline.
+ */
+const DOWNTIME_STEPS = [
+  { afterMs: 0, limitMs: 300 },
+  { afterMs: 10_000, limitMs: 1_000 },
+  { afterMs: 20_000, limitMs: 5_000 },
+  { afterMs: 30_000, limitMs: 600_000 },
+] as const;
 /** Run states in which the guest does not run after a migration ended or failed. */
 const NOT_RUNNING = new Set(["paused", "postmigrate", "finish-migrate"]);
 
@@ -51,18 +71,28 @@ export async function startLiveMemorySave(
   const deadline = started + timeoutMs;
   let sink: MigrationSink | undefined;
   let pausedAt: number | undefined;
-  const capability = (state: boolean) =>
-    monitor.command("migrate-set-capabilities", { capabilities: [{ capability: PAUSE_BEFORE_SWITCHOVER, state }] });
+  const capabilities = (state: boolean) =>
+    monitor.command("migrate-set-capabilities", {
+      capabilities: [PAUSE_BEFORE_SWITCHOVER, AUTO_CONVERGE].map((capability) => ({ capability, state })),
+    });
   const cleanUp = async () => {
     sink?.close();
-    // Later suspends pause before they migrate: no stop before the switchover for them.
-    await capability(false).catch(() => undefined);
+    // Later suspends pause before they migrate: no stop before the switchover, nothing to slow
+    // down, and QEMU's own downtime limit (a larger one copies all of a paused guest in one go).
+    await capabilities(false).catch(() => undefined);
+    await monitor
+      .command("migrate-set-parameters", { "downtime-limit": DOWNTIME_STEPS[0].limitMs })
+      .catch(() => undefined);
   };
   try {
     sink = await migrationSink(runtimeDir, file);
-    await capability(true);
+    await capabilities(true);
     // QEMU limits migration to 128 MiB/s by default; a local file has no reason for a limit.
-    await monitor.command("migrate-set-parameters", { "max-bandwidth": 64 * 1024 ** 3 });
+    await monitor.command("migrate-set-parameters", {
+      "max-bandwidth": 64 * 1024 ** 3,
+      "downtime-limit": DOWNTIME_STEPS[0].limitMs,
+      ...THROTTLE,
+    });
     await monitor.command("migrate", { uri: sink.uri });
   } catch (error) {
     await cleanUp();
@@ -75,7 +105,7 @@ export async function startLiveMemorySave(
   };
   return {
     async paused() {
-      await waitForMigration(monitor, deadline, "pre-switchover");
+      await waitForSwitchover(monitor, started, deadline);
       pausedAt = performance.now();
     },
     async proceed() {
@@ -105,6 +135,22 @@ export async function startLiveMemorySave(
       await fsp.rm(file, { force: true }).catch(() => undefined);
     },
   };
+}
+
+/** Waits for QEMU to pause the guest before the switchover, raising the downtime limit by {@link DOWNTIME_STEPS}. */
+async function waitForSwitchover(monitor: QmpMonitor, started: number, deadline: number): Promise<void> {
+  for (let step = 1; ; step++) {
+    const next = DOWNTIME_STEPS[step];
+    const until = next ? Math.min(deadline, started + next.afterMs) : deadline;
+    try {
+      await waitForMigration(monitor, until, "pre-switchover");
+      return;
+    } catch (error) {
+      // A failed or cancelled migration, or the save's own deadline.
+      if (!next || until === deadline || performance.now() < until) throw error;
+    }
+    await monitor.command("migrate-set-parameters", { "downtime-limit": next.limitMs });
+  }
 }
 
 /** What {@link keepLiveMemoryCheckpoint} needs of the running VM. */

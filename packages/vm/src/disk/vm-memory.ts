@@ -17,7 +17,7 @@ import { INCOMING_FD, MEMORY_FILE, MIGRATE_SOCKET, SUSPEND_STATE_FILE, gondolinC
 import { fsyncDir, fsyncFile, readJsonIfExists } from "../fs-util.js";
 import type { VfsInodeTable } from "../gondolin-private.js";
 import { qemuMemory } from "../host/host-facts.js";
-import type { QmpMonitor } from "../host/qmp.js";
+import { QmpCommandError, type QmpMonitor } from "../host/qmp.js";
 
 const POLL_MS = 50;
 
@@ -147,10 +147,17 @@ export async function restoreMemory(monitor: QmpMonitor, timeoutMs: number, befo
   }
 }
 
-/** Waits until QEMU's migration reaches `status` (default `completed`); throws when it fails or is cancelled. */
+/**
+ * Waits until QEMU's migration reaches `status` (default `completed`); throws when it fails or is
+ * cancelled. A query QEMU leaves unanswered is asked again: it copies the last pages holding its
+ * main lock, which keeps its monitor silent for as long as that takes.
+ */
 export async function waitForMigration(monitor: QmpMonitor, deadline: number, status = "completed"): Promise<void> {
   for (;;) {
-    const info = (await monitor.command("query-migrate")) as { status?: unknown; "error-desc"?: unknown };
+    const info = (await monitor.command("query-migrate").catch((error: unknown) => {
+      if (error instanceof QmpCommandError && error.outcome === "no-answer" && performance.now() < deadline) return {};
+      throw error;
+    })) as { status?: unknown; "error-desc"?: unknown };
     if (info.status === status) return;
     if (info.status === "failed" || info.status === "cancelled") {
       throw new Error(typeof info["error-desc"] === "string" ? info["error-desc"] : `migration ${info.status}`);
