@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
 import { pidAlive } from "../src/state/liveness.js";
 import { readStatus } from "../src/state/records.js";
-import { fetchText, makeSandbox, qemuFor, teardown, type Sandbox } from "../src/testing.js";
+import { fetchText, makeSandbox, qemuFor, qemuGone, teardown, until, type Sandbox } from "../src/testing.js";
 
 let sandbox: Sandbox;
 let call: Sandbox["call"];
@@ -177,10 +177,17 @@ test("a suspended instance resumes with its processes and previews; without its 
   const daemonPid = (await call({ action: "inspect", name: "c2" })).daemonPid as number;
   const layout = new StateLayout(sandbox.home);
   const suspending = call({ action: "suspend", name: "c2" }).catch((e: unknown) => e);
-  for (let i = 0; i < 400 && (await readStatus(layout, "instances", "c2"))?.state !== "suspending"; i++)
-    await new Promise((r) => setTimeout(r, 10));
+  // Read from the status file (inspect samples QEMU's CPU for 200 ms): the suspend is under way.
+  await until(
+    "the suspend to begin",
+    async () => (await readStatus(layout, "instances", "c2"))?.state === "suspending",
+    30_000,
+    10,
+  );
   process.kill(daemonPid, "SIGKILL");
   expect(await suspending).toMatchObject({ code: expect.stringMatching(/^CONTROLLER_DAEMON_/) });
+  // Its QEMU goes with it.
+  expect(await qemuGone(sandbox.home, 15_000)).toEqual([]);
   // A killed process finishes exiting on its own time (a thread in the kernel, a busy disk).
   for (let i = 0; i < 600 && pidAlive(daemonPid); i++) await new Promise((r) => setTimeout(r, 100));
   expect((await call({ action: "inspect", name: "c2" })).state).toBe("interrupted");
