@@ -3,6 +3,7 @@
 // entries in words with control characters escaped, then each entry written after them, only the
 // kinds asked for. The page itself, in a real Chromium, is e2e's dashboard test.
 import { startDashboardServer, type DashboardServer } from "../src/dashboard/server.js";
+import { timelineEntry } from "../src/dashboard/timeline.js";
 import { LEDGER_KINDS, type LedgerEntry } from "../src/state/ledger.js";
 import type { DaemonLogger } from "../src/log.js";
 import type { Loose } from "./support/local-daemon.js";
@@ -128,4 +129,12 @@ test("a kind filter reaches the audit action; an unknown name or kind is reporte
 
 test("without a session the timeline is refused", async () => {
   expect((await fetch(`${origin}/api/audit?name=web`)).status).toBe(403);
+});
+
+test("through a context each entry names the machine whose ledger holds it, escaped", () => {
+  const far = { ...entry("exec", { cmd: "true", exitCode: 0, user: "root" }), machine: "far" };
+  const here = { ...entry("refused", { action: "exec", reason: "the user said no" }), machine: "here\u001b[2J" };
+  expect(timelineEntry(far)).toMatchObject({ machine: "far", kind: "exec" });
+  expect(timelineEntry(here).machine).toBe("here\\x1b[2J");
+  expect(timelineEntry(entry("exec", { cmd: "true", exitCode: 0, user: "root" }))).not.toHaveProperty("machine");
 });

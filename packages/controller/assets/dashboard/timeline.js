@@ -9,8 +9,11 @@ let source;
 let name;
 /** The context (another machine) of the instance shown; undefined for this machine. */
 let context;
-/** The newest entry shown: a stream that reconnects starts over, and what is shown is skipped. */
-let newest = 0;
+/**
+ * The newest entry shown of each ledger (through a context, this machine's and the other one's):
+ * a stream that reconnects starts over, and what is shown is skipped.
+ */
+let newest = new Map();
 
 const list = () => document.querySelector("#timeline");
 const kindSelect = () => document.querySelector("#timeline-kind");
@@ -20,6 +23,7 @@ function item(entry) {
   const li = document.createElement("li");
   li.dataset.kind = entry.kind;
   li.dataset.seq = String(entry.seq);
+  if (entry.machine) li.dataset.machine = entry.machine;
   const time = document.createElement("time");
   time.dateTime = entry.at;
   time.textContent = new Date(entry.at).toLocaleString();
@@ -29,7 +33,13 @@ function item(entry) {
   const what = document.createElement("span");
   what.className = "what";
   what.textContent = entry.text;
-  li.append(time, " ", kind, " ", what);
+  if (entry.machine) {
+    // Through a context, two ledgers: this machine's (what was sent from here) and the other one's.
+    const machine = document.createElement("span");
+    machine.className = "machine";
+    machine.textContent = entry.machine;
+    li.append(time, " ", machine, " ", kind, " ", what);
+  } else li.append(time, " ", kind, " ", what);
   return li;
 }
 
@@ -37,7 +47,7 @@ function follow() {
   source?.close();
   list().replaceChildren();
   document.querySelector("#timeline-note").textContent = "";
-  newest = 0;
+  newest = new Map();
   const query = new URLSearchParams({ name });
   if (context) query.set("context", context);
   if (kindSelect().value) query.append("kind", kindSelect().value);
@@ -55,8 +65,10 @@ function follow() {
   source.addEventListener("entries", (event) => {
     const shown = list();
     for (const entry of JSON.parse(event.data).entries) {
-      if (entry.seq <= newest) continue;
-      newest = entry.seq;
+      // Each machine's ledger numbers its own entries.
+      const key = entry.machine ?? "";
+      if (entry.seq <= (newest.get(key) ?? 0)) continue;
+      newest.set(key, entry.seq);
       shown.prepend(item(entry));
     }
     while (shown.children.length > MAX_ENTRIES) shown.lastElementChild.remove();

@@ -13,6 +13,9 @@ export const TIMELINE_POLL_MS = 1_000;
 /** Entries the timeline starts with. */
 export const TIMELINE_FIRST = 200;
 
+/** An entry as `audit` returns it: through a context, with the machine whose ledger holds it. */
+type AuditEntry = LedgerEntry & { machine?: string };
+
 /** One entry as the page shows it. */
 export interface TimelineEntry {
   seq: number;
@@ -20,6 +23,11 @@ export interface TimelineEntry {
   kind: string;
   /** What happened, in words, escaped. */
   text: string;
+  /**
+   * Through a context: the machine whose ledger holds it, `here` or the context's name (each keeps
+   * its own sequence numbers).
+   */
+  machine?: string;
 }
 
 /** What a follower reports. */
@@ -30,12 +38,13 @@ export type TimelineEvent =
   | { type: "failure"; error: ReturnType<typeof errorJson> };
 
 /** The page's form of an entry. */
-export function timelineEntry(entry: LedgerEntry): TimelineEntry {
+export function timelineEntry(entry: AuditEntry): TimelineEntry {
   return {
     seq: entry.seq,
     at: entry.at,
     kind: entry.kind,
     text: escapeControlChars(entryWhat(entry)),
+    ...(entry.machine !== undefined ? { machine: escapeControlChars(entry.machine) } : {}),
   };
 }
 
@@ -59,7 +68,7 @@ export async function followLedger(
   while (!signal.aborted) {
     try {
       const read = (await call(cursor === undefined ? { ...base, last: TIMELINE_FIRST } : { ...base, cursor })) as {
-        entries: LedgerEntry[];
+        entries: AuditEntry[];
         cursor: string;
       };
       if (read.entries.length > 0) emit({ type: "entries", entries: read.entries.map(timelineEntry) });
