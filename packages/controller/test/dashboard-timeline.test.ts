@@ -133,7 +133,7 @@ test("without a session the timeline is refused", async () => {
 
 test("through a context each entry names the machine whose ledger holds it, escaped", () => {
   const far = { ...entry("exec", { cmd: "true", exitCode: 0, user: "root" }), machine: "far" };
-  const here = { ...entry("refused", { action: "exec", reason: "the user said no" }), machine: "here\u001b[2J" };
+  const here = { ...entry("action", { action: "exec", outcome: "refused" }), machine: "here\u001b[2J" };
   expect(timelineEntry(far)).toMatchObject({ machine: "far", kind: "exec" });
   expect(timelineEntry(here).machine).toBe("here\\x1b[2J");
   expect(timelineEntry(entry("exec", { cmd: "true", exitCode: 0, user: "root" }))).not.toHaveProperty("machine");
