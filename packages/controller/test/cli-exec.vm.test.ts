@@ -1,7 +1,10 @@
 // `pi-sandbox exec` and `shell` as docker exec / limactl shell, through the real CLI and one real
 // instance for the whole file: exit codes, argv quoting, env, output streamed as it comes, no time
 // limit, -d, Ctrl-C; shell on a terminal (util-linux `script` gives it one); progress and Ctrl-C
-// of a long action. Run after `npx tsc -p tsconfig.build.json` (the CLI and daemon run from dist/).
+// of a long action. On the same instance, guest text never reaches a terminal raw: the guest
+// writes terminal escape sequences (OSC 52 sets the clipboard, CSI 2J clears the screen) into its
+// .sandbox.yaml, command output, a file and a service log, all read back through the CLI. Run
+// after `npx tsc -p tsconfig.build.json` (the CLI and daemon run from dist/).
 import { spawn, spawnSync } from "node:child_process";
 import { chmod, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -25,8 +28,15 @@ interface CliRun {
   closedAt: number;
 }
 
-/** Runs `pi-sandbox …args`; `onStdout` sees the child and all stdout so far after each chunk. */
-function cli(args: string[], onStdout?: (child: ReturnType<typeof spawn>, stdout: string) => void): Promise<CliRun> {
+/**
+ * Runs `pi-sandbox …args`, feeding it `stdin`; `onStdout` sees the child and all stdout so far
+ * after each chunk.
+ */
+function cli(
+  args: string[],
+  onStdout?: (child: ReturnType<typeof spawn>, stdout: string) => void,
+  stdin = "",
+): Promise<CliRun> {
   return new Promise((resolve, reject) => {
     const started = Date.now();
     const child = spawn(process.execPath, [CLI, ...args], { cwd: sandbox.dir, env: sandbox.env });
@@ -37,7 +47,7 @@ function cli(args: string[], onStdout?: (child: ReturnType<typeof spawn>, stdout
       onStdout?.(child, run.stdout);
     });
     child.stderr.setEncoding("utf8").on("data", (text: string) => (run.stderr += text));
-    child.stdin.end();
+    child.stdin.end(stdin);
     child.once("error", reject);
     child.once("close", (code) => {
       run.code = code;
@@ -70,6 +80,17 @@ function onTerminal(args: string[], ready: RegExp, input: string): Promise<{ cod
     child.once("error", reject);
     child.once("close", (code) => resolve({ code, screen }));
   });
+}
+
+/** ESC, BEL and the C1 CSI: none may reach stdout or stderr. */
+const TERMINAL_CONTROL = /[\u001b\u0007\u009b]/;
+
+/** Runs the CLI (`stdin` fed to it) and checks that nothing a terminal would act on came out. */
+async function clean(args: string[], stdin = ""): Promise<CliRun> {
+  const out = await cli(args, undefined, stdin);
+  expect(out.stdout).not.toMatch(TERMINAL_CONTROL);
+  expect(out.stderr).not.toMatch(TERMINAL_CONTROL);
+  return out;
 }
 
 beforeAll(async () => {
@@ -179,6 +200,100 @@ test("bash completion offers the instance names", async () => {
     { encoding: "utf8", env: sandbox.env },
   );
   expect(run.stdout).toBe(`${NAME}\n`);
+});
+
+// Guest text with terminal controls, on the same instance while the exec above runs past the cap.
+// These leave a valid guest .sandbox.yaml with one more service (noisy), which the stop and start
+// below take as they are.
+test("a guest .sandbox.yaml whose preview title sets the clipboard is refused, and printed escaped", async () => {
+  // YAML's own escapes: the parsed title holds ESC and BEL.
+  const yaml = String.raw`version: 1
+services:
+  web:
+    command: python3 -m http.server $PORT --bind 127.0.0.1
+    health: /
+    preview: { title: "x\e]52;c;aGk=\a\e[2Jz" }
+`;
+  expect((await clean(["write", NAME, "/workspace/.sandbox.yaml"], yaml)).code).toBe(0);
+
+  const ensure = await clean(["services", NAME, "ensure"]);
+  expect(ensure.code).toBe(1);
+  expect(ensure.stderr).toMatch(
+    /^error SUPERVISOR_GUEST_CONFIG_INVALID: \/workspace\/\.sandbox\.yaml is not a valid sandbox\.yaml/,
+  );
+  expect(ensure.stderr).toContain(
+    '`services.web.preview.title` must not contain control characters (such as ESC, BEL or a line break); write plain text; got "x\\u001b]52;c;aGk=\\u0007\\u001b[2Jz" (line 6, column 23)',
+  );
+
+  const json = await clean(["services", NAME, "ensure", "--json"]);
+  expect(json.code).toBe(1);
+  const error = (JSON.parse(json.stderr) as { error: { code: string; details: { issues: { path: string }[] } } }).error;
+  expect(error.code).toBe("SUPERVISOR_GUEST_CONFIG_INVALID");
+  expect(error.details.issues.map((issue) => issue.path)).toEqual(["services.web.preview.title"]);
+
+  const inspect = await clean(["inspect", NAME]);
+  expect(inspect.code).toBe(0);
+  expect(inspect.stdout).toMatch(/^state: {7}running$/m);
+  // The previews opened at create stay; the refused YAML changed nothing.
+  expect(inspect.stdout).toMatch(/^preview: {5}http:\/\/127(?:\.\d{1,3}){3}:\d+\/ {2}web$/m);
+  expect((await clean(["inspect", NAME, "--json"])).code).toBe(0);
+  const list = await clean(["list"]);
+  expect(list.stdout).toMatch(new RegExp(`^${NAME} +running `, "m"));
+});
+
+test("raw escape bytes in the guest YAML are refused and printed escaped too", async () => {
+  // printf writes real ESC and BEL bytes into the file, and a raw ESC into a key.
+  const script = String.raw`printf 'version: 1\n\033[2J: 1\nservices:\n  web:\n    command: x\n    preview: { title: "a\033]52;c;aGk=\007" }\n' > /workspace/.sandbox.yaml`;
+  expect((await clean(["exec", NAME, "--", script])).code).toBe(0);
+  const ensure = await clean(["services", NAME, "ensure"]);
+  expect(ensure.code).toBe(1);
+  expect(ensure.stderr).toContain("`\\x1b[2J` is not a known key");
+  expect(ensure.stderr).toContain('got "a\\u001b]52;c;aGk=\\u0007"');
+  await clean(["inspect", NAME]);
+  await clean(["list"]);
+});
+
+test("command output, a file and a service log carrying escape sequences are printed escaped", async () => {
+  const evil = String.raw`out \033]52;c;aGk=\007\033[2J\302\233done\n`;
+  const exec = await clean(["exec", NAME, "--", `printf '${evil}'`]);
+  expect(exec.code).toBe(0);
+  expect(exec.stdout).toBe("out \\x1b]52;c;aGk=\\x07\\x1b[2J\\u009bdone\n");
+  // --json is still JSON of the exact output.
+  const json = await clean(["exec", NAME, "--json", "--", `printf '${evil}'`]);
+  expect((JSON.parse(json.stdout) as { output: string }).output).toBe(
+    "out \u001b]52;c;aGk=\u0007\u001b[2J\u009bdone\n",
+  );
+
+  expect((await clean(["exec", NAME, "--", `printf '${evil}' > /tmp/evil.txt`])).code).toBe(0);
+  const read = await clean(["read", NAME, "/tmp/evil.txt"]);
+  expect(read.stdout).toBe("out \\x1b]52;c;aGk=\\x07\\x1b[2J\\u009bdone\n");
+
+  // A valid guest YAML again, with a service that writes the sequence to its log.
+  const yaml = String.raw`version: 1
+services:
+  web:
+    command: python3 -m http.server $PORT --bind 127.0.0.1
+    health: /
+    preview: true
+  noisy:
+    command: "printf '\\033]52;c;aGk=\\007noise\\n'; exec sleep 600"
+    health: process
+`;
+  expect((await clean(["write", NAME, "/workspace/.sandbox.yaml"], yaml)).code).toBe(0);
+  const ensure = await clean(["services", NAME, "ensure"]);
+  expect(ensure.code).toBe(0);
+  let logs: CliRun | undefined;
+  for (let attempt = 0; attempt < 20; attempt++) {
+    logs = await clean(["logs", NAME, "noisy"]);
+    // The output itself, not the "started … printf …noise" line that announces the command.
+    if (logs.stdout.includes("\\x1b]52")) break;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  expect(logs!.stdout).toContain("\\x1b]52;c;aGk=\\x07noise");
+
+  // The controller log recorded the refused YAML; every entry is one line without raw controls.
+  const controller = await clean(["logs", NAME, "-n", "500"]);
+  expect(controller.stdout).toContain("SUPERVISOR_GUEST_CONFIG_INVALID");
 });
 
 test("waits past the action's 60 s cap until the command ends", async () => {

@@ -1,6 +1,6 @@
 // Guest text never reaches a terminal raw: the CLI's output, the action schemas' preview labels
 // and the controller log. State files stand in for what a hostile guest left behind (agent error
-// messages, preview titles); the real-VM path is in terminal-text.vm.test.ts.
+// messages, preview titles); the real-VM path is in cli-exec.vm.test.ts.
 import { spawnSync } from "node:child_process";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
