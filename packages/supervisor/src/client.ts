@@ -57,6 +57,8 @@ export class SupervisorClient implements AsyncDisposable {
     private readonly stopChannel: AbortController,
     /** What the agent reported when the channel opened. */
     readonly hello: AgentHello,
+    /** Whether the agent wrote the `identity` of the start's options (false without one). */
+    readonly identityApplied: boolean,
     /** Absolute guest workspace. */
     readonly workspace: string,
     private readonly logger: SupervisorLogger,
@@ -86,9 +88,10 @@ export class SupervisorClient implements AsyncDisposable {
     const placement = placementOf(options);
     const workspace = placement.workspace;
 
-    const { channel, stopChannel, hello, via } = await attachAgent(vm, {
+    const { channel, stopChannel, hello, identityApplied, via } = await attachAgent(vm, {
       ...placement,
       door: options.door,
+      identity: options.identity,
       startTimeoutMs: options.startTimeoutMs ?? 60_000,
       logger,
       label,
@@ -97,7 +100,7 @@ export class SupervisorClient implements AsyncDisposable {
     try {
       const connect: GuestConnect = (port, signal) =>
         vm.connectTcp(port, { timeoutMs: STREAM_CONNECT_TIMEOUT_MS, ...(signal ? { signal } : {}) });
-      const client = new SupervisorClient(channel, stopChannel, hello, workspace, logger, connect);
+      const client = new SupervisorClient(channel, stopChannel, hello, identityApplied, workspace, logger, connect);
       const door = via === "door" ? "through its TCP door" : undefined;
       if (hello.sessions > 0) {
         await client.services.adoptRunning(signal);
