@@ -95,4 +95,5 @@ export type { ServicePlaceholder } from "./references.js";
 
 // Rendering and JSON Schema
 export { renderConfig } from "./render.js";
+export { yamlLib } from "./yaml-lib.js";
 export { SANDBOX_SCHEMA_ID, sandboxJsonSchema } from "./json-schema.js";

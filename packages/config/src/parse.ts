@@ -2,7 +2,7 @@
 // every issue with its path, line and column.
 import { open } from "node:fs/promises";
 import { resolve } from "node:path";
-import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type Node } from "yaml";
+import type { Document, LineCounter, Node } from "yaml";
 import { dottedPath } from "./describe.js";
 import { ConfigError, formatConfigIssue, type ConfigIssue } from "./errors.js";
 import { escapeControlChars } from "./control-chars.js";
@@ -11,6 +11,7 @@ import { normaliseConfig } from "./normalise.js";
 import { crossFieldIssues } from "./rules.js";
 import type { SandboxConfig } from "./types.js";
 import { validateStructure, type LocatedIssue, type Segment } from "./validate.js";
+import { yamlLib } from "./yaml-lib.js";
 
 /** Options of {@link parseConfig}. */
 export interface ParseConfigOptions {
@@ -68,6 +69,7 @@ function locate(
   segments: readonly Segment[],
   at: "key" | "value",
 ): Position | undefined {
+  const { isAlias, isMap, isScalar, isSeq } = yamlLib();
   const position = (node: { range?: [number, number, number] | null } | null | undefined): Position | undefined => {
     const offset = node?.range?.[0];
     if (offset === undefined) return undefined;
@@ -101,6 +103,7 @@ function locate(
 
 /** The first alias whose anchor is missing, for a position when `toJS` refuses the document. */
 function firstBadAlias(doc: Document): Node | undefined {
+  const { visit } = yamlLib();
   let found: Node | undefined;
   visit(doc, {
     Alias(_key, node) {
@@ -119,6 +122,7 @@ const MAX_DUPLICATE_ISSUES = 20;
 
 /** Keys that appear more than once in the same mapping, in one pass over the document. */
 function duplicateKeys(doc: Document, counter: LineCounter): ConfigIssue[] {
+  const { isScalar, visit } = yamlLib();
   const issues: ConfigIssue[] = [];
   visit(doc, {
     Map(_key, map) {
@@ -155,6 +159,7 @@ function byPosition(a: ConfigIssue, b: ConfigIssue): number {
  * every problem: `CONFIG_YAML_SYNTAX`, `CONFIG_INVALID` or `CONFIG_TOO_LARGE`.
  */
 export function parseConfig(text: string, options: ParseConfigOptions = {}): SandboxConfig {
+  const { isMap, isScalar, LineCounter, parseDocument } = yamlLib();
   const { sourcePath } = options;
   const size = Buffer.byteLength(text, "utf8");
   if (size > LIMITS.yamlMaxBytes) throw tooLarge(sourcePath, size);

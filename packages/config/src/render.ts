@@ -1,8 +1,8 @@
 // Renders a typed config back to sandbox.yaml text.
-import { stringify } from "yaml";
 import { formatDuration } from "./duration.js";
 import { PROFILES } from "./profiles.js";
 import { CONFIG_DEFAULTS, type PreviewLink, type SandboxConfig, type ServiceConfig } from "./types.js";
+import { yamlLib } from "./yaml-lib.js";
 
 function link(value: PreviewLink): Record<string, string> {
   return {
@@ -85,5 +85,5 @@ export function renderConfig(config: SandboxConfig): string {
   const services = Object.values(config.services);
   if (services.length > 0)
     out.services = Object.fromEntries(services.map((service) => [service.name, renderService(service)]));
-  return stringify(out, { lineWidth: 0 });
+  return yamlLib().stringify(out, { lineWidth: 0 });
 }

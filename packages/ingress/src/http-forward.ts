@@ -2,8 +2,8 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import { PassThrough } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { errors as undiciErrors } from "undici";
 import { sendAnswer, type GatewayAnswer } from "./pages.js";
+import { isUndiciError } from "./undici-lib.js";
 import { GuestConnectError, type Upstream } from "./upstream.js";
 
 /** What the HTTP forwarder needs from its listener. */
@@ -51,7 +51,7 @@ export async function forwardHttp(ctx: ForwardContext, req: IncomingMessage, res
   const method = req.method ?? "GET";
   const upstream = ctx.upstream();
 
-  let response: Awaited<ReturnType<Upstream["pool"]["request"]>> | undefined;
+  let response: Awaited<ReturnType<Upstream["request"]>> | undefined;
   let body: PassThrough | undefined;
   for (let attempt = 1; response === undefined; attempt++) {
     // The request body goes through a PassThrough we own: if undici gives up on it, the client's
@@ -59,7 +59,7 @@ export async function forwardHttp(ctx: ForwardContext, req: IncomingMessage, res
     body = hasBody ? new PassThrough({ highWaterMark: 64 * 1024 }) : undefined;
     if (body) req.pipe(body);
     try {
-      response = await upstream.pool.request({
+      response = await upstream.request({
         method,
         path: req.url ?? "/",
         headers,
@@ -142,7 +142,7 @@ function connectionTokens(value: string | undefined): string[] {
 }
 
 function isStaleSocket(error: unknown): boolean {
-  return error instanceof undiciErrors.SocketError;
+  return isUndiciError(error, "SocketError");
 }
 
 /** The gateway's own answer when the guest could not produce a response. */
@@ -159,7 +159,7 @@ export function upstreamFailureAnswer(
       message: `Preview ${ctx.key}: nothing answers on guest port ${guestPort} (${describe(error.cause)}). Is the server running and listening on 127.0.0.1:${guestPort} in the guest? ${logs}.`,
     };
   }
-  if (error instanceof undiciErrors.HeadersTimeoutError) {
+  if (isUndiciError(error, "HeadersTimeoutError")) {
     return {
       status: 504,
       message: `Preview ${ctx.key}: guest port ${guestPort} sent no response headers within ${formatMs(ctx.headersTimeoutMs)}. ${logs}.`,
@@ -171,13 +171,13 @@ export function upstreamFailureAnswer(
       message: `Preview ${ctx.key}: guest port ${guestPort} closed the connection before reading the whole request body (the server may have refused the upload without reading it, e.g. as too large). ${logs}.`,
     };
   }
-  if (error instanceof undiciErrors.SocketError || isBrokenPipe(error)) {
+  if (isUndiciError(error, "SocketError") || isBrokenPipe(error)) {
     return {
       status: 502,
       message: `Preview ${ctx.key}: guest port ${guestPort} closed the connection before sending a response. ${logs}.`,
     };
   }
-  if (error instanceof undiciErrors.HTTPParserError || error instanceof undiciErrors.ResponseExceededMaxSizeError) {
+  if (isUndiciError(error, "HTTPParserError") || isUndiciError(error, "ResponseExceededMaxSizeError")) {
     return {
       status: 502,
       message: `Preview ${ctx.key}: guest port ${guestPort} sent an invalid HTTP/1.1 response (${describe(error)}). Previews forward plain HTTP only.`,

@@ -1,7 +1,6 @@
 // The doctor action: checks of the host (Node, QEMU, qemu-img, the accelerator, the state
 // directory's permissions) and of a sandbox.yaml's image, run locally; each failed check says its fix.
 import * as v from "valibot";
-import { runDoctor } from "./doctor-checks.js";
 import { defineAction } from "./kit/define.js";
 import { actionSchema, arg, text } from "./kit/parts.js";
 
@@ -24,8 +23,10 @@ export const doctor = defineAction({
     },
     toAction: (input) => ({ action: "doctor", config: input.values.config }),
   },
-  run: (args, ctx) =>
-    runDoctor(ctx.layout, {
+  // The checks load the image package and the VM host probes: only when the doctor runs, not with
+  // the action table every CLI command and daemon loads.
+  run: async (args, ctx) =>
+    (await import("./doctor-checks.js")).runDoctor(ctx.layout, {
       ...(args.config !== undefined ? { config: args.config } : {}),
       cwd: ctx.cwd,
       env: ctx.env,

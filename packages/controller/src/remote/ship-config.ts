@@ -14,9 +14,9 @@ import {
   parseConfig,
   parseSecretSource,
   readConfigText,
+  yamlLib,
   type ConfigReach,
 } from "@pi-sandbox/config";
-import { parseDocument } from "yaml";
 import { ControllerError } from "../errors.js";
 
 /** What goes with a call. */
@@ -71,7 +71,7 @@ export async function shipConfig(path: string, context: string, env: NodeJS.Proc
   const { text, sourcePath } = await readConfigText(path);
   // Checked here first: a bad file is reported against the path the user gave.
   const config = parseConfig(text, { sourcePath });
-  const doc = parseDocument(text);
+  const doc = yamlLib().parseDocument(text);
   const secrets: Record<string, string> = {};
   const sources: Record<string, string> = {};
   let n = 0;
