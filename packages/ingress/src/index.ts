@@ -18,6 +18,7 @@ export type {
 
 // Guest connections
 export { guestVmConnector } from "./connector.js";
+export { preloadForwarder } from "./undici-lib.js";
 export type { GuestConnector, TcpConnectable } from "./connector.js";
 
 // Port leases

@@ -13,6 +13,14 @@ export function loadUndici(): Promise<Undici> {
   return loading;
 }
 
+/**
+ * Starts loading what forwarding needs (undici), without waiting: the controller calls it as an
+ * instance with previews boots, so the load runs while QEMU boots or resumes, not after it.
+ */
+export function preloadForwarder(): void {
+  loadUndici().catch(() => undefined);
+}
+
 /** The error classes whose instances the forwarders tell apart. */
 type UndiciErrorName = "SocketError" | "HeadersTimeoutError" | "HTTPParserError" | "ResponseExceededMaxSizeError";
 

@@ -1,9 +1,17 @@
 #!/usr/bin/env node
-// The `pi-sandbox` executable's entry: runs the CLI with the process's arguments.
+// The `pi-sandbox` executable's entry: runs the CLI with the process's arguments. `start <name>`
+// spawns the instance's daemon first (client/early-start.ts), so that it starts while the CLI's
+// own modules load (imported below, not above).
+import { startDaemonEarly } from "../client/early-start.js";
 import { traceMark, traceProcessStart } from "../trace.js";
-import { runCli } from "./cli.js";
 
+const argv = process.argv.slice(2);
+const early = new AbortController();
+await startDaemonEarly(argv, process.env, early.signal);
+const { runCli } = await import("./cli.js");
 traceProcessStart("cli");
 
-process.exitCode = await runCli(process.argv.slice(2));
+process.exitCode = await runCli(argv);
+// The early start's wait for the socket must not keep a finished CLI alive.
+early.abort();
 traceMark("cli: done");

@@ -42,11 +42,47 @@ export async function ensureDaemon(
   layout: StateLayout,
   kind: EntryKind,
   name: string,
-  options: { env?: NodeJS.ProcessEnv; signal?: AbortSignal } = {},
+  options: { env?: NodeJS.ProcessEnv; signal?: AbortSignal; onSpawned?: () => void } = {},
 ): Promise<void> {
   const pidFile = layout.pidFile(kind, name);
   const socketPath = layout.socketPath(kind, name);
+  // A daemon this process is already starting (cli/main.ts starts one before the CLI's modules
+  // load): waited for rather than raced by a second spawn; if it failed, this call starts one itself.
+  const starting = inFlight.get(socketPath);
+  if (starting) await Promise.race([starting, aborted(options.signal)]);
   if ((await daemonLive(pidFile, socketPath)).live) return;
+  const started = startDaemon(layout, kind, name, pidFile, socketPath, options);
+  inFlight.set(
+    socketPath,
+    started.catch(() => undefined),
+  );
+  try {
+    await started;
+  } finally {
+    inFlight.delete(socketPath);
+  }
+}
+
+/** Daemons being started by this process, by socket path; each settles once its start has. */
+const inFlight = new Map<string, Promise<void>>();
+
+/** Rejects with the signal's reason once it aborts (never settles without a signal). */
+function aborted(signal: AbortSignal | undefined): Promise<never> {
+  return new Promise((_, reject) => {
+    if (!signal) return;
+    if (signal.aborted) reject(signal.reason);
+    else signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+  });
+}
+
+async function startDaemon(
+  layout: StateLayout,
+  kind: EntryKind,
+  name: string,
+  pidFile: string,
+  socketPath: string,
+  options: { env?: NodeJS.ProcessEnv; signal?: AbortSignal; onSpawned?: () => void },
+): Promise<void> {
   const entry = daemonEntry();
   if (!existsSync(entry)) {
     throw new ControllerError("CONTROLLER_DAEMON_START_FAILED", `controller daemon script ${entry} is missing`, {
@@ -67,6 +103,7 @@ export async function ensureDaemon(
   };
   let spawned = await spawnOne();
   traceMark("client: daemon spawned");
+  options.onSpawned?.();
   let respawns = 0;
   const deadline = Date.now() + HANDSHAKE_TIMEOUT_MS;
   while (Date.now() < deadline) {

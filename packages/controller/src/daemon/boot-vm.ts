@@ -1,7 +1,8 @@
 // The boot of an entry's VM as the lifecycle's start, create and prepare share it: what the config
 // reaches on the host resolved and checked at every start, the boot's progress passed on, and the
 // preview gateway opened on the instance's own loopback address.
-import type { SandboxConfig } from "@pi-sandbox/config";
+import { hasPreview, type SandboxConfig } from "@pi-sandbox/config";
+import { preloadForwarder } from "@pi-sandbox/ingress";
 import type { ProgressEvent } from "../wire.js";
 import { assertHostPortsFree, hostPortsOf, portsTakenByInstances } from "./host-ports.js";
 import { previewAddressFor } from "./preview-address.js";
@@ -38,6 +39,8 @@ export async function bootInstanceVm(
   const names = Object.keys(secrets);
   if (names.length > 0) progress({ stage: "boot", message: `secrets kept on the host: ${names.join(", ")}` });
   progress({ stage: "boot", message: `booting (${config.resources.cpus} cpu, ${config.resources.memoryGiB} GiB)` });
+  // The previews' HTTP client loads while the daemon waits for QEMU, not after, as they reopen.
+  if (state.kind === "instances" && Object.values(config.services).some(hasPreview)) preloadForwarder();
   const said = new Set<string>();
   const vm = await runtime.bootVm({
     name: state.name,
