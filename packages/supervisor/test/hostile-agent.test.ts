@@ -3,11 +3,11 @@
 // crashing. The agent is scripted here; supervisor.vm.test.ts does the same to a real guest.
 import { LIMITS } from "@pi-sandbox/config";
 import { AgentChannel } from "../src/channel.js";
-import { SupervisorClient, isSupervisorError, type SupervisorError } from "../src/index.js";
+import { SupervisorClient, type SupervisorError } from "../src/index.js";
 import { readThroughAgent } from "../src/file-transfer.js";
 import { listThroughAgent } from "../src/file-tree.js";
 import { MAX_AGENT_LINE_BYTES, TRANSFER_CHUNK_BYTES } from "../src/protocol.js";
-import { ScriptedAgent, scriptedVm } from "./support/scripted-agent.js";
+import { ScriptedAgent, rejection, scriptedVm } from "./support/scripted-agent.js";
 
 const MiB = 1024 * 1024;
 const warnings: string[] = [];
@@ -21,15 +21,6 @@ function channelOver(agent: ScriptedAgent) {
   const kills: unknown[] = [];
   const channel = new AgentChannel(agent.execution, logger, "[test]", (reason) => kills.push(reason));
   return { channel, kills };
-}
-
-async function rejection(promise: Promise<unknown>): Promise<SupervisorError> {
-  const error = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  if (!isSupervisorError(error)) throw new Error(`expected a SupervisorError, got ${String(error)}`);
-  return error;
 }
 
 /** Writes `total` bytes of `x` without a newline, a chunk at a time, as `tr` into the pipe would. */

@@ -5,10 +5,9 @@ import { createHash } from "node:crypto";
 import { createServer, connect as netConnect, type Server, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { AgentChannel } from "../src/channel.js";
-import { isSupervisorError, type SupervisorError } from "../src/index.js";
 import { readThroughAgentTo, writeThroughAgent } from "../src/file-transfer.js";
 import { TRANSFER_CHUNK_BYTES } from "../src/protocol.js";
-import { ScriptedAgent } from "./support/scripted-agent.js";
+import { ScriptedAgent, rejection } from "./support/scripted-agent.js";
 
 const logger = { info: () => undefined, warn: () => undefined };
 const KEY = "0123456789abcdef0123456789abcdef";
@@ -44,13 +43,17 @@ const connect = (port: number): Promise<Duplex> =>
     socket.once("error", reject);
   });
 
-async function rejection(promise: Promise<unknown>): Promise<SupervisorError> {
-  const error = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  if (!isSupervisorError(error)) throw new Error(`expected a SupervisorError, got ${String(error)}`);
-  return error;
+/** A large read's opening reply, naming `stream` as where its bytes come from. */
+function readOpen(stream: unknown) {
+  return {
+    size: LENGTH,
+    length: LENGTH,
+    sha256: "a".repeat(64),
+    truncated: false,
+    token: "t1",
+    chunkBytes: TRANSFER_CHUNK_BYTES,
+    stream,
+  };
 }
 
 function readingAgent(port: number, sent: number) {
@@ -58,15 +61,7 @@ function readingAgent(port: number, sent: number) {
   const channel = new AgentChannel(agent.execution, logger, "[test]");
   agent.onRequest = (req) => {
     if (req.op === "file-read-open") {
-      agent.reply(req.id, {
-        size: LENGTH,
-        length: LENGTH,
-        sha256: "a".repeat(64),
-        truncated: false,
-        token: "t1",
-        chunkBytes: TRANSFER_CHUNK_BYTES,
-        stream: { port, key: KEY },
-      });
+      agent.reply(req.id, readOpen({ port, key: KEY }));
     } else if (req.op === "file-read-stream") {
       setTimeout(() => agent.reply(req.id, { sent }), 200);
     }
@@ -103,16 +98,7 @@ test("a stream door that is no loopback port or key is refused before anything c
   for (const stream of [{ port: 70_000, key: KEY }, { port: 22, key: "../../etc" }, undefined]) {
     const agent = new ScriptedAgent();
     const channel = new AgentChannel(agent.execution, logger, "[test]");
-    agent.onRequest = (req) =>
-      agent.reply(req.id, {
-        size: LENGTH,
-        length: LENGTH,
-        sha256: "a".repeat(64),
-        truncated: false,
-        token: "t1",
-        chunkBytes: TRANSFER_CHUNK_BYTES,
-        stream,
-      });
+    agent.onRequest = (req) => agent.reply(req.id, readOpen(stream));
     const error = await rejection(
       readThroughAgentTo(channel, "/big", LENGTH, true, { write: () => undefined }, undefined, connect),
     );

@@ -2,6 +2,7 @@
 // line by line, as guest root could, and sees every request the client sent.
 import { PassThrough, Writable } from "node:stream";
 import type { GuestExecution, GuestExitStatus, GuestVm } from "@pi-sandbox/vm";
+import { isSupervisorError, type SupervisorError } from "../../src/index.js";
 import { PROTOCOL_VERSION } from "../../src/protocol.js";
 
 /** A request as the host sent it. */
@@ -131,4 +132,14 @@ export function scriptedVm(agent: ScriptedAgent): GuestVm & { execs: number } {
     close: () => Promise.resolve(),
   };
   return vm as unknown as GuestVm & { execs: number };
+}
+
+/** The SupervisorError `promise` rejects with (anything else fails the test). */
+export async function rejection(promise: Promise<unknown>): Promise<SupervisorError> {
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  if (!isSupervisorError(error)) throw new Error(`expected a SupervisorError, got ${String(error)}`);
+  return error;
 }
