@@ -5,7 +5,7 @@ import {
   type CodedErrorJson,
   type CodedErrorOptions,
   type ConfigErrorCode,
-} from "@pi-sandbox/config";
+} from "@pi-sandbox/config/core";
 import type { ImageErrorCode } from "@pi-sandbox/image";
 import type { IngressErrorCode } from "@pi-sandbox/ingress";
 import type { SupervisorErrorCode } from "@pi-sandbox/supervisor";

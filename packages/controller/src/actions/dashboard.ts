@@ -2,24 +2,12 @@
 // fresh link to it, or ends it. For the user only: the link's token opens a browser session that
 // can stop and destroy instances, which a model has no business holding.
 import * as v from "valibot";
-import { ensureDashboard, findDashboard, stopDashboard, type DashboardInfo } from "../dashboard/launch.js";
 import { ControllerError } from "../errors.js";
 import { defineAction } from "./kit/define.js";
+import { lazyHandler } from "./kit/lazy.js";
 import { actionSchema, arg } from "./kit/parts.js";
 
-/** What `dashboard --stop` answers. */
-export interface DashboardStopped {
-  /** True when a running dashboard was ended. */
-  stopped: boolean;
-  /** Its pid. */
-  pid?: number;
-}
-
-/** What `dashboard` with `status` answers when none runs. */
-export interface DashboardAbsent {
-  /** Always false. */
-  running: false;
-}
+export type { DashboardAbsent, DashboardStopped } from "./dashboard-run.js";
 
 /** `dashboard`: a page of every instance and template, previews, logs and cost, on 127.0.0.1. */
 export const dashboard = defineAction({
@@ -58,11 +46,7 @@ export const dashboard = defineAction({
       "It lists every context's instances too; with --context NAME the link opens at NAME's.",
     ],
   },
-  async run(args, ctx): Promise<DashboardInfo | DashboardStopped | DashboardAbsent> {
-    if (args.stop) return stopDashboard(ctx.layout);
-    if (args.status) return (await findDashboard(ctx.layout)) ?? { running: false };
-    return ensureDashboard(ctx.layout, { env: ctx.env });
-  },
+  run: lazyHandler(async () => (await import("./dashboard-run.js")).runDashboard),
   formatText(result) {
     if ("running" in result) return "no dashboard runs\n";
     if ("stopped" in result) return result.stopped ? `dashboard stopped (pid ${result.pid})\n` : "no dashboard runs\n";

@@ -8,12 +8,11 @@ import { existsSync } from "node:fs";
 import * as v from "valibot";
 import { INSTANCE_NAME_PATTERN } from "@pi-sandbox/config";
 import { ControllerError } from "../errors.js";
-import { hostPlaces } from "../host-places.js";
 import { StateLayout } from "../state/layout.js";
 import { UsageError, defineAction, type CliInput } from "./kit/define.js";
 import { actionSchema, arg, name, nameArg, positional, text } from "./kit/parts.js";
+import { lazyHandler } from "./kit/lazy.js";
 import { oneLine } from "./kit/text.js";
-import { applyPatch } from "./patch-apply.js";
 import {
   APPLY_PATCH_MAX_BYTES,
   DIFF_PATCH_MAX_BYTES,
@@ -216,17 +215,7 @@ export const apply = defineAction({
       "its project, and asks the user for paths where code runs (package.json, .github/, …).",
     ],
   },
-  run: async (args, ctx): Promise<ApplyResult> => {
-    const made = await checkedPatch(args, ctx, APPLY_PATCH_MAX_BYTES);
-    if (made.parsed.files.length === 0) {
-      return { ...made.view, to: args.to, gitWorkTree: false, how: "none", conflicts: [] };
-    }
-    const outcome = await applyPatch(made.bytes, made.parsed, args.to, {
-      ...(args.force ? { force: true } : {}),
-      ...(ctx.guard ? { guard: { limits: ctx.guard, places: await hostPlaces(ctx.stateRoot) } } : {}),
-    });
-    return { ...made.view, ...outcome };
-  },
+  run: lazyHandler(async () => (await import("./apply-run.js")).runApply),
   formatText: formatApply,
   brief: (result) =>
     result.how === "none"

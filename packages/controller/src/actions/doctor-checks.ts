@@ -10,6 +10,7 @@ import { DEFAULT_IMAGE_NAME, imageCacheRoot, isImageError, listImages, resolveIm
 import { chooseAccelerator, loadImageDir, probeHost, resolveAccelerator } from "@pi-sandbox/vm/host";
 import { isControllerError } from "../errors.js";
 import type { StateLayout } from "../state/layout.js";
+import type { LocalContext } from "./kit/define.js";
 import { findDaemonNode } from "../node-floor.js";
 
 const run = promisify(execFile);
@@ -307,4 +308,16 @@ export async function runDoctor(
   if (!options.config) checks.push(await imagesCheck(options.env));
   checks.splice(acceleratorAt, 0, await acceleratorCheck(qemuPath, options.env, layout, kernelPath));
   return { ok: checks.every((c) => c.status !== "fail"), checks };
+}
+
+/** The doctor action's handler: actions/doctor.ts loads this module on the action's first call. */
+export function doctorHandler(
+  args: { config?: string | undefined },
+  ctx: LocalContext,
+): Promise<{ ok: boolean; checks: DoctorCheck[] }> {
+  return runDoctor(ctx.layout, {
+    ...(args.config !== undefined ? { config: args.config } : {}),
+    cwd: ctx.cwd,
+    env: ctx.env,
+  });
 }

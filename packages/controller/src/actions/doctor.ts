@@ -2,6 +2,7 @@
 // directory's permissions) and of a sandbox.yaml's image, run locally; each failed check says its fix.
 import * as v from "valibot";
 import { defineAction } from "./kit/define.js";
+import { lazyHandler } from "./kit/lazy.js";
 import { actionSchema, arg, text } from "./kit/parts.js";
 
 /** `doctor`: host and image checks, each with its fix. */
@@ -25,12 +26,7 @@ export const doctor = defineAction({
   },
   // The checks load the image package and the VM host probes: only when the doctor runs, not with
   // the action table every CLI command and daemon loads.
-  run: async (args, ctx) =>
-    (await import("./doctor-checks.js")).runDoctor(ctx.layout, {
-      ...(args.config !== undefined ? { config: args.config } : {}),
-      cwd: ctx.cwd,
-      env: ctx.env,
-    }),
+  run: lazyHandler(async () => (await import("./doctor-checks.js")).doctorHandler),
   formatText: (result) =>
     result.checks
       .map(

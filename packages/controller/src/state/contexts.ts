@@ -7,7 +7,7 @@
 import { mkdir, rm } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
-import { writeJsonAtomic } from "@pi-sandbox/config";
+import { writeJsonAtomic } from "@pi-sandbox/config/core";
 import { ControllerError } from "../errors.js";
 import { readJson } from "./read-json.js";
 

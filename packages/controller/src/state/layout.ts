@@ -3,7 +3,7 @@ import { createHash } from "node:crypto";
 import { lstat, mkdir, stat } from "node:fs/promises";
 import { homedir, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { assertValidInstanceName, isConfigError } from "@pi-sandbox/config";
+import { assertValidInstanceName, isConfigError } from "@pi-sandbox/config/core";
 import { ControllerError } from "../errors.js";
 
 /** The two name spaces under the state root. */

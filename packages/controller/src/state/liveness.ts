@@ -1,5 +1,5 @@
 // Whether an entry's daemon is alive: its pid file, its process and whether its socket answers.
-import { pidAlive } from "@pi-sandbox/vm/host";
+import { pidAlive } from "@pi-sandbox/vm/process";
 import { probeSocket, readPidFile, socketAccepts } from "../probes.js";
 import { readJsonLines, writeJsonLine, type DaemonMessage } from "../wire.js";
 

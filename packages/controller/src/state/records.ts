@@ -6,7 +6,7 @@ import {
   writeJsonAtomic,
   type CheckpointConfig,
   type SandboxConfig,
-} from "@pi-sandbox/config";
+} from "@pi-sandbox/config/core";
 import { readJson } from "./read-json.js";
 import type { EntryKind, StateLayout } from "./layout.js";
 
