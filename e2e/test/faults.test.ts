@@ -40,6 +40,8 @@ let sandbox: Sandbox;
 let created: Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any -- loose JSON
 let createdAt = 0;
 let badImage: Promise<{ error: unknown; ms: number }>;
+/** How long after create the crash loop is sampled (the other tests run meanwhile). */
+const LOOP_MS = 30_000;
 
 /**
  * The test image with a kernel of random bytes: its other files hard-linked (an image's files must
@@ -118,14 +120,14 @@ test("the network allow-list lets the npm registry through and refuses pypi.org"
   expect(code === "403" || (exit !== "exit=0" && !/^[23]\d\d$/.test(code ?? ""))).toBe(true);
 });
 
-test("a service that crash-loops for a minute restarts about once a second while the rest works", async () => {
+test("a service that crash-loops for half a minute restarts about once a second while the rest works", async () => {
   const restartsOf = async () => {
     const status = await sandbox.call({ action: "services", name: "app", op: "status", service: "crash" });
     return status.services[0].restarts as number;
   };
   const first = await restartsOf();
   // Keep using the instance while the loop runs.
-  while (Date.now() - createdAt < 60_000) {
+  while (Date.now() - createdAt < LOOP_MS) {
     const quick = await sandbox.call({ action: "exec", name: "app", cmd: "echo $((6*7))" });
     expect(quick).toMatchObject({ running: false, exitCode: 0, output: "42\n" });
     expect(await fetchText(created.previews[0].url)).toBe("200 web is up\n");
@@ -139,9 +141,9 @@ test("a service that crash-loops for a minute restarts about once a second while
   const view = await sandbox.call({ action: "inspect", name: "app" });
   expect(view.state).toBe("running");
   expect(restarts).toBeGreaterThan(first);
-  // About once a second since creation: at least 30 in the minute, nowhere near hundreds.
+  // About once a second since creation: at least one every two seconds, nowhere near hundreds.
   const seconds = (sampledAt - createdAt) / 1000 + 10; // + the time services ran before create resolved
-  expect(restarts).toBeGreaterThanOrEqual(30);
+  expect(restarts).toBeGreaterThanOrEqual(LOOP_MS / 2000);
   expect(restarts).toBeLessThanOrEqual(seconds * 1.2);
   const status = await sandbox.call({ action: "services", name: "app", op: "status", service: "crash" });
   expect(status.services[0].lastExit).toMatchObject({ exitCode: 3 });
