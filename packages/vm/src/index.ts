@@ -112,6 +112,7 @@ export {
 
 // QEMU process hygiene
 export { prepareQemuLauncher, type QemuLauncher } from "./host/qemu-process.js";
+export { TRANSFER_DISK_BYTES, TRANSFER_DISK_SERIAL, type TransferDisk } from "./host/transfer-disk.js";
 export { reapStrayQemu, type ReapResult } from "./disk/disk-lock.js";
 
 // Errors

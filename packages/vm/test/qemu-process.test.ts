@@ -7,6 +7,7 @@ import net from "node:net";
 import path from "node:path";
 import { QEMU_PID_FILE, prepareQemuLauncher, reapStrayQemu } from "../src/index.js";
 import { QmpMonitor } from "../src/host/qmp.js";
+import { createTransferDisk, machineHasTransferDisk } from "../src/host/transfer-disk.js";
 import { TS_NODE_ARGS, qemuWithoutSeccomp, tempDir } from "./support/helpers.js";
 
 let dir: string;
@@ -54,7 +55,7 @@ test("the launcher is a pdeathsig wrapper whose name keeps the arch", async () =
   expect(launcher.diesWithParent).toBe(true);
   expect(path.basename(launcher.qemuPath)).toBe("qemu-system-x86_64-pdeathsig");
   expect(fs.readFileSync(launcher.qemuPath, "utf8")).toContain("--pdeathsig KILL");
-  expect(launcher.devices).toBe("balloon(free-page-reporting)");
+  expect(launcher.devices).toBe("balloon(free-page-reporting),transfer-disk(64MiB)");
   expect(execFileSync(launcher.qemuPath, ["--version"], { encoding: "utf8" })).toMatch(/QEMU emulator version/);
   // Regenerating leaves an identical file alone.
   const before = fs.statSync(launcher.qemuPath).mtimeMs;
@@ -87,6 +88,59 @@ test("the launcher gives QEMU a QMP socket next to Gondolin's control socket, wh
   }
   await expect(monitor.status()).rejects.toThrow(/not connected/);
 });
+
+test("the transfer disk: a fresh 0600 sparse file per boot, which the wrapper gives a PCI machine only, apart from the root drive", async () => {
+  const launcher = await prepareQemuLauncher(path.join(dir, "bin"));
+  const runtime = path.join(dir, "run");
+  await fsp.mkdir(runtime);
+  // A link left where the file goes is replaced, never written through.
+  const elsewhere = path.join(dir, "elsewhere");
+  fs.writeFileSync(elsewhere, "keep");
+  fs.symlinkSync(elsewhere, path.join(runtime, "transfer.raw"));
+  const disk = await createTransferDisk(runtime);
+  expect(disk).toEqual({
+    path: path.join(runtime, "transfer.raw"),
+    sizeBytes: 64 * 1024 * 1024,
+    serial: "pisb-transfer",
+  });
+  expect(fs.readFileSync(elsewhere, "utf8")).toBe("keep");
+  const stat = fs.lstatSync(disk.path);
+  expect([stat.isFile(), stat.mode & 0o777, stat.size, stat.nlink]).toEqual([true, 0o600, 64 * 1024 * 1024, 1]);
+  expect(stat.blocks).toBe(0);
+  expect([machineHasTransferDisk("q35"), machineHasTransferDisk("virt"), machineHasTransferDisk("microvm")]).toEqual([
+    true,
+    true,
+    false,
+  ]);
+  const blockDevices = async (machine: string): Promise<{ device?: string; inserted?: { file?: string } }[]> => {
+    const chardev = `socket,id=virtiocon0,path=${runtime}/ctl.sock,server=on,wait=off`;
+    const args = ["-machine", machine, "-nodefaults", "-display", "none", "-monitor", "none", "-S"];
+    const qemu = spawn(launcher.qemuPath, [...args, "-name", `${dir}/xfer`, "-chardev", chardev], { stdio: "ignore" });
+    await new Promise((resolve) => qemu.once("spawn", resolve));
+    started.push(qemu.pid!);
+    const monitor = new QmpMonitor(path.join(runtime, "qmp.sock"), {
+      onIoErrorPause: () => {},
+      connectTimeoutMs: 10_000,
+    });
+    try {
+      await expect(monitor.connected).resolves.toBe(true);
+      return (await monitor.command("query-block")) as { device?: string; inserted?: { file?: string } }[];
+    } finally {
+      monitor.close();
+      qemu.kill("SIGKILL");
+      await new Promise((resolve) => qemu.once("exit", resolve));
+      fs.rmSync(path.join(runtime, "qmp.sock"), { force: true });
+    }
+  };
+  // q35: the drive, by its own id, never Gondolin's root drive id (drive0), which QMP's layer switch names.
+  const q35 = await blockDevices("q35");
+  expect(q35.map((device) => device.device)).toEqual(["pisb-transfer"]);
+  expect(q35[0]!.inserted?.file).toBe("transfer.raw");
+  // No PCI bus (here: no machine), or no file: no drive.
+  expect((await blockDevices("none")).map((device) => device.device)).toEqual([]);
+  fs.rmSync(disk.path);
+  expect((await blockDevices("q35")).map((device) => device.device)).toEqual([]);
+}, 60_000);
 
 test("QmpMonitor reports a guest paused on a disk error, also one that paused before it connected", async () => {
   const socketPath = path.join(dir, "fake-qmp.sock");

@@ -33,6 +33,7 @@ import { readonlyMounts } from "./mounts.js";
 import { qemuMemory, type Accelerator, type AcceleratorChoice } from "../host/host-facts.js";
 import { ensureQemuGone, writeQemuPidRecord, type QemuLauncher } from "../host/qemu-process.js";
 import { QmpMonitor } from "../host/qmp.js";
+import { createTransferDisk, machineHasTransferDisk, type TransferDisk } from "../host/transfer-disk.js";
 import { restoreMemory, savedMachineOf, type SuspendState } from "../disk/vm-memory.js";
 import { mapStartError, pausedGuestError } from "./start-errors.js";
 import type { RestoreOutcome, RunningVm, StartVmOptions } from "./vm-types.js";
@@ -170,6 +171,9 @@ export async function bootAttempt(
     // The wrapper starts QEMU with `-incoming defer` and the memory file open when it finds this marker.
     if (attempt.memory)
       await fsp.writeFile(path.join(runtimeDir, INCOMING_MARKER), attempt.memory.file, { mode: 0o600 });
+    // Each boot's own fresh drive file, before QEMU starts (the wrapper adds the drive when it is there).
+    let transferDisk: TransferDisk | undefined;
+    if (machineHasTransferDisk(accelerator.machineType)) transferDisk = await createTransferDisk(runtimeDir);
     const image = run.image;
     const vmOptions: VMOptions = {
       sandbox: {
@@ -279,6 +283,7 @@ export async function bootAttempt(
       policy,
       { machine, restore },
       attempt.recovery,
+      transferDisk,
     );
   } catch (error) {
     await cleanup();

@@ -16,6 +16,7 @@ import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions 
 import { hostDiskFullError, hostSpaceOf } from "../host/host-disk.js";
 import type { AcceleratorChoice } from "../host/host-facts.js";
 import { ensureQemuGone } from "../host/qemu-process.js";
+import type { TransferDisk } from "../host/transfer-disk.js";
 import type { QmpMonitor } from "../host/qmp.js";
 import { memoryTempName } from "../filenames.js";
 import {
@@ -74,6 +75,8 @@ export class BootedVm implements RunningVm {
     },
     private readonly memory?: { machine: SavedMachine; restore: RestoreOutcome | undefined },
     private readonly recovered?: RunRecovery,
+    /** The transfer disk QEMU serves to this guest (transfer-disk.ts), if the machine has one. */
+    readonly transferDisk?: TransferDisk,
   ) {}
 
   get restore(): RestoreOutcome | undefined {

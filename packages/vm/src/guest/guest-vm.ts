@@ -1,5 +1,6 @@
 // The GuestVm interface: what the layers above may do with a guest (exec, files, TCP, SSH).
 import type { Duplex, Readable, Writable } from "node:stream";
+import type { TransferDisk } from "../host/transfer-disk.js";
 
 /** Options for one command run in the guest. */
 export interface GuestExecOptions {
@@ -99,6 +100,11 @@ export interface GuestVm {
   enableSsh(options?: GuestSshOptions): Promise<GuestSshAccess>;
   /** PID of the host QEMU process, when one runs. */
   readonly hostPid: number | undefined;
+  /**
+   * The raw file QEMU gives this guest as its transfer disk (a second virtio-blk drive, found in
+   * the guest by its serial), for large copies; absent on a machine without one (microvm).
+   */
+  readonly transferDisk?: TransferDisk;
   /** Whether `close()` has begun or the VM exited by itself. */
   readonly closed: boolean;
   /**
