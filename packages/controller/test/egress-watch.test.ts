@@ -1,4 +1,4 @@
-// `egress-watch`, what another machine's dashboard calls through a context: the instances' guests
+// `egress-watch`, what another machine's dashboard or Pi calls through a context: the instances' guests
 // then hold a request for a new host for that page (the dashboard is among who can answer), and
 // what waits comes back. The user's only; a name that is no instance name is refused.
 import { mkdir } from "node:fs/promises";
@@ -42,6 +42,12 @@ test("the page becomes an answerer there, and gets what waits", async () => {
   expect(watched).toEqual({ waiting: { demo: [ask] } });
   expect(await answerersNow(layout, "demo")).toEqual(["dashboard"]);
   expect(await answerersNow(layout, "quiet")).toEqual(["dashboard"]);
+  // A Pi session there says so as Pi (the ledger's "who could have answered" names it).
+  await callAction({ action: "egress-watch", names: ["quiet"], id: "1234-ab12", by: "pi" }, { env });
+  expect((await answerersNow(layout, "quiet")).sort()).toEqual(["dashboard", "pi"]);
+  await expect(
+    callAction({ action: "egress-watch", names: ["quiet"], id: "x", by: "model" }, { env }),
+  ).rejects.toMatchObject({ code: "CONTROLLER_BAD_INPUT" });
 });
 
 test("a model cannot say it answers; a path for a name is refused", async () => {

@@ -1,8 +1,9 @@
-// `egress-watch`: another machine's dashboard, through a context, says it can answer these
-// instances' egress asks now (as this machine's own dashboard does at each poll while a page is
-// open: their guests' requests for a new host then wait for an answer instead of failing at once)
-// and gets what waits. Its answers come back as egress-approve and egress-deny through the context.
-// For the user only: a model claiming an answerer would make the guests' requests wait for nobody.
+// `egress-watch`: another machine's dashboard or Pi session, through a context, says it can answer
+// these instances' egress asks now (as this machine's own do while a page is open or a session
+// uses them: their guests' requests for a new host then wait for an answer instead of failing at
+// once) and gets what waits. Its answers come back as egress-approve and egress-deny through the
+// context. For the user only: a model claiming an answerer would make the guests' requests wait
+// for nobody.
 
 import * as v from "valibot";
 import { INSTANCE_NAME_PATTERN } from "@pi-sandbox/config";
@@ -15,20 +16,22 @@ import { oneLine } from "./kit/text.js";
 /** The most instances one call watches. */
 const WATCH_MAX = 100;
 
-/** `egress-watch`: mark a dashboard of another machine as an answerer; what waits, per instance. */
+/** `egress-watch`: mark a dashboard or Pi of another machine as an answerer; what waits, per instance. */
 export const egressWatch = defineAction({
   name: "egress-watch",
   summary:
-    "another machine's dashboard, through a context, says it can answer these running instances' egress asks for the next 15 s; returns the requests waiting for an answer",
+    "another machine's dashboard or Pi session, through a context, says it can answer these running instances' egress asks for the next 15 s; returns the requests waiting for an answer",
   args: [
     arg("names", "string[]", true, `running instances (1-${WATCH_MAX})`),
-    arg("id", "string", true, "the dashboard's id (letters, digits and -, up to 64)"),
+    arg("id", "string", true, "the dashboard's or session's id (letters, digits and -, up to 64)"),
+    arg("by", '"dashboard"|"pi"', false, "who watches, default dashboard"),
   ],
   route: "local",
   userOnly: true,
   schema: actionSchema("egress-watch", {
     names: v.pipe(v.array(name), v.minLength(1), v.maxLength(WATCH_MAX)),
     id: v.pipe(v.string(), v.regex(/^[A-Za-z0-9-]{1,64}$/)),
+    by: v.optional(v.picklist(["dashboard", "pi"] as const)),
   }),
   refine(args) {
     const bad = args.names.find((n) => !INSTANCE_NAME_PATTERN.test(n));
@@ -42,7 +45,7 @@ export const egressWatch = defineAction({
     const waiting: Record<string, EgressAsk[]> = {};
     await Promise.all(
       args.names.map(async (instance) => {
-        await markAnswerer(ctx.layout, instance, "dashboard", args.id);
+        await markAnswerer(ctx.layout, instance, args.by ?? "dashboard", args.id);
         const asks = await readAsks(ctx.layout, instance).catch(() => [] as EgressAsk[]);
         if (asks.length > 0) waiting[instance] = asks;
       }),
