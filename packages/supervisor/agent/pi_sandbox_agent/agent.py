@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from .cleanup import Cleanup
 from .context import Context
+from .disk_transfer import DiskTransfers
 from .execs import Execs
 from .file_tree import file_list, file_mkdir, file_stat
 from .files import Transfers
@@ -72,6 +73,7 @@ class Agent:
         self.runs = Runs(ctx, self.jobs, cleanup)
         self.services = Services(ctx, ports)
         self.transfers = Transfers(ctx.limits)
+        self.disk = DiskTransfers(self.transfers)
         self.log_follow = LogFollow(ctx.limits, self.services.known, self.services.log_path)
         self._workers = WorkerPool(self._handle)
         self._in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
@@ -94,6 +96,11 @@ class Agent:
             "file-write-stream": self.transfers.write_stream,
             "file-write-commit": self.transfers.write_commit,
             "file-write-abort": self.transfers.write_abort,
+            "file-disk-read-open": self.disk.read_open,
+            "file-disk-read-piece": self.disk.read_piece,
+            "file-disk-write-open": self.disk.write_open,
+            "file-disk-write-piece": self.disk.write_piece,
+            "file-disk-write-commit": self.disk.write_commit,
             "file-stat": file_stat,
             "file-list": file_list,
             "file-mkdir": file_mkdir,

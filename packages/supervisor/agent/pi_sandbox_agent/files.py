@@ -11,6 +11,7 @@ import base64
 import hashlib
 import os
 import threading
+import zlib
 from typing import Any, BinaryIO, Union
 
 from .fsutil import fsync_dir, os_error
@@ -52,15 +53,17 @@ class WriteTransfer:
 
     kind = "write"
 
-    def __init__(self, path: str, target: str, size: int, sha256: str, mode: int | None):
+    def __init__(self, path: str, target: str, size: int, sha256: str | None, mode: int | None):
         self.token = os.urandom(8).hex()
         self.path = path
         self.target = target
         self.size = size
-        self.sha256 = sha256.lower()
+        # With no sha256 (a transfer-disk write), the bytes are checked by their CRC-32 instead.
+        self.sha256 = sha256.lower() if sha256 is not None else None
         self.mode = mode
         self.written = 0
         self.hasher = hashlib.sha256()
+        self.crc = 0
         parent = os.path.dirname(target) or "/"
         self.tmp = os.path.join(parent, ".%s.pi-sandbox-%s.part" % (os.path.basename(target), self.token))
         self.file: BinaryIO | None = None
@@ -77,7 +80,10 @@ class WriteTransfer:
             self.file.write(data)
         except (OSError, ValueError) as err:
             raise AgentError("FILE_IO", "cannot write %s: %s" % (self.path, err)) from None
-        self.hasher.update(data)
+        if self.sha256 is None:
+            self.crc = zlib.crc32(data, self.crc)
+        else:
+            self.hasher.update(data)
         self.written += len(data)
 
     def discard(self) -> None:
@@ -104,6 +110,18 @@ class Transfers:
         self.limits = limits
         self._lock = threading.Lock()
         self._items: dict[str, Transfer] = {}
+
+    def put(self, t: Transfer) -> None:
+        self._put(t)
+
+    def take_read(self, token: Any) -> ReadTransfer:
+        return self._take_read(token)
+
+    def take_write(self, token: Any) -> WriteTransfer:
+        return self._take_write(token)
+
+    def drop(self, token: Any) -> Transfer | None:
+        return self._drop(token)
 
     def _put(self, t: Transfer) -> None:
         with self._lock:
@@ -143,23 +161,34 @@ class Transfers:
 
     # -- reads
 
-    def read_open(self, args: JsonDict) -> JsonDict:
+    def open_read(self, args: JsonDict) -> tuple[str, BinaryIO, int, int]:
+        """A read's file open (path, file, size at the open, maxBytes): FILE_TOO_LARGE for an
+        `exact` read of a larger file. Shared by every way of reading."""
         path = check_abs_path(args)
         max_bytes = need_int(args, "maxBytes", self.limits.output_max_bytes, 0, self.limits.read_max_bytes)
-        exact = bool(args.get("exact"))
-        chunk = self.limits.transfer_chunk_bytes
         try:
             f = open(path, "rb")
         except OSError as err:
             raise os_error(err, path, "read") from None
         try:
             size = os.fstat(f.fileno()).st_size
-            if exact and size > max_bytes:
-                raise AgentError(
-                    "FILE_TOO_LARGE",
-                    "%s is %d bytes, more than the %d allowed" % (path, size, max_bytes),
-                    {"path": path, "size": size, "maxBytes": max_bytes},
-                )
+        except OSError as err:
+            f.close()
+            raise os_error(err, path, "read") from None
+        if args.get("exact") and size > max_bytes:
+            f.close()
+            raise AgentError(
+                "FILE_TOO_LARGE",
+                "%s is %d bytes, more than the %d allowed" % (path, size, max_bytes),
+                {"path": path, "size": size, "maxBytes": max_bytes},
+            )
+        return path, f, size, max_bytes
+
+    def read_open(self, args: JsonDict) -> JsonDict:
+        path, f, size, max_bytes = self.open_read(args)
+        exact = bool(args.get("exact"))
+        chunk = self.limits.transfer_chunk_bytes
+        try:
             # One pass for the sha256; the chunks are read again from the open file, so a file
             # changed in between arrives with a sha256 that does not match (the host refuses it).
             hasher = hashlib.sha256()
@@ -246,11 +275,34 @@ class Transfers:
     # -- writes
 
     def write_open(self, args: JsonDict) -> JsonDict:
+        t = self.open_write(args, check_str(args, "sha256"))
+        inline = args.get("data")
+        if inline is not None:
+            try:
+                self._append(t, inline, 0)
+                return self._commit(t)
+            except BaseException:
+                t.discard()
+                raise
+        if args.get("stream") is True:
+            try:
+                t.door = StreamDoor()
+            except BaseException:
+                t.discard()
+                raise
+        self._put(t)
+        result: JsonDict = {"token": t.token, "chunkBytes": self.limits.transfer_chunk_bytes}
+        if t.door is not None:
+            result["stream"] = t.door.describe()
+        return result
+
+    def open_write(self, args: JsonDict, digest: str | None) -> WriteTransfer:
+        """A write's destination checked (every way of writing refuses the same paths) and its temp
+        file open beside it; `digest` None checks the bytes by CRC-32 (disk_transfer.py)."""
         path = check_abs_path(args)
         size = check_int(args, "size", None, 0, self.limits.write_max_bytes)
         if size is None:
             raise AgentError("INVALID_ARGUMENT", "size is required")
-        digest = check_str(args, "sha256")
         mode = check_int(args, "mode", None, 0, 0o7777)
         target = os.path.realpath(path) if os.path.islink(path) else path
         parent = os.path.dirname(target) or "/"
@@ -273,25 +325,7 @@ class Transfers:
             t.file = open(t.tmp, "wb")
         except OSError as err:
             raise os_error(err, path, "write") from None
-        inline = args.get("data")
-        if inline is not None:
-            try:
-                self._append(t, inline, 0)
-                return self._commit(t)
-            except BaseException:
-                t.discard()
-                raise
-        if args.get("stream") is True:
-            try:
-                t.door = StreamDoor()
-            except BaseException:
-                t.discard()
-                raise
-        self._put(t)
-        result: JsonDict = {"token": t.token, "chunkBytes": self.limits.transfer_chunk_bytes}
-        if t.door is not None:
-            result["stream"] = t.door.describe()
-        return result
+        return t
 
     def _append(self, t: WriteTransfer, data_b64: Any, offset: Any) -> None:
         if offset != t.written:
@@ -306,13 +340,7 @@ class Transfers:
             raise AgentError("INVALID_ARGUMENT", "data is not valid base64") from None
         if t.written + len(data) > t.size:
             raise AgentError("INVALID_ARGUMENT", "more data than the declared %d bytes" % t.size)
-        assert t.file is not None
-        try:
-            t.file.write(data)
-        except OSError as err:
-            raise os_error(err, t.path, "write") from None
-        t.hasher.update(data)
-        t.written += len(data)
+        t.append(data)
 
     def write_stream(self, args: JsonDict) -> JsonDict:
         """Takes the rest of the open write's bytes, raw, from its stream (never more than declared);
@@ -363,18 +391,23 @@ class Transfers:
         return {}
 
     def _commit(self, t: WriteTransfer) -> JsonDict:
-        if t.written != t.size:
-            raise AgentError(
-                "FILE_CHECKSUM_MISMATCH",
-                "received %d of %d bytes for %s" % (t.written, t.size, t.path),
-                {"path": t.path},
-            )
         actual = t.hasher.hexdigest()
         if actual != t.sha256:
             raise AgentError(
                 "FILE_CHECKSUM_MISMATCH",
                 "sha256 of the received data for %s does not match; nothing was written" % t.path,
                 {"path": t.path, "expected": t.sha256, "actual": actual},
+            )
+        self.finish_write(t)
+        return {"path": t.path, "size": t.size, "sha256": actual}
+
+    def finish_write(self, t: WriteTransfer) -> None:
+        """All bytes there (else FILE_CHECKSUM_MISMATCH): fsync, mode and owner, rename into place."""
+        if t.written != t.size:
+            raise AgentError(
+                "FILE_CHECKSUM_MISMATCH",
+                "received %d of %d bytes for %s" % (t.written, t.size, t.path),
+                {"path": t.path},
             )
         assert t.file is not None
         try:
@@ -396,4 +429,3 @@ class Transfers:
             fsync_dir(os.path.dirname(t.target) or "/")
         except OSError as err:
             raise os_error(err, t.path, "write") from None
-        return {"path": t.path, "size": t.size, "sha256": actual}
