@@ -10,7 +10,8 @@ import type { SshTarget } from "../state/contexts.js";
 import type { ProgressEvent } from "../wire.js";
 import { hello, readLines, sameVersion, versionMismatch, writeLine, type Hello, type RemoteReply } from "./protocol.js";
 import type { RemoteCall, RemoteRequest } from "./protocol.js";
-import { ensureControlDir, masterPid, remoteProgram, sshArgs, sshProgram, unreachable } from "./ssh.js";
+import { traceMark } from "../trace.js";
+import { ensureControlDir, masterPid, remoteProgram, sshArgs, sshProgram, startMaster, unreachable } from "./ssh.js";
 
 /** How long the hello may take (a first ssh login included). */
 const HELLO_TIMEOUT_MS = 60_000;
@@ -78,6 +79,7 @@ export class RemoteConnection {
             return void input.destroy();
           }
           greeted = true;
+          traceMark(`context: ${context} greeted`);
           connection.#hold(false);
           return resolve(connection);
         }
@@ -170,45 +172,88 @@ function remoteCommand(env: NodeJS.ProcessEnv): string[] {
   return [remoteProgram(env), "system", "dial-stdio"];
 }
 
-/** This process's open connections, by context. */
-const open = new Map<string, Promise<RemoteConnection>>();
+/** This process's open connections, by context; `claim` makes one opened early hold the process. */
+const open = new Map<string, { opening: Promise<RemoteConnection>; claim?: () => void }>();
 
-/** The connection to `target` (named `name`), opened through ssh when none is open. */
+/**
+ * The connection to `target` (named `name`), opened through ssh when none is open. `early`: opened
+ * ahead of the call that will use it (remote/early-connect.ts), so its ssh and the far side's start
+ * run while this process loads; until a call claims it, it does not keep the process alive, and a
+ * failure waits for that call to report it.
+ */
 export async function connectContext(
   name: string,
   target: SshTarget,
   env: NodeJS.ProcessEnv,
+  options: { early?: boolean } = {},
 ): Promise<RemoteConnection> {
   const known = open.get(name);
-  if (known) {
-    const connection = await known.catch(() => undefined);
+  if (known?.claim) {
+    // Opened early: this call takes it, and its failure to open is this call's.
+    known.claim();
+    delete known.claim;
+    known.opening.catch(() => open.delete(name));
+    const connection = await known.opening;
+    if (!connection.closed) return connection;
+    open.delete(name);
+  } else if (known) {
+    const connection = await known.opening.catch(() => undefined);
     if (connection && !connection.closed) return connection;
     open.delete(name);
   }
+  let claimed = options.early !== true;
+  let greeting = true;
+  const handles: { ref(): void; unref(): void }[] = [];
+  const hold = (held: boolean) => {
+    for (const handle of handles) {
+      if (held && claimed) handle.ref();
+      else handle.unref();
+    }
+  };
   const opening = (async () => {
+    traceMark(`context: ${name} connecting`);
     const dir = await ensureControlDir(env);
     const newMaster = (await masterPid(target, dir, env)) === undefined;
+    traceMark(`context: ${name} master checked`);
+    if (newMaster) await startMaster(target, dir, env, `connecting to context ${name}`);
+    // The session goes through the master, in a process group of its own: a Ctrl-C at the terminal
+    // is this process's to handle (an exec's kill is sent through this very session), and would
+    // end an ssh of the terminal's group at once.
     const child = spawn(sshProgram(env), [...sshArgs(target, dir, ["-T"]), ...remoteCommand(env)], {
       stdio: ["pipe", "pipe", "pipe"],
       env,
+      detached: true,
     });
+    handles.push(...([child, child.stdout, child.stderr, child.stdin] as { ref(): void; unref(): void }[]));
     let stderr = "";
     child.stderr.setEncoding("utf8").on("data", (c: string) => (stderr = (stderr + c).slice(-4000)));
     child.once("error", (error) => {
       stderr += `could not run ${sshProgram(env)}: ${error.message}`;
       child.stdout.destroy();
     });
-    const hold = (held: boolean) => {
-      for (const handle of [child, child.stdout, child.stderr, child.stdin] as { ref(): void; unref(): void }[]) {
-        if (held) handle.ref();
-        else handle.unref();
-      }
-    };
-    const connection = await RemoteConnection.open(name, child.stdout, child.stdin, { hold, why: () => stderr });
+    const connection = await RemoteConnection.open(name, child.stdout, child.stdin, {
+      hold: (held) => {
+        greeting &&= held;
+        hold(held);
+      },
+      why: () => stderr,
+    });
     connection.newMaster = newMaster;
     return connection;
   })();
-  open.set(name, opening);
-  opening.catch(() => open.delete(name));
+  if (claimed) {
+    open.set(name, { opening });
+    opening.catch(() => open.delete(name));
+  } else {
+    opening.catch(() => undefined);
+    open.set(name, {
+      opening,
+      claim: () => {
+        claimed = true;
+        // Still greeting: the process now waits for the hello.
+        if (greeting) hold(true);
+      },
+    });
+  }
   return opening;
 }

@@ -14,6 +14,7 @@ import type { Readable, Writable } from "node:stream";
 import { ControllerError, isControllerError } from "../errors.js";
 import type { ProgressEvent } from "../wire.js";
 import type { Caller } from "../wire.js";
+import { traceMark } from "../trace.js";
 import {
   hello,
   readLines,
@@ -66,7 +67,10 @@ export function serveStdio(
   let greeted = false;
   const reply = (id: number, run: () => Promise<unknown>) => {
     run().then(
-      (result) => writeLine(output, { id, type: "result", result }),
+      (result) => {
+        traceMark("dial-stdio: answered");
+        writeLine(output, { id, type: "result", result });
+      },
       (error: unknown) => {
         const coded = isControllerError(error)
           ? error
@@ -110,6 +114,7 @@ export function serveStdio(
     readLines<RemoteRequest>(input, (message) => {
       if (!greeted) {
         if (message.type !== "hello") return void input.destroy(new Error("the first line is not a hello"));
+        traceMark("dial-stdio: hello");
         writeLine(output, hello());
         // A laptop of another version learns this one's from the hello and says what fixes it.
         if (!sameVersion(message)) return void input.destroy(versionMismatch("this", message));
@@ -118,6 +123,7 @@ export function serveStdio(
       }
       switch (message.type) {
         case "call":
+          traceMark(`dial-stdio: call ${String(message.action.action)}`);
           return reply(message.id, () => runCall(message));
         case "cancel":
           return running.get(message.id)?.abort(new Error("cancelled by the laptop"));

@@ -5,6 +5,7 @@
 // outcome and how long it took; what the user was asked for it and answered; and the model's calls
 // refused here (by the model guard or the user's no), which never reach the other machine. The far
 // side keeps its own ledger of what it ran.
+import { traceMark } from "../trace.js";
 import { mkdirSync } from "node:fs";
 import { hostname, userInfo } from "node:os";
 import { dirname } from "node:path";
@@ -120,6 +121,7 @@ export async function recordedContextCall<T>(
   try {
     const result = await send();
     recordContextCall(env, { ...call, outcome: "ok", ms: ms() }, result);
+    traceMark("context: recorded");
     return result;
   } catch (error) {
     recordContextCall(env, { ...call, outcome: outcomeOf(error, signal), ms: ms() });

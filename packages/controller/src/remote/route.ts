@@ -20,6 +20,7 @@ import { auditThroughContext } from "./audit-through.js";
 import { forkNames } from "../actions/fork.js";
 import type { EntryKind } from "../state/layout.js";
 import { ensureControlDir, forwardPort, remotePath, scp } from "./ssh.js";
+import { traceMark } from "../trace.js";
 
 /** Actions that always run here: they concern this machine, or the contexts themselves. */
 const HERE = new Set(["help", "init", "context-add", "context-ls", "context-use", "context-rm"]);
@@ -94,24 +95,10 @@ async function sendThroughContext(
     throw refuse("a model's download does not go through a context", "Ask the user to run the pi-sandbox cp command.");
   }
   const { env } = options;
-  const connection = await connectContext(context.name, context, env);
-  if (connection.newMaster) {
-    // A new master (the first command, or after the connection was lost): forward every running
-    // instance's previews again, as the one that went away did.
-    connection.newMaster = false;
-    await forwardPreviews(
-      await connection.request({
-        type: "call",
-        action: { action: "list" },
-        caller: options.caller,
-        from: laptopIdentity(),
-      }),
-      connection,
-      context,
-      env,
-      options.onProgress,
-    );
-  }
+  // The connection opens (or is taken from an early start) while what is read here is read; its
+  // failure is reported once that is done, so a config refused here is said first.
+  const connecting = connectContext(context.name, context, env);
+  connecting.catch(() => undefined);
   // The entry's secrets, read here again: a controller the call starts there reads them from it.
   const entry = typeof args.name === "string" ? { kind: kindOf(args), name: args.name } : undefined;
   let sources =
@@ -121,11 +108,40 @@ async function sendThroughContext(
         ? await sourcesOf(env, context.name, entry.kind, entry.name)
         : {};
   const secrets = await readSources(env, sources);
-  const call = (
+  let connection: RemoteConnection | undefined;
+  let reforwarding: Promise<void> | undefined;
+  /** The connection, and on a new master the running instances' previews forwarded again beside the call. */
+  const connected = async (): Promise<RemoteConnection> => {
+    if (connection) return connection;
+    connection = await connecting;
+    if (connection.newMaster) {
+      // A new master (the first command, or after the connection was lost): forward every running
+      // instance's previews again, as the one that went away did.
+      connection.newMaster = false;
+      const listing = connection.request({
+        type: "call",
+        action: { action: "list" },
+        caller: options.caller,
+        from: laptopIdentity(),
+      });
+      reforwarding = listing.then(
+        (listed) => forwardPreviews(listed, connection!, context, env, options.onProgress),
+        (error: unknown) =>
+          options.onProgress?.({
+            stage: "preview",
+            message: `the previews of context ${context.name} are not forwarded again: ${(error as Error).message}`,
+          }),
+      );
+    }
+    return connection;
+  };
+  const call = async (
     action: Record<string, unknown>,
     extra: { config?: { text: string; name: string }; secrets?: Record<string, string> } = {},
-  ) =>
-    connection.request(
+  ) => {
+    const through = await connected();
+    traceMark(`context: call ${String(action.action)} sent`);
+    return through.request(
       {
         type: "call",
         action,
@@ -140,32 +156,39 @@ async function sendThroughContext(
         ...(options.onProgress ? { onProgress: options.onProgress } : {}),
       },
     );
+  };
   let result: unknown;
   try {
     if (typeof args.config === "string") {
       const shipped = await shipConfig(args.config, context.name, env);
       sources = shipped.sources;
+      await connected();
       const undo = await keepAhead(env, context.name, madeBy(spec.name, args), sources);
       result = await call(args, { config: shipped.config, secrets: shipped.secrets }).catch(undo);
     } else if (spec.name === "upload" || spec.name === "download") {
-      result = await copyThrough(connection, context, spec.name, args, call, env);
+      result = await copyThrough(await connected(), context, spec.name, args, call, env);
     } else if (spec.name === "image-push") {
-      result = await pushImage(connection, context, String(args.name), call, env);
+      result = await pushImage(await connected(), context, String(args.name), call, env);
     } else if (spec.name === "image-import") {
       const name = typeof args.name === "string" ? args.name : undefined;
-      result = await importDir(connection, context, String(args.dir), name, call, env);
+      result = await importDir(await connected(), context, String(args.dir), name, call, env);
     } else {
+      await connected();
       const undo = await keepAhead(env, context.name, madeBy(spec.name, args), sources);
       result = await call(args).catch(undo);
     }
   } catch (error) {
+    await reforwarding;
     // A destroy of what the far side no longer has: nothing is left there to read secrets for.
     if (spec.name === "destroy" && entry && isControllerError(error, "CONTROLLER_NOT_FOUND"))
       await forgetSources(env, context.name, entry.kind, entry.name);
     throw await explainSecretUnavailable(error, sources, env, context.name, args);
   }
+  await reforwarding;
+  traceMark(`context: call ${spec.name} answered`);
   if (spec.name === "destroy" && entry) await forgetSources(env, context.name, entry.kind, entry.name);
-  await forwardPreviews(result, connection, context, env, options.onProgress);
+  await forwardPreviews(result, connection!, context, env, options.onProgress);
+  traceMark("context: previews forwarded");
   return result;
 }
 

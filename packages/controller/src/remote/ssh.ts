@@ -6,7 +6,6 @@
 import { spawn } from "node:child_process";
 import { mkdir } from "node:fs/promises";
 import { constants, tmpdir } from "node:os";
-import { shellQuote } from "@pi-sandbox/config";
 import { join } from "node:path";
 import { ControllerError } from "../errors.js";
 import { assertPrivateDir } from "../state/layout.js";
@@ -37,6 +36,8 @@ export async function runOverSsh(
   tty: boolean,
 ): Promise<number> {
   const dir = await ensureControlDir(env);
+  // Loaded here: the rest of this module is on the way to a call's connection, opened early.
+  const { shellQuote } = await import("@pi-sandbox/config");
   // The program as the user gave it (it may be a command line); the words quoted for the far shell.
   const command = [remoteProgram(env), ...words.map((word) => shellQuote(word))].join(" ");
   return new Promise((resolve) => {
@@ -136,6 +137,14 @@ export async function forwardPort(
     `forwarding ${local}`,
     env,
   );
+}
+
+/**
+ * Starts the context's master in the background (`ssh -N -f`), from this process's terminal so
+ * that ssh can ask for a passphrase or a host key's confirmation there; returns once it is up.
+ */
+export async function startMaster(target: SshTarget, dir: string, env: NodeJS.ProcessEnv, what: string): Promise<void> {
+  await runSsh(sshProgram(env), sshArgs(target, dir, ["-N", "-f"]), what, env);
 }
 
 /** The master's pid, or undefined when none runs. */
