@@ -37,6 +37,7 @@ export type {
   GuestRunResult,
   GuestSshAccess,
   GuestSshOptions,
+  TransferDisk,
 } from "./guest/guest-vm.js";
 export { runInGuest } from "./guest/exec-util.js";
 
@@ -112,7 +113,7 @@ export {
 
 // QEMU process hygiene
 export { prepareQemuLauncher, type QemuLauncher } from "./host/qemu-process.js";
-export { TRANSFER_DISK_BYTES, TRANSFER_DISK_SERIAL, type TransferDisk } from "./host/transfer-disk.js";
+export { TRANSFER_DISK_BYTES, TRANSFER_DISK_SERIAL } from "./host/transfer-disk.js";
 export { reapStrayQemu, type ReapResult } from "./disk/disk-lock.js";
 
 // Errors

@@ -16,7 +16,7 @@ import type { GuestExecOptions, GuestExecution, GuestSshAccess, GuestSshOptions 
 import { hostDiskFullError, hostSpaceOf } from "../host/host-disk.js";
 import type { AcceleratorChoice } from "../host/host-facts.js";
 import { ensureQemuGone } from "../host/qemu-process.js";
-import type { TransferDisk } from "../host/transfer-disk.js";
+import type { TransferDisk } from "../guest/guest-vm.js";
 import type { QmpMonitor } from "../host/qmp.js";
 import { memoryTempName } from "../filenames.js";
 import {

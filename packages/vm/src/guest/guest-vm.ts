@@ -1,6 +1,15 @@
 // The GuestVm interface: what the layers above may do with a guest (exec, files, TCP, SSH).
 import type { Duplex, Readable, Writable } from "node:stream";
-import type { TransferDisk } from "../host/transfer-disk.js";
+
+/** A VM's transfer disk as the host sees it (made by host/transfer-disk.ts). */
+export interface TransferDisk {
+  /** The raw file QEMU serves as the drive (0600, in the VM's run directory). */
+  readonly path: string;
+  /** Its size in bytes; the guest sees the same. */
+  readonly sizeBytes: number;
+  /** The drive's serial in the guest. */
+  readonly serial: string;
+}
 
 /** Options for one command run in the guest. */
 export interface GuestExecOptions {

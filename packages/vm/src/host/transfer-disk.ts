@@ -15,16 +15,6 @@ export const TRANSFER_DISK_ID = "pisb-transfer";
 /** The drive's size: fixed, because a saved memory state remembers the capacity the guest saw. */
 export const TRANSFER_DISK_BYTES = 64 * 1024 * 1024;
 
-/** A VM's transfer disk as the host sees it. */
-export interface TransferDisk {
-  /** The raw file QEMU serves as the drive (0600, in the VM's run directory). */
-  readonly path: string;
-  /** Its size in bytes; the guest sees the same. */
-  readonly sizeBytes: number;
-  /** The drive's serial in the guest. */
-  readonly serial: string;
-}
-
 /** Whether the wrapper gives this machine type the drive (a PCI bus: q35, pc, virt; not microvm). */
 export function machineHasTransferDisk(machineType: string): boolean {
   return /^(q35|pc|virt)/.test(machineType);
@@ -33,9 +23,11 @@ export function machineHasTransferDisk(machineType: string): boolean {
 /**
  * Creates the drive's file in `runtimeDir` before QEMU starts: whatever had the name is removed
  * first, then a new file is made exclusively (never through a link), 0600, sparse, of
- * {@link TRANSFER_DISK_BYTES}.
+ * {@link TRANSFER_DISK_BYTES}. What it returns is the VM's `transferDisk` (guest-vm.ts).
  */
-export async function createTransferDisk(runtimeDir: string): Promise<TransferDisk> {
+export async function createTransferDisk(
+  runtimeDir: string,
+): Promise<{ path: string; sizeBytes: number; serial: string }> {
   const file = path.join(runtimeDir, TRANSFER_DISK_FILE);
   await fsp.rm(file, { force: true });
   const { O_RDWR, O_CREAT, O_EXCL, O_NOFOLLOW } = fs.constants;
