@@ -26,6 +26,7 @@ import { runResumeThroughAgent, runSetupThroughAgent } from "./runs.js";
 import { placementOf } from "./placement.js";
 import { ServiceControl } from "./service-control.js";
 import { STREAM_CONNECT_TIMEOUT_MS, type GuestConnect } from "./transfer-stream.js";
+import { diskLaneOf, type DiskLane } from "./transfer-disk.js";
 import type {
   AdHocServiceSpec,
   AgentActivity,
@@ -62,8 +63,8 @@ export class SupervisorClient implements AsyncDisposable {
     /** Absolute guest workspace. */
     readonly workspace: string,
     private readonly logger: SupervisorLogger,
-    /** Opens a stream to a guest loopback port, for the bytes of large transfers. */
-    private readonly connect?: GuestConnect,
+    /** Ways for the bytes of large transfers: a stream to a guest loopback port, the transfer disk. */
+    private readonly ways?: { connect: GuestConnect; disk: DiskLane | undefined },
   ) {
     this.services = new ServiceControl(channel, {
       configPath: this.configPath,
@@ -100,7 +101,8 @@ export class SupervisorClient implements AsyncDisposable {
     try {
       const connect: GuestConnect = (port, signal) =>
         vm.connectTcp(port, { timeoutMs: STREAM_CONNECT_TIMEOUT_MS, ...(signal ? { signal } : {}) });
-      const client = new SupervisorClient(channel, stopChannel, hello, identityApplied, workspace, logger, connect);
+      const ways = { connect, disk: diskLaneOf(vm.transferDisk) };
+      const client = new SupervisorClient(channel, stopChannel, hello, identityApplied, workspace, logger, ways);
       const door = via === "door" ? "through its TCP door" : undefined;
       if (hello.sessions > 0) {
         await client.services.adoptRunning(signal);
@@ -262,7 +264,7 @@ export class SupervisorClient implements AsyncDisposable {
 
   /** Streamed reads and writes up to 256 MiB, stat, directory trees and mkdir (for copies). */
   get files(): GuestFiles {
-    return new GuestFiles(this.channel, this.connect);
+    return new GuestFiles(this.channel, this.ways?.connect, this.ways?.disk);
   }
 
   // -- guest config

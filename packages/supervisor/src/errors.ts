@@ -50,12 +50,14 @@ export type SupervisorErrorCode =
   | "FILE_PARENT_MISSING"
   /** The file or the data is larger than the allowed size (`details.maxBytes`). */
   | "FILE_TOO_LARGE"
-  /** The data that arrived does not match its sha256; nothing was written or returned. */
+  /** The data that arrived does not match its sha256 (or CRC-32); nothing was written or returned. */
   | "FILE_CHECKSUM_MISMATCH"
   /** Another file-system error (`details.errno`). */
   | "FILE_IO"
   /** A chunked transfer expired or was never opened. */
   | "TRANSFER_NOT_FOUND"
+  /** The guest has no transfer disk; the client copies over the stream instead, so callers do not see it. */
+  | "TRANSFER_DISK_MISSING"
   /** The guest `<workspace>/.sandbox.yaml` does not exist. */
   | "SUPERVISOR_GUEST_CONFIG_NOT_FOUND"
   /** The guest `<workspace>/.sandbox.yaml` is not valid (`cause` is the ConfigError). */
@@ -110,6 +112,7 @@ export const KNOWN_CODES: ReadonlySet<string> = new Set<string>([
   "FILE_CHECKSUM_MISMATCH",
   "FILE_IO",
   "TRANSFER_NOT_FOUND",
+  "TRANSFER_DISK_MISSING",
   "SUPERVISOR_GUEST_CONFIG_NOT_FOUND",
   "SUPERVISOR_GUEST_CONFIG_INVALID",
   "SERVICE_NOT_FOUND",

@@ -8,8 +8,9 @@ import { SupervisorError } from "./errors.js";
 import { listThroughAgent, mkdirThroughAgent, statThroughAgent, type GuestStat, type GuestTree } from "./file-tree.js";
 import { readThroughAgentTo, writeThroughAgent, type ReadSink, type WriteSource } from "./file-transfer.js";
 import { StreamUnreachable, type GuestConnect } from "./transfer-stream.js";
+import { DiskUnavailable, readThroughDisk, writeThroughDisk, type DiskLane } from "./transfer-disk.js";
 import type { CallOptions } from "./options.js";
-import { MAX_READ_BYTES, MAX_WRITE_BYTES } from "./protocol.js";
+import { MAX_READ_BYTES, MAX_WRITE_BYTES, TRANSFER_CHUNK_BYTES } from "./protocol.js";
 import type { WriteResult } from "./types.js";
 
 /** Default and largest `maxEntries` of {@link GuestFiles.list}. */
@@ -24,14 +25,39 @@ function checkSize(value: number, max: number, key: string): void {
 }
 
 /**
- * Streamed and tree file operations on the guest, through the agent. With `connect`, the bytes of
- * a file larger than one chunk go down a raw stream of their own (transfer-stream.ts).
+ * Streamed and tree file operations on the guest, through the agent. With `disk`, the bytes of a
+ * file larger than one chunk cross the VM's transfer disk (transfer-disk.ts) when it is free;
+ * otherwise, with `connect`, they go down a raw stream of their own (transfer-stream.ts).
  */
 export class GuestFiles {
   constructor(
     private readonly channel: AgentChannel,
     private connect?: GuestConnect,
+    private readonly disk?: DiskLane,
   ) {}
+
+  /**
+   * Runs a transfer through the disk when this VM has one, it is free and the file is larger than
+   * a chunk; else, or when the agent cannot use the disk (nothing opened then), `otherwise`.
+   */
+  private async viaDisk<T>(
+    bytes: number,
+    transfer: (lane: DiskLane) => Promise<T>,
+    otherwise: () => Promise<T>,
+  ): Promise<T> {
+    const lane = this.disk;
+    if (!lane || lane.busy || lane.unusable || bytes <= TRANSFER_CHUNK_BYTES) return otherwise();
+    lane.busy = true;
+    try {
+      return await transfer(lane);
+    } catch (error) {
+      if (!(error instanceof DiskUnavailable)) throw error;
+      lane.unusable = true;
+    } finally {
+      lane.busy = false;
+    }
+    return otherwise();
+  }
 
   /**
    * Runs a transfer with its stream, and again over the channel when the stream could not be
@@ -84,8 +110,13 @@ export class GuestFiles {
     checkAbsolute(path);
     const maxBytes = options.maxBytes ?? MAX_READ_BYTES;
     checkSize(maxBytes, MAX_READ_BYTES, "maxBytes");
-    const read = await this.streamed((connect) =>
-      readThroughAgentTo(this.channel, path, maxBytes, true, sink, options.signal, connect),
+    const read = await this.viaDisk(
+      maxBytes,
+      (lane) => readThroughDisk(this.channel, lane, path, maxBytes, true, sink, options.signal),
+      () =>
+        this.streamed((connect) =>
+          readThroughAgentTo(this.channel, path, maxBytes, true, sink, options.signal, connect),
+        ),
     );
     return { size: read.length, sha256: read.sha256 };
   }
@@ -107,6 +138,10 @@ export class GuestFiles {
         { hint: "copy an archive in parts", details: { path, sizeBytes: source.size, maxBytes: MAX_WRITE_BYTES } },
       );
     }
-    return this.streamed((connect) => writeThroughAgent(this.channel, path, source, options, connect));
+    return this.viaDisk(
+      source.size,
+      (lane) => writeThroughDisk(this.channel, lane, path, source, options),
+      () => this.streamed((connect) => writeThroughAgent(this.channel, path, source, options, connect)),
+    );
   }
 }

@@ -124,7 +124,7 @@ export interface WriteResult {
   path: string;
   /** Bytes written. */
   sizeBytes: number;
-  /** sha256 of the content, verified by the guest before it replaced the file. */
+  /** sha256 of the content; the guest checked it (through the transfer disk: its CRC-32) before it replaced the file. */
   sha256: string;
 }
 
