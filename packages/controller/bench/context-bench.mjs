@@ -6,8 +6,11 @@
 // of the same file between the same accounts. The other machine is the e2e suite's (a second
 // account over a real sshd in a network namespace: the controller testing entry's sshRemote), so
 // this needs root. Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows.
+// PI_SANDBOX_BENCH_ONLY=create runs only the create row, PI_SANDBOX_BENCH_ROUNDS times (default 1),
+// local and through the context alternately; with PI_SANDBOX_TRACE=<file> the far side's marks go
+// to <file>.far (its pi-sandbox runs as the other account, so it writes a file of its own there).
 import { execFileSync, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { sshRemote } from "../dist/testing.js";
@@ -20,13 +23,18 @@ if (process.getuid?.() !== 0) {
 
 const CLI = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
 const GETS = Number(process.env.PI_SANDBOX_BENCH_GETS ?? 200);
+const ONLY = process.env.PI_SANDBOX_BENCH_ONLY;
+const ROUNDS = Number(process.env.PI_SANDBOX_BENCH_ROUNDS ?? 1);
 const image = benchImage();
 const dir = mkdtempSync("/tmp/ctxb-");
 const remote = await sshRemote(dir, image);
 const env = remote.env;
+const TRACE = process.env.PI_SANDBOX_TRACE;
+const farTrace = join(remote.remoteDir, "tmp", "trace");
+if (TRACE) env.PI_SANDBOX_REMOTE_COMMAND = `env PI_SANDBOX_TRACE=${farTrace} pi-sandbox`;
 
-function cli(args, extra = {}) {
-  const r = spawnSync(process.execPath, [CLI, ...args], { env: { ...env, ...extra }, cwd: dir, encoding: "utf8" });
+function cli(args, extra = {}, program = CLI) {
+  const r = spawnSync(process.execPath, [program, ...args], { env: { ...env, ...extra }, cwd: dir, encoding: "utf8" });
   if (r.status !== 0) throw new Error(`pi-sandbox ${args.join(" ")}: ${r.stderr}`);
   return r.stdout;
 }
@@ -49,9 +57,9 @@ writeFileSync(join(dir, "local.yaml"), yaml(image));
 writeFileSync(join(dir, "far.yaml"), yaml(remote.remoteImage));
 
 /** Ms from the create's start to the first 200 of its preview (create returns once it serves). */
-function createToFirstByte(args, extra = {}) {
+function createToFirstByte(args, extra = {}, program = CLI) {
   const t = performance.now();
-  const out = cli(args, extra);
+  const out = cli(args, extra, program);
   const url = /^preview:\s+(\S+)/m.exec(out)?.[1];
   if (!url) throw new Error(`no preview in:\n${out}`);
   const got = execFileSync("curl", ["-sf", "--max-time", "60", url], { encoding: "utf8" });
@@ -76,9 +84,53 @@ try {
   // Warm the ssh master first: the first login is not what a command through a context costs.
   cli(["ls", "--context", "far"]);
 
-  const local = createToFirstByte(["create", "loc", "-c", "local.yaml", "--context", "local"]);
-  const far = createToFirstByte(["create", "far", "-c", "far.yaml", "--context", "far"]);
-  row("create to first preview byte, through a context vs local", far.ms / 1000, local.ms / 1000, "s", "<= 1.1x");
+  // PI_SANDBOX_BENCH_BEFORE_CLI=<another build's dist/cli/main.js>: its create through the context
+  // runs in each round too (an earlier commit's laptop side against the same far side).
+  const before = process.env.PI_SANDBOX_BENCH_BEFORE_CLI;
+  const sides = before ? ["local", "far", "before"] : ["local", "far"];
+  const creates = Object.fromEntries(sides.map((side) => [side, []]));
+  let local, far;
+  for (let i = 0; i < ROUNDS; i++) {
+    if (i > 0) {
+      cli(["destroy", "-f", "loc", "--context", "local"]);
+      cli(["destroy", "-f", "far", "--context", "far"]);
+    }
+    // Each side first in turn, so none always runs on the host another just warmed.
+    const order = sides.map((_, k) => sides[(i + k) % sides.length]);
+    for (const side of order) {
+      if (TRACE)
+        appendFileSync(TRACE, `${(performance.timeOrigin + performance.now()).toFixed(1)} bench ${side} ${i}\n`);
+      if (side === "local") local = createToFirstByte(["create", "loc", "-c", "local.yaml", "--context", "local"]);
+      else if (side === "far") far = createToFirstByte(["create", "far", "-c", "far.yaml", "--context", "far"]);
+      else {
+        const t = createToFirstByte(["create", "farb", "-c", "far.yaml", "--context", "far"], {}, before);
+        cli(["destroy", "-f", "farb", "--context", "far"]);
+        creates[side].push(t.ms);
+        continue;
+      }
+      creates[side].push((side === "local" ? local : far).ms);
+    }
+  }
+  const secs = (side) => creates[side].map((ms) => (ms / 1000).toFixed(1)).join(" ");
+  const note = (side) => (ROUNDS > 1 ? `medians of ${ROUNDS}; ${side} ${secs(side)}, local ${secs("local")}` : "");
+  row(
+    "create to first preview byte, through a context vs local",
+    median(creates.far) / 1000,
+    median(creates.local) / 1000,
+    "s",
+    "<= 1.1x",
+    note("far"),
+  );
+  if (before)
+    row(
+      "create to first preview byte, through a context (before) vs local",
+      median(creates.before) / 1000,
+      median(creates.local) / 1000,
+      "s",
+      "<= 1.1x",
+      note("before"),
+    );
+  if (ONLY === "create") throw Object.assign(new Error("only create"), { only: true });
 
   // The same instance's preview: through the forward here, and on the other machine itself.
   const netns = `pisb-ctx-${process.pid}`;
@@ -144,6 +196,9 @@ try {
   }
   // Before the cleanup, whose failure would lose them.
   printRows();
+} catch (error) {
+  if (!error.only) throw error;
+  printRows();
 } finally {
   for (const [name, context] of [
     ["loc", "local"],
@@ -151,6 +206,7 @@ try {
   ]) {
     spawnSync(process.execPath, [CLI, "destroy", "-f", name, "--context", context], { env, cwd: dir });
   }
+  if (TRACE) spawnSync("sh", ["-c", `cat ${farTrace} >> ${TRACE}.far`]);
   await remote.close();
   rmSync(dir, { recursive: true, force: true });
 }
