@@ -98,7 +98,9 @@ export class EgressPrompts {
     if (!this.#ctx) return;
     const context = await this.#context();
     if (context === "local") await this.#mark(this.#layout(), name, true);
-    else await this.#watchThere(context, [name]).catch(() => undefined);
+    // There: sent ahead of the call on the same connection, not waited for (a context that cannot
+    // be reached is the call's to report, not twice).
+    else void this.#watchThere(context, [name]).catch(() => undefined);
   }
 
   /** The context this session's calls go to now (`local`, also when the contexts cannot be read). */
