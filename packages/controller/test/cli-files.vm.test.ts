@@ -104,9 +104,19 @@ test("logs -f prints lines written after it started, across a restart of the ser
 
 const sha256 = (data: Buffer) => createHash("sha256").update(data).digest("hex");
 
-test("cp: a 20 MiB random file goes in and comes back byte for byte, sha256 verified", async () => {
+/** 512-byte sectors the guest read from and wrote to its transfer disk so far (/sys/block/<dev>/stat). */
+async function transferDiskSectors(): Promise<{ read: number; written: number }> {
+  const stat = await guest(
+    'for d in /sys/block/*; do [ "$(cat $d/serial 2>/dev/null)" = pisb-transfer ] && cat $d/stat; done; true',
+  );
+  const fields = stat.trim().split(/\s+/).map(Number);
+  return { read: fields[2] ?? 0, written: fields[6] ?? 0 };
+}
+
+test("cp: a 20 MiB random file goes in and comes back byte for byte through the transfer disk, sha256 verified", async () => {
   const data = randomBytes(20 * 1024 * 1024);
-  await writeFile(join(sandbox.dir, "big.bin"), data);
+  await writeFile(join(sandbox.dir, "big.bin"), data, { mode: 0o640 });
+  const before = await transferDiskSectors();
   let started = performance.now();
   const sent = await cli(["cp", "big.bin", `${NAME}:big.bin`]);
   const inMs = performance.now() - started;
@@ -114,12 +124,17 @@ test("cp: a 20 MiB random file goes in and comes back byte for byte, sha256 veri
   expect(sent.stdout).toBe(
     `copied 1 file, ${data.length} bytes to ${NAME}:/workspace/big.bin\nsha256 ${sha256(data)} (verified)\n`,
   );
-  expect(await guest("sha256sum big.bin")).toBe(`${sha256(data)}  big.bin\n`);
+  expect(await guest("sha256sum big.bin; stat -c %a big.bin")).toBe(`${sha256(data)}  big.bin\n640\n`);
+  // The bytes crossed the transfer disk (the guest read them from its drive), not the stream.
+  const between = await transferDiskSectors();
+  expect(between.read - before.read).toBeGreaterThanOrEqual(data.length / 512);
   started = performance.now();
   const back = await cli(["cp", `${NAME}:/workspace/big.bin`, "back.bin"]);
   const outMs = performance.now() - started;
   expect(back).toMatchObject({ code: 0, stderr: "" });
   expect((await readFile(join(sandbox.dir, "back.bin"))).equals(data)).toBe(true);
+  expect((await lstat(join(sandbox.dir, "back.bin"))).mode & 0o777).toBe(0o644); // as before: a single file comes out 0644
+  expect((await transferDiskSectors()).written - between.written).toBeGreaterThanOrEqual(data.length / 512);
   // The figures, for the CI log (the bench measures them properly): 20 MiB each way.
   const rate = (ms: number) => `${(20 / (ms / 1000)).toFixed(1)} MiB/s`;
   process.stderr.write(`cp 20 MiB: into the guest ${rate(inMs)}, out of it ${rate(outMs)}\n`);
