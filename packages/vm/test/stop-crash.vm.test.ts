@@ -19,6 +19,20 @@ import { qemuProcessesUsing, testImage } from "./support/vm-support.js";
 const TRIALS = Number(process.env.PI_SANDBOX_FAULT_TRIALS ?? 20);
 const SUSPEND_TRIALS = Number(process.env.PI_SANDBOX_SUSPEND_FAULT_TRIALS ?? 3);
 const CHILD = path.resolve("test/support/stop-child.ts");
+/**
+ * Node's compile cache for the helper's TypeScript, shared by its 30-odd runs: the first one
+ * transforms the vm sources, the others load them from here (under TCG's load the transform took
+ * 1-3 s of each run, as long as its boot's first second).
+ */
+let compileCache: { dir: string; cleanup: () => Promise<void> };
+
+beforeAll(async () => {
+  compileCache = await tempDir("pisb-stop-child-cache-");
+});
+
+afterAll(async () => {
+  await compileCache?.cleanup();
+});
 
 interface ChildEvent {
   event: "booted" | "stopping" | "stopped" | "checkpointed" | "written";
@@ -47,6 +61,7 @@ function runChild(
 ) {
   const child = spawn(process.execPath, [...TS_NODE_ARGS, CHILD, diskDir, stateRoot, mode, how], {
     stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, NODE_COMPILE_CACHE: compileCache.dir },
   });
   let stderr = "";
   child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
