@@ -2,13 +2,19 @@
 // the daemon after a few small modules (no config schema, YAML or VM host probes), and the action
 // table every CLI command and daemon loads holds every action's declarations without loading the
 // handlers kept in modules of their own (kit/lazy.ts), each loaded on its action's first call.
+// Node's compile cache (compile-cache.ts, on in the CLI and the daemon) only ever speeds a start:
+// a cache directory that cannot be made leaves it off, and the command runs.
 // Fresh Node processes running the sources, their modules recorded (support/loaded-modules.ts).
-import { mkdtemp, rm } from "node:fs/promises";
+import { spawnSync } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { handlerLoader, lazyHandler } from "../src/actions/kit/lazy.js";
 import { ACTIONS } from "../src/actions/kit/registry.js";
 import { inFreshProcess, shortPaths } from "./support/loaded-modules.js";
+
+const BIN = fileURLToPath(new URL("../bin/pi-sandbox.js", import.meta.url));
 
 /** The modules of the handlers kept apart, and what only they bring. */
 const HANDLER_MODULES = [
@@ -124,5 +130,38 @@ describe("lazyHandler", () => {
     expect(loads).toBe(2);
     expect(handlerLoader(run)).toBeDefined();
     expect(handlerLoader(async () => 1)).toBeUndefined();
+  });
+});
+
+describe("the compile cache", () => {
+  it("leaves a start alone when its directory cannot be made", async () => {
+    const base = await mkdtemp(join(tmpdir(), "compile-cache-"));
+    try {
+      const file = join(base, "a-file");
+      await writeFile(file, "not a directory\n");
+      const manifest = (await import("../package.json", { with: { type: "json" } })).default as { version: string };
+      // Under a regular file (no directory can be made there), and where even root makes none (sysfs).
+      for (const cacheHome of [join(file, "cache"), "/sys"]) {
+        const out = await inFreshProcess(`
+const { getCompileCacheDir } = await import("node:module");
+const { enableOwnCompileCache } = await load("src/compile-cache.ts");
+enableOwnCompileCache({ XDG_CACHE_HOME: ${JSON.stringify(cacheHome)} });
+const { StateLayout } = await load("src/state/layout.ts");
+console.log(JSON.stringify({ dir: getCompileCacheDir() ?? null, loaded: typeof StateLayout }));
+`);
+        expect(JSON.parse(out)).toEqual({ dir: null, loaded: "function" });
+        // The command as npm links it (dist/, built), cache first.
+        const run = spawnSync(process.execPath, [BIN, "--version"], {
+          encoding: "utf8",
+          env: { ...process.env, XDG_CACHE_HOME: cacheHome },
+          timeout: 60_000,
+        });
+        expect(run.stderr).toBe("");
+        expect(run.stdout).toBe(`pi-sandbox ${manifest.version}\n`);
+        expect(run.status).toBe(0);
+      }
+    } finally {
+      await rm(base, { recursive: true, force: true });
+    }
   });
 });

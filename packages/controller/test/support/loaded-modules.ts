@@ -35,7 +35,7 @@ const mark = () => loaded.filter((url) => !url.startsWith("node:"));
       "--eval",
       prelude + script,
     ],
-    { cwd: PACKAGE, maxBuffer: 16 * 1024 * 1024 },
+    { cwd: PACKAGE, maxBuffer: 16 * 1024 * 1024, timeout: 60_000 },
   );
   return stdout;
 }
