@@ -2,7 +2,8 @@
 // On-demand probe (not in `npm run bench`; needs a build): how fast could `cp` move a large file
 // if its bytes went through a raw file the host shares with the guest as a virtio-blk drive (a
 // "transfer disk") instead of Gondolin's TCP stream? A QEMU shim on PATH adds the drive (a sparse
-// raw file in the VM's run directory, serial `pisb-transfer`) to the VM the vm package boots; the
+// raw file in the VM's run directory, serial `pisb-probe`: larger than, and apart from, the 64 MiB
+// transfer disk every VM now has) to the VM the vm package boots; the
 // host writes SIZE_MIB MiB of random bytes into it, and python3 in the guest reads them with
 // O_DIRECT and writes a file, then the reverse (the guest reads the file and writes the drive with
 // O_DIRECT, the host reads the raw file back). Each phase is timed on its own, in one thread, so
@@ -49,8 +50,8 @@ fs.writeFileSync(
     '  prev="$arg"',
     "done",
     'if [ -n "$run" ] && [ -n "$dev" ]; then',
-    `  truncate -s ${driveMiB}M "$run/transfer.raw" && echo "$run/transfer.raw" > ${path.join(work, "raw-path")}`,
-    '  set -- "$@" -drive "file=$run/transfer.raw,format=raw,if=none,id=pisbxfer" -device "$dev,drive=pisbxfer,serial=pisb-transfer"',
+    `  truncate -s ${driveMiB}M "$run/probe.raw" && echo "$run/probe.raw" > ${path.join(work, "raw-path")}`,
+    '  set -- "$@" -drive "file=$run/probe.raw,format=raw,if=none,id=pisbxfer" -device "$dev,drive=pisbxfer,serial=pisb-probe"',
     "fi",
     `exec ${realQemu} "$@"`,
     "",
@@ -62,7 +63,7 @@ process.env.PATH = `${shimDir}${path.delimiter}${process.env.PATH}`;
 const GUEST = String.raw`
 import glob, hashlib, mmap, os, sys, time
 mode, size, path, algo = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-dev = next('/dev/' + s.split('/')[3] for s in glob.glob('/sys/block/*/serial') if open(s).read().strip() == 'pisb-transfer')
+dev = next('/dev/' + s.split('/')[3] for s in glob.glob('/sys/block/*/serial') if open(s).read().strip() == 'pisb-probe')
 piece = 1 << 20
 buf = mmap.mmap(-1, piece)  # page-aligned, as O_DIRECT needs
 h = hashlib.new(algo) if algo != 'none' else None
