@@ -5,8 +5,9 @@
 // running instance like any other, is suspended and started four times: warm with its processes
 // and previews, cold without its memory (saying why), after a daemon killed mid-suspend, and
 // suspended once more before destroy. (A fresh instance of its own would only add a cold boot.)
+import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { readFile, rm, stat } from "node:fs/promises";
+import { readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { StateLayout } from "../src/client/index.js";
 import { pidAlive } from "../src/state/liveness.js";
@@ -146,6 +147,18 @@ test("a suspended instance resumes with its processes and previews; without its 
   expect(await fetchText(url)).toBe("200 Hello from the guest\n");
   expect(await exec("c2", `kill -0 ${sleeper} && echo alive`)).toBe("alive\n");
   expect(await webPid()).toBe(servicePid);
+  // The resumed guest copies through its transfer disk (this boot's fresh drive file) as before.
+  const driveReads = async () =>
+    Number(
+      (await exec("c2", `cat $(grep -l pisb-transfer /sys/block/*/serial | sed 's/serial$/stat/')`))
+        .trim()
+        .split(/\s+/)[2],
+    );
+  const [readBefore, data] = [await driveReads(), randomBytes(1024 * 1024)];
+  await writeFile(join(sandbox.dir, "one.bin"), data);
+  await call({ action: "upload", name: "c2", from: [join(sandbox.dir, "one.bin")], to: "one.bin" });
+  expect(await exec("c2", "sha256sum < one.bin")).toBe(`${createHash("sha256").update(data).digest("hex")}  -\n`);
+  expect((await driveReads()) - readBefore).toBeGreaterThanOrEqual(2048);
   await expect(stat(join(diskDir, "memory.bin"))).rejects.toMatchObject({ code: "ENOENT" });
   // The resumed agent was reached through the TCP door it gave before the suspend: no exec. (The
   // clone's own attach is logged before: this start's line is the one after it.)
