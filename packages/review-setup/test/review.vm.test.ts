@@ -61,7 +61,9 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await call({ action: "stop" }).catch(() => undefined);
-  await rm(dir, { recursive: true, force: true });
+  // The daemon writes its last log lines a moment after the stop's answer: retry a directory that
+  // filled again while it was being emptied (ENOTEMPTY).
+  await rm(dir, { recursive: true, force: true, maxRetries: 10 });
   await rm(repo, { recursive: true, force: true });
 });
 
@@ -135,7 +137,7 @@ test("a second refresh while one runs fails fast naming the first; the first com
   expect(refusedInMs).toBeLessThan(60_000);
   const done = await first;
   expect(done.code).toBe(0);
-  expect((await setup()).code).toBe(0);
+  // Its lock is gone with it: the next test's refresh gets as far as the install.
 });
 
 test("a broken lockfile fails at install, names the log, and the previous candidate stays current", async () => {
