@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { callAction } from "../src/client/index.js";
 import { connectEarly } from "../src/remote/early-connect.js";
 import { controllerVersion } from "../src/remote/protocol.js";
+import { ensureControlDir } from "../src/remote/ssh.js";
 import { addContext } from "../src/state/contexts.js";
 
 let base: string;
@@ -88,6 +89,8 @@ test("help, sessions, copies and this machine open nothing early", async () => {
 
 test("the call takes the connection opened early: one ssh session for both", async () => {
   await fakeSsh(FAR(controllerVersion()));
+  // The control directory is there already (the check and the spawn then wait for nothing).
+  await ensureControlDir(env);
   await connectEarly(["ls", "--context", "far"], env);
   await connectEarly(["ls", "--context=far"], env);
   const listed = await callAction({ action: "list" }, { env, context: "far" });

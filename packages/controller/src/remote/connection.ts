@@ -11,7 +11,17 @@ import type { ProgressEvent } from "../wire.js";
 import { hello, readLines, sameVersion, versionMismatch, writeLine, type Hello, type RemoteReply } from "./protocol.js";
 import type { RemoteCall, RemoteRequest } from "./protocol.js";
 import { traceMark } from "../trace.js";
-import { ensureControlDir, masterPid, remoteProgram, sshArgs, sshProgram, startMaster, unreachable } from "./ssh.js";
+import {
+  ensureControlDir,
+  masterPid,
+  masterRunsSync,
+  privateControlDirSync,
+  remoteProgram,
+  sshArgs,
+  sshProgram,
+  startMaster,
+  unreachable,
+} from "./ssh.js";
 
 /** How long the hello may take (a first ssh login included). */
 const HELLO_TIMEOUT_MS = 60_000;
@@ -188,6 +198,7 @@ export async function connectContext(
   options: { early?: boolean } = {},
 ): Promise<RemoteConnection> {
   const known = open.get(name);
+  if (known && options.early) return known.opening;
   if (known?.claim) {
     // Opened early: this call takes it, and its failure to open is this call's.
     known.claim();
@@ -212,8 +223,10 @@ export async function connectContext(
   };
   const opening = (async () => {
     traceMark(`context: ${name} connecting`);
-    const dir = await ensureControlDir(env);
-    const newMaster = (await masterPid(target, dir, env)) === undefined;
+    // Early, up to the session's spawn without waiting for the event loop (the CLI's modules load).
+    const early = options.early ? privateControlDirSync(env) : undefined;
+    const dir = early ?? (await ensureControlDir(env));
+    const newMaster = early ? !masterRunsSync(target, dir, env) : (await masterPid(target, dir, env)) === undefined;
     traceMark(`context: ${name} master checked`);
     if (newMaster) await startMaster(target, dir, env, `connecting to context ${name}`);
     // The session goes through the master, in a process group of its own: a Ctrl-C at the terminal

@@ -3,7 +3,8 @@
 // once), which every command, preview forward and scp of that context shares. The user's own ssh
 // configuration applies (keys, agent, Host aliases, ProxyJump): the other machine is theirs.
 
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
+import { lstatSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { constants, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -70,6 +71,17 @@ export async function ensureControlDir(env: NodeJS.ProcessEnv): Promise<string> 
   await mkdir(dir, { recursive: true, mode: 0o700 });
   await assertPrivateDir(dir);
   return dir;
+}
+
+/**
+ * The control directory when it already is what {@link ensureControlDir} makes sure of (this
+ * user's, a directory, 0700), else undefined; without waiting for the event loop.
+ */
+export function privateControlDirSync(env: NodeJS.ProcessEnv): string | undefined {
+  const dir = controlDir(env);
+  const info = lstatSync(dir, { throwIfNoEntry: false });
+  const mine = typeof process.getuid !== "function" || info?.uid === process.getuid();
+  return info?.isDirectory() && mine && (info.mode & 0o077) === 0 ? dir : undefined;
 }
 
 /** ssh's options for `target` through the shared master; the destination last, after `--`. */
@@ -145,6 +157,15 @@ export async function forwardPort(
  */
 export async function startMaster(target: SshTarget, dir: string, env: NodeJS.ProcessEnv, what: string): Promise<void> {
   await runSsh(sshProgram(env), sshArgs(target, dir, ["-N", "-f"]), what, env);
+}
+
+/**
+ * Whether the master runs (`ssh -O check`), waited for here: a process still loading its modules
+ * would see an asynchronous check's end only once they are loaded.
+ */
+export function masterRunsSync(target: SshTarget, dir: string, env: NodeJS.ProcessEnv): boolean {
+  const check = spawnSync(sshProgram(env), sshArgs(target, dir, ["-O", "check"]), { stdio: "ignore", env });
+  return check.status === 0;
 }
 
 /** The master's pid, or undefined when none runs. */
