@@ -1,6 +1,10 @@
 // Faults a user meets on real VMs, driven through the controller client: a crash-looping service,
 // a readiness failure, the network allow-list, the terminal across stop, and a guest that never
-// boots. One instance is shared by the first four; the bad image boots in parallel with it.
+// boots. One instance is shared by all but the last; the bad image boots in parallel with it.
+// On the same instance, exec handles as a user meets them: output capped per call with the cut
+// counted and a kill that takes the whole process group (while the crash loop runs, before the
+// loop test samples it 30 s after create), then, once the loop is sampled, waits that end without
+// ending the command and handles that expire oldest first once more than 128 finished ones pile up.
 import { createHash, randomBytes } from "node:crypto";
 import { copyFile, link, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -103,6 +107,47 @@ test("a readiness failure leaves the instance running and points at the service'
   expect(await fetchText(created.previews[0].url)).toBe("200 web is up\n");
 });
 
+/** Exec handles on the shared instance ("app"): an exec waiting `timeoutMs`, and a handle's status. */
+const exec = (cmd: string, timeoutMs?: number) =>
+  sandbox.call({ action: "exec", name: "app", cmd, ...(timeoutMs === undefined ? {} : { timeoutMs }) });
+const execStatus = (pid: string, timeoutMs = 0) => sandbox.call({ action: "exec-status", name: "app", pid, timeoutMs });
+
+test("output over 64 KiB per call keeps its head and tail around a marker counting the cut; a running command returns only new output", async () => {
+  const done = await exec("python3 -c \"import sys; sys.stdout.write('a' * 200000 + 'END')\"");
+  expect(done).toMatchObject({ running: false, exitCode: 0 });
+  expect(Buffer.byteLength(done.output)).toBeLessThanOrEqual(64 * 1024);
+  // Head and tail are kept, with a marker in between that counts what was left out.
+  const marker = `\n[... pi-sandbox: ${done.truncatedBytes} bytes of output omitted ...]\n`;
+  const [head, tail] = (done.output as string).split(marker);
+  expect(head).toMatch(/^a+$/);
+  expect(tail).toMatch(/^a+END$/);
+  expect(head!.length + tail!.length + done.truncatedBytes).toBe(200003);
+
+  // A running command: each status returns only new output.
+  const slow = await exec("for i in 1 2 3; do echo tick $i; sleep 1; done", 100);
+  expect(slow.running).toBe(true);
+  let seen = slow.output as string;
+  let last = slow;
+  while (last.running) {
+    last = await execStatus(slow.pid, 1500);
+    seen += last.output;
+  }
+  expect(seen).toBe("tick 1\ntick 2\ntick 3\n");
+  expect(last.exitCode).toBe(0);
+});
+
+test("exec-kill ends the whole process group, even a child the command started in the background", async () => {
+  const started = await exec("sleep 311 & sleep 312; echo never", 500);
+  expect(started.running).toBe(true);
+  expect((await exec("pgrep -c -f 'sleep 31[12]'")).output.trim()).toBe("2");
+  await sandbox.call({ action: "exec-kill", name: "app", pid: started.pid });
+  const ended = await execStatus(started.pid, 10_000);
+  expect(ended.running).toBe(false);
+  expect(ended.output).not.toContain("never");
+  expect(ended.exitCode).toBeGreaterThan(128);
+  expect((await exec("pgrep -f 'sleep 31[12]' || echo none")).output.trim()).toBe("none");
+});
+
 test("the network allow-list lets the npm registry through and refuses pypi.org", async () => {
   const curl = (url: string) =>
     sandbox.call({
@@ -126,13 +171,14 @@ test("a service that crash-loops for half a minute restarts about once a second 
     return status.services[0].restarts as number;
   };
   const first = await restartsOf();
-  // Keep using the instance while the loop runs.
-  while (Date.now() - createdAt < LOOP_MS) {
+  // Keep using the instance while the loop runs (at least once, should the tests before it have
+  // taken the whole half minute on a slow host).
+  do {
     const quick = await sandbox.call({ action: "exec", name: "app", cmd: "echo $((6*7))" });
     expect(quick).toMatchObject({ running: false, exitCode: 0, output: "42\n" });
     expect(await fetchText(created.previews[0].url)).toBe("200 web is up\n");
     await sleep(5000);
-  }
+  } while (Date.now() - createdAt < LOOP_MS);
   const sampledAt = Date.now();
   const restarts = await restartsOf();
   process.stderr.write(
@@ -152,6 +198,25 @@ test("a service that crash-loops for half a minute restarts about once a second 
   const web = await sandbox.call({ action: "services", name: "app", op: "status", service: "web" });
   expect(web.services[0]).toMatchObject({ state: "running", restarts: 0 });
 }, 120_000);
+
+test("a wait that times out leaves the command running; finished handles expire oldest first past 128", async () => {
+  const launched: string[] = [];
+  for (let i = 0; i < 140; i++) {
+    const r = await exec(`sleep 0.5; echo job ${i}`, 0);
+    expect(r.running).toBe(true);
+    launched.push(r.pid as string);
+  }
+  // Let every job finish, unread.
+  expect(await execStatus(launched.at(-1)!, 30_000)).toMatchObject({ running: false, output: "job 139\n" });
+  await expect(execStatus(launched[0]!)).rejects.toMatchObject({ code: "EXEC_HANDLE_EXPIRED" });
+  // The instance's earlier commands (setup and the tests before: a dozen or so) are older still and
+  // expire first, then the first launched ones: the 41st is well inside the 128 kept.
+  const kept = await execStatus(launched[40]!);
+  expect(kept).toMatchObject({ running: false, exitCode: 0, output: "job 40\n" });
+  // Read once, a handle keeps its final status without the output.
+  expect(await execStatus(launched[40]!)).toMatchObject({ running: false, exitCode: 0, output: "" });
+  await expect(execStatus("x0000000000000000")).rejects.toMatchObject({ code: "EXEC_HANDLE_NOT_FOUND" });
+}, 600_000);
 
 test("the terminal command works while running and fails after stop", async () => {
   await expect(sandbox.call({ action: "shell", name: "app" }, { caller: "model" })).rejects.toMatchObject({
