@@ -24,6 +24,7 @@ const CRC32_MAX = 0xffff_ffff;
 /** A VM's transfer disk as transfers use it: one transfer at a time. */
 export interface DiskLane {
   readonly path: string;
+  readonly sizeBytes: number;
   /** Byte offsets of the windows in the drive file. */
   readonly windows: readonly number[];
   /** A transfer holds the drive (the next one goes over the stream meanwhile). */
@@ -46,7 +47,7 @@ export function diskLaneOf(disk: TransferDisk | undefined): DiskLane | undefined
     const count = Math.min(DISK_RING_MAX, Math.floor(disk.sizeBytes / DISK_WINDOW_BYTES));
     if (count < 2) return undefined;
     const windows = Array.from({ length: count }, (_, i) => i * DISK_WINDOW_BYTES);
-    lane = { path: disk.path, windows, busy: false, unusable: false };
+    lane = { path: disk.path, sizeBytes: disk.sizeBytes, windows, busy: false, unusable: false };
     lanes.set(disk, lane);
   }
   return lane;
@@ -86,6 +87,22 @@ function crcOf(value: unknown, what: string): number {
 function openDrive(lane: DiskLane, write: boolean): Promise<fsp.FileHandle> {
   const { O_RDONLY, O_RDWR, O_NOFOLLOW } = fs.constants;
   return fsp.open(lane.path, (write ? O_RDWR : O_RDONLY) | O_NOFOLLOW);
+}
+
+/**
+ * Gives the drive file's blocks back to the host after a transfer (truncated to nothing and back
+ * to its size: QEMU reads a hole as zeros), so an idle VM's run directory holds no copy's bytes.
+ */
+async function emptyDrive(lane: DiskLane): Promise<void> {
+  const drive = await openDrive(lane, true).catch(() => undefined);
+  try {
+    await drive?.truncate(0);
+    await drive?.truncate(lane.sizeBytes);
+  } catch {
+    // best effort: the next transfer overwrites the windows it uses anyway
+  } finally {
+    await drive?.close().catch(() => undefined);
+  }
 }
 
 async function readExactly(drive: fsp.FileHandle, length: number, position: number): Promise<Buffer> {
@@ -172,8 +189,9 @@ export async function readThroughDisk(
       sink.onProgress?.(done.offset + done.length, opened.length);
     }
   } finally {
-    pending?.catch(() => undefined);
+    await pending?.catch(() => undefined);
     await drive?.close().catch(() => undefined);
+    await emptyDrive(lane);
     // Frees the agent's open file; best effort, the agent also drops idle transfers.
     void channel.request("file-read-close", { token: opened.token }, () => undefined).catch(() => undefined);
   }
@@ -269,6 +287,7 @@ export async function writeThroughDisk(
   } finally {
     await filling?.catch(() => undefined);
     await drive?.close().catch(() => undefined);
+    await emptyDrive(lane);
     if (!committed) void channel.request("file-write-abort", { token }, () => undefined).catch(() => undefined);
   }
 }

@@ -83,6 +83,8 @@ test("a write crosses the ring of windows piece by piece and commits with the wh
   close();
   expect(done).toEqual({ path: "/big", sizeBytes: LENGTH, sha256: source(DATA).sha256 });
   expect(Buffer.concat(guestFile).equals(DATA)).toBe(true);
+  // The drive file gave its blocks back, and kept its size.
+  expect([fs.statSync(drive).size, fs.statSync(drive).blocks]).toEqual([64 * MiB, 0]);
   const pieces = agent.requests.filter((r) => r.op === "file-disk-write-piece").map((r) => r.args);
   expect(pieces).toEqual([
     { token: "w1", offset: 0, length: DISK_WINDOW_BYTES, window: 0 },
@@ -139,6 +141,7 @@ test("a read takes exactly the windows it named, and its sink gets the file", as
   );
   close();
   expect(Buffer.concat(got).equals(DATA)).toBe(true);
+  expect([fs.statSync(drive).size, fs.statSync(drive).blocks]).toEqual([64 * MiB, 0]);
   expect(read).toEqual({
     size: LENGTH,
     length: LENGTH,
@@ -187,7 +190,7 @@ test("a read whose agent lies about lengths or CRC-32s, or fills another window,
     expect(got).toBeLessThanOrEqual(DISK_WINDOW_BYTES);
   }
   // The guest writes its piece elsewhere than the window named: the host reads the window it named
-  // (emptied first: the cases above left the right bytes there).
+  // (emptied first, whatever the cases above left there).
   fs.truncateSync(drive, 0);
   fs.truncateSync(drive, 64 * MiB);
   const moved = diskAgent();
