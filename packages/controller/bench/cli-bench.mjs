@@ -8,7 +8,11 @@
 // keeps (RSS and PSS, the waker shared by all), against the daemon one asleep instance kept before
 // it was parked. Prints a table and, when PI_SANDBOX_BENCH_OUT is set, appends JSON rows. With
 // PI_SANDBOX_TRACE=<file> each timed path is marked in the trace the CLI and daemons write (see
-// src/trace.ts); PI_SANDBOX_BENCH_ONLY=targets leaves out the parked rows.
+// src/trace.ts); PI_SANDBOX_BENCH_ONLY=targets leaves out the parked rows. With
+// PI_SANDBOX_BENCH_BEFORE=<another checkout's packages/controller, built> the target rows run for
+// that build too, each build with its own state root, the builds alternating within each round
+// (which goes first alternates by round), so a change is measured against its baseline under the
+// same load; the parked rows are then left out.
 import { spawnSync } from "node:child_process";
 import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -25,13 +29,26 @@ const image = benchImage();
 const dir = mkdtempSync(join(tmpdir(), "clib-"));
 const home = join(dir, "state");
 const env = { ...process.env, PI_SANDBOX_HOME: home };
+const BEFORE = process.env.PI_SANDBOX_BENCH_BEFORE;
 
-/** Runs `pi-sandbox <args>` as a user does; its stdout, or throws with its stderr. */
-function cli(...args) {
-  const r = spawnSync(process.execPath, [CLI, ...args], { env, cwd: dir, encoding: "utf8" });
-  if (r.status !== 0) throw new Error(`pi-sandbox ${args.join(" ")}: ${r.stderr}`);
-  return r.stdout;
+/** Runs a build's `pi-sandbox <args>` as a user does; its stdout, or throws with its stderr. */
+function cliOf(bin, buildEnv) {
+  return (...args) => {
+    const r = spawnSync(process.execPath, [bin, ...args], { env: buildEnv, cwd: dir, encoding: "utf8" });
+    if (r.status !== 0) throw new Error(`pi-sandbox ${args.join(" ")}: ${r.stderr}`);
+    return r.stdout;
+  };
 }
+const cli = cliOf(CLI, env);
+/** The builds measured: this one and, with PI_SANDBOX_BENCH_BEFORE, the baseline, each its own state root. */
+const builds = [{ label: BEFORE ? "after: " : "", cli, home, lib: true }];
+if (BEFORE) {
+  const beforeHome = join(dir, "state-before");
+  const bin = join(BEFORE, "bin", "pi-sandbox.js");
+  builds.unshift({ label: "before: ", cli: cliOf(bin, { ...env, PI_SANDBOX_HOME: beforeHome }), home: beforeHome });
+}
+/** The builds in a round's order: which goes first alternates. */
+const inOrder = (round) => (round % 2 === 0 ? builds : [...builds].reverse());
 /** Waits for `url` to serve the page; one request may wait for a parked instance's wake. */
 const warmPage = (url) => firstByte(url, "warm\n", { requestTimeoutMs: 120_000 });
 const inspect = (name) => JSON.parse(cli("inspect", name, "--json"));
@@ -132,56 +149,75 @@ async function parkedRows(url, cold) {
 
 try {
   writeFileSync(join(dir, "web.yaml"), webYaml(image, "warm"));
-  cli("create", "w", "-c", "web.yaml");
-  const url = inspect("w").previews[0].url;
+  for (const b of builds) {
+    b.cli("create", "w", "-c", "web.yaml");
+    b.url = JSON.parse(b.cli("inspect", "w", "--json")).previews[0].url;
+    b.cold = [];
+    b.warm = [];
+  }
+  const url = builds.at(-1).url;
 
   // Warm vs cold start, each from the CLI to the first preview byte, the same instance.
-  const cold = [];
-  const warm = [];
   for (let round = 0; round < ROUNDS; round++) {
-    cli("stop", "w");
-    cold.push(await timed("cold start", async () => (cli("start", "w"), await warmPage(url))));
-    cli("suspend", "w");
-    warm.push(await timed("warm start", async () => (cli("start", "w"), await warmPage(url))));
-  }
-  row("CLI: start to first preview byte, after suspend vs after stop", median(warm), median(cold), "ms", "<= 0.2");
-
-  cli("stop", "w");
-
-  // Warm clones through the CLI, and the same create through the library.
-  cli("prepare", "tcold", "-c", "web.yaml");
-  cli("prepare", "twarm", "-c", "web.yaml", "--suspend");
-  const fromCold = [];
-  const fromWarm = [];
-  const fromWarmLib = [];
-  for (let round = 0; round < ROUNDS; round++) {
-    for (const [template, samples, how] of [
-      ["tcold", fromCold, "cli"],
-      ["twarm", fromWarm, "cli"],
-      ["twarm", fromWarmLib, "lib"],
-    ]) {
-      const name = `${template}-${how}-${round}`;
-      samples.push(
-        // The preview's address from the create's own answer, as a user reads it: not from
-        // another command (an inspect is a CLI process more on the way to the first byte).
-        await timed(`create -t ${template} (${how})`, async () => {
-          const view =
-            how === "cli"
-              ? JSON.parse(cli("create", name, "-t", template, "--json"))
-              : await callAction({ action: "create", name, template }, { env });
-          await warmPage(view.previews[0].url);
-        }),
-      );
-      cli("destroy", name, "-f");
+    for (const b of inOrder(round)) {
+      b.cli("stop", "w");
+      b.cold.push(await timed(`${b.label}cold start`, async () => (b.cli("start", "w"), await warmPage(b.url))));
+      b.cli("suspend", "w");
+      b.warm.push(await timed(`${b.label}warm start`, async () => (b.cli("start", "w"), await warmPage(b.url))));
     }
   }
-  row(
-    "CLI: create -t to first preview byte, template prepared with --suspend vs without",
-    median(fromWarm),
-    median(fromCold),
-    "ms",
-    "<= 0.25",
-  );
+  for (const b of builds)
+    row(
+      `${b.label}CLI: start to first preview byte, after suspend vs after stop`,
+      median(b.warm),
+      median(b.cold),
+      "ms",
+      "<= 0.2",
+    );
+  const cold = builds.at(-1).cold;
+
+  // Warm clones through the CLI, and the same create through the library (this build's).
+  for (const b of builds) {
+    b.cli("stop", "w");
+    b.cli("prepare", "tcold", "-c", "web.yaml");
+    b.cli("prepare", "twarm", "-c", "web.yaml", "--suspend");
+    b.fromCold = [];
+    b.fromWarm = [];
+    b.fromWarmLib = [];
+  }
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const b of inOrder(round)) {
+      const ways = [
+        ["tcold", b.fromCold, "cli"],
+        ["twarm", b.fromWarm, "cli"],
+      ];
+      if (b.lib) ways.push(["twarm", b.fromWarmLib, "lib"]);
+      for (const [template, samples, how] of ways) {
+        const name = `${template}-${how}-${round}`;
+        samples.push(
+          // The preview's address from the create's own answer, as a user reads it: not from
+          // another command (an inspect is a CLI process more on the way to the first byte).
+          await timed(`${b.label}create -t ${template} (${how})`, async () => {
+            const view =
+              how === "cli"
+                ? JSON.parse(b.cli("create", name, "-t", template, "--json"))
+                : await callAction({ action: "create", name, template }, { env });
+            await warmPage(view.previews[0].url);
+          }),
+        );
+        b.cli("destroy", name, "-f");
+      }
+    }
+  }
+  for (const b of builds)
+    row(
+      `${b.label}CLI: create -t to first preview byte, template prepared with --suspend vs without`,
+      median(b.fromWarm),
+      median(b.fromCold),
+      "ms",
+      "<= 0.25",
+    );
+  const { fromWarm, fromWarmLib } = builds.at(-1);
   row(
     "create -t from a suspended template to first preview byte: CLI vs library",
     median(fromWarm),
@@ -189,12 +225,20 @@ try {
     "ms",
   );
 
-  if (process.env.PI_SANDBOX_BENCH_ONLY !== "targets") await parkedRows(url, cold);
+  if (process.env.PI_SANDBOX_BENCH_ONLY !== "targets" && !BEFORE) await parkedRows(url, cold);
 } finally {
   for (const name of ["w", "p1", "p2", "p3", "p4"])
     await callAction({ action: "stop", name }, { env }).catch(() => undefined);
+  if (BEFORE) {
+    try {
+      builds[0].cli("stop", "w");
+    } catch {
+      // Not running, or never made.
+    }
+  }
+  const left = () => builds.flatMap((b) => [...daemonsFor(b.home), ...wakersFor(b.home)]);
   const deadline = Date.now() + 30_000;
-  while ([...daemonsFor(home), ...wakersFor(home)].length > 0 && Date.now() < deadline) await sleep(500);
+  while (left().length > 0 && Date.now() < deadline) await sleep(500);
   rmSync(dir, { recursive: true, force: true });
 }
 
