@@ -1,6 +1,6 @@
 // The work of `upload` and `download` (`pi-sandbox cp`), run in the daemon: host files and
 // directories into the guest and back, file by file over the supervisor's checked transfers (each
-// sha256-verified, at most 256 MiB), directories recursively. `cp -r` rules: into an existing
+// verified, at most 256 MiB), directories recursively. `cp -r` rules: into an existing
 // directory a source keeps its name; otherwise the target is the copy.
 //
 // Guest names are untrusted: the supervisor accepts only plain relative names listed after their

@@ -66,7 +66,7 @@ const briefCopy = (result: CopyResult) => `${result.files} file(s), ${result.byt
 /** `upload`: host files and directories into the guest. */
 export const upload = defineAction({
   name: "upload",
-  summary: `copy host files or directories into the guest (${limits}; each file sha256-verified)`,
+  summary: `copy host files or directories into the guest (${limits}; each file verified)`,
   args: [
     nameArg,
     arg("from", "string | string[]", true, "host paths, relative to the caller's directory", {
@@ -92,9 +92,10 @@ export const upload = defineAction({
       "pi-sandbox cp ./app demo:/workspace/     host to guest (upload)",
       "pi-sandbox cp demo:out/report.pdf .      guest to host (download); guest paths are relative to the workspace",
       "Like cp -r: into an existing directory each source keeps its name; otherwise the destination is",
-      "the copy (one source only). Binary-safe; each file is at most 256 MiB and arrives verified by",
-      "sha256 (written under a temporary name, then renamed). Links and special files are skipped and",
-      "listed. A progress bar shows on a terminal. Ctrl-C stops the copy; the file in flight is discarded.",
+      "the copy (one source only). Binary-safe; each file is at most 256 MiB and arrives verified (by",
+      "sha256, or by CRC-32 through the instance's transfer disk; written under a temporary name, then",
+      "renamed). Links and special files are skipped and listed. A progress bar shows on a terminal.",
+      "Ctrl-C stops the copy; the file in flight is discarded.",
     ],
   },
   run: async (args, ctx) => {
@@ -112,7 +113,7 @@ export const upload = defineAction({
 /** `download`: guest files and directories to the host. */
 export const download = defineAction({
   name: "download",
-  summary: `copy guest files or directories to the host (${limits}; each file sha256-verified)`,
+  summary: `copy guest files or directories to the host (${limits}; each file verified)`,
   args: [
     nameArg,
     arg("from", "string | string[]", true, "guest paths, absolute or relative to the workspace", GUEST_PATH),
