@@ -12,7 +12,8 @@ import type { TransferDisk } from "@pi-sandbox/vm";
 import type { AgentChannel } from "./channel.js";
 import { SupervisorError, isSupervisorError } from "./errors.js";
 import { REPLY_MARGIN_MS } from "./options.js";
-import { BadReply, boolean, integer, record, text } from "./reply-checks.js";
+import { TRANSFER_CHUNK_BYTES } from "./protocol.js";
+import { BadReply, base64Bytes, boolean, integer, record, text } from "./reply-checks.js";
 import type { WriteResult } from "./types.js";
 
 /** Bytes of one window: the most one request moves (the agent's PIECE_MAX_BYTES). */
@@ -142,12 +143,30 @@ export async function readThroughDisk(
         const truncated = boolean(r.truncated, "result.truncated");
         if (truncated !== size > length)
           throw new BadReply("result.truncated", `is ${truncated} for ${length} of ${size} bytes`);
+        if (length <= TRANSFER_CHUNK_BYTES && r.data !== undefined) {
+          const data = base64Bytes(r.data, "result.data", length);
+          return { size, length, truncated, token: undefined, data, crc: crcOf(r.crc32, "result.crc32") };
+        }
         return { size, length, truncated, token: text(r.token, "result.token", 64) };
       },
       { signal, timeoutMs: REPLY_MARGIN_MS },
     )
     .catch(unavailable);
   const hash = createHash("sha256");
+  if (opened.token === undefined) {
+    // A small file came inline, as through the channel.
+    const { data, crc } = opened as { data: Buffer; crc: number };
+    if (crc32(data) !== crc) throw mismatch(path, "arrived damaged", { offset: 0 });
+    await sink.write(data);
+    sink.onProgress?.(data.length, data.length);
+    return {
+      size: opened.size,
+      length: opened.length,
+      sha256: hash.update(data).digest("hex"),
+      truncated: opened.truncated,
+    };
+  }
+  const token = opened.token;
   const { windows } = lane;
   const piece = (k: number) => {
     const offset = k * DISK_WINDOW_BYTES;
@@ -156,7 +175,7 @@ export async function readThroughDisk(
     return channel
       .request(
         "file-disk-read-piece",
-        { token: opened.token, offset, length, window },
+        { token, offset, length, window },
         (raw) => {
           const r = record(raw, "result");
           integer(r.offset, "result.offset", offset, offset);
@@ -193,7 +212,7 @@ export async function readThroughDisk(
     await drive?.close().catch(() => undefined);
     await emptyDrive(lane);
     // Frees the agent's open file; best effort, the agent also drops idle transfers.
-    void channel.request("file-read-close", { token: opened.token }, () => undefined).catch(() => undefined);
+    void channel.request("file-read-close", { token }, () => undefined).catch(() => undefined);
   }
   return { size: opened.size, length: opened.length, sha256: hash.digest("hex"), truncated: opened.truncated };
 }

@@ -204,6 +204,35 @@ test("a read whose agent lies about lengths or CRC-32s, or fills another window,
   expect([error.code, error.message]).toEqual(["FILE_CHECKSUM_MISMATCH", expect.stringContaining("damaged")]);
 });
 
+test("a small read comes inline with its CRC-32, exactly as long as said", async () => {
+  const small = DATA.subarray(0, 1000);
+  for (const [reply, code] of [
+    [{ data: small.toString("base64"), crc32: crc32(small) }, undefined],
+    [{ data: small.toString("base64"), crc32: 5 }, "FILE_CHECKSUM_MISMATCH"],
+    [{ data: DATA.subarray(0, 2000).toString("base64"), crc32: crc32(small) }, "AGENT_PROTOCOL"],
+  ] as const) {
+    const agent = new ScriptedAgent();
+    const channel = new AgentChannel(agent.execution, logger, "[test]");
+    agent.onRequest = (req) => agent.reply(req.id, { size: 1000, length: 1000, truncated: false, ...reply });
+    const got: Buffer[] = [];
+    const read = readThroughDisk(
+      channel,
+      lane,
+      "/small",
+      256 * MiB,
+      true,
+      { write: (p) => void got.push(p) },
+      undefined,
+    );
+    if (code) expect((await rejection(read)).code).toBe(code);
+    else {
+      await expect(read).resolves.toMatchObject({ length: 1000, truncated: false });
+      expect(Buffer.concat(got).equals(small)).toBe(true);
+    }
+    expect(agent.requests.map((r) => r.op)).toEqual(["file-disk-read-open"]);
+  }
+});
+
 test("an abort stops a disk write and discards the file", async () => {
   const stop = new AbortController();
   const { agent, channel, close } = diskAgent((req, honest) => {

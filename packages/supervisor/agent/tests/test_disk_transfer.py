@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import zlib
 from collections.abc import Callable
@@ -172,8 +173,10 @@ def test_a_read_goes_piece_by_piece_into_the_windows_named(
     with pytest.raises(AgentError) as too_large:
         d.read_open({"path": str(source), "maxBytes": 99, "exact": True})
     assert too_large.value.code == "FILE_TOO_LARGE"
+    # At most one chunk comes inline, as through the channel.
     capped = d.read_open({"path": str(source), "maxBytes": 99})
-    assert (capped["length"], capped["truncated"]) == (99, True)
+    assert (capped["length"], capped["truncated"], "token" in capped) == (99, True, False)
+    assert base64.b64decode(capped["data"]) == data[:99] and capped["crc32"] == zlib.crc32(data[:99])
 
 
 def test_without_a_drive_every_open_says_so(make_ctx: Callable[..., Context], files: Path) -> None:
