@@ -150,13 +150,18 @@ test("QEMU killed alone: the instance reads failed with the reason, its daemon e
 });
 
 test("templates: prepare, two independent instances; one still starts from its disk once the template is destroyed", async () => {
-  const prepared = await call({ action: "prepare", name: "web-base", config: "sandbox.yaml" });
+  // Prepared with suspend, so the two creates resume its saved guest instead of booting two
+  // kernels: what this test proves is the two instances' independence and the instance outliving
+  // its template (its cold start below). A cold create from a template: e2e's cli-walkthrough and
+  // pi-extension's pi.vm test; warm clones' own identities: suspend.vm.test.ts.
+  const prepared = await call({ action: "prepare", name: "web-base", config: "sandbox.yaml", suspend: true });
   expect(prepared.state).toBe("prepared");
   const templates = await call({ action: "list", kind: "templates" });
   expect(templates.templates.map((t: { name: string }) => t.name)).toEqual(["web-base"]);
 
   const one = await call({ action: "create", name: "review-one", template: "web-base" });
   const two = await call({ action: "create", name: "review-two", template: "web-base" });
+  expect([one.restore?.warm, two.restore?.warm]).toEqual([true, true]);
   expect(await fetchText(one.previews[0].url)).toBe("200 Hello from the guest\n");
   expect(one.previews[0].url).not.toBe(two.previews[0].url);
   await call({ action: "write", name: "review-one", path: "/workspace/index.html", content: "one\n" });
@@ -174,9 +179,10 @@ test("templates: prepare, two independent instances; one still starts from its d
   expect((await call({ action: "list", kind: "templates" })).templates).toEqual([]);
 
   // review-two's disk reads the template's files (its page, its .sandbox.yaml) with the template
-  // gone; review-one's disk is built the same way (an instance's own writes across a stop and
-  // start: the first test).
+  // and its saved memory gone, in a cold boot; review-one's disk is built the same way (an
+  // instance's own writes across a stop and start: the first test).
   const reopenedTwo = await call({ action: "start", name: "review-two" });
+  expect(reopenedTwo.lastStart).toMatchObject({ warm: false });
   expect(await fetchText(reopenedTwo.previews[0].url)).toBe("200 Hello from the guest\n");
   await call({ action: "stop", name: "review-two" });
 });
