@@ -1,7 +1,8 @@
 // A walkthrough through a context: another account with its own pi-sandbox, reached over a real
 // sshd (the controller's testing-ssh.ts). The laptop's CLI adds the context, creates an instance there from
 // a sandbox.yaml read here (its file: secret read here, never written there), runs commands with
-// their exit codes, stdin (exec -i) and Ctrl-C, follows a log, copies files both ways, opens the
+// their exit codes, stdin (exec -i) and Ctrl-C (to the CLI's whole process group, as a terminal
+// sends it), follows a log, copies files both ways, opens the
 // preview through the address and port forwarded here (the far side's Host guard answers),
 // refuses a config that mounts a directory of this machine, survives a Ctrl-C during the create
 // (it goes on there; the start after it, and every later one, still sends the secret read here)
@@ -72,9 +73,13 @@ afterAll(async () => {
 /** `pi-sandbox args…` on the laptop side, in `dir`, through the context in use. */
 const cli = (args: string[], input?: string) => runCli(args, { cwd: dir, env: remote.env, input, timeoutMs: 300_000 });
 
-/** A CLI that keeps running: wait for its output, signal it, read how it ended. */
+/**
+ * A CLI that keeps running: wait for its output, press Ctrl-C, read how it ended. It runs in a
+ * process group of its own, and `interrupt` signals that whole group, as a terminal's Ctrl-C
+ * does: the CLI and any child of it still in its group (an ssh there would end at once).
+ */
 function follow(args: string[]) {
-  const child = spawn(process.execPath, [CLI, ...args], { cwd: dir, env: remote.env });
+  const child = spawn(process.execPath, [CLI, ...args], { cwd: dir, env: remote.env, detached: true });
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
@@ -83,6 +88,7 @@ function follow(args: string[]) {
   return {
     child,
     exited,
+    interrupt: () => process.kill(-child.pid!, "SIGINT"),
     stderr: () => stderr,
     /** Waits for `text` on stdout (or stderr, where progress goes). */
     async saw(text: string, on: "stdout" | "stderr" = "stdout") {
@@ -127,7 +133,7 @@ test("create, exec, cp, preview, a killed connection and stop, all through a con
   // there, and the start after it waits for it (the secret's source was kept here before it went).
   const creating = follow(["create", "demo", "-c", "sandbox.yaml"]);
   await creating.saw("[disk]", "stderr");
-  creating.child.kill("SIGINT");
+  creating.interrupt();
   expect(await creating.exited).toBe(130);
   expect(creating.stderr()).toMatch(/interrupted: pi-sandbox stopped waiting, but create of demo goes on/);
   const created = await ok(["start", "demo"]);
@@ -159,7 +165,7 @@ test("create, exec, cp, preview, a killed connection and stop, all through a con
   // Ctrl-C ends the command there (exec-kill), and logs -f follows a log until Ctrl-C.
   const interrupted = follow(["exec", "demo", "--", "sh", "-c", "echo started; exec sleep 6061"]);
   await interrupted.saw("started");
-  interrupted.child.kill("SIGINT");
+  interrupted.interrupt();
   expect(await interrupted.exited).toBe(130);
   // pgrep exits 1 when nothing matches; the bracket keeps it from matching its own shell. On a
   // failure the guest's process list says what was left.
@@ -177,7 +183,7 @@ test("create, exec, cp, preview, a killed connection and stop, all through a con
   await logs.saw("GET /");
   await get(`${url![1]!}followed`);
   await logs.saw("GET /followed");
-  logs.child.kill("SIGINT");
+  logs.interrupt();
   expect(await logs.exited).toBe(130);
 
   // The connection dies under a running exec: a clear error, the instance goes on.
