@@ -89,7 +89,7 @@ test("the launcher gives QEMU a QMP socket next to Gondolin's control socket, wh
   await expect(monitor.status()).rejects.toThrow(/not connected/);
 });
 
-test("the transfer disk: a fresh 0600 sparse file per boot, which the wrapper gives a PCI machine only, apart from the root drive", async () => {
+test("the transfer disk: a fresh 0600 sparse file per boot, which the wrapper gives every machine type Gondolin uses, apart from the root drive", async () => {
   const launcher = await prepareQemuLauncher(path.join(dir, "bin"));
   const runtime = path.join(dir, "run");
   await fsp.mkdir(runtime);
@@ -107,11 +107,7 @@ test("the transfer disk: a fresh 0600 sparse file per boot, which the wrapper gi
   const stat = fs.lstatSync(disk.path);
   expect([stat.isFile(), stat.mode & 0o777, stat.size, stat.nlink]).toEqual([true, 0o600, 64 * 1024 * 1024, 1]);
   expect(stat.blocks).toBe(0);
-  expect([machineHasTransferDisk("q35"), machineHasTransferDisk("virt"), machineHasTransferDisk("microvm")]).toEqual([
-    true,
-    true,
-    false,
-  ]);
+  expect(["q35", "pc", "virt", "microvm", "none"].map(machineHasTransferDisk)).toEqual([true, true, true, true, false]);
   const blockDevices = async (machine: string): Promise<{ device?: string; inserted?: { file?: string } }[]> => {
     const chardev = `socket,id=virtiocon0,path=${runtime}/ctl.sock,server=on,wait=off`;
     const args = ["-machine", machine, "-nodefaults", "-display", "none", "-monitor", "none", "-S"];
@@ -136,7 +132,10 @@ test("the transfer disk: a fresh 0600 sparse file per boot, which the wrapper gi
   const q35 = await blockDevices("q35");
   expect(q35.map((device) => device.device)).toEqual(["pisb-transfer"]);
   expect(q35[0]!.inserted?.file).toBe("transfer.raw");
-  // No PCI bus (here: no machine), or no file: no drive.
+  // microvm (Linux hosts with KVM): the same drive, on virtio-mmio.
+  const microvm = await blockDevices("microvm");
+  expect(microvm.map((device) => [device.device, device.inserted?.file])).toEqual([["pisb-transfer", "transfer.raw"]]);
+  // A machine type the wrapper does not know (here: none), or no file: no drive.
   expect((await blockDevices("none")).map((device) => device.device)).toEqual([]);
   fs.rmSync(disk.path);
   expect((await blockDevices("q35")).map((device) => device.device)).toEqual([]);

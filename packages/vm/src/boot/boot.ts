@@ -112,7 +112,7 @@ export async function startVm(input: StartVmOptions): Promise<RunningVm> {
     warnings: [...recoveryWarnings, ...hostWarnings],
     ...(recovery ? { recovery } : {}),
   };
-  const accelerator = resolved.choice;
+  const accelerator = options.machineType ? { ...resolved.choice, machineType: options.machineType } : resolved.choice;
   const resumed = await resumeSaved(attempt, run, accelerator, openRun);
   if (resumed.vm) return resumed.vm;
   run = resumed.run;

@@ -107,6 +107,11 @@ export interface StartVmOptions {
    * real QEMU. Default: `PI_SANDBOX_TEST_KVM_PROBE_QEMU`, so tests can set it for a daemon.
    */
   kvmProbeQemuPath?: string;
+  /**
+   * Test seam: the QEMU machine type to boot instead of the host's choice (e.g. `microvm` under
+   * TCG, to check on any host what Linux hosts with KVM get). The accelerator is chosen as ever.
+   */
+  machineType?: string;
 }
 
 /** How a stop went. */

@@ -23,7 +23,7 @@ export const BALLOON_DEVICE = {
 
 /**
  * The devices the wrapper adds to Gondolin's, as a saved memory state records them: the balloon,
- * and on a PCI machine the transfer disk (transfer-disk.ts) when the run directory holds its file.
+ * and the transfer disk (transfer-disk.ts) when the run directory holds its file.
  * A state saved before the transfer disk existed names the balloon only, and resumes cold once.
  */
 export const WRAPPER_DEVICES = `balloon(free-page-reporting),transfer-disk(${TRANSFER_DISK_BYTES / 1024 / 1024}MiB)`;
@@ -59,9 +59,10 @@ const OWNER_ARG = "--pi-sandbox-owner=";
  *   its working directory (when Gondolin's socket paths are absolute);
  * - with a memory balloon that reports free guest pages ({@link BALLOON_DEVICE}) on the machine
  *   types Gondolin uses (q35, microvm, virt);
- * - with the transfer disk (transfer-disk.ts) as a second virtio-blk drive on a PCI machine (q35,
- *   pc, virt) when the run directory holds its file, named relative to the run directory (so no
- *   character of its path reaches QEMU's option parser);
+ * - with the transfer disk (transfer-disk.ts) as a second virtio-blk drive (PCI on q35, pc and
+ *   virt; virtio-mmio on microvm, where the guest still finds the root drive at /dev/vda) when the
+ *   run directory holds its file, named relative to the run directory (so no character of its
+ *   path reaches QEMU's option parser);
  * - with a QMP socket (`qmp.sock`) next to Gondolin's control socket of the same VM (taken from
  *   the `virtiocon0` chardev argument), which Gondolin 0.12 only opens for its idle pause: boot
  *   watches it for the guest being paused on a full host disk;
@@ -131,7 +132,7 @@ export async function prepareQemuLauncher(binDir: string, arch: string = process
     "  esac",
     '  if [ "$prev" = -machine ]; then',
     '    case "$arg" in',
-    `      microvm*) balloon=${BALLOON_DEVICE.mmio} ;;`,
+    `      microvm*) balloon=${BALLOON_DEVICE.mmio}; xfer=virtio-blk-device ;;`,
     `      q35*|pc*|virt*) balloon=${BALLOON_DEVICE.pci}; xfer=virtio-blk-pci ;;`,
     "    esac",
     "  fi",

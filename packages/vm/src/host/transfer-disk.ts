@@ -15,9 +15,9 @@ export const TRANSFER_DISK_ID = "pisb-transfer";
 /** The drive's size: fixed, because a saved memory state remembers the capacity the guest saw. */
 export const TRANSFER_DISK_BYTES = 64 * 1024 * 1024;
 
-/** Whether the wrapper gives this machine type the drive (a PCI bus: q35, pc, virt; not microvm). */
+/** Whether the wrapper gives this machine type the drive (q35, pc, virt on PCI; microvm on virtio-mmio). */
 export function machineHasTransferDisk(machineType: string): boolean {
-  return /^(q35|pc|virt)/.test(machineType);
+  return /^(q35|pc|virt|microvm)/.test(machineType);
 }
 
 /**
