@@ -33,7 +33,7 @@ PIECE_MAX_BYTES = 16 * 1024 * 1024
 
 
 def find_drive(sys_block: str = "/sys/block") -> str | None:
-    """The transfer disk's device node, found by its serial; None without one (an older host, microvm)."""
+    """The transfer disk's device node, found by its serial; None without one (an older host, an older wrapper)."""
     try:
         names = sorted(os.listdir(sys_block))
     except OSError:
