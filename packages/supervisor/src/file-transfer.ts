@@ -3,7 +3,7 @@ import { createHash } from "node:crypto";
 import type { AgentChannel } from "./channel.js";
 import { SupervisorError } from "./errors.js";
 import { TRANSFER_CHUNK_BYTES } from "./protocol.js";
-import { BadReply, base64Bytes, boolean, integer, record, text } from "./reply-checks.js";
+import { BadReply, base64Bytes, integer, readExtent, record, text } from "./reply-checks.js";
 import type { WriteResult } from "./types.js";
 import { REPLY_MARGIN_MS } from "./options.js";
 import { parseStreamDoor, receiveStream, sendStream, type GuestConnect, type StreamDoor } from "./transfer-stream.js";
@@ -37,11 +37,7 @@ function token(value: unknown, what: string): string {
  */
 function parseReadOpen(raw: unknown, maxBytes: number, stream: boolean): ReadOpen {
   const r = record(raw, "result");
-  const length = integer(r.length, "result.length", 0, maxBytes);
-  const size = integer(r.size, "result.size", length);
-  const truncated = boolean(r.truncated, "result.truncated");
-  if (truncated !== size > length)
-    throw new BadReply("result.truncated", `is ${truncated} for ${length} of ${size} bytes`);
+  const { size, length, truncated } = readExtent(r, maxBytes);
   const sum = text(r.sha256, "result.sha256", 64);
   if (!SHA256.test(sum)) throw new BadReply("result.sha256", "is not a sha256");
   if (length <= TRANSFER_CHUNK_BYTES) {

@@ -93,6 +93,23 @@ export function namesFrom(value: unknown, what: string, allowed: ReadonlySet<str
 }
 
 /** Exactly `bytes` bytes of standard base64 (with padding), checked before decoding. */
+/**
+ * The extent of a read's opening reply: `length` bytes of at most `maxBytes` come, of a file of
+ * `size`, and `truncated` says whether that is less than the file (a guest that says otherwise is
+ * refused).
+ */
+export function readExtent(
+  r: Record<string, unknown>,
+  maxBytes: number,
+): { size: number; length: number; truncated: boolean } {
+  const length = integer(r.length, "result.length", 0, maxBytes);
+  const size = integer(r.size, "result.size", length);
+  const truncated = boolean(r.truncated, "result.truncated");
+  if (truncated !== size > length)
+    throw new BadReply("result.truncated", `is ${truncated} for ${length} of ${size} bytes`);
+  return { size, length, truncated };
+}
+
 export function base64Bytes(value: unknown, what: string, bytes: number): Buffer {
   if (typeof value !== "string") throw new BadReply(what, "is not a string");
   if (value.length !== 4 * Math.ceil(bytes / 3)) {

@@ -13,7 +13,7 @@ import type { AgentChannel } from "./channel.js";
 import { SupervisorError, isSupervisorError } from "./errors.js";
 import { REPLY_MARGIN_MS } from "./options.js";
 import { TRANSFER_CHUNK_BYTES } from "./protocol.js";
-import { BadReply, base64Bytes, boolean, integer, record, text } from "./reply-checks.js";
+import { BadReply, base64Bytes, integer, readExtent, record, text } from "./reply-checks.js";
 import type { WriteResult } from "./types.js";
 
 /** Bytes of one window: the most one request moves (the agent's PIECE_MAX_BYTES). */
@@ -138,11 +138,7 @@ export async function readThroughDisk(
       { path, maxBytes, exact },
       (raw) => {
         const r = record(raw, "result");
-        const length = integer(r.length, "result.length", 0, maxBytes);
-        const size = integer(r.size, "result.size", length);
-        const truncated = boolean(r.truncated, "result.truncated");
-        if (truncated !== size > length)
-          throw new BadReply("result.truncated", `is ${truncated} for ${length} of ${size} bytes`);
+        const { size, length, truncated } = readExtent(r, maxBytes);
         if (length <= TRANSFER_CHUNK_BYTES && r.data !== undefined) {
           const data = base64Bytes(r.data, "result.data", length);
           return { size, length, truncated, token: undefined, data, crc: crcOf(r.crc32, "result.crc32") };
