@@ -23,7 +23,7 @@ from typing import Callable
 
 from .files import ReadTransfer, Transfers
 from .fsutil import os_error
-from .protocol import AgentError, JsonDict, check_int
+from .protocol import AgentError, JsonDict, require_int
 
 SERIAL = "pisb-transfer"
 # O_DIRECT wants offsets and lengths in whole blocks; a page covers every block size.
@@ -47,13 +47,6 @@ def find_drive(sys_block: str = "/sys/block") -> str | None:
         if serial == SERIAL:
             return "/dev/" + name
     return None
-
-
-def need_int(args: JsonDict, key: str, lo: int, hi: int) -> int:
-    value = check_int(args, key, None, lo, hi)
-    if value is None:
-        raise AgentError("INVALID_ARGUMENT", "%s is required" % key, {"key": key})
-    return value
 
 
 def _aligned(n: int) -> int:
@@ -95,10 +88,30 @@ class DiskTransfers:
     def _window(self, args: JsonDict, length: int, drive_fd: int) -> int:
         """The window named by the host: aligned, and the piece (rounded up to a block) inside the drive."""
         size = os.lseek(drive_fd, 0, os.SEEK_END)
-        window = need_int(args, "window", 0, max(0, size - _aligned(length)))
+        window = require_int(args, "window", 0, max(0, size - _aligned(length)))
         if window % ALIGN:
             raise AgentError("INVALID_ARGUMENT", "window %d is not a multiple of %d" % (window, ALIGN))
         return window
+
+    def _move(self, drive: str, args: JsonDict, length: int, view: memoryview, to_drive: bool) -> None:
+        """Moves `view` (a piece of `length` bytes rounded up to a block) into the drive's window
+        that `args` names, or out of it, with O_DIRECT; OSErrors as FILE_IO of the drive."""
+        io = os.pwritev if to_drive else os.preadv
+        short = "short write to the transfer disk" if to_drive else "the transfer disk ended early"
+        try:
+            fd = open_direct(drive, os.O_WRONLY if to_drive else os.O_RDONLY)
+            try:
+                window = self._window(args, length, fd)
+                done = 0
+                while done < len(view):
+                    n = io(fd, [view[done:]], window + done)
+                    if n <= 0:
+                        raise OSError(5, short)
+                    done += n
+            finally:
+                os.close(fd)
+        except OSError as err:
+            raise os_error(err, drive, "write" if to_drive else "read") from None
 
     # -- reads: guest file -> drive -> host
 
@@ -131,8 +144,8 @@ class DiskTransfers:
         """Puts `length` bytes of the file from `offset` into the drive at `window` and answers
         their CRC-32; fewer (the file shrank) are reported as such, the host keeping nothing then."""
         t = self.transfers.take_read(args.get("token"))
-        offset = need_int(args, "offset", 0, t.length)
-        length = need_int(args, "length", 1, min(PIECE_MAX_BYTES, t.length - offset) or 1)
+        offset = require_int(args, "offset", 0, t.length)
+        length = require_int(args, "length", 1, min(PIECE_MAX_BYTES, t.length - offset) or 1)
         if offset + length > t.length:
             raise AgentError("INVALID_ARGUMENT", "the piece ends past the %d bytes of the read" % t.length)
         drive = self._drive()
@@ -149,15 +162,7 @@ class DiskTransfers:
                 except OSError as err:
                     raise AgentError("FILE_IO", "cannot read the open transfer: %s" % err) from None
                 crc = zlib.crc32(view[:got])
-                try:
-                    fd = open_direct(drive, os.O_WRONLY)
-                    try:
-                        window = self._window(args, length, fd)
-                        _write_all(fd, view[: _aligned(got)], window)
-                    finally:
-                        os.close(fd)
-                except OSError as err:
-                    raise os_error(err, drive, "write") from None
+                self._move(drive, args, length, view[: _aligned(got)], to_drive=True)
             finally:
                 view.release()
         t.touch()
@@ -178,27 +183,19 @@ class DiskTransfers:
         ends the transfer and removes its temp file."""
         t = self.transfers.take_write(args.get("token"))
         try:
-            offset = need_int(args, "offset", 0, t.size)
+            offset = require_int(args, "offset", 0, t.size)
             if offset != t.written:
                 raise AgentError(
                     "INVALID_ARGUMENT", "piece offset %d does not follow %d bytes written" % (offset, t.written)
                 )
-            length = need_int(args, "length", 1, max(1, min(PIECE_MAX_BYTES, t.size - offset)))
+            length = require_int(args, "length", 1, max(1, min(PIECE_MAX_BYTES, t.size - offset)))
             if offset + length > t.size:
                 raise AgentError("INVALID_ARGUMENT", "more data than the declared %d bytes" % t.size)
             drive = self._drive()
             with t.lock, self._buf_lock:
                 view = memoryview(self._buffer())
                 try:
-                    try:
-                        fd = open_direct(drive, os.O_RDONLY)
-                        try:
-                            window = self._window(args, length, fd)
-                            _read_all(fd, view[: _aligned(length)], window)
-                        finally:
-                            os.close(fd)
-                    except OSError as err:
-                        raise os_error(err, drive, "read") from None
+                    self._move(drive, args, length, view[: _aligned(length)], to_drive=False)
                     t.append(view[:length])
                 finally:
                     view.release()
@@ -215,7 +212,7 @@ class DiskTransfers:
         self.transfers.drop(t.token)
         with t.lock:
             try:
-                want = need_int(args, "crc32", 0, 0xFFFFFFFF)
+                want = require_int(args, "crc32", 0, 0xFFFFFFFF)
                 if t.sha256 is not None or t.crc != want:
                     raise AgentError(
                         "FILE_CHECKSUM_MISMATCH",
@@ -227,21 +224,3 @@ class DiskTransfers:
                 t.discard()
                 raise
         return {"path": t.path, "size": t.size, "crc32": t.crc}
-
-
-def _write_all(fd: int, view: memoryview, at: int) -> None:
-    done = 0
-    while done < len(view):
-        n = os.pwritev(fd, [view[done:]], at + done)
-        if n <= 0:
-            raise OSError(5, "short write to the transfer disk")
-        done += n
-
-
-def _read_all(fd: int, view: memoryview, at: int) -> None:
-    done = 0
-    while done < len(view):
-        n = os.preadv(fd, [view[done:]], at + done)
-        if n <= 0:
-            raise OSError(5, "the transfer disk ended early")
-        done += n

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Union
 
 from .fsutil import fsync_dir, os_error
 from .procs import mono
-from .protocol import AgentError, JsonDict, Limits, check_abs_path, check_int, check_str, need_int
+from .protocol import AgentError, JsonDict, Limits, check_abs_path, check_int, check_str, need_int, require_int
 from .streams import StreamDoor, receive_into, send_from
 
 TRANSFER_IDLE_S = 120.0
@@ -300,9 +300,7 @@ class Transfers:
         """A write's destination checked (every way of writing refuses the same paths) and its temp
         file open beside it; `digest` None checks the bytes by CRC-32 (disk_transfer.py)."""
         path = check_abs_path(args)
-        size = check_int(args, "size", None, 0, self.limits.write_max_bytes)
-        if size is None:
-            raise AgentError("INVALID_ARGUMENT", "size is required")
+        size = require_int(args, "size", 0, self.limits.write_max_bytes)
         mode = check_int(args, "mode", None, 0, 0o7777)
         target = os.path.realpath(path) if os.path.islink(path) else path
         parent = os.path.dirname(target) or "/"

@@ -249,6 +249,14 @@ def need_int(args: JsonDict, key: str, default: int, lo: int, hi: int) -> int:
     return value
 
 
+def require_int(args: JsonDict, key: str, lo: int, hi: int) -> int:
+    """`key`'s integer, which must be there (INVALID_ARGUMENT naming the key when it is not)."""
+    value = check_int(args, key, None, lo, hi)
+    if value is None:
+        raise AgentError("INVALID_ARGUMENT", "%s is required" % key, {"key": key})
+    return value
+
+
 def check_str(args: JsonDict, key: str, allow_empty: bool = False) -> str:
     value = args.get(key)
     if not isinstance(value, str) or (not allow_empty and value == ""):
