@@ -8,7 +8,7 @@
 import * as v from "valibot";
 import { INSTANCE_NAME_PATTERN } from "@pi-sandbox/config";
 import { ControllerError } from "../errors.js";
-import { markAnswerer, readAsks, type EgressAsk } from "../state/egress.js";
+import { EGRESS_ANSWERERS, markAnswerer, readAsks, type EgressAsk } from "../state/egress.js";
 import { defineAction } from "./kit/define.js";
 import { actionSchema, arg, name } from "./kit/parts.js";
 import { oneLine } from "./kit/text.js";
@@ -31,7 +31,7 @@ export const egressWatch = defineAction({
   schema: actionSchema("egress-watch", {
     names: v.pipe(v.array(name), v.minLength(1), v.maxLength(WATCH_MAX)),
     id: v.pipe(v.string(), v.regex(/^[A-Za-z0-9-]{1,64}$/)),
-    by: v.optional(v.picklist(["dashboard", "pi"] as const)),
+    by: v.optional(v.picklist(EGRESS_ANSWERERS)),
   }),
   refine(args) {
     const bad = args.names.find((n) => !INSTANCE_NAME_PATTERN.test(n));

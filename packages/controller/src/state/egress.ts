@@ -35,7 +35,9 @@ export interface EgressAsk {
 }
 
 /** Who can answer an ask. */
-export type EgressAnswerer = "pi" | "dashboard";
+export const EGRESS_ANSWERERS = ["pi", "dashboard"] as const;
+/** One of {@link EGRESS_ANSWERERS}. */
+export type EgressAnswerer = (typeof EGRESS_ANSWERERS)[number];
 
 /** How long an answerer's last look counts: it looks every few seconds while it can answer. */
 export const ANSWERER_FRESH_MS = 15_000;
