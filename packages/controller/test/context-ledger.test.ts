@@ -17,7 +17,7 @@ import { outcomeOf, recordContextCall } from "../src/remote/laptop-ledger.js";
 import { explainSecretUnavailable, keepAhead, sourcesOf } from "../src/remote/secret-sources.js";
 import { StateLayout } from "../src/state/layout.js";
 import { appendShared, readLedger, verifyLedger, type LedgerEntry } from "../src/state/ledger.js";
-import { addContext } from "../src/state/contexts.js";
+import { contextTestEnv } from "./support/context-env.js";
 
 let base: string;
 let env: NodeJS.ProcessEnv;
@@ -27,15 +27,7 @@ beforeEach(async () => {
   base = await mkdtemp(join(tmpdir(), "ctx-ledger-"));
   // An ssh that leaves a mark: nothing here may reach the other machine.
   await writeFile(join(base, "ssh"), `#!/bin/sh\ntouch ${join(base, "ssh-ran")}\nexit 255\n`, { mode: 0o755 });
-  env = {
-    ...process.env,
-    XDG_CONFIG_HOME: join(base, "config"),
-    XDG_RUNTIME_DIR: join(base, "run"),
-    PI_SANDBOX_HOME: join(base, "state"),
-    PI_SANDBOX_SSH: join(base, "ssh"),
-  };
-  delete env.PI_SANDBOX_CONTEXT;
-  await addContext("far", "ssh://me@far.example", env);
+  env = await contextTestEnv(base);
   ledgerDir = new StateLayout(env.PI_SANDBOX_HOME!).contextLedgerDir("far");
 });
 

@@ -14,6 +14,7 @@ import { connectEarly } from "../src/remote/early-connect.js";
 import { controllerVersion } from "../src/remote/protocol.js";
 import { ensureControlDir } from "../src/remote/ssh.js";
 import { addContext } from "../src/state/contexts.js";
+import { contextTestEnv } from "./support/context-env.js";
 
 let base: string;
 let env: NodeJS.ProcessEnv;
@@ -54,15 +55,7 @@ const sessions = async () => (await log()).filter((line) => line.includes("dial-
 
 beforeEach(async () => {
   base = await mkdtemp(join(tmpdir(), "early-"));
-  env = {
-    ...process.env,
-    XDG_CONFIG_HOME: join(base, "config"),
-    XDG_RUNTIME_DIR: join(base, "run"),
-    PI_SANDBOX_HOME: join(base, "state"),
-    PI_SANDBOX_SSH: join(base, "ssh"),
-  };
-  delete env.PI_SANDBOX_CONTEXT;
-  await addContext("far", "ssh://me@far.example", env);
+  env = await contextTestEnv(base);
   // Connections stay open for the process (the tests share one): this one's own.
   await addContext("gone", "ssh://me@far.example", env);
 });
