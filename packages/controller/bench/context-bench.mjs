@@ -113,22 +113,14 @@ try {
   }
   const secs = (side) => creates[side].map((ms) => (ms / 1000).toFixed(1)).join(" ");
   const note = (side) => (ROUNDS > 1 ? `medians of ${ROUNDS}; ${side} ${secs(side)}, local ${secs("local")}` : "");
-  row(
-    "create to first preview byte, through a context vs local",
-    median(creates.far) / 1000,
-    median(creates.local) / 1000,
-    "s",
-    "<= 1.1x",
-    note("far"),
-  );
-  if (before)
+  for (const side of before ? ["far", "before"] : ["far"])
     row(
-      "create to first preview byte, through a context (before) vs local",
-      median(creates.before) / 1000,
+      `create to first preview byte, through a context${side === "before" ? " (before)" : ""} vs local`,
+      median(creates[side]) / 1000,
       median(creates.local) / 1000,
       "s",
       "<= 1.1x",
-      note("before"),
+      note(side),
     );
   if (ONLY === "create") throw Object.assign(new Error("only create"), { only: true });
 

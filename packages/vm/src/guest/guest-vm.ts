@@ -111,7 +111,7 @@ export interface GuestVm {
   readonly hostPid: number | undefined;
   /**
    * The raw file QEMU gives this guest as its transfer disk (a second virtio-blk drive, found in
-   * the guest by its serial), for large copies; absent on a machine without one (microvm).
+   * the guest by its serial), for large copies; absent when the boot made none.
    */
   readonly transferDisk?: TransferDisk;
   /** Whether `close()` has begun or the VM exited by itself. */
